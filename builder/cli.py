@@ -1,0 +1,241 @@
+"""Command line: argv → pipeline → rendered output. The only place that catches BuilderError."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .arch import parse_arch_list
+from .compat import table_rows
+from .errors import BuilderError, UsageError
+from .log import log
+from .plan import Target, load_target_recipe, make_plan, validate_cuda
+from .recipe import list_recipes, load_recipe
+from .settings import Settings, default_jobs
+from .toolchain import TOOLCHAINS
+
+out = Console(highlight=False, soft_wrap=True)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache-dir", type=Path, help="cache for sources, toolkits, venvs, logs")
+    parser.add_argument("--wheelhouse", type=Path, help="output index folder (default ./wheelhouse)")
+    parser.add_argument("--recipes", type=Path, help="recipes folder (default: the project's recipes/)")
+    parser.add_argument("--offline", action="store_true", help="use cached sources and toolkits only")
+
+
+def _target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("package", help="recipe name, e.g. causal-conv1d")
+    parser.add_argument("--version", help="upstream version (default: newest the recipe supports)")
+    parser.add_argument("--cuda", required=True, help="CUDA version, e.g. 12.8 or 13.0")
+    parser.add_argument("--arch", help="GPU archs: 120, 90,120 or 120+ptx (+ptx also embeds PTX)")
+    parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
+    parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
+    parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
+    parser.add_argument("--toolchain", choices=TOOLCHAINS, default="auto", help="where nvcc comes from")
+    parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
+    parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
+    parser.add_argument("--test-patch", action="append", default=[], help="apply a test-only patch (fault planting)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="builder", description="Build verified CUDA extension wheels.")
+    parser.add_argument("--version", action="version", version=f"cuda-wheel-builder {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="build, verify, test and publish one wheel")
+    _target_args(p)
+    _common(p)
+    p.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
+    p.add_argument("--no-kernel-tests", action="store_true", help="run only the import test")
+    p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
+    p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
+    p.add_argument("--keep-workdir", action="store_true", help="keep the extracted, patched sources")
+
+    p = sub.add_parser("plan", help="show what a build would do, without building")
+    _target_args(p)
+    _common(p)
+
+    p = sub.add_parser("recipes", help="list recipes, or show one resolved for a target")
+    _common(p)
+    rsub = p.add_subparsers(dest="recipes_command")
+    show = rsub.add_parser("show", help="show one recipe, resolved for a target")
+    show.add_argument("name")
+    show.add_argument("--version")
+    show.add_argument("--cuda", default="13.0")
+    show.add_argument("--arch", default="120")
+    show.add_argument("--python", default="3.12")
+    show.add_argument("--torch")
+    show.add_argument("--torch-index")
+    _common(show)
+
+    p = sub.add_parser("inspect", help="list the GPU code, tags and pins of a wheel")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("--json", action="store_true")
+    _common(p)
+
+    p = sub.add_parser("index", help="wheelhouse index maintenance")
+    isub = p.add_subparsers(dest="index_command", required=True)
+    rebuild = isub.add_parser("rebuild", help="regenerate every index page from the wheels")
+    _common(rebuild)
+
+    sub.add_parser("torch-table", help="which torch versions exist per CUDA version on which index")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        os.environ,
+        cache_dir=getattr(args, "cache_dir", None),
+        wheelhouse=getattr(args, "wheelhouse", None),
+        recipes_dir=getattr(args, "recipes", None),
+        offline=getattr(args, "offline", False),
+    )
+
+
+def _target(args: argparse.Namespace) -> Target:
+    cuda = validate_cuda(args.cuda)
+    if args.arch is None:
+        raise UsageError("--arch is required", "e.g. --arch 120 (Blackwell RTX 50xx), --arch 90 (H100/H200)")
+    archs = parse_arch_list(args.arch)
+    jobs = args.jobs if getattr(args, "jobs", None) else default_jobs()
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: must be at least 1")
+    return Target(
+        package=args.package if hasattr(args, "package") else args.name,
+        version=args.version,
+        cuda=cuda,
+        archs=archs,
+        python=args.python,
+        torch=args.torch,
+        torch_index=args.torch_index,
+        toolchain=getattr(args, "toolchain", "auto"),
+        source=getattr(args, "source", None),
+        jobs=jobs,
+        test_patches=tuple(getattr(args, "test_patch", []) or ()),
+    )
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .pipeline import BuildOptions, run_build
+
+    start = time.monotonic()
+    options = BuildOptions(
+        force=args.force,
+        kernel_tests=not args.no_kernel_tests,
+        require_kernel_tests=args.require_kernel_tests,
+        quick_kernel_tests=args.quick,
+        keep_workdir=args.keep_workdir,
+    )
+    result = run_build(_target(args), _settings(args), options)
+    elapsed = time.monotonic() - start
+    tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
+    out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")
+    if isinstance(tests, dict) and tests:
+        out.print(f"tests: import {tests.get('import_status')}, kernel {tests.get('kernel_status')}"
+                  + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else ""))
+    out.print(f"timings: {json.dumps(result.timings)}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = make_plan(_target(args), _settings(args))
+    _print_plan(plan.describe())
+    return 0
+
+
+def _print_plan(rows: list[tuple[str, str]]) -> None:
+    table = Table(show_header=False, box=None)
+    for key, value in rows:
+        table.add_row(key, value)
+    out.print(table)
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.recipes_command == "show":
+        args.package = args.name
+        target = _target(args)
+        recipe = load_target_recipe(target, settings)
+        out.print(f"[bold]{recipe.name}[/bold]  ({recipe.file})")
+        out.print(f"  kind: {recipe.kind}; supported versions: {recipe.versions}")
+        out.print(f"  imports: {', '.join(recipe.imports)}; kernel tests: {recipe.kernel_tests or 'none'}")
+        for patch in recipe.patches:
+            out.print(f"  patch {patch.name} for {patch.versions}{' (test only)' if patch.test_only else ''}: {patch.summary}")
+        out.print("resolved for this target:")
+        _print_plan(make_plan(target, settings).describe())
+        return 0
+    table = Table("recipe", "kind", "versions", "patches", "summary")
+    for path in list_recipes(settings.recipes_dir):
+        recipe = load_recipe(path, settings.patches_dir)
+        table.add_row(recipe.name, recipe.kind, str(recipe.versions), str(len(recipe.patches)), recipe.summary)
+    out.print(table)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect import inspect_wheel, render_report
+
+    if not args.wheel.is_file():
+        raise UsageError(f"{args.wheel}: no such wheel file")
+    report = inspect_wheel(args.wheel, _settings(args))
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        out.print(render_report(report), markup=False)
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from .publish import Wheelhouse
+
+    house = Wheelhouse(_settings(args).wheelhouse)
+    house.rebuild_index()
+    out.print(f"index rebuilt: {house.index_url()}")
+    return 0
+
+
+def cmd_torch_table(args: argparse.Namespace) -> int:
+    table = Table("index", "CUDA", "torch versions")
+    for row in table_rows():
+        table.add_row(*row)
+    out.print(table)
+    return 0
+
+
+COMMANDS = {
+    "build": cmd_build,
+    "plan": cmd_plan,
+    "recipes": cmd_recipes,
+    "inspect": cmd_inspect,
+    "index": cmd_index,
+    "torch-table": cmd_torch_table,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except BuilderError as e:
+        if args.debug:
+            raise
+        log.error(f"error: {e.one_line()}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Chains the stages in one direction: plan → toolchain → python → source → patch → build → finalize →
+inspect → test → publish. Nothing reaches the wheelhouse unless every stage before publish succeeded."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from . import __version__
+from .arch import torch_arch_list
+from .build import base_env, build_wheel
+from .errors import InspectError, ToolchainError
+from .finalize import finalize_wheel
+from .inspect import WheelReport, inspect_wheel, render_report, verify_archs
+from .log import log, target_prefix
+from .patch import apply_patches
+from .plan import Plan, Target, cache_key, make_plan
+from .publish import Wheelhouse
+from .pythonenv import PythonEnv, find_interpreter, fresh_test_env, install_into, managed_env, missing_requirements, probe
+from .settings import Settings
+from .source import fetch, unpack
+from .testing import TestReport, import_test, kernel_tests
+from .toolchain import CudaToolkit, select_toolkit
+
+
+@dataclass
+class BuildResult:
+    plan: Plan
+    wheel: Path | None = None
+    status: str = "pending"  # built | unchanged | failed
+    timings: dict[str, float] = field(default_factory=dict)
+    record: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    force: bool = False
+    kernel_tests: bool = True
+    require_kernel_tests: bool = False
+    quick_kernel_tests: bool = False
+    keep_workdir: bool = False
+
+
+@contextmanager
+def timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[stage] = round(time.monotonic() - start, 2)
+
+
+def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
+    environ = dict(os.environ if env is None else env)
+    with timed(timings := {}, "plan"):
+        plan = make_plan(target, settings)
+    result = BuildResult(plan, timings=timings)
+    with target_prefix(f"{plan.recipe.name}-{plan.version}"):
+        log.step("plan")
+        for key, value in plan.describe():
+            log.info(f"  {key:13} {value}")
+        _build_planned(plan, settings, options, environ, result)
+    return result
+
+
+def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult) -> None:
+    timings = result.timings
+    toolkit: CudaToolkit | None = None
+    if plan.recipe.kind == "cuda-extension":
+        log.step("toolchain")
+        with timed(timings, "toolchain"):
+            choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ)
+            toolkit = choice.toolkit
+        assert toolkit is not None
+        log.info(f"toolchain: {toolkit.describe()} — {toolkit.reason}")
+    log.step("python")
+    with timed(timings, "python"):
+        python, base_python = _python_env(plan, settings)
+    torch = python.torch or ""
+    log.step("source")
+    with timed(timings, "source"):
+        source_path, source_digest = fetch(plan.source, settings)
+    log.info(f"source: {source_path.name} sha256 {source_digest}")
+    key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
+                    python=python.version, torch=torch)
+    house = Wheelhouse(settings.wheelhouse)
+    locks = settings.cache("locks")
+    with FileLock(str(locks / f"{key[:32]}.lock")):
+        existing = house.find_record(key)
+        if existing and not options.force:
+            result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
+            log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
+                   "nothing to do (--force rebuilds)")
+            return
+        workdir = settings.cache("builds") / f"{plan.recipe.name}-{plan.version}-{key[:12]}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        try:
+            _build_in(plan, settings, options, environ, result, workdir, toolkit, python, base_python,
+                      source_path, source_digest, key, house)
+        finally:
+            if not options.keep_workdir and result.status == "built":
+                shutil.rmtree(workdir / "src", ignore_errors=True)
+
+
+def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
+    requirements = ["build", "setuptools>=64", "wheel", "packaging", *plan.recipe.build_requires]
+    if plan.target.python_is_path:
+        given = Path(plan.target.python)
+        resolved = Path(shutil.which(str(given)) or given)
+        env = probe(resolved, need_torch=True)
+        if env.torch_cuda and plan.recipe.kind == "cuda-extension":
+            cuda = plan.cuda
+            if env.torch_cuda.split(".")[:2] != [str(cuda.major), str(cuda.minor)]:
+                raise ToolchainError(
+                    f"--python {given}: its torch {env.torch} is a CUDA {env.torch_cuda} build, not CUDA {cuda}",
+                    f"use --cuda {env.torch_cuda} or an interpreter whose torch matches",
+                )
+        missing = missing_requirements(env, requirements)
+        if missing:
+            install_into(env, missing, find_links=Path(os.environ["BUILDER_FIND_LINKS"]) if os.environ.get("BUILDER_FIND_LINKS") else None)
+        log.info(f"python: {env.python} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
+        return env, resolved
+    base = find_interpreter(plan.target.python)
+    assert plan.torch is not None
+    return managed_env(base, plan.torch, plan.index, requirements, settings), base
+
+
+def _build_in(
+    plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
+    workdir: Path, toolkit: CudaToolkit | None, python: PythonEnv, base_python: Path,
+    source_path: Path, source_digest: str, key: str, house: Wheelhouse,
+) -> None:
+    timings = result.timings
+    torch = python.torch or ""
+    log.step("patch")
+    with timed(timings, "patch"):
+        root = unpack(source_path, workdir / "src")
+        apply_patches(root, plan.patches, plan.recipe.name, plan.version)
+    log.step("build")
+    env = base_env(environ)
+    env.update(plan.env)
+    if toolkit is not None:
+        env.update(toolkit.build_env(env.get("PATH", "/usr/bin:/bin")))
+        env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(plan.target.archs)
+    env["MAX_JOBS"] = str(plan.target.jobs)
+    env.setdefault("SOURCE_DATE_EPOCH", "315532800")
+    log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
+    with timed(timings, "build"):
+        raw = build_wheel(root, python, env, workdir / "dist", log_file)
+    log.step("finalize")
+    label = plan.label(torch) if torch else None
+    pins = [f"torch=={torch.split('+')[0]}"] if torch else []
+    pins += list(plan.recipe.runtime_requires)
+    record: dict[str, object] = {
+        "builder_version": __version__,
+        "cache_key": key,
+        "package": plan.recipe.name,
+        "version": plan.version,
+        "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
+        "source": {"kind": plan.source.kind, "location": plan.source.location, "sha256": source_digest},
+        "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
+        "cuda": str(plan.cuda),
+        "archs": [str(a) for a in plan.target.archs] if toolkit else [],
+        "toolchain": toolkit.record() if toolkit else {"kind": "none (pure Python)"},
+        "python": python.record(),
+        "torch_index": plan.index.url,
+        "host": {"machine": platform.machine(), "system": platform.platform()},
+        "build_log": str(log_file),
+    }
+    with timed(timings, "finalize"):
+        final = finalize_wheel(raw, workdir / "final", label=label, pins=pins, build_record={**record, "timings": dict(timings)})
+    log.info(f"wheel: {final.name}")
+    log.step("inspect")
+    with timed(timings, "inspect"):
+        report = inspect_wheel(final, settings, (toolkit.cuda_home,) if toolkit else ())
+    log.info(render_report(report))
+    if toolkit is not None:
+        problems = verify_archs(report, plan.target.archs)
+        if problems:
+            raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
+        log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
+    log.step("test")
+    tests = TestReport()
+    with timed(timings, "test"):
+        _run_tests(plan, options, python, base_python, final, report, tests, workdir)
+    log.step("publish")
+    record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name)
+    with timed(timings, "publish"):
+        published = house.publish(final, record)
+    result.wheel, result.record, result.status = published, record, "built"
+    log.ok(f"published {published} (index: {house.index_url()})")
+
+
+def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
+               report: WheelReport, tests: TestReport, workdir: Path) -> None:
+    from .errors import TestFailed
+
+    torch_from = None if python.managed else python
+    test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
+                              plan.recipe.test_requires, workdir, torch_from=torch_from)
+    import_test(test_env, plan.recipe.imports, tests)
+    if options.kernel_tests:
+        kernel_tests(test_env, plan.recipe, report, tests, workdir, quick=options.quick_kernel_tests)
+    else:
+        tests.kernel_status, tests.kernel_reason = "skipped", "--no-kernel-tests"
+    if options.require_kernel_tests and tests.kernel_status != "passed":
+        raise TestFailed(f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
+                         "run on a GPU that can execute one of the wheel's archs; nothing was published")

@@ -1,0 +1,269 @@
+"""Strict loading of recipe files (recipes/<name>/recipe.toml) into frozen ``Recipe`` objects.
+
+Every problem names the file and the dotted field; an unknown key also names the key it most likely meant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from .errors import RecipeError
+
+KINDS = ("cuda-extension", "pure-python")
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """A unified diff for upstream sources, applied only to versions inside ``versions``."""
+
+    path: Path
+    versions: SpecifierSet
+    summary: str
+    test_only: bool = False  # applied only when asked (planted faults for kernel-test checks)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where sources come from: a PyPI sdist (default), a git URL, or a local path or archive."""
+
+    pypi: str | None = None
+    git: str | None = None
+    git_ref: str = "v{version}"
+    path: Path | None = None
+    sha256: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    file: Path
+    summary: str
+    kind: str
+    versions: SpecifierSet
+    default_version: str | None
+    source: SourceSpec
+    build_env: dict[str, str]
+    build_requires: tuple[str, ...]
+    patches: tuple[PatchSpec, ...]
+    imports: tuple[str, ...]
+    kernel_tests: Path | None
+    test_requires: tuple[str, ...]
+    runtime_requires: tuple[str, ...]
+
+    @property
+    def directory(self) -> Path:
+        return self.file.parent
+
+    def patches_for(self, version: str, include_test_only: tuple[str, ...] = ()) -> tuple[PatchSpec, ...]:
+        v = Version(version)
+        return tuple(
+            p
+            for p in self.patches
+            if p.versions.contains(v, prereleases=True) and (not p.test_only or p.name in include_test_only)
+        )
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.file.read_bytes()).hexdigest()
+
+
+# The schema: section → {key: expected type}. It is also the registry of legal names (for "did you mean").
+_TOP = {
+    "name": str,
+    "summary": str,
+    "kind": str,
+    "versions": str,
+    "default-version": str,
+    "source": dict,
+    "build": dict,
+    "patch": list,
+    "test": dict,
+    "runtime": dict,
+}
+_SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
+_BUILD = {"env": dict, "requires": list}
+_PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
+_TEST = {"imports": list, "kernel-tests": str, "requires": list}
+_RUNTIME = {"requires": list}
+
+
+def default_recipes_dir() -> Path:
+    env = os.environ.get("BUILDER_RECIPES")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "recipes"
+
+
+def default_patches_dir(recipes_dir: Path) -> Path:
+    return recipes_dir.parent / "patches"
+
+
+def list_recipes(recipes_dir: Path) -> list[Path]:
+    return sorted(recipes_dir.glob("*/recipe.toml"))
+
+
+def find_recipe(name: str, recipes_dir: Path) -> Path:
+    """The recipe file for a package name (PEP 503-normalised), or a RecipeError suggesting close names."""
+    wanted = canonicalize_name(name)
+    files = {canonicalize_name(p.parent.name): p for p in list_recipes(recipes_dir)}
+    if wanted in files:
+        return files[wanted]
+    close = difflib.get_close_matches(wanted, list(files), n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known recipes: {', '.join(sorted(files)) or 'none'}"
+    raise RecipeError(f"no recipe for package {name!r} in {recipes_dir}", hint)
+
+
+def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
+    """Parse and validate one recipe file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise RecipeError(f"{path}: recipe file not found") from e
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+    checker = _Checker(path)
+    checker.keys(data, _TOP, "")
+    name = checker.required(data, "name", "")
+    kind = data.get("kind", "cuda-extension")
+    if kind not in KINDS:
+        raise RecipeError(f"{path}: field 'kind' is {kind!r}", f"use one of {', '.join(KINDS)}")
+    versions = checker.specifier(data.get("versions", ""), "versions")
+    default_version = data.get("default-version")
+    if default_version is not None:
+        checker.version(default_version, "default-version")
+
+    source = _load_source(checker, data.get("source", {}), path)
+    build = data.get("build", {})
+    checker.keys(build, _BUILD, "build")
+    env = build.get("env", {})
+    for key, value in env.items():
+        if not isinstance(value, str):
+            checker.fail(f"build.env.{key}", f"must be a string, not {type(value).__name__}")
+    patches_root = (patches_dir or default_patches_dir(path.parent.parent)) / path.parent.name
+    patches = tuple(
+        _load_patch(checker, item, f"patch[{i}]", patches_root) for i, item in enumerate(data.get("patch", []))
+    )
+    test = data.get("test", {})
+    checker.keys(test, _TEST, "test")
+    kernel_tests = test.get("kernel-tests")
+    kernel_path = path.parent / kernel_tests if kernel_tests else None
+    if kernel_path is not None and not kernel_path.is_file():
+        checker.fail("test.kernel-tests", f"file {kernel_path} does not exist")
+    runtime = data.get("runtime", {})
+    checker.keys(runtime, _RUNTIME, "runtime")
+    return Recipe(
+        name=name,
+        file=path,
+        summary=data.get("summary", ""),
+        kind=kind,
+        versions=versions,
+        default_version=default_version,
+        source=source,
+        build_env=dict(env),
+        build_requires=tuple(checker.str_list(build, "requires", "build")),
+        patches=patches,
+        imports=tuple(checker.str_list(test, "imports", "test")),
+        kernel_tests=kernel_path,
+        test_requires=tuple(checker.str_list(test, "requires", "test")),
+        runtime_requires=tuple(checker.str_list(runtime, "requires", "runtime")),
+    )
+
+
+def _load_source(checker: _Checker, table: dict[str, Any], path: Path) -> SourceSpec:
+    checker.keys(table, _SOURCE, "source")
+    given = [k for k in ("pypi", "git", "path") if k in table]
+    if len(given) > 1:
+        checker.fail("source", f"give only one of pypi, git, path (found {', '.join(given)})")
+    sha256 = table.get("sha256", {})
+    for version, digest in sha256.items():
+        checker.version(version, f"source.sha256.{version}")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            checker.fail(f"source.sha256.{version}", "must be 64 lowercase hex digits")
+    local = table.get("path")
+    return SourceSpec(
+        pypi=table.get("pypi"),
+        git=table.get("git"),
+        git_ref=table.get("git-ref", "v{version}"),
+        path=(path.parent / local).resolve() if local else None,
+        sha256=dict(sha256),
+    )
+
+
+def _load_patch(checker: _Checker, item: Any, where: str, patches_root: Path) -> PatchSpec:
+    if not isinstance(item, dict):
+        checker.fail(where, "must be a table ([[patch]])")
+    checker.keys(item, _PATCH, where)
+    file = checker.required(item, "file", where)
+    patch_path = patches_root / file
+    if not patch_path.is_file():
+        checker.fail(f"{where}.file", f"patch {patch_path} does not exist")
+    return PatchSpec(
+        path=patch_path,
+        versions=checker.specifier(checker.required(item, "versions", where), f"{where}.versions"),
+        summary=item.get("summary", ""),
+        test_only=item.get("test-only", False),
+    )
+
+
+class _Checker:
+    """Validation helpers that raise RecipeError naming the file and the dotted field."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, field_name: str, problem: str, hint: str | None = None) -> None:
+        raise RecipeError(f"{self.path}: field '{field_name}' {problem}", hint)
+
+    def keys(self, table: Any, schema: dict[str, type], where: str) -> None:
+        if not isinstance(table, dict):
+            self.fail(where or "(top level)", "must be a table")
+        for key, value in table.items():
+            dotted = f"{where}.{key}" if where else key
+            if key not in schema:
+                close = difflib.get_close_matches(key, list(schema), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(schema)}"
+                raise RecipeError(f"{self.path}: unknown field '{dotted}'", hint)
+            if not isinstance(value, schema[key]):
+                self.fail(dotted, f"must be a {schema[key].__name__}, not {type(value).__name__}")
+
+    def required(self, table: dict[str, Any], key: str, where: str) -> Any:
+        if key not in table:
+            self.fail(f"{where}.{key}" if where else key, "is required")
+        return table[key]
+
+    def str_list(self, table: dict[str, Any], key: str, where: str) -> list[str]:
+        values = table.get(key, [])
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                self.fail(f"{where}.{key}[{i}]", f"must be a string, not {type(value).__name__}")
+        return list(values)
+
+    def specifier(self, text: str, field_name: str) -> SpecifierSet:
+        try:
+            spec = SpecifierSet(text)
+        except InvalidSpecifier as e:
+            raise RecipeError(
+                f"{self.path}: field '{field_name}' is not a version range: {text!r}",
+                "use a PEP 440 specifier such as '>=1.5.2,<=1.7.0'",
+            ) from e
+        return spec
+
+    def version(self, text: str, field_name: str) -> None:
+        try:
+            Version(text)
+        except InvalidVersion as e:
+            raise RecipeError(f"{self.path}: field '{field_name}' is not a version: {text!r}") from e

@@ -1,0 +1,157 @@
+"""The test stage: import test in a clean venv, then the recipe's kernel tests on a GPU that can run the wheel.
+
+A kernel test that cannot run is reported as ``skipped`` with the reason; it never counts as passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import TestFailed
+from .inspect import WheelReport
+from .log import log
+from .pythonenv import PythonEnv
+from .recipe import Recipe
+
+_GPU_PROBE = r"""
+import json, torch
+gpus = []
+if torch.cuda.is_available():
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        gpus.append({"index": i, "name": torch.cuda.get_device_name(i), "capability": major * 10 + minor})
+print(json.dumps(gpus))
+"""
+
+
+@dataclass
+class TestReport:
+    __test__ = False  # not a pytest class
+
+    import_status: str = "not run"
+    import_detail: str = ""
+    kernel_status: str = "not run"
+    kernel_reason: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    speed: list[dict[str, object]] = field(default_factory=list)
+    gpu: str | None = None
+    torch: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return "failed" in (self.import_status, self.kernel_status)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        kernel = self.kernel_status + (f" ({self.kernel_reason})" if self.kernel_reason else "")
+        return f"import {self.import_status}; kernel tests {kernel}"
+
+
+def import_test(env: PythonEnv, modules: tuple[str, ...], report: TestReport) -> None:
+    """Import torch first (extensions need its libraries loaded), then each module the recipe names."""
+    code = "import importlib, sys\nimport torch\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    code += "print('imported', ', '.join(sys.argv[1:]))\n"
+    argv = [str(env.python), "-c", code, *modules]
+    log.command([str(env.python), "-c", f"import torch; import {', '.join(modules)}"])
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=_clean_env())
+    report.torch = env.torch
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        report.import_status, report.import_detail = "failed", last
+        raise TestFailed(f"import test failed in a clean venv: {last}", "nothing was published")
+    report.import_status, report.import_detail = "passed", result.stdout.strip()
+    log.ok(f"import test passed: {', '.join(modules)} (torch {env.torch})")
+
+
+def visible_gpus(env: PythonEnv) -> list[dict[str, object]]:
+    result = subprocess.run([str(env.python), "-c", _GPU_PROBE], capture_output=True, text=True, env=_clean_env())
+    if result.returncode != 0:
+        return []
+    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def runnable_on(capability: int, sass: set[str], ptx: set[str]) -> bool:
+    """SASS sm_XY runs on the same major with minor >= Y ('a'/'f' variants only on the exact arch);
+    PTX compute_XY is JIT-compiled for any capability >= XY."""
+    for arch in sass:
+        digits = arch.removeprefix("sm_")
+        number = int(digits.rstrip("af"))
+        if digits[-1] in "af":
+            if number == capability:
+                return True
+        elif number // 10 == capability // 10 and number <= capability:
+            return True
+    return any(int(a.removeprefix("compute_").rstrip("af")) <= capability for a in ptx)
+
+
+def kernel_skip_reason(gpus: list[dict[str, object]], report: WheelReport) -> tuple[str | None, int | None]:
+    """(reason to skip, GPU index to use). The reason names the wheel's archs and the GPUs seen."""
+    built = ", ".join(sorted(report.sass | report.ptx)) or "no GPU code"
+    if not gpus:
+        return f"no CUDA GPU visible to torch on this machine; wheel has {built}", None
+    for gpu in gpus:
+        if not report.objects or runnable_on(int(gpu["capability"]), report.sass, report.ptx):  # type: ignore[arg-type]
+            return None, int(gpu["index"])  # type: ignore[arg-type]
+    seen = "; ".join(f"GPU {g['index']} is sm_{g['capability']} ({g['name']})" for g in gpus)
+    return f"wheel has {built}; {seen}", None
+
+
+def kernel_tests(
+    env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, report: TestReport, workdir: Path, *, quick: bool,
+    bench: bool = True,
+) -> None:
+    """Run the recipe's kernel tests where a GPU can run the wheel; record passed / failed / skipped."""
+    if recipe.kernel_tests is None:
+        report.kernel_status, report.kernel_reason = "skipped", "the recipe has no kernel tests"
+        return
+    reason, gpu_index = kernel_skip_reason(visible_gpus(env), wheel_report)
+    if reason is not None:
+        report.kernel_status, report.kernel_reason = "skipped", reason
+        log.warning(f"kernel tests skipped: {reason}")
+        return
+    out = workdir / "kernel-tests.json"
+    argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
+    argv += ["--quick"] if quick else []
+    argv += [] if bench else ["--no-bench"]
+    run_env = _clean_env()
+    run_env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    run_env["TRITON_CACHE_DIR"] = str(workdir / "triton-cache")
+    run_env["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
+    log.command(argv)
+    with log.status("running kernel tests on the GPU"):
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=workdir, env=run_env)
+    (workdir / "kernel-tests.log").write_text(result.stdout + result.stderr)
+    data = json.loads(out.read_text()) if out.exists() else {}
+    report.gpu = data.get("gpu")
+    report.counts = data.get("counts", {})
+    report.speed = data.get("speed", [])
+    status = data.get("status") or ("failed" if result.returncode else "passed")
+    if result.returncode not in (0, 3) and status != "failed":
+        status = "failed"
+    report.kernel_status = status
+    report.kernel_reason = data.get("reason", "") or (
+        "" if status == "passed" else (result.stderr.strip().splitlines() or ["no output"])[-1]
+    )
+    if status == "failed":
+        raise TestFailed(
+            f"kernel tests failed: {report.counts.get('failed', '?')} case(s) ({report.kernel_reason})",
+            f"log: {workdir / 'kernel-tests.log'}; nothing was published",
+        )
+    if status == "passed":
+        log.ok(f"kernel tests passed on {report.gpu}: {report.counts}")
+    else:
+        log.warning(f"kernel tests skipped: {report.kernel_reason}")
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(var, None)
+    return env

@@ -1,0 +1,936 @@
+#!/usr/bin/env python3
+"""Correctness and speed checks for an installed causal-conv1d wheel.
+
+Run inside a venv that holds the wheel and torch, on a machine with an NVIDIA GPU:
+
+    python kernel_tests.py --out RESULT.json [--quick] [--no-bench] [--seed N]
+
+Every kernel result is compared with this file's own pure-torch fp32 references
+(never with the package's *_ref functions, so a broken package cannot pass by
+agreeing with itself). Inputs are fresh random numbers each run; the seed is
+recorded. Exit code: 0 passed, 1 failed, 3 skipped. Supports causal-conv1d
+1.5.2 through 1.7.0; features a version lacks are skipped with a reason.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import inspect
+import itertools
+import json
+import math
+import re
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+PACKAGE = "causal-conv1d"
+NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
+EXIT_CODES = {"passed": 0, "failed": 1, "skipped": 3}
+
+DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# (rtol, atol), as upstream tests/test_causal_conv1d.py uses for outputs, dx and dinitial_states.
+TOLERANCES: Dict[str, Tuple[float, float]] = {"fp32": (3e-4, 1e-3), "fp16": (3e-3, 5e-3), "bf16": (1e-2, 5e-2)}
+# Upstream's (rtolw, atolw) for dweight and dbias, with fp32 weights.
+WEIGHT_GRAD_TOL_FP32: Tuple[float, float] = (1e-3, 1e-3)
+
+WIDTHS = [2, 3, 4]
+SEQLENS = [1, 129, 151, 1134, 4096]
+DIMS = [64, 4128]
+UPDATE_DIMS = [2048, 2064, 4096]
+FN_BATCH = 2
+UPDATE_BATCH = 64
+POOL_FACTOR = 10  # conv_state pool rows per batch row when conv_state_indices is used
+LAYOUTS = ["cf", "cl", "cl_states"]  # channel-first; channel-last; channel-last + initial/final states
+UPDATE_MODES = ["plain", "cache", "gather", "gather_cache", "pad"]
+
+FEATURE_REASONS = {
+    "seq_idx": "causal_conv1d_fn has no seq_idx parameter",
+    "initial_states": "causal_conv1d_fn has no initial_states/return_final_states parameters",
+    "seq_idx_padding": "seq_idx < 0 (padding) zeroes outputs only from causal-conv1d 1.5.3",
+    "seq_idx_initial_states": "seq_idx together with initial_states needs causal-conv1d >= 1.7.0",
+    "cache_seqlens": "causal_conv1d_update has no cache_seqlens parameter",
+    "conv_state_indices": "causal_conv1d_update has no conv_state_indices parameter",
+    "conv_state_indices_padding": "conv_state_indices < 0 (padding) is handled only from causal-conv1d 1.5.3",
+}
+
+
+# --------------------------------------------------------------------------- references
+
+
+def _silu_or_identity(out: torch.Tensor, activation: Optional[str]) -> torch.Tensor:
+    """Apply the package's activation convention: None, "silu" or "swish"."""
+    if activation is None:
+        return out
+    if activation in ("silu", "swish"):
+        return F.silu(out)
+    raise ValueError(f"unsupported activation {activation!r}")
+
+
+def ref_causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    initial_states: Optional[torch.Tensor] = None,
+    seq_idx: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Causal depthwise conv1d in fp32; returns (out, final_states), differentiable.
+
+    x (batch, dim, seqlen), weight (dim, width), bias (dim,), initial_states
+    (batch, dim, width-1). out[b,c,t] = act(bias[c] + sum_k weight[c,k] * xs[b,c,t+k])
+    where xs = [initial_states or zeros | x]; final_states = last width-1 columns of xs.
+    With seq_idx (batch, seqlen): taps from another sequence count as zero (the initial
+    state belongs to seq_idx[:, 0]) and positions with seq_idx < 0 (padding) output 0.
+    """
+    batch, dim, seqlen = x.shape
+    width = weight.shape[1]
+    x32 = x.float()
+    state = x32.new_zeros(batch, dim, width - 1) if initial_states is None else initial_states.float()
+    xs = torch.cat([state, x32], dim=-1)
+    windows = xs.unfold(-1, width, 1)  # (batch, dim, seqlen, width)
+    if seq_idx is not None:
+        first = seq_idx[:, :1] if initial_states is not None else torch.full_like(seq_idx[:, :1], -1)
+        ids = torch.cat([first.expand(-1, width - 1), seq_idx], dim=-1).unfold(-1, width, 1)
+        windows = windows * (ids == seq_idx.unsqueeze(-1)).unsqueeze(1).to(windows.dtype)
+    out = (windows * weight.float()[None, :, None, :]).sum(-1)
+    if bias is not None:
+        out = out + bias.float()[None, :, None]
+    out = _silu_or_identity(out, activation)
+    if seq_idx is not None:
+        out = out.masked_fill((seq_idx < 0).unsqueeze(1), 0.0)
+    return out, xs[..., seqlen:]
+
+
+def ref_causal_conv1d_update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = None,
+    cache_seqlens: Optional[torch.Tensor] = None,
+    conv_state_indices: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Decode-step conv in fp32; updates conv_state (pool, dim, state_len) in place.
+
+    Without cache_seqlens the state is a shift register: it rolls left by seqlen and x is
+    appended. With cache_seqlens it is a circular buffer whose next write slot is
+    cache_seqlens % state_len. conv_state_indices picks pool rows; a row < 0 is padding:
+    output 0 and no state change. x is (batch, dim) or (batch, dim, seqlen).
+    """
+    x3 = x.unsqueeze(-1) if x.dim() == 2 else x
+    batch, dim, seqlen = x3.shape
+    width, state_len = weight.shape[1], conv_state.shape[-1]
+    dev = x.device
+    rows = torch.arange(batch, device=dev) if conv_state_indices is None else conv_state_indices.long()
+    valid = rows >= 0
+    states = conv_state[rows.clamp(min=0)]  # gathered copy (batch, dim, state_len)
+    if cache_seqlens is None:
+        hist = states[..., state_len - (width - 1):]
+        new_states = torch.cat([states, x3.to(states.dtype)], dim=-1)[..., -state_len:]
+    else:
+        start = cache_seqlens.long()
+        hist_pos = (start[:, None] + torch.arange(-(width - 1), 0, device=dev)) % state_len
+        hist = states.gather(2, hist_pos[:, None, :].expand(-1, dim, -1))
+        new_states = states.clone()
+        b = torch.arange(batch, device=dev)
+        for i in range(seqlen):  # sequential writes: the last write to a slot wins
+            new_states[b, :, (start + i) % state_len] = x3[:, :, i].to(states.dtype)
+    out, _ = ref_causal_conv1d(x3, weight, bias, initial_states=hist, activation=activation)
+    out = out.masked_fill(~valid[:, None, None], 0.0)
+    conv_state[rows[valid]] = new_states[valid]
+    return out.squeeze(-1) if x.dim() == 2 else out
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+@dataclass
+class Check:
+    """One tensor compared with its reference."""
+
+    tensor: str
+    ok: bool
+    max_abs_err: Optional[float]
+    atol: float
+    rtol: float
+    note: str = ""
+
+
+@dataclass
+class CaseResult:
+    """One row of the JSON "cases" list."""
+
+    name: str
+    status: str
+    max_abs_err: Optional[float] = None
+    atol: float = 0.0
+    rtol: float = 0.0
+    detail: str = ""
+    checks: List[Dict[str, Any]] = field(default_factory=list)
+
+
+def _finite_float(value: float) -> Optional[float]:
+    """JSON-safe float: None for NaN/Inf."""
+    return value if math.isfinite(value) else None
+
+
+def check_close(label: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> Check:
+    """Every element finite and |got - ref| <= atol + rtol * |ref| (torch.allclose rule)."""
+    if tuple(got.shape) != tuple(ref.shape):
+        return Check(label, False, None, atol, rtol, f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
+    got32, ref32 = got.detach().float(), ref.detach().float()
+    nonfinite = int((~torch.isfinite(got32)).sum().item())
+    if nonfinite:
+        return Check(label, False, None, atol, rtol, f"{nonfinite}/{got.numel()} non-finite")
+    if got.numel() == 0:
+        return Check(label, True, 0.0, atol, rtol)
+    err = (got32 - ref32).abs()
+    n_bad = int((err > atol + rtol * ref32.abs()).sum().item())
+    note = f"{n_bad}/{got.numel()} outside tolerance" if n_bad else ""
+    return Check(label, n_bad == 0, _finite_float(err.max().item()), atol, rtol, note)
+
+
+def check_equal(label: str, got: torch.Tensor, ref: torch.Tensor) -> Check:
+    """Bitwise equality (dtype, shape and every value; NaN never equals)."""
+    if got.dtype != ref.dtype or tuple(got.shape) != tuple(ref.shape):
+        return Check(label, False, None, 0.0, 0.0, f"{got.dtype}{tuple(got.shape)} != {ref.dtype}{tuple(ref.shape)}")
+    same = torch.equal(got, ref)
+    diff = (got.detach().float() - ref.detach().float()).abs()
+    err = _finite_float(diff.max().item()) if diff.numel() else 0.0
+    n_bad = int((got != ref).sum().item())
+    return Check(label, same, err, 0.0, 0.0, "" if same else f"{n_bad}/{got.numel()} elements differ")
+
+
+def result_from_checks(name: str, checks: Sequence[Check]) -> CaseResult:
+    """Fold checks into a case; the headline error is the first failing check, else the first."""
+    failing = [c for c in checks if not c.ok]
+    head = failing[0] if failing else checks[0]
+    parts = []
+    for c in checks:
+        err = "n/a" if c.max_abs_err is None else f"{c.max_abs_err:.3g}"
+        flag = "ok" if c.ok else "FAIL"
+        parts.append(f"{c.tensor} {flag} err={err} (rtol={c.rtol:g}, atol={c.atol:g}){' ' + c.note if c.note else ''}")
+    return CaseResult(
+        name=name,
+        status="failed" if failing else "passed",
+        max_abs_err=head.max_abs_err,
+        atol=head.atol,
+        rtol=head.rtol,
+        detail="; ".join(parts),
+        checks=[asdict(c) for c in checks],
+    )
+
+
+def weight_grad_tolerance(wdtype: str) -> Tuple[float, float]:
+    """dweight/dbias tolerance: upstream's 1e-3/1e-3 for fp32 weights, else the weight dtype's own."""
+    return WEIGHT_GRAD_TOL_FP32 if wdtype == "fp32" else TOLERANCES[wdtype]
+
+
+def poison_allocator(like: torch.Tensor) -> None:
+    """Best effort: leave a NaN block in the CUDA caching allocator so a following
+    torch.empty of the same size (the kernel's `out`/`dx`) starts as NaN, not stale data."""
+    if like.device.type == "cuda":
+        block = torch.full((like.numel(),), float("nan"), dtype=like.dtype, device=like.device)
+        del block
+
+
+# --------------------------------------------------------------------------- the package under test
+
+
+@dataclass
+class Api:
+    """The package's entry points plus which optional features this version has."""
+
+    fn: Callable[..., Any]
+    update: Callable[..., Any]
+    version: Optional[str]
+    features: Dict[str, bool]
+    upstream_ref_fn: Optional[Callable[..., Any]] = None
+    upstream_ref_update: Optional[Callable[..., Any]] = None
+
+
+def parse_version(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
+    """'1.5.3.post1' or '1.7.0+cu12torch2.6' -> (1, 5, 3); None if unparseable."""
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", version or "")
+    return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
+
+
+def installed_version() -> Optional[str]:
+    """Version of the installed causal-conv1d distribution, or None."""
+    for name in (PACKAGE, "causal_conv1d"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def detect_features(fn: Callable[..., Any], update: Callable[..., Any], version: Optional[str],
+                    fn_source: Optional[str] = None) -> Dict[str, bool]:
+    """Feature flags from the signatures, plus behaviour that only the version (or the
+    interface source) reveals. fn_source: source of the autograd forward, if readable."""
+    fn_params = set(inspect.signature(fn).parameters)
+    upd_params = set(inspect.signature(update).parameters)
+    ver = parse_version(version)
+    at_least_153 = ver is not None and ver >= (1, 5, 3)
+    seq_idx = "seq_idx" in fn_params
+    init = {"initial_states", "return_final_states"} <= fn_params
+    if fn_source is not None:
+        seq_init = "initial_states must be None if seq_idx" not in fn_source
+    else:
+        seq_init = ver is not None and ver >= (1, 7, 0)
+    indices = "conv_state_indices" in upd_params
+    return {
+        "seq_idx": seq_idx,
+        "initial_states": init,
+        "final_states_out": "final_states_out" in fn_params,
+        "seq_idx_padding": seq_idx and at_least_153,
+        "seq_idx_initial_states": seq_idx and init and seq_init,
+        "cache_seqlens": "cache_seqlens" in upd_params,
+        "conv_state_indices": indices,
+        "conv_state_indices_padding": indices and at_least_153,
+    }
+
+
+def load_api(version: Optional[str]) -> Api:
+    """Import the installed package (raises if the wheel is broken)."""
+    import causal_conv1d  # noqa: F401  (loads the compiled extension)
+    from causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+    from causal_conv1d import causal_conv1d_interface as iface
+
+    try:
+        source: Optional[str] = inspect.getsource(iface.CausalConv1dFn.forward)
+    except (AttributeError, OSError, TypeError):
+        source = None
+    return Api(
+        fn=causal_conv1d_fn,
+        update=causal_conv1d_update,
+        version=version,
+        features=detect_features(causal_conv1d_fn, causal_conv1d_update, version, source),
+        upstream_ref_fn=getattr(iface, "causal_conv1d_ref", None),
+        upstream_ref_update=getattr(iface, "causal_conv1d_update_ref", None),
+    )
+
+
+# --------------------------------------------------------------------------- case design
+
+
+def covering_rows(levels: Dict[str, List[Any]], fixed: Sequence[str]) -> List[Dict[str, Any]]:
+    """Full product over the `fixed` factors; every other factor is filled greedily
+    (AETG style) to cover as many not-yet-seen pairs of factor levels as possible."""
+    names = list(levels)
+    free = [n for n in names if n not in fixed]
+    uncovered = all_pairs(levels)
+    rows: List[Dict[str, Any]] = []
+    for combo in itertools.product(*(levels[n] for n in fixed)):
+        row = dict(zip(fixed, combo))
+        for k, name in enumerate(free):
+            row[name] = _best_level(names, name, levels[name], row, uncovered, len(rows) + k)
+        uncovered -= pairs_of(names, row)
+        rows.append({n: row[n] for n in names})
+    return rows
+
+
+def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], uncovered: set,
+                turn: int) -> Any:
+    """The level of `name` that covers most uncovered pairs with the row so far; ties go
+    round-robin by `turn` so that levels alternate."""
+    def score(i: int) -> Tuple[int, int]:
+        gain = sum(_pair(names, name, choices[i], other, value) in uncovered for other, value in row.items())
+        return gain, -((i - turn) % len(choices))
+
+    return choices[max(range(len(choices)), key=score)]
+
+
+def _pair(names: List[str], a: str, va: Any, b: str, vb: Any) -> Tuple[str, Any, str, Any]:
+    """A pair of factor levels in canonical (factor order) form."""
+    return (a, va, b, vb) if names.index(a) < names.index(b) else (b, vb, a, va)
+
+
+def pairs_of(names: List[str], row: Dict[str, Any]) -> set:
+    """All level pairs a row covers."""
+    return {_pair(names, a, row[a], b, row[b]) for a, b in itertools.combinations(names, 2)}
+
+
+def all_pairs(levels: Dict[str, List[Any]]) -> set:
+    """Every pair of levels of two different factors."""
+    names = list(levels)
+    return {(a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in levels[a] for vb in levels[b]}
+
+
+@dataclass(frozen=True)
+class FnCase:
+    """One causal_conv1d_fn configuration (forward, and backward unless disabled)."""
+
+    family: str
+    dtype: str
+    width: int
+    seqlen: int
+    dim: int
+    silu: bool
+    bias: bool
+    wdtype: str  # "fp32" or the input dtype name
+    channel_last: bool = False
+    initial_states: bool = False
+    final_states: bool = False
+    seq_idx: str = "none"  # "none" | "split" | "pad"
+    backward: bool = True
+    batch: int = FN_BATCH
+
+    @property
+    def name(self) -> str:
+        layout = "cl" if self.channel_last else "cf"
+        if self.initial_states:
+            layout += "+init"
+        if self.final_states:
+            layout += "+final"
+        parts = [self.family, self.dtype, f"w{self.width}", f"L{self.seqlen}", f"d{self.dim}", layout,
+                 "silu" if self.silu else "noact", "bias" if self.bias else "nobias", f"w_{self.wdtype}"]
+        if not self.backward:
+            parts.append("fwd-only")
+        return "/".join(parts)
+
+    def required_features(self) -> List[str]:
+        needs = []
+        if self.initial_states or self.final_states:
+            needs.append("initial_states")
+        if self.seq_idx != "none":
+            needs.append("seq_idx")
+        if self.seq_idx == "pad":
+            needs.append("seq_idx_padding")
+        if self.seq_idx != "none" and self.initial_states:
+            needs.append("seq_idx_initial_states")
+        return needs
+
+
+@dataclass(frozen=True)
+class UpdateCase:
+    """One causal_conv1d_update configuration."""
+
+    dtype: str
+    width: int
+    mode: str  # see UPDATE_MODES
+    xlen: int  # 0: x is (batch, dim); else (batch, dim, xlen)
+    dim: int
+    silu: bool
+    bias: bool
+    state_layout: str  # "contig" (pool, dim, state_len) or "cl" (pool, state_len, dim).transpose
+    wdtype: str
+    state_extra: int  # state_len = width - 1 + state_extra
+    batch: int = UPDATE_BATCH
+
+    @property
+    def family(self) -> str:
+        return "update"
+
+    @property
+    def name(self) -> str:
+        x = "x2d" if self.xlen == 0 else f"x3d_L{self.xlen}"
+        return "/".join(["update", self.dtype, f"w{self.width}", self.mode, x, f"d{self.dim}",
+                         f"state{self.width - 1 + self.state_extra}_{self.state_layout}",
+                         "silu" if self.silu else "noact", "bias" if self.bias else "nobias", f"w_{self.wdtype}"])
+
+    def required_features(self) -> List[str]:
+        return {
+            "plain": [],
+            "cache": ["cache_seqlens"],
+            "gather": ["conv_state_indices"],
+            "gather_cache": ["conv_state_indices", "cache_seqlens"],
+            "pad": ["conv_state_indices", "conv_state_indices_padding"],
+        }[self.mode]
+
+
+Case = Union[FnCase, UpdateCase]
+
+
+def _wdtypes(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Resolve the symbolic weight dtype "input" to the row's input dtype."""
+    for row in rows:
+        if row.get("wdtype") == "input":
+            row["wdtype"] = row["dtype"]
+    return rows
+
+
+def fn_cases(quick: bool) -> List[FnCase]:
+    """Main causal_conv1d_fn family: every (dtype, width, layout, seqlen) in full mode."""
+    levels = {"dtype": list(DTYPES), "width": WIDTHS, "layout": LAYOUTS, "seqlen": SEQLENS,
+              "dim": DIMS, "silu": [False, True], "bias": [False, True], "wdtype": ["fp32", "input"]}
+    fixed = ["dtype", "layout"] if quick else ["dtype", "width", "layout", "seqlen"]
+    cases = []
+    for row in _wdtypes(covering_rows(levels, fixed)):
+        layout = row.pop("layout")
+        cases.append(FnCase(family="fn", channel_last=layout != "cf", initial_states=layout == "cl_states",
+                            final_states=layout == "cl_states", **row))
+    return cases
+
+
+def seq_idx_cases(quick: bool) -> List[FnCase]:
+    """seq_idx families (channel-last only): split sequences, padding, split + initial states."""
+    families = [
+        # family, seq_idx mode, initial_states, backward, seqlens
+        ("seq_idx", "split", False, True, [151, 1134, 4096]),
+        ("seq_idx_pad", "pad", False, False, [129, 1134]),
+        ("seq_idx_init", "split", True, True, [151, 1134]),
+    ]
+    cases = []
+    for family, mode, init, backward, seqlens in families:
+        levels = {"dtype": list(DTYPES), "width": WIDTHS, "seqlen": seqlens, "dim": DIMS,
+                  "silu": [False, True], "bias": [False, True], "wdtype": ["fp32", "input"]}
+        if quick:
+            fixed = ["dtype"] if family == "seq_idx" else []
+            levels["dtype"] = levels["dtype"] if family == "seq_idx" else ["bf16"]
+        else:
+            fixed = ["dtype", "width"]
+        for row in _wdtypes(covering_rows(levels, fixed)):
+            cases.append(FnCase(family=family, channel_last=True, initial_states=init, seq_idx=mode,
+                                backward=backward, **row))
+    return cases
+
+
+def update_cases(quick: bool) -> List[UpdateCase]:
+    """causal_conv1d_update family: every (dtype, width, mode) in full mode."""
+    levels = {"dtype": list(DTYPES), "width": WIDTHS, "mode": UPDATE_MODES, "xlen": [0, 1, 4, 5],
+              "dim": UPDATE_DIMS, "silu": [False, True], "bias": [False, True],
+              "state_layout": ["contig", "cl"], "wdtype": ["fp32", "input"], "state_extra": [0, 1, 5, 10]}
+    fixed = ["mode"] if quick else ["dtype", "width", "mode"]
+    return [UpdateCase(**row) for row in _wdtypes(covering_rows(levels, fixed))]
+
+
+def build_cases(quick: bool) -> List[Case]:
+    """All cases of a run (about 200 full, about 20 with --quick)."""
+    return [*fn_cases(quick), *seq_idx_cases(quick), *update_cases(quick)]
+
+
+# --------------------------------------------------------------------------- case runners
+
+
+def make_seq_idx(batch: int, seqlen: int, mode: str, width: int, device: torch.device) -> torch.Tensor:
+    """Random increasing sequence ids (int32, contiguous); "pad" ends each row with -1s.
+    Row 0 always starts with a short sequence (1..width tokens) to cross the state boundary."""
+    rows = []
+    for b in range(batch):
+        true_len = seqlen if mode == "split" else int(torch.randint(max(1, seqlen // 2), seqlen, ()).item())
+        cuts = set()
+        if true_len > 1:
+            n_cuts = int(torch.randint(1, 5, ()).item())
+            cuts = {int(c) + 1 for c in torch.randperm(true_len - 1)[:n_cuts]}
+            if b == 0:
+                cuts.add(int(torch.randint(1, width + 1, ()).item()) if true_len > width else 1)
+        ids = torch.zeros(true_len, dtype=torch.int64)
+        for cut in cuts:
+            ids[cut:] += 1
+        ids += 2 * b + 3  # ids need not start at 0
+        pad = torch.full((seqlen - true_len,), -1, dtype=torch.int64)
+        rows.append(torch.cat([ids, pad]))
+    return torch.stack(rows).to(device=device, dtype=torch.int32).contiguous()
+
+
+def _randn_layout(shape_cf: Tuple[int, int, int], channel_last: bool, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """(b, c, l) tensor, stored channel-last ((b, l, c).transpose(1, 2)) if asked."""
+    b, c, l = shape_cf
+    if channel_last:
+        return torch.randn(b, l, c, dtype=dtype, device=device).transpose(1, 2)
+    return torch.randn(b, c, l, dtype=dtype, device=device)
+
+
+def run_fn_case(api: Api, case: FnCase, device: torch.device) -> CaseResult:
+    """causal_conv1d_fn forward (+ backward) against ref_causal_conv1d."""
+    dtype, wdtype = DTYPES[case.dtype], DTYPES[case.wdtype]
+    rtol, atol = TOLERANCES[case.dtype]
+    b, d, l, w = case.batch, case.dim, case.seqlen, case.width
+    grad = case.backward
+    x = _randn_layout((b, d, l), case.channel_last, dtype, device).requires_grad_(grad)
+    weight = torch.randn(d, w, dtype=wdtype, device=device).requires_grad_(grad)
+    bias = torch.randn(d, dtype=wdtype, device=device).requires_grad_(grad) if case.bias else None
+    init = _randn_layout((b, d, w - 1), True, dtype, device).requires_grad_(grad) if case.initial_states else None
+    seq_idx = make_seq_idx(b, l, case.seq_idx, w, device) if case.seq_idx != "none" else None
+    activation = "silu" if case.silu else None
+
+    kwargs: Dict[str, Any] = {"activation": activation}
+    if seq_idx is not None:
+        kwargs["seq_idx"] = seq_idx
+    if init is not None:
+        kwargs["initial_states"] = init
+    final_buf = None
+    if case.final_states:
+        kwargs["return_final_states"] = True
+        if api.features.get("final_states_out"):
+            final_buf = torch.full((b, w - 1, d), float("nan"), dtype=dtype, device=device).transpose(1, 2)
+            kwargs["final_states_out"] = final_buf
+
+    poison_allocator(x)
+    result = api.fn(x, weight, bias, **kwargs)
+    out, final = result if case.final_states else (result, None)
+
+    leaves = {k: (t.detach().float().requires_grad_(grad) if t is not None else None)
+              for k, t in {"x": x, "weight": weight, "bias": bias, "init": init}.items()}
+    ref_out, ref_final = ref_causal_conv1d(leaves["x"], leaves["weight"], leaves["bias"], leaves["init"],
+                                           seq_idx, activation)
+    checks = [check_close("out", out, ref_out, rtol, atol)]
+    if case.final_states:
+        got_final = final_buf if final_buf is not None else final
+        checks.append(check_equal("final_states", got_final, ref_final.detach().to(dtype)))
+    if grad:
+        checks += _fn_backward_checks(case, (out, final), (ref_out, ref_final),
+                                      {"x": x, "weight": weight, "bias": bias, "init": init}, leaves)
+    return result_from_checks(case.name, checks)
+
+
+def _fn_backward_checks(case: FnCase, outs: Tuple[torch.Tensor, Optional[torch.Tensor]],
+                        ref_outs: Tuple[torch.Tensor, torch.Tensor], inputs: Dict[str, Optional[torch.Tensor]],
+                        leaves: Dict[str, Optional[torch.Tensor]]) -> List[Check]:
+    """Backprop the same random cotangents through kernel and reference; compare grads."""
+    out, final = outs
+    g = torch.randn_like(out)
+    tensors, grads, ref_tensors, ref_grads = [out], [g], [ref_outs[0]], [g.float()]
+    if case.final_states:
+        gf = torch.randn_like(final)
+        tensors.append(final)
+        grads.append(gf)
+        ref_tensors.append(ref_outs[1])
+        ref_grads.append(gf.float())
+    for t in inputs.values():
+        if t is not None:
+            poison_allocator(t)
+    torch.autograd.backward(tensors, grads)
+    torch.autograd.backward(ref_tensors, ref_grads)
+    rtol, atol = TOLERANCES[case.dtype]
+    rtolw, atolw = weight_grad_tolerance(case.wdtype)
+    tols = {"x": (rtol, atol), "init": (rtol, atol), "weight": (rtolw, atolw), "bias": (rtolw, atolw)}
+    checks = []
+    for key, t in inputs.items():
+        if t is None:
+            continue
+        if t.grad is None:
+            checks.append(Check(f"d{key}", False, None, tols[key][1], tols[key][0], "no gradient returned"))
+            continue
+        checks.append(check_close(f"d{key}", t.grad, leaves[key].grad, *tols[key]))
+    return checks
+
+
+def run_update_case(api: Api, case: UpdateCase, device: torch.device) -> CaseResult:
+    """causal_conv1d_update against ref_causal_conv1d_update; conv_state must match bitwise."""
+    dtype, wdtype = DTYPES[case.dtype], DTYPES[case.wdtype]
+    rtol, atol = TOLERANCES[case.dtype]
+    b, d, w = case.batch, case.dim, case.width
+    state_len = w - 1 + case.state_extra
+    gather = case.mode in ("gather", "gather_cache", "pad")
+    pool = b * POOL_FACTOR if gather else b
+    if case.xlen == 0:
+        x = torch.randn(b, d, dtype=dtype, device=device)
+    else:
+        x = torch.randn(b, case.xlen, d, dtype=dtype, device=device).transpose(1, 2)
+    conv_state = _randn_layout((pool, d, state_len), case.state_layout == "cl", dtype, device)
+    weight = torch.randn(d, w, dtype=wdtype, device=device)
+    bias = torch.randn(d, dtype=wdtype, device=device) if case.bias else None
+    activation = "silu" if case.silu else None
+
+    kwargs: Dict[str, Any] = {"activation": activation}
+    indices = None
+    if gather:
+        indices = torch.randperm(pool)[:b]
+        if case.mode == "pad":
+            indices[torch.randperm(b)[: b // 2]] = -1
+        indices = indices.to(device=device, dtype=torch.int32)
+        kwargs["conv_state_indices"] = indices
+    cache_seqlens = None
+    if case.mode in ("cache", "gather_cache"):
+        cache_seqlens = torch.randint(0, 1024, (b,), dtype=torch.int32, device=device)
+        kwargs["cache_seqlens"] = cache_seqlens
+
+    state_ref = conv_state.clone()
+    poison_allocator(x)
+    out = api.update(x, conv_state, weight, bias, **kwargs)
+    ref_out = ref_causal_conv1d_update(x, state_ref, weight, bias, activation, cache_seqlens, indices)
+    checks = [check_close("out", out, ref_out, rtol, atol), check_equal("conv_state", conv_state, state_ref)]
+    return result_from_checks(case.name, checks)
+
+
+def missing_feature(api: Api, case: Case) -> Optional[str]:
+    """Skip reason if the installed version lacks something the case needs."""
+    for feature in case.required_features():
+        if not api.features.get(feature, False):
+            return FEATURE_REASONS[feature]
+    return None
+
+
+def _short_error(exc: BaseException) -> str:
+    """One-line exception text for the JSON."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text[:600]
+
+
+def cuda_context_ok(device: torch.device) -> Optional[str]:
+    """None if the device still works; else the sticky error (e.g. illegal memory access)."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize(device)
+        return None
+    except Exception as exc:  # noqa: BLE001  (any sticky CUDA error)
+        return _short_error(exc)
+
+
+def run_case(api: Api, case: Case, device: torch.device) -> CaseResult:
+    """Run one case, turning a missing feature into a skip and an exception into a failure."""
+    reason = missing_feature(api, case)
+    if reason:
+        return CaseResult(case.name, "skipped", detail=reason)
+    rtol, atol = TOLERANCES[case.dtype]
+    try:
+        if isinstance(case, FnCase):
+            result = run_fn_case(api, case, device)
+        else:
+            result = run_update_case(api, case, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return result
+    except Exception as exc:  # noqa: BLE001  (a kernel error is a test failure)
+        return CaseResult(case.name, "failed", None, atol, rtol, f"raised {_short_error(exc)}")
+
+
+def run_cases(api: Api, cases: Sequence[Case], device: torch.device) -> List[CaseResult]:
+    """Run all cases; stop running (and mark the rest skipped) if the CUDA context breaks."""
+    results: List[CaseResult] = []
+    broken: Optional[str] = None
+    for case in cases:
+        if broken:
+            results.append(CaseResult(case.name, "skipped", detail=f"not run: CUDA context unusable ({broken})"))
+            continue
+        result = run_case(api, case, device)
+        results.append(result)
+        if result.status == "failed" and result.detail.startswith("raised"):
+            broken = cuda_context_ok(device)
+    return results
+
+
+# --------------------------------------------------------------------------- cross-check and speed
+
+
+def crosscheck_upstream_refs(api: Api, device: torch.device) -> List[Dict[str, Any]]:
+    """Informational only: our references against the package's own *_ref functions."""
+    notes: List[Dict[str, Any]] = []
+    try:
+        if api.upstream_ref_fn is not None:
+            x = torch.randn(2, 64, 151, device=device)
+            w, bias = torch.randn(64, 4, device=device), torch.randn(64, device=device)
+            init = torch.randn(2, 64, 3, device=device)
+            theirs, their_final = api.upstream_ref_fn(x, w, bias, initial_states=init, return_final_states=True,
+                                                      activation="silu")
+            ours, our_final = ref_causal_conv1d(x, w, bias, initial_states=init, activation="silu")
+            notes.append({"name": "causal_conv1d_ref", "max_abs_diff": (ours - theirs).abs().max().item(),
+                          "final_states_equal": torch.equal(our_final, their_final)})
+        if api.upstream_ref_update is not None:
+            x = torch.randn(4, 64, device=device)
+            w = torch.randn(64, 4, device=device)
+            state = torch.randn(4, 64, 5, device=device)
+            their_state, our_state = state.clone(), state.clone()
+            theirs = api.upstream_ref_update(x, their_state, w, None, "silu")
+            ours = ref_causal_conv1d_update(x, our_state, w, None, "silu")
+            notes.append({"name": "causal_conv1d_update_ref", "max_abs_diff": (ours - theirs).abs().max().item(),
+                          "conv_state_equal": torch.equal(our_state, their_state)})
+    except Exception as exc:  # noqa: BLE001  (informational)
+        notes.append({"name": "crosscheck", "error": _short_error(exc)})
+    return notes
+
+
+def median_cuda_ms(fn: Callable[[], Any], warmup: int = 10, iters: int = 50) -> float:
+    """Median wall time of fn on the current stream, by CUDA events, after warm-up."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def _nbytes(*tensors: Optional[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _speed_row(name: str, kernel: Callable[[], Any], reference: Callable[[], Any], nbytes: int) -> Dict[str, Any]:
+    """Time kernel and reference; GB/s counts the kernel's minimum bytes read + written."""
+    with torch.no_grad():
+        kernel_ms = median_cuda_ms(kernel)
+        reference_ms = median_cuda_ms(reference)
+    return {"name": name, "kernel_ms": kernel_ms, "reference_ms": reference_ms,
+            "speedup": reference_ms / kernel_ms, "kernel_gbps": nbytes / (kernel_ms * 1e-3) / 1e9, "bytes": nbytes}
+
+
+def bench_fwd(api: Api, device: torch.device, channel_last: bool) -> Dict[str, Any]:
+    """Qwen3-Next prefill shape: batch 1, dim 8192, width 4, seqlen 4096, bf16, silu, no bias."""
+    b, d, l, w = 1, 8192, 4096, 4
+    x = _randn_layout((b, d, l), channel_last, torch.bfloat16, device)
+    weight = torch.randn(d, w, dtype=torch.bfloat16, device=device)
+    nbytes = _nbytes(x, weight) + x.numel() * x.element_size()  # read x + weight, write out
+    name = f"fwd_qwen3next_b{b}_d{d}_L{l}_w{w}_bf16_silu_{'channel_last' if channel_last else 'channel_first'}"
+    return _speed_row(name, lambda: api.fn(x, weight, None, activation="silu"),
+                      lambda: ref_causal_conv1d(x, weight, None, activation="silu"), nbytes)
+
+
+def bench_update(api: Api, device: torch.device) -> Dict[str, Any]:
+    """Decode step: batch 64, dim 8192, width 4, x (batch, dim), state_len 3, bf16, silu."""
+    b, d, w = 64, 8192, 4
+    x = torch.randn(b, d, dtype=torch.bfloat16, device=device)
+    state = torch.randn(b, d, w - 1, dtype=torch.bfloat16, device=device)
+    ref_state = state.clone()
+    weight = torch.randn(d, w, dtype=torch.bfloat16, device=device)
+    nbytes = 2 * _nbytes(x, state) + _nbytes(weight)  # read x + state + weight, write out + state
+    return _speed_row(f"update_decode_b{b}_d{d}_w{w}_bf16_silu", lambda: api.update(x, state, weight, None, "silu"),
+                      lambda: ref_causal_conv1d_update(x, ref_state, weight, None, "silu"), nbytes)
+
+
+def run_benchmarks(api: Api, device: torch.device) -> List[Dict[str, Any]]:
+    """All speed rows; a failing benchmark is recorded, never fatal."""
+    rows = []
+    for name, bench in [("fwd_channel_last", lambda: bench_fwd(api, device, True)),
+                        ("fwd_channel_first", lambda: bench_fwd(api, device, False)),
+                        ("update_decode", lambda: bench_update(api, device))]:
+        try:
+            rows.append(bench())
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"name": name, "kernel_ms": None, "reference_ms": None, "speedup": None,
+                         "kernel_gbps": None, "error": _short_error(exc)})
+        torch.cuda.empty_cache()
+    return rows
+
+
+# --------------------------------------------------------------------------- report and CLI
+
+
+def new_report(seed: int, quick: bool) -> Dict[str, Any]:
+    """Report skeleton with environment facts that need no GPU."""
+    return {"package": PACKAGE, "version": installed_version(), "torch": torch.__version__, "gpu": None,
+            "capability": None, "seed": seed, "quick": quick, "status": None, "reason": "",
+            "counts": {"passed": 0, "failed": 0, "skipped": 0}, "cases": [], "speed": []}
+
+
+def probe_kernel(api: Api, device: torch.device) -> Optional[str]:
+    """Run one tiny forward; return the reason to skip the run if the wheel has no code for
+    this GPU's architecture. Other errors are left to the cases."""
+    try:
+        x = torch.randn(1, 64, 16, device=device)
+        api.fn(x, torch.randn(64, 4, device=device), None)
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001
+        if NO_KERNEL_IMAGE in str(exc).lower():
+            return NO_KERNEL_IMAGE
+    return None
+
+
+def run_suite(report: Dict[str, Any], quick: bool, bench: bool) -> None:
+    """Fill the report: environment, cases, cross-check, speed (status set by finalize)."""
+    if not torch.cuda.is_available():
+        report.update(status="skipped", reason="no CUDA GPU visible to torch")
+        return
+    device = torch.device("cuda", torch.cuda.current_device())
+    major, minor = torch.cuda.get_device_capability(device)
+    report.update(gpu=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
+    try:
+        api = load_api(report["version"])
+    except Exception as exc:  # noqa: BLE001  (a wheel that does not import has failed)
+        report.update(status="failed", reason=f"import causal_conv1d failed: {_short_error(exc)}")
+        return
+    report["features"] = api.features
+    skip = probe_kernel(api, device)
+    if skip:
+        report.update(status="skipped", reason=skip)
+        return
+    results = run_cases(api, build_cases(quick), device)
+    report["cases"] = [asdict(r) for r in results]
+    report["reference_crosscheck"] = crosscheck_upstream_refs(api, device)
+    if bench:
+        report["speed"] = run_benchmarks(api, device)
+
+
+def finalize(report: Dict[str, Any]) -> None:
+    """Counts and overall status (a status set earlier, e.g. skipped, is kept)."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for case in report["cases"]:
+        counts[case["status"]] += 1
+    report["counts"] = counts
+    if report["status"] is None:
+        if counts["failed"]:
+            report["status"] = "failed"
+            report["reason"] = f"{counts['failed']} case(s) failed"
+        elif counts["passed"]:
+            report["status"] = "passed"
+        else:
+            report["status"] = "skipped"
+            report["reason"] = report["reason"] or "no case ran"
+
+
+def _json_safe(value: Any) -> Any:
+    """Replace NaN/Inf floats (invalid JSON) with None, recursively."""
+    if isinstance(value, float):
+        return _finite_float(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_report(report: Dict[str, Any], path: Path) -> None:
+    """Write the JSON report, creating the parent folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")
+
+
+def print_summary(report: Dict[str, Any]) -> None:
+    """One line per failed case, the run's reason if any, then 'N passed, N failed, N skipped'."""
+    for case in report["cases"]:
+        if case["status"] == "failed":
+            print(f"FAILED {case['name']}: {case['detail']}")
+    for row in report.get("speed", []):
+        if row.get("kernel_ms") is not None:
+            print(f"speed {row['name']}: kernel {row['kernel_ms']:.4f} ms, reference {row['reference_ms']:.4f} ms, "
+                  f"x{row['speedup']:.1f}, {row['kernel_gbps']:.0f} GB/s")
+    if report["reason"]:
+        print(f"{report['status']}: {report['reason']}")
+    c = report["counts"]
+    print(f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="where to write the JSON report")
+    parser.add_argument("--quick", action="store_true", help="about 20 cases instead of about 200")
+    parser.add_argument("--no-bench", action="store_true", help="skip the speed measurements")
+    parser.add_argument("--seed", type=int, default=None, help="reuse a recorded seed (default: from the clock)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI entry point; always writes the report, returns the exit code."""
+    args = parse_args(argv)
+    seed = args.seed if args.seed is not None else time.time_ns() % (2**31 - 1)
+    torch.manual_seed(seed)
+    report = new_report(seed, args.quick)
+    try:
+        run_suite(report, args.quick, not args.no_bench)
+    except BaseException as exc:  # noqa: BLE001  (the report must still be written)
+        report.update(status="failed", reason=f"harness error: {_short_error(exc)}",
+                      traceback=traceback.format_exc()[-4000:])
+    finally:
+        finalize(report)
+        write_report(report, args.out)
+        print_summary(report)
+    return EXIT_CODES[report["status"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
