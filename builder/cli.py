@@ -107,7 +107,7 @@ def _target(args: argparse.Namespace) -> Target:
     if args.arch is None:
         raise UsageError("--arch is required", "e.g. --arch 120 (Blackwell RTX 50xx), --arch 90 (H100/H200)")
     archs = parse_arch_list(args.arch)
-    jobs = args.jobs if getattr(args, "jobs", None) else default_jobs()
+    jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
     return Target(

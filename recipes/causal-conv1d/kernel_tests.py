@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -206,7 +207,9 @@ def check_equal(label: str, got: torch.Tensor, ref: torch.Tensor) -> Check:
     diff = (got.detach().float() - ref.detach().float()).abs()
     err = _finite_float(diff.max().item()) if diff.numel() else 0.0
     n_bad = int((got != ref).sum().item())
-    return Check(label, same, err, 0.0, 0.0, "" if same else f"{n_bad}/{got.numel()} elements differ")
+    nonfinite = int((~torch.isfinite(got.detach().float())).sum().item())
+    note = "" if same else f"{n_bad}/{got.numel()} elements differ" + (f", {nonfinite} non-finite" if nonfinite else "")
+    return Check(label, same, err, 0.0, 0.0, note)
 
 
 def result_from_checks(name: str, checks: Sequence[Check]) -> CaseResult:
@@ -324,28 +327,29 @@ def load_api(version: Optional[str]) -> Api:
 
 
 def covering_rows(levels: Dict[str, List[Any]], fixed: Sequence[str]) -> List[Dict[str, Any]]:
-    """Full product over the `fixed` factors; every other factor is filled greedily
-    (AETG style) to cover as many not-yet-seen pairs of factor levels as possible."""
+    """Full product over the `fixed` factors; every other factor is filled greedily (AETG
+    style): first to cover pairs of factor levels not seen yet, then to keep the counts of
+    all pairs even, so that free factors do not move in lockstep."""
     names = list(levels)
     free = [n for n in names if n not in fixed]
-    uncovered = all_pairs(levels)
+    counts: Counter = Counter()
     rows: List[Dict[str, Any]] = []
     for combo in itertools.product(*(levels[n] for n in fixed)):
         row = dict(zip(fixed, combo))
         for k, name in enumerate(free):
-            row[name] = _best_level(names, name, levels[name], row, uncovered, len(rows) + k)
-        uncovered -= pairs_of(names, row)
+            row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
+        counts.update(pairs_of(names, row))
         rows.append({n: row[n] for n in names})
     return rows
 
 
-def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], uncovered: set,
+def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], counts: Counter,
                 turn: int) -> Any:
-    """The level of `name` that covers most uncovered pairs with the row so far; ties go
-    round-robin by `turn` so that levels alternate."""
-    def score(i: int) -> Tuple[int, int]:
-        gain = sum(_pair(names, name, choices[i], other, value) in uncovered for other, value in row.items())
-        return gain, -((i - turn) % len(choices))
+    """The level of `name` whose pairs with the row so far are most often unseen, then
+    least often seen; remaining ties go round-robin by `turn`."""
+    def score(i: int) -> Tuple[int, int, int]:
+        seen = [counts[_pair(names, name, choices[i], other, value)] for other, value in row.items()]
+        return sum(c == 0 for c in seen), -sum(seen), -((i - turn) % len(choices))
 
     return choices[max(range(len(choices)), key=score)]
 
@@ -535,24 +539,24 @@ def make_seq_idx(batch: int, seqlen: int, mode: str, width: int, device: torch.d
 
 def _randn_layout(shape_cf: Tuple[int, int, int], channel_last: bool, dtype: torch.dtype,
                   device: torch.device) -> torch.Tensor:
-    """(b, c, l) tensor, stored channel-last ((b, l, c).transpose(1, 2)) if asked."""
-    b, c, l = shape_cf
+    """(b, c, n) tensor, stored channel-last ((b, n, c).transpose(1, 2)) if asked."""
+    b, c, n = shape_cf
     if channel_last:
-        return torch.randn(b, l, c, dtype=dtype, device=device).transpose(1, 2)
-    return torch.randn(b, c, l, dtype=dtype, device=device)
+        return torch.randn(b, n, c, dtype=dtype, device=device).transpose(1, 2)
+    return torch.randn(b, c, n, dtype=dtype, device=device)
 
 
 def run_fn_case(api: Api, case: FnCase, device: torch.device) -> CaseResult:
     """causal_conv1d_fn forward (+ backward) against ref_causal_conv1d."""
     dtype, wdtype = DTYPES[case.dtype], DTYPES[case.wdtype]
     rtol, atol = TOLERANCES[case.dtype]
-    b, d, l, w = case.batch, case.dim, case.seqlen, case.width
+    b, d, n, w = case.batch, case.dim, case.seqlen, case.width
     grad = case.backward
-    x = _randn_layout((b, d, l), case.channel_last, dtype, device).requires_grad_(grad)
+    x = _randn_layout((b, d, n), case.channel_last, dtype, device).requires_grad_(grad)
     weight = torch.randn(d, w, dtype=wdtype, device=device).requires_grad_(grad)
     bias = torch.randn(d, dtype=wdtype, device=device).requires_grad_(grad) if case.bias else None
     init = _randn_layout((b, d, w - 1), True, dtype, device).requires_grad_(grad) if case.initial_states else None
-    seq_idx = make_seq_idx(b, l, case.seq_idx, w, device) if case.seq_idx != "none" else None
+    seq_idx = make_seq_idx(b, n, case.seq_idx, w, device) if case.seq_idx != "none" else None
     activation = "silu" if case.silu else None
 
     kwargs: Dict[str, Any] = {"activation": activation}
@@ -772,11 +776,11 @@ def _speed_row(name: str, kernel: Callable[[], Any], reference: Callable[[], Any
 
 def bench_fwd(api: Api, device: torch.device, channel_last: bool) -> Dict[str, Any]:
     """Qwen3-Next prefill shape: batch 1, dim 8192, width 4, seqlen 4096, bf16, silu, no bias."""
-    b, d, l, w = 1, 8192, 4096, 4
-    x = _randn_layout((b, d, l), channel_last, torch.bfloat16, device)
+    b, d, n, w = 1, 8192, 4096, 4
+    x = _randn_layout((b, d, n), channel_last, torch.bfloat16, device)
     weight = torch.randn(d, w, dtype=torch.bfloat16, device=device)
     nbytes = _nbytes(x, weight) + x.numel() * x.element_size()  # read x + weight, write out
-    name = f"fwd_qwen3next_b{b}_d{d}_L{l}_w{w}_bf16_silu_{'channel_last' if channel_last else 'channel_first'}"
+    name = f"fwd_qwen3next_b{b}_d{d}_L{n}_w{w}_bf16_silu_{'channel_last' if channel_last else 'channel_first'}"
     return _speed_row(name, lambda: api.fn(x, weight, None, activation="silu"),
                       lambda: ref_causal_conv1d(x, weight, None, activation="silu"), nbytes)
 
@@ -824,7 +828,8 @@ def probe_kernel(api: Api, device: torch.device) -> Optional[str]:
     try:
         x = torch.randn(1, 64, 16, device=device)
         api.fn(x, torch.randn(64, 4, device=device), None)
-        torch.cuda.synchronize(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     except Exception as exc:  # noqa: BLE001
         if NO_KERNEL_IMAGE in str(exc).lower():
             return NO_KERNEL_IMAGE

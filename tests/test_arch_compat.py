@@ -1,0 +1,69 @@
+"""--arch parsing, CUDA arch tables and the torch/CUDA table."""
+
+from __future__ import annotations
+
+import pytest
+from packaging.version import Version
+
+from builder.arch import Arch, check_archs_for_cuda, parse_arch_list, torch_arch_list
+from builder.compat import check_torch_matches_cuda, default_torch, resolve_index
+from builder.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("120", "12.0"),
+        ("90,120", "9.0;12.0"),
+        ("120+ptx", "12.0+PTX"),
+        ("sm_90, 12.0+PTX", "9.0;12.0+PTX"),
+        ("90a", "9.0a"),
+        ("120;90;120", "9.0;12.0"),
+    ],
+)
+def test_parse_arch_list(text: str, expected: str) -> None:
+    assert torch_arch_list(parse_arch_list(text)) == expected
+
+
+@pytest.mark.parametrize("bad", ["abc", "", "1", "12.0.1", "sm_x", "120+sass"])
+def test_parse_arch_list_rejects(bad: str) -> None:
+    with pytest.raises(UsageError, match="--arch"):
+        parse_arch_list(bad)
+
+
+def test_arch_names() -> None:
+    arch = Arch(120, ptx=True)
+    assert (arch.sm, arch.compute, str(arch)) == ("sm_120", "compute_120", "120+ptx")
+
+
+def test_cuda_arch_support() -> None:
+    check_archs_for_cuda(parse_arch_list("120"), Version("12.8"))
+    check_archs_for_cuda(parse_arch_list("121"), Version("12.9"))
+    with pytest.raises(UsageError, match="CUDA 12.8 cannot compile sm_121"):
+        check_archs_for_cuda(parse_arch_list("121"), Version("12.8"))
+    with pytest.raises(UsageError, match="cannot compile sm_53"):
+        check_archs_for_cuda(parse_arch_list("53"), Version("13.0"))
+
+
+def test_default_torch_per_cuda() -> None:
+    pypi = resolve_index(None)
+    assert default_torch(pypi, Version("12.8")) == "2.10.0"
+    assert default_torch(pypi, Version("13.0")) == "2.14.1"
+    assert default_torch(resolve_index("cu128"), Version("12.8")) == "2.11.0"
+    with pytest.raises(UsageError, match="no torch build for CUDA 12.9"):
+        default_torch(pypi, Version("12.9"))
+
+
+def test_torch_cuda_mismatch_suggests_index() -> None:
+    with pytest.raises(UsageError) as info:
+        check_torch_matches_cuda(resolve_index(None), "2.11.0", Version("12.8"))
+    assert "CUDA 13.0 build, not CUDA 12.8" in info.value.message
+    assert "pytorch-cu128" in (info.value.hint or "")
+    check_torch_matches_cuda(resolve_index("cu128"), "2.11.0", Version("12.8"))
+
+
+def test_custom_index_url() -> None:
+    index = resolve_index("/opt/pypi-more/simple")
+    assert index.url == "file:///opt/pypi-more/simple" and index.name == "custom"
+    with pytest.raises(UsageError, match="neither a URL"):
+        resolve_index("not-an-index")

@@ -1,0 +1,118 @@
+"""Bad input through the real command line: one-line error naming the cause, non-zero exit, no traceback,
+and nothing left in the wheelhouse."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, assert_one_line_error, run_cli
+
+
+def test_unknown_package(cli_env: dict[str, str]) -> None:
+    result = run_cli("build", "causal-conv", "--cuda", "13.0", "--arch", "120", env=cli_env)
+    assert_one_line_error(result, "no recipe for package 'causal-conv'", "did you mean 'causal-conv1d'")
+    assert result.code == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--arch", "abc"], "--arch: 'abc' is not a GPU architecture"),
+        (["--arch", "121", "--cuda", "12.8"], "CUDA 12.8 cannot compile sm_121"),
+        (["--arch", "120", "--cuda", "99.9"], "--cuda 99.9: unknown CUDA version"),
+        (["--arch", "120", "--cuda", "twelve"], "--cuda 'twelve' is not a version"),
+        (["--cuda", "13.0"], "--arch is required"),
+        (["--arch", "120", "--cuda", "13.0", "--jobs", "0"], "--jobs 0"),
+        (["--arch", "120", "--cuda", "12.8", "--torch", "2.11.0"], "torch 2.11.0 on pypi is a CUDA 13.0 build"),
+    ],
+)
+def test_bad_flags(cli_env: dict[str, str], args: list[str], needle: str) -> None:
+    if "--cuda" not in args:
+        args = [*args, "--cuda", "13.0"]
+    result = run_cli("build", "causal-conv1d", *args, env=cli_env)
+    assert_one_line_error(result, needle)
+    assert result.code == 2
+    assert not Path(cli_env["BUILDER_WHEELHOUSE"]).exists()
+
+
+@pytest.mark.network
+def test_version_outside_range_and_unknown(cli_env: dict[str, str]) -> None:
+    result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--version", "1.4.0", env=cli_env)
+    assert_one_line_error(result, "causal-conv1d 1.4.0 is outside the recipe's supported range")
+    result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--version", "1.6.9", env=cli_env)
+    assert_one_line_error(result, "causal-conv1d 1.6.9 does not exist upstream", "1.7.0")
+
+
+@pytest.mark.network
+def test_cuda_12_8_without_compiler_says_what_is_missing(cli_env: dict[str, str]) -> None:
+    """This machine has no Docker engine and only a CUDA 13.0 nvcc: the plan resolves, the build cannot."""
+    result = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", env=cli_env)
+    assert "torch         2.10.0 from pypi" in result.stderr
+    assert "nvidia/cuda:12.8.1-devel-ubuntu24.04" in result.stderr
+    assert_one_line_error(result, "no CUDA 12.8 compiler here", "PyPI has no CUDA 12 compiler", "--toolchain docker")
+    assert result.code == 7
+    pip = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", "--toolchain", "pip", env=cli_env)
+    assert_one_line_error(pip, "--toolchain pip cannot provide CUDA 12.8", "--toolchain host")
+    host = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", "--toolchain", "host", env=cli_env)
+    assert_one_line_error(host, "no CUDA 12.8 toolkit on this machine", "is CUDA 13.0")
+    docker = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", "--toolchain", "docker",
+                     env={**cli_env, "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_one_line_error(docker, "--toolchain docker: no container engine answers", "--toolchain pip")
+
+
+def tiny(recipe_tree: Path, *extra: str) -> list[str]:
+    return ["build", "tinyext", "--recipes", str(recipe_tree), "--cuda", "13.0", "--arch", "90",
+            "--python", "3.11", "--toolchain", "host", *extra]
+
+
+def test_no_matching_python(cli_env: dict[str, str], recipe_tree: Path) -> None:
+    result = run_cli(*tiny(recipe_tree, "--python", "3.99"), env=cli_env)
+    assert_one_line_error(result, "no Python 3.99 interpreter found", "pyenv")
+
+
+def test_python_path_without_torch(cli_env: dict[str, str], recipe_tree: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    venv = tmp_path / "notorch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    result = run_cli(*tiny(recipe_tree, "--python", str(venv / "bin" / "python")), env=cli_env)
+    assert_one_line_error(result, "torch is not importable there")
+
+
+def test_checksum_mismatch(cli_env: dict[str, str], recipe_tree: Path) -> None:
+    archive = recipe_tree.parent / "tinyext-0.1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(FIXTURES / "tinyext", arcname="tinyext-0.1.0")
+    real = hashlib.sha256(archive.read_bytes()).hexdigest()
+    recipe = recipe_tree / "tinyext" / "recipe.toml"
+    text = recipe.read_text().replace('path = "../../tinyext"', 'path = "../../tinyext-0.1.0.tar.gz"')
+    recipe.write_text(text.replace("[build]", f'[source.sha256]\n"0.1.0" = "{"0" * 64}"\n\n[build]'))
+    result = run_cli(*tiny(recipe_tree, "--version", "0.1.0"), env=cli_env)
+    assert_one_line_error(result, "checksum mismatch for tinyext-0.1.0.tar.gz", real, "0" * 64)
+    assert result.code == 5
+    assert not Path(cli_env["BUILDER_WHEELHOUSE"]).exists()
+
+
+def test_patch_that_no_longer_applies(cli_env: dict[str, str], recipe_tree: Path) -> None:
+    patch = recipe_tree.parent / "patches" / "tinyext" / "0001-mark-patched.patch"
+    patch.write_text(patch.read_text().replace("-PATCHED = False", "-PATCHED = None"))
+    result = run_cli(*tiny(recipe_tree), env=cli_env)
+    assert_one_line_error(result, "patch 0001-mark-patched.patch no longer applies to tinyext 0.1.0",
+                          "tinyext/__init__.py: hunk #1 FAILED")
+    assert result.code == 6
+    assert "==> build" not in result.stderr  # stopped before compiling
+    assert not Path(cli_env["BUILDER_WHEELHOUSE"]).exists()
+
+
+def test_unknown_test_patch(cli_env: dict[str, str], recipe_tree: Path) -> None:
+    result = run_cli(*tiny(recipe_tree, "--test-patch", "nope.patch"), env=cli_env)
+    assert_one_line_error(result, "--test-patch nope.patch")
+
+
+def test_inspect_missing_file(cli_env: dict[str, str]) -> None:
+    assert_one_line_error(run_cli("inspect", "/nonexistent.whl", env=cli_env), "no such wheel file")

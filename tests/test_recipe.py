@@ -1,0 +1,94 @@
+"""Recipe loading: strict validation naming the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.errors import RecipeError
+from builder.recipe import find_recipe, list_recipes, load_recipe
+from tests.conftest import ROOT
+
+GOOD = """
+name = "demo"
+kind = "cuda-extension"
+versions = ">=1.0,<2"
+[source]
+pypi = "demo"
+[build]
+env = { FOO = "1" }
+requires = ["ninja"]
+[[patch]]
+file = "fix.patch"
+versions = ">=1.0,<1.5"
+[test]
+imports = ["demo"]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    recipe = tmp_path / "recipes" / "demo" / "recipe.toml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(text)
+    patch = tmp_path / "patches" / "demo" / "fix.patch"
+    patch.parent.mkdir(parents=True, exist_ok=True)
+    patch.write_text("--- a/x\n+++ b/x\n")
+    return recipe
+
+
+def test_good_recipe_loads(tmp_path: Path) -> None:
+    recipe = load_recipe(write(tmp_path, GOOD))
+    assert recipe.name == "demo" and recipe.build_env == {"FOO": "1"}
+    assert [p.name for p in recipe.patches_for("1.2")] == ["fix.patch"]
+    assert recipe.patches_for("1.6") == ()
+
+
+@pytest.mark.parametrize(
+    ("mutation", "needle"),
+    [
+        (lambda t: t.replace('kind = "cuda-extension"', 'kindd = "cuda-extension"'), "unknown field 'kindd'"),
+        (lambda t: t.replace('requires = ["ninja"]', 'requirez = ["ninja"]'), "unknown field 'build.requirez'"),
+        (lambda t: t.replace('versions = ">=1.0,<2"', "versions = 3"), "field 'versions' must be a str"),
+        (lambda t: t.replace('versions = ">=1.0,<2"', 'versions = ">>1.0"'), "field 'versions' is not a version range"),
+        (lambda t: t.replace('versions = ">=1.0,<1.5"', 'versions = "1.0-1.5"'), "field 'patch[0].versions'"),
+        (lambda t: t.replace('file = "fix.patch"', 'file = "missing.patch"'), "field 'patch[0].file'"),
+        (lambda t: t.replace('FOO = "1"', "FOO = 1"), "field 'build.env.FOO' must be a string"),
+        (lambda t: t.replace('imports = ["demo"]', "imports = [1]"), "field 'test.imports[0]'"),
+        (lambda t: t.replace('kind = "cuda-extension"', 'kind = "rust"'), "field 'kind'"),
+        (lambda t: t + "\n[source.sha256]\n'1.0' = 'nothex'\n", "field 'source.sha256.1.0'"),
+        (lambda t: t.replace('name = "demo"', ""), "field 'name' is required"),
+        (lambda t: t + "\n[[[", "not valid TOML"),
+    ],
+)
+def test_bad_recipes_name_file_and_field(tmp_path: Path, mutation, needle: str) -> None:
+    path = write(tmp_path, mutation(GOOD))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    assert str(path) in info.value.message
+    assert needle in info.value.message
+
+
+def test_unknown_key_suggests_the_intended_one(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, GOOD.replace("imports =", "imprts =")))
+    assert info.value.hint == "did you mean 'imports'?"
+
+
+def test_find_recipe_suggests_close_name() -> None:
+    with pytest.raises(RecipeError) as info:
+        find_recipe("causal-conv", ROOT / "recipes")
+    assert "causal-conv1d" in (info.value.hint or "")
+
+
+def test_project_recipes_all_load() -> None:
+    paths = list_recipes(ROOT / "recipes")
+    assert any(p.parent.name == "causal-conv1d" for p in paths)
+    for path in paths:
+        recipe = load_recipe(path)
+        assert recipe.imports, path
+    conv = load_recipe(ROOT / "recipes" / "causal-conv1d" / "recipe.toml")
+    for version in ("1.5.2", "1.5.3.post1", "1.6.0", "1.6.1", "1.6.2.post1", "1.7.0"):
+        assert conv.versions.contains(version)
+        assert conv.patches_for(version), f"no patch applies to causal-conv1d {version}"
+        assert version in conv.source.sha256

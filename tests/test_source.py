@@ -1,0 +1,142 @@
+"""Source stage: checksums, caching and safe extraction of hostile archives."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from builder import source
+from builder.errors import ChecksumError, SourceError
+from builder.settings import Settings
+from builder.source import SourceRef, fetch, safe_extract_tar, safe_extract_zip, sha256_file, unpack
+
+
+def make_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def file_member(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def link_member(name: str, target: str, kind: bytes) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, None
+
+
+def test_good_sdist_extracts(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"print()"),
+                                                      link_member("pkg-1.0/link", "setup.py", tarfile.SYMTYPE)])
+    root = unpack(archive, tmp_path / "out")
+    assert root.name == "pkg-1.0" and (root / "setup.py").read_bytes() == b"print()"
+
+
+@pytest.mark.parametrize(
+    ("member", "needle"),
+    [
+        (file_member("../evil.py"), "climbs out"),
+        (file_member("pkg/../../evil.py"), "climbs out"),
+        (file_member("/etc/evil.py"), "absolute path"),
+        (link_member("pkg/link", "../../etc/passwd", tarfile.SYMTYPE), "points outside"),
+        (link_member("pkg/link", "/etc/passwd", tarfile.SYMTYPE), "absolute path"),
+        (link_member("pkg/hard", "/etc/passwd", tarfile.LNKTYPE), "absolute path"),
+        (link_member("pkg/hard", "../outside", tarfile.LNKTYPE), "points outside"),
+        (link_member("pkg/dev", "", tarfile.CHRTYPE), "device"),
+        (link_member("pkg/fifo", "", tarfile.FIFOTYPE), "device or fifo"),
+    ],
+)
+def test_hostile_tar_is_refused(tmp_path: Path, member, needle: str) -> None:
+    archive = make_tar(tmp_path / "evil.tar.gz", [file_member("pkg/ok.py"), member])
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(SourceError, match=needle):
+        safe_extract_tar(archive, dest)
+    assert list(dest.iterdir()) == [], "nothing may be extracted from a refused archive"
+    assert not (tmp_path / "evil.py").exists()
+
+
+def test_decompression_bomb_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source, "MAX_UNPACKED_BYTES", 1024 * 1024)
+    archive = make_tar(tmp_path / "bomb.tar.gz", [file_member("pkg/zeros", bytes(4 * 1024 * 1024))])
+    assert archive.stat().st_size < 64 * 1024  # tiny on disk, large unpacked
+    with pytest.raises(SourceError, match="decompression bomb"):
+        safe_extract_tar(archive, tmp_path)
+
+
+def test_hostile_zip_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("pkg/ok.py", "x")
+        zf.writestr("../evil.py", "x")
+    with pytest.raises(SourceError, match="climbs out"):
+        safe_extract_zip(archive, tmp_path / "out")
+
+
+def test_not_an_archive(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not a tar")
+    with pytest.raises(SourceError, match="not a readable tar"):
+        unpack(bad, tmp_path / "out")
+
+
+def settings(tmp_path: Path, offline: bool = False) -> Settings:
+    return Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=tmp_path,
+                    patches_dir=tmp_path, offline=offline)
+
+
+def test_local_archive_checksum_mismatch(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py")])
+    ok = SourceRef("path", str(archive), archive.name, sha256_file(archive))
+    assert fetch(ok, settings(tmp_path))[1] == sha256_file(archive)
+    bad = SourceRef("path", str(archive), archive.name, "0" * 64)
+    with pytest.raises(ChecksumError, match="checksum mismatch for pkg-1.0.tar.gz"):
+        fetch(bad, settings(tmp_path))
+
+
+def test_url_download_verified_and_cached(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py")])
+    digest = sha256_file(archive)
+    ref = SourceRef("url", archive.as_uri(), archive.name, digest)
+    cached, got = fetch(ref, settings(tmp_path))
+    assert got == digest and cached.parent == tmp_path / "cache" / "sources"
+    archive.unlink()  # the cache now serves it, also offline
+    assert fetch(ref, settings(tmp_path, offline=True))[1] == digest
+    cached.write_bytes(b"tampered")  # a damaged cache entry is not trusted
+    with pytest.raises(SourceError, match="--offline forbids downloading"):
+        fetch(ref, settings(tmp_path, offline=True))
+
+
+def test_url_download_with_wrong_hash_leaves_nothing(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py")])
+    ref = SourceRef("url", archive.as_uri(), archive.name, "f" * 64)
+    with pytest.raises(ChecksumError):
+        fetch(ref, settings(tmp_path))
+    assert list((tmp_path / "cache" / "sources").iterdir()) == []
+
+
+def test_git_source(tmp_path: Path) -> None:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "setup.py").write_text("VERSION = '1.0'\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    subprocess.run([*git, "tag", "v1.0"], check=True)
+    ref = SourceRef("git", repo.as_uri(), "repo", None, "v1.0")
+    path, commit = fetch(ref, settings(tmp_path))
+    assert len(commit) == 40 and (path / "setup.py").exists()
+    assert (unpack(path, tmp_path / "work") / "setup.py").exists()
