@@ -1,0 +1,123 @@
+"""End to end on a tiny CUDA extension of our own: real nvcc compile, real wheel, real inspect, real import
+in a clean venv, real publish, real uv and pip installs from the wheelhouse.
+
+Uses this machine's CUDA 13.0 nvcc with torch 2.14.1 (a CUDA 13.0 build) for Python 3.11, which lie on local
+disk (/opt/pypi-more), so no large download is needed. Where any of that is missing the test says why it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from builder.uvtool import uv_bin
+from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, assert_one_line_error, run_cli
+
+pytestmark = pytest.mark.e2e
+
+WHEEL = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
+
+
+def _requirements() -> str | None:
+    if not LOCAL_TORCH_INDEX.is_dir():
+        return f"no local torch index at {LOCAL_TORCH_INDEX}"
+    if not shutil.which("nvcc"):
+        return "no nvcc on PATH"
+    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
+        return "no Python 3.11 interpreter"
+    return None
+
+
+missing = _requirements()
+if missing:
+    pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason=f"skipped: {missing}")]
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """One real build of tinyext shared by the tests below (about a minute)."""
+    base = tmp_path_factory.mktemp("e2e")
+    env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse")}
+    args = ["build", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0", "--arch", "90",
+            "--python", "3.11", "--torch", "2.14.1", "--torch-index", str(LOCAL_TORCH_INDEX), "--toolchain", "host"]
+    first = run_cli(*args, env=env)
+    return {"base": base, "env": env, "args": args, "first": first}
+
+
+def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
+    first = e2e["first"]
+    assert first.code == 0, first.stderr[-3000:]
+    house = e2e["base"] / "wheelhouse"
+    wheel = house / "wheels" / WHEEL
+    assert wheel.is_file()
+    # the patch reached the wheel; METADATA carries the label and the torch pin; the record is inside
+    with zipfile.ZipFile(wheel) as zf:
+        assert "PATCHED = True" in zf.read("tinyext/__init__.py").decode()
+        info = "tinyext-0.1.0+cu130torch2.14.dist-info"
+        metadata = zf.read(f"{info}/METADATA").decode()
+        record = json.loads(zf.read(f"{info}/cuda_wheel_builder.json"))
+    assert "Version: 0.1.0+cu130torch2.14" in metadata
+    assert "Requires-Dist: torch==2.14.1" in metadata
+    assert record["toolchain"]["kind"] == "host" and record["toolchain"]["nvcc"].startswith("13.0")
+    assert record["patches"][0]["file"] == "0001-mark-patched.patch" and len(record["source"]["sha256"]) == 64
+    # test results travel to the wheelhouse record: import passed, kernels skipped with the reason
+    published = json.loads((house / "records" / f"{WHEEL}.json").read_text())
+    assert published["tests"]["import_status"] == "passed"
+    assert published["tests"]["kernel_status"] == "skipped"
+    assert "no CUDA GPU visible" in published["tests"]["kernel_reason"] and "sm_90" in published["tests"]["kernel_reason"]
+    page = (house / "simple" / "tinyext" / "index.html").read_text()
+    assert f"../../wheels/{WHEEL}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page
+
+
+def test_inspect_shows_exactly_the_requested_arch(e2e: dict) -> None:
+    wheel = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
+    result = run_cli("inspect", str(wheel), "--json", env=e2e["env"])
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    (obj,) = report["objects"]
+    assert obj["sass"] == ["sm_90"] and obj["ptx"] == []
+    assert "libcudart.so.13" in obj["needed"]
+    text = run_cli("inspect", str(wheel), env=e2e["env"]).stdout
+    assert "SASS: sm_90" in text and "torch==2.14.1" in text
+
+
+def test_uv_and_pip_install_from_the_wheelhouse(e2e: dict, tmp_path: Path) -> None:
+    index = (e2e["base"] / "wheelhouse" / "simple").as_uri()
+    venv = tmp_path / "venv"
+    subprocess.run([uv_bin(), "venv", "--quiet", "--python", "3.11", str(venv)], check=True)
+    subprocess.run(
+        [uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "--index-url", index,
+         "--extra-index-url", LOCAL_TORCH_INDEX.as_uri(), "--extra-index-url", "https://pypi.org/simple", "tinyext"],
+        check=True,
+    )
+    out = subprocess.run([str(venv / "bin" / "python"), "-c",
+                          "import importlib.metadata as m, tinyext; print(m.version('tinyext'), tinyext.PATCHED)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0.1.0+cu130torch2.14", "True"]
+    pip_venv = tmp_path / "pipvenv"
+    subprocess.run(["python3.11", "-m", "venv", str(pip_venv)], check=True)
+    subprocess.run([str(pip_venv / "bin" / "pip"), "install", "--quiet", "--no-deps", "--index-url", index,
+                    "tinyext==0.1.0"], check=True)
+    assert (pip_venv / "lib" / "python3.11" / "site-packages" / "tinyext" / "__init__.py").exists()
+
+
+def test_unchanged_target_is_not_rebuilt(e2e: dict) -> None:
+    again = run_cli(*e2e["args"], env=e2e["env"])
+    assert again.code == 0, again.stderr[-2000:]
+    assert "unchanged:" in again.stderr and "==> build" not in again.stderr
+
+
+def test_required_kernel_tests_block_publishing_on_a_cpu_machine(e2e: dict) -> None:
+    """The planted fault build cannot be kernel-tested here; with --require-kernel-tests nothing is published."""
+    house = e2e["base"] / "wheelhouse"
+    before = sorted(p.name for p in (house / "wheels").iterdir())
+    pages = (house / "simple" / "tinyext" / "index.html").read_text()
+    result = run_cli(*e2e["args"], "--test-patch", "0002-break-kernel.patch", "--require-kernel-tests", env=e2e["env"])
+    assert_one_line_error(result, "kernel tests skipped", "--require-kernel-tests")
+    assert sorted(p.name for p in (house / "wheels").iterdir()) == before
+    assert (house / "simple" / "tinyext" / "index.html").read_text() == pages
