@@ -60,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
     p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
     p.add_argument("--keep-workdir", action="store_true", help="keep the extracted, patched sources")
+    p.add_argument("--stage", action="store_true",
+                   help="publish into wheelhouse/staging (no GPU here); `builder test` on a GPU machine promotes it")
+
+    p = sub.add_parser("test", help="import- and kernel-test a wheel here; promote it from staging if it passes")
+    p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
+    p.add_argument("--python", help="interpreter whose torch to use (offline GPU machines); default: fresh venv")
+    p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
+    p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
+    p.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
+    p.add_argument("--no-promote", action="store_true", help="test a staged wheel without promoting it")
+    _common(p)
 
     p = sub.add_parser("plan", help="show what a build would do, without building")
     _target_args(p)
@@ -135,6 +146,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         require_kernel_tests=args.require_kernel_tests,
         quick_kernel_tests=args.quick,
         keep_workdir=args.keep_workdir,
+        stage=args.stage,
     )
     result = run_build(_target(args), _settings(args), options)
     elapsed = time.monotonic() - start
@@ -144,6 +156,22 @@ def cmd_build(args: argparse.Namespace) -> int:
         out.print(f"tests: import {tests.get('import_status')}, kernel {tests.get('kernel_status')}"
                   + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else ""))
     out.print(f"timings: {json.dumps(result.timings)}")
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from .gate import TestOptions, resolve_wheels, test_wheel
+    from .publish import Wheelhouse
+
+    settings = _settings(args)
+    options = TestOptions(python=args.python, require_kernel_tests=args.require_kernel_tests, quick=args.quick,
+                          bench=not args.no_bench, promote=not args.no_promote)
+    for wheel in resolve_wheels(args.wheel, Wheelhouse(settings.wheelhouse)):
+        report = test_wheel(wheel, settings, options)
+        out.print(f"[bold]{wheel.name}[/bold]: {report.summary()}")
+        for row in report.speed:
+            out.print(f"  speed {row.get('name')}: kernel {row.get('kernel_ms')} ms, reference {row.get('reference_ms')} ms, "
+                      f"x{row.get('speedup')}")
     return 0
 
 
@@ -215,6 +243,7 @@ def cmd_torch_table(args: argparse.Namespace) -> int:
 COMMANDS = {
     "build": cmd_build,
     "plan": cmd_plan,
+    "test": cmd_test,
     "recipes": cmd_recipes,
     "inspect": cmd_inspect,
     "index": cmd_index,

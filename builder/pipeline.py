@@ -47,6 +47,7 @@ class BuildOptions:
     require_kernel_tests: bool = False
     quick_kernel_tests: bool = False
     keep_workdir: bool = False
+    stage: bool = False  # publish into wheelhouse/staging; `builder test` on a GPU machine promotes it
 
 
 @contextmanager
@@ -91,10 +92,11 @@ def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, enviro
     log.info(f"source: {source_path.name} sha256 {source_digest}")
     key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
                     python=python.version, torch=torch)
-    house = Wheelhouse(settings.wheelhouse)
+    main_house = Wheelhouse(settings.wheelhouse)
+    house = main_house.staging() if options.stage else main_house
     locks = settings.cache("locks")
     with FileLock(str(locks / f"{key[:32]}.lock")):
-        existing = house.find_record(key)
+        existing = main_house.find_record(key) or house.find_record(key)
         if existing and not options.force:
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
             log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
@@ -197,7 +199,8 @@ def _build_in(
     with timed(timings, "publish"):
         published = house.publish(final, record)
     result.wheel, result.record, result.status = published, record, "built"
-    log.ok(f"published {published} (index: {house.index_url()})")
+    where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
+    log.ok(f"{where}: {published} (index: {house.index_url()})")
 
 
 def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
@@ -208,10 +211,11 @@ def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python
     test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
                               plan.recipe.test_requires, workdir, torch_from=torch_from)
     import_test(test_env, plan.recipe.imports, tests)
-    if options.kernel_tests:
+    if options.kernel_tests and not options.stage:
         kernel_tests(test_env, plan.recipe, report, tests, workdir, quick=options.quick_kernel_tests)
     else:
-        tests.kernel_status, tests.kernel_reason = "skipped", "--no-kernel-tests"
-    if options.require_kernel_tests and tests.kernel_status != "passed":
+        tests.kernel_status = "skipped"
+        tests.kernel_reason = "staged: kernel tests run at promotion" if options.stage else "--no-kernel-tests"
+    if options.require_kernel_tests and tests.kernel_status != "passed" and not options.stage:
         raise TestFailed(f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
                          "run on a GPU that can execute one of the wheel's archs; nothing was published")

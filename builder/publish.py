@@ -34,6 +34,29 @@ class Wheelhouse:
         self.records = root / "records"
         self.simple = root / "simple"
 
+    def staging(self) -> Wheelhouse:
+        """The staging area: built and import-tested wheels waiting for kernel tests on a GPU machine."""
+        return Wheelhouse(self.root / "staging")
+
+    def contains(self, wheel: Path) -> bool:
+        return wheel.resolve().parent == self.wheels.resolve()
+
+    def record_of(self, wheel_name: str) -> dict[str, object] | None:
+        path = self.records / f"{wheel_name}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def remove(self, wheel_name: str) -> None:
+        """Take a wheel and its record out (after promotion), then rewrite the index."""
+        with self.lock():
+            (self.wheels / wheel_name).unlink(missing_ok=True)
+            (self.records / f"{wheel_name}.json").unlink(missing_ok=True)
+            self._write_index()
+
+    def write_record(self, wheel_name: str, record: dict[str, object]) -> None:
+        with self.lock():
+            self.records.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.records / f"{wheel_name}.json", json.dumps(record, indent=2, sort_keys=True))
+
     def lock(self) -> FileLock:
         self.root.mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.root / ".publish.lock"))
@@ -93,7 +116,7 @@ class Wheelhouse:
         root_links = [f'    <a href="{n}/">{n}</a><br/>' for n in sorted(projects)]
         _atomic_write(self.simple / "index.html", _page("Simple index", root_links))
         for stale in self.simple.iterdir():
-            if stale.is_dir() and stale.name not in projects:
+            if stale.is_dir() and stale.name not in projects and stale.name != "staging":
                 shutil.rmtree(stale, ignore_errors=True)
 
 
