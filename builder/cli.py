@@ -18,7 +18,7 @@ from .compat import table_rows
 from .errors import BuilderError, UsageError
 from .log import log
 from .plan import Target, load_target_recipe, make_plan, validate_cuda
-from .recipe import list_recipes, load_recipe
+from .recipe import expand_name, list_recipes, load_recipe
 from .settings import Settings, default_jobs
 from .toolchain import TOOLCHAINS
 
@@ -148,14 +148,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         keep_workdir=args.keep_workdir,
         stage=args.stage,
     )
-    result = run_build(_target(args), _settings(args), options)
-    elapsed = time.monotonic() - start
-    tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
-    out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")
-    if isinstance(tests, dict) and tests:
-        out.print(f"tests: import {tests.get('import_status')}, kernel {tests.get('kernel_status')}"
-                  + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else ""))
-    out.print(f"timings: {json.dumps(result.timings)}")
+    settings = _settings(args)
+    for package in expand_name(args.package, settings.recipes_dir):
+        args.package = package
+        result = run_build(_target(args), settings, options)
+        elapsed = time.monotonic() - start
+        tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
+        out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")
+        if isinstance(tests, dict) and tests:
+            out.print(f"tests: import {tests.get('import_status')}, kernel {tests.get('kernel_status')}"
+                      + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else ""))
+        out.print(f"timings: {json.dumps(result.timings)}")
     return 0
 
 

@@ -116,6 +116,25 @@ def list_recipes(recipes_dir: Path) -> list[Path]:
     return sorted(recipes_dir.glob("*/recipe.toml"))
 
 
+def load_aliases(recipes_dir: Path) -> dict[str, list[str]]:
+    """``recipes/aliases.toml``: a name that stands for several recipes (``fla`` → fla-core, flash-linear-attention)."""
+    path = recipes_dir / "aliases.toml"
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+    for key, members in data.items():
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise RecipeError(f"{path}: field '{key}' must be a list of recipe names")
+    return {canonicalize_name(k): list(v) for k, v in data.items()}
+
+
+def expand_name(name: str, recipes_dir: Path) -> list[str]:
+    return load_aliases(recipes_dir).get(canonicalize_name(name), [name])
+
+
 def find_recipe(name: str, recipes_dir: Path) -> Path:
     """The recipe file for a package name (PEP 503-normalised), or a RecipeError suggesting close names."""
     wanted = canonicalize_name(name)

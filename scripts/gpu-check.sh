@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole GPU check of the two-stage farm flow, run on a GPU machine with no network (the lent H200):
+# wheels built and staged on a CPU machine are carried in under .carry/, tested with the machine's own torch,
+# and promoted (or not). Results land in $OUT for docs/GPU-RESULTS.md.
+#
+#   scripts/gpu-check.sh test-good    causal-conv1d sm_90 wheel: kernel tests must pass, then promotion;
+#                                     tinyext sm_120 wheel: kernel tests must be skipped with the reason
+#   scripts/gpu-check.sh test-bad     planted-fault wheel (wrong SiLU): kernel tests must fail, no promotion
+#   scripts/gpu-check.sh build-host   the builder run entirely here: host nvcc, the machine's python3 and torch
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 COLUMNS=160
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+else
+  export PYTHONPATH=$PWD
+fi
+export BUILDER_CACHE_DIR=/tmp/builder-cache
+B="python3 -m builder"
+nvidia-smi -L; python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name(0))'
+status=0
+step() { echo; echo "######## $*"; "$@" 2>&1 | tee -a "$OUT/gpu-check.log"; local rc=${PIPESTATUS[0]}; echo "######## exit $rc"; return $rc; }
+expect_fail() { if step "$@"; then echo "UNEXPECTED SUCCESS"; status=1; else echo "failed as expected"; fi; }
+
+case "${1:-}" in
+  test-good)
+    step $B test .carry/wh-good/staging/wheels/causal_conv1d-*.whl --python python3 --require-kernel-tests \
+      --wheelhouse .carry/wh-good || status=1
+    step $B test .carry/wh-good/staging/wheels/tinyext-*.whl --python python3 --no-promote --wheelhouse .carry/wh-good || status=1
+    expect_fail $B test .carry/wh-good/staging/wheels/tinyext-*.whl --python python3 --require-kernel-tests \
+      --wheelhouse .carry/wh-good
+    tar czf "$OUT/wh-good-meta.tgz" --exclude='*.whl' .carry/wh-good
+    cp "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json "$OUT/" 2>/dev/null
+    ;;
+  test-bad)
+    expect_fail $B test .carry/wh-bad/staging/wheels/causal_conv1d-*.whl --python python3 --require-kernel-tests \
+      --wheelhouse .carry/wh-bad
+    ls -R .carry/wh-bad | tee -a "$OUT/gpu-check.log"
+    tar czf "$OUT/wh-bad-meta.tgz" --exclude='*.whl' .carry/wh-bad
+    ;;
+  build-host)
+    step /usr/bin/time -f "WALL %e s" $B build causal-conv1d --version 1.7.0 --cuda 13.0 --arch 90 --toolchain host \
+      --python python3 --offline --source .carry/src/causal_conv1d-1.7.0.tar.gz --require-kernel-tests \
+      --wheelhouse /tmp/wh-host || status=1
+    tar czf "$OUT/wh-host-meta.tgz" --exclude='*.whl' -C /tmp wh-host
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host"; exit 2 ;;
+esac
+echo "gpu-check ${1}: status $status"
+exit $status

@@ -1,0 +1,133 @@
+"""Finalize (label, pins, record, reproducible zip), publish (index, atomicity) and test-gating helpers."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from builder.finalize import finalize_wheel, labelled_version, read_build_record, rewrite_metadata
+from builder.inspect import SharedObject, WheelReport, verify_archs
+from builder.arch import parse_arch_list
+from builder.patch import describe_failure
+from builder.publish import Wheelhouse
+from builder.testing import kernel_skip_reason, runnable_on
+
+METADATA = """Metadata-Version: 2.1
+Name: demo
+Version: 1.0
+Requires-Python: >=3.9
+Requires-Dist: torch
+Requires-Dist: torch>=2; extra == "dev"
+Requires-Dist: einops
+
+A description.
+"""
+
+
+def make_wheel(path: Path, name: str = "demo", version: str = "1.0") -> Path:
+    wheel = path / f"{name}-{version}-cp312-cp312-linux_x86_64.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{name}/__init__.py", "X = 1\n")
+        zf.writestr(f"{info}/METADATA", METADATA.replace("Version: 1.0", f"Version: {version}"))
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: cp312-cp312-linux_x86_64\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_labelled_version() -> None:
+    assert str(labelled_version(Version("1.7.0"), "cu130torch2.11")) == "1.7.0+cu130torch2.11"
+    assert str(labelled_version(Version("1.0+local"), "cu128torch2.10")) == "1.0+local.cu128torch2.10"
+
+
+def test_rewrite_metadata_pins_unconditional_requirement_only() -> None:
+    text = rewrite_metadata(METADATA, Version("1.0+cu130torch2.14"), ["torch==2.14.1"])
+    assert "Version: 1.0+cu130torch2.14" in text
+    assert "Requires-Dist: torch\n" not in text
+    assert 'Requires-Dist: torch>=2; extra == "dev"' in text and "Requires-Dist: einops" in text
+    assert text.rstrip().endswith("A description.") and "Requires-Dist: torch==2.14.1" in text
+
+
+def test_finalize_renames_and_records(tmp_path: Path) -> None:
+    out = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"],
+                         build_record={"cache_key": "abc"})
+    assert out.name == "demo-1.0+cu130torch2.14-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        record = zf.read("demo-1.0+cu130torch2.14.dist-info/RECORD").decode()
+        assert all(info.date_time == (1980, 1, 1, 0, 0, 0) for info in zf.infolist())
+    assert names[-1].endswith("RECORD") and "demo/__init__.py,sha256=" in record
+    assert read_build_record(out) == {"cache_key": "abc"}
+    again = finalize_wheel(make_wheel(tmp_path), tmp_path / "again", label="cu130torch2.14",
+                           pins=["torch==2.14.1"], build_record={"cache_key": "abc"})
+    assert again.read_bytes() == out.read_bytes(), "finalize must be reproducible"
+
+
+def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=[], build_record={})
+    house.publish(wheel, {"cache_key": "k1"})
+    page = (tmp_path / "wh" / "simple" / "demo" / "index.html").read_text()
+    assert f"../../wheels/{wheel.name}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page
+    assert '<a href="demo/">demo</a>' in (tmp_path / "wh" / "simple" / "index.html").read_text()
+    assert house.find_record("k1")[0].name == wheel.name and house.find_record("k2") is None
+    assert not [p for p in (tmp_path / "wh").rglob(".*") if p.name != ".publish.lock"], "no temp files left"
+
+
+def test_staging_promotion_moves_wheel(tmp_path: Path) -> None:
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="x", pins=[], build_record={})
+    staged = house.staging().publish(wheel, {"cache_key": "k"})
+    assert house.staging().contains(staged) and not house.contains(staged)
+    house.publish(staged, {"cache_key": "k", "tests": {"kernel_status": "passed"}})
+    house.staging().remove(staged.name)
+    assert not staged.exists() and (house.wheels / wheel.name).exists()
+    assert json.loads((house.records / f"{wheel.name}.json").read_text())["tests"]["kernel_status"] == "passed"
+
+
+def so(sass: tuple[str, ...], ptx: tuple[str, ...] = ()) -> WheelReport:
+    return WheelReport("w.whl", "w", "1", (), (), (SharedObject("w/_C.so", sass, ptx, ()),))
+
+
+def test_verify_archs() -> None:
+    assert verify_archs(so(("sm_120",)), parse_arch_list("120")) == []
+    assert verify_archs(so(("sm_120",), ("compute_120",)), parse_arch_list("120+ptx")) == []
+    assert "lacks sm_90" in verify_archs(so(("sm_120",)), parse_arch_list("90,120"))[0]
+    assert "lacks compute_120" in verify_archs(so(("sm_120",)), parse_arch_list("120+ptx"))[0]
+    assert "sm_80, which was not requested" in verify_archs(so(("sm_80", "sm_120")), parse_arch_list("120"))[0]
+    assert "no GPU code" in verify_archs(so(()), parse_arch_list("120"))[0]
+
+
+@pytest.mark.parametrize(
+    ("capability", "sass", "ptx", "ok"),
+    [
+        (90, {"sm_90"}, set(), True),
+        (90, {"sm_120"}, set(), False),
+        (120, {"sm_90"}, set(), False),
+        (86, {"sm_80"}, set(), True),
+        (120, set(), {"compute_90"}, True),
+        (90, set(), {"compute_120"}, False),
+        (100, {"sm_90a"}, set(), False),
+        (90, {"sm_90a"}, set(), True),
+    ],
+)
+def test_runnable_on(capability: int, sass: set[str], ptx: set[str], ok: bool) -> None:
+    assert runnable_on(capability, sass, ptx) is ok
+
+
+def test_kernel_skip_reason_names_wheel_and_gpu() -> None:
+    reason, index = kernel_skip_reason([{"index": 0, "capability": 90, "name": "NVIDIA H200"}], so(("sm_120",)))
+    assert index is None and reason == "wheel has sm_120; GPU 0 is sm_90 (NVIDIA H200)"
+    reason, index = kernel_skip_reason([], so(("sm_120",)))
+    assert "no CUDA GPU visible" in reason and "sm_120" in reason
+    assert kernel_skip_reason([{"index": 1, "capability": 90, "name": "H"}], so(("sm_90",))) == (None, 1)
+
+
+def test_describe_patch_failure() -> None:
+    output = "checking file setup.py\nHunk #2 FAILED at 120.\n1 out of 2 hunks FAILED\n"
+    assert describe_failure(output) == "setup.py: hunk #2 FAILED at line 120"
+    assert "does not exist" in describe_failure("can't find file to patch at input line 3\n")
