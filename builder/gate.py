@@ -78,11 +78,14 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
     record["tests"] = tests.as_dict()
-    if staging.contains(wheel) and options.promote:
+    if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
         published = house.publish(wheel, record)
         staging.remove(wheel.name)
         log.ok(f"promoted into the published index: {published}")
     else:
+        if staging.contains(wheel):
+            log.warning(f"not promoted: kernel tests {tests.kernel_status}"
+                        + (f" ({tests.kernel_reason})" if tests.kernel_reason else "") + "; it stays in staging")
         _save(record, tests, wheel, house, staging)
     return tests
 

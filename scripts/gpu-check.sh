@@ -32,12 +32,13 @@ case "${1:-}" in
     expect_fail $B test .carry/wh-good/staging/wheels/tinyext-*.whl --python python3 --require-kernel-tests \
       --wheelhouse .carry/wh-good
     tar czf "$OUT/wh-good-meta.tgz" --exclude='*.whl' .carry/wh-good
-    cp "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json "$OUT/" 2>/dev/null
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
     ;;
   test-bad)
     expect_fail $B test .carry/wh-bad/staging/wheels/causal_conv1d-*.whl --python python3 --require-kernel-tests \
       --wheelhouse .carry/wh-bad
     ls -R .carry/wh-bad | tee -a "$OUT/gpu-check.log"
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
     tar czf "$OUT/wh-bad-meta.tgz" --exclude='*.whl' .carry/wh-bad
     ;;
   build-host)
@@ -45,6 +46,7 @@ case "${1:-}" in
       --python python3 --offline --source .carry/src/causal_conv1d-1.7.0.tar.gz --require-kernel-tests \
       --wheelhouse /tmp/wh-host || status=1
     tar czf "$OUT/wh-host-meta.tgz" --exclude='*.whl' -C /tmp wh-host
+    for f in "$BUILDER_CACHE_DIR"/builds/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/host-build-kernel-tests.json"; done
     ;;
   *) echo "usage: $0 test-good|test-bad|build-host"; exit 2 ;;
 esac
