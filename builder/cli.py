@@ -219,10 +219,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if not args.wheel.is_file():
         raise UsageError(f"{args.wheel}: no such wheel file")
     report = inspect_wheel(args.wheel, _settings(args))
+    published = args.wheel.resolve().parent.parent / "records" / f"{args.wheel.name}.json"
+    tests = json.loads(published.read_text()).get("tests") if published.exists() else None
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
-        out.print(render_report(report), markup=False)
+        print(json.dumps({**report.as_dict(), "tests": tests}, indent=2))
+        return 0
+    out.print(render_report(report), markup=False)
+    if tests:
+        out.print(f"  tests (wheelhouse record): import {tests.get('import_status')}; kernel {tests.get('kernel_status')}"
+                  + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else "")
+                  + (f" {tests.get('counts')}" if tests.get("counts") else ""), markup=False)
+        for row in tests.get("speed") or []:
+            out.print(f"  speed {row.get('name')}: x{row.get('speedup')} vs torch reference", markup=False)
     return 0
 
 

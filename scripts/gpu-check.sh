@@ -3,9 +3,10 @@
 # wheels built and staged on a CPU machine are carried in under .carry/, tested with the machine's own torch,
 # and promoted (or not). Results land in $OUT for docs/GPU-RESULTS.md.
 #
-#   scripts/gpu-check.sh test-good    causal-conv1d sm_90 wheel: kernel tests must pass, then promotion;
-#                                     tinyext sm_120 wheel: kernel tests must be skipped with the reason
-#   scripts/gpu-check.sh test-bad     planted-fault wheel (wrong SiLU): kernel tests must fail, no promotion
+#   scripts/gpu-check.sh test-good    causal-conv1d sm_90 wheel: kernel tests must pass, then promotion
+#   scripts/gpu-check.sh test-bad     tinyext sm_120 wheel: kernel tests skipped with the reason (and failing
+#                                     under --require-kernel-tests); planted-fault causal-conv1d wheel (wrong
+#                                     SiLU): kernel tests must fail, no promotion
 #   scripts/gpu-check.sh build-host   the builder run entirely here: host nvcc, the machine's python3 and torch
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,13 +29,14 @@ case "${1:-}" in
   test-good)
     step $B test .carry/wh-good/staging/wheels/causal_conv1d-*.whl --python python3 --require-kernel-tests \
       --wheelhouse .carry/wh-good || status=1
-    step $B test .carry/wh-good/staging/wheels/tinyext-*.whl --python python3 --no-promote --wheelhouse .carry/wh-good || status=1
-    expect_fail $B test .carry/wh-good/staging/wheels/tinyext-*.whl --python python3 --require-kernel-tests \
-      --wheelhouse .carry/wh-good
     tar czf "$OUT/wh-good-meta.tgz" --exclude='*.whl' .carry/wh-good
     for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
     ;;
   test-bad)
+    # a wheel with no arch this GPU can run (tinyext built for sm_120 only): skipped with the reason, never passed
+    T="$B test .carry/wh-tiny/staging/wheels/tinyext-*.whl --python python3 --recipes tests/fixtures/recipes --wheelhouse .carry/wh-tiny"
+    step $T --no-promote || status=1
+    expect_fail $T --require-kernel-tests
     expect_fail $B test .carry/wh-bad/staging/wheels/causal_conv1d-*.whl --python python3 --require-kernel-tests \
       --wheelhouse .carry/wh-bad
     ls -R .carry/wh-bad | tee -a "$OUT/gpu-check.log"
