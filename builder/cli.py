@@ -94,13 +94,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
 
-    p = sub.add_parser("index", help="wheelhouse index maintenance")
-    isub = p.add_subparsers(dest="index_command", required=True)
-    rebuild = isub.add_parser("rebuild", help="regenerate every index page from the wheels")
-    _common(rebuild)
-
     sub.add_parser("torch-table", help="which torch versions exist per CUDA version on which index")
+    for module in _command_modules():
+        COMMANDS.update(module.register(sub, _common))
     return parser
+
+
+# Command groups that live in their own modules: each has register(subparsers, add_common) -> {name: handler}.
+_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm")
+
+
+def _command_modules() -> list:
+    import importlib
+
+    modules = []
+    for name in _EXTENSION_MODULES:
+        try:
+            modules.append(importlib.import_module(name))
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return modules
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -234,13 +248,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_index(args: argparse.Namespace) -> int:
-    from .publish import Wheelhouse
-
-    house = Wheelhouse(_settings(args).wheelhouse)
-    house.rebuild_index()
-    out.print(f"index rebuilt: {house.index_url()}")
-    return 0
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """For command modules: the Settings the common flags (--cache-dir, --wheelhouse, --recipes, --offline) give."""
+    return _settings(args)
 
 
 def cmd_torch_table(args: argparse.Namespace) -> int:
@@ -257,7 +267,6 @@ COMMANDS = {
     "test": cmd_test,
     "recipes": cmd_recipes,
     "inspect": cmd_inspect,
-    "index": cmd_index,
     "torch-table": cmd_torch_table,
 }
 

@@ -92,6 +92,14 @@ class Wheelhouse:
                 return wheel, record
         return None
 
+    def _status_text(self, wheel_name: str) -> str:
+        """A human note after each link (PEP 503 allows other elements): the wheel's test results."""
+        try:
+            summary = _tests_summary(self.record_of(wheel_name))
+        except (OSError, json.JSONDecodeError):
+            return ""
+        return f' <span class="tests">{html.escape(summary)}</span>' if summary else ""
+
     def rebuild_index(self) -> None:
         with self.lock():
             self._write_index()
@@ -109,7 +117,8 @@ class Wheelhouse:
                 requires_python = _requires_python(wheel)
                 if requires_python:
                     attrs += f' data-requires-python="{html.escape(requires_python)}"'
-                links.append(f"    <a {attrs}>{html.escape(wheel.name)}</a><br/>")
+                status = self._status_text(wheel.name)
+                links.append(f"    <a {attrs}>{html.escape(wheel.name)}</a>{status}<br/>")
             page = _page(f"Links for {name}", links)
             (self.simple / name).mkdir(exist_ok=True)
             _atomic_write(self.simple / name / "index.html", page)
@@ -118,6 +127,15 @@ class Wheelhouse:
         for stale in self.simple.iterdir():
             if stale.is_dir() and stale.name not in projects and stale.name != "staging":
                 shutil.rmtree(stale, ignore_errors=True)
+
+
+def _tests_summary(record: dict[str, object] | None) -> str:
+    tests = record.get("tests") if record else None
+    if not isinstance(tests, dict):
+        return ""
+    kernel = str(tests.get("kernel_status", "not run"))
+    reason = tests.get("kernel_reason")
+    return f"import {tests.get('import_status')}; kernel tests {kernel}" + (f" ({reason})" if reason else "")
 
 
 def _requires_python(wheel: Path) -> str | None:

@@ -116,3 +116,13 @@ def test_unknown_test_patch(cli_env: dict[str, str], recipe_tree: Path) -> None:
 
 def test_inspect_missing_file(cli_env: dict[str, str]) -> None:
     assert_one_line_error(run_cli("inspect", "/nonexistent.whl", env=cli_env), "no such wheel file")
+
+
+def test_recipes_list_and_show(cli_env: dict[str, str]) -> None:
+    listing = run_cli("recipes", env=cli_env)
+    assert listing.code == 0 and "causal-conv1d" in listing.stdout
+    shown = run_cli("recipes", "show", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0",
+                    "--arch", "90,120+ptx", env=cli_env)
+    assert shown.code == 0, shown.stderr
+    assert "0001-mark-patched.patch" in shown.stdout and "(test only)" in shown.stdout
+    assert "TORCH_CUDA_ARCH_LIST=9.0;12.0+PTX" in shown.stdout and "cu130torch2" in shown.stdout

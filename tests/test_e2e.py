@@ -72,6 +72,7 @@ def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
     assert "no CUDA GPU visible" in published["tests"]["kernel_reason"] and "sm_90" in published["tests"]["kernel_reason"]
     page = (house / "simple" / "tinyext" / "index.html").read_text()
     assert f"../../wheels/{WHEEL}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page
+    assert "import passed; kernel tests skipped (no CUDA GPU visible" in page
 
 
 def test_inspect_shows_exactly_the_requested_arch(e2e: dict) -> None:
