@@ -122,3 +122,21 @@ def test_required_kernel_tests_block_publishing_on_a_cpu_machine(e2e: dict) -> N
     assert_one_line_error(result, "kernel tests skipped", "--require-kernel-tests")
     assert sorted(p.name for p in (house / "wheels").iterdir()) == before
     assert (house / "simple" / "tinyext" / "index.html").read_text() == pages
+
+
+def test_two_concurrent_builds_of_one_target_build_once(e2e: dict, tmp_path: Path) -> None:
+    """Two `builder build` runs of the same target at once into a new wheelhouse: one compiles, the other waits
+    on the target's lock and then reuses the published wheel."""
+    import os
+    import sys
+
+    env = {**os.environ, **e2e["env"], "BUILDER_WHEELHOUSE": str(tmp_path / "wh"), "COLUMNS": "200"}
+    procs = [subprocess.Popen([sys.executable, "-m", "builder", *e2e["args"]], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
+    assert sum("==> build" in o[1] for o in outputs) == 1
+    assert sum("unchanged:" in o[1] for o in outputs) == 1
+    assert [p.name for p in (tmp_path / "wh" / "wheels").glob("*.whl")] == [WHEEL]
+    page = (tmp_path / "wh" / "simple" / "tinyext" / "index.html").read_text()
+    assert page.count("<a href=") == 1
