@@ -58,6 +58,8 @@ def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
     # the patch reached the wheel; METADATA carries the label and the torch pin; the record is inside
     with zipfile.ZipFile(wheel) as zf:
         assert "PATCHED = True" in zf.read("tinyext/__init__.py").decode()
+        # the recipe's env value reached setup.py byte for byte: no shell ever saw it
+        assert zf.read("tinyext/_build_note.txt").decode() == "value with spaces, 'quotes' and $(not a command)"
         info = "tinyext-0.1.0+cu130torch2.14.dist-info"
         metadata = zf.read(f"{info}/METADATA").decode()
         record = json.loads(zf.read(f"{info}/cuda_wheel_builder.json"))
