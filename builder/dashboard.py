@@ -1,0 +1,305 @@
+"""The wheelhouse dashboard: one static page (wheelhouse/index.html) written with the index.
+
+It shows the matrix package × version × CUDA/torch × arch × Python with each wheel's status, the archs found in
+its shared objects, the import and kernel test results (passed / skipped with the reason / failed), the kernel
+speed against the pure-torch reference, the wheel size and links to the wheel, its metadata, record and build log.
+Everything comes from the wheels' file names and their records; no JavaScript, so any browser (or
+``chromium --dump-dom``) shows the same thing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+
+_LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
+
+
+@dataclass
+class Row:
+    filename: str
+    package: str
+    version: str
+    label: str
+    cuda: str
+    torch: str
+    python: str
+    archs_requested: list[str]
+    sass: list[str]
+    ptx: list[str]
+    area: str  # published | staged
+    status: str  # passed | skipped | failed | staged | import only | unknown
+    import_status: str
+    kernel_status: str
+    kernel_reason: str
+    counts: dict[str, int]
+    speed: list[dict[str, object]]
+    gpu: str
+    size: int
+    links: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def archs_found(self) -> list[str]:
+        return self.sass + self.ptx
+
+
+def rows_of(root: Path, wheels: list[Path], *, area: str, prefix: str = "") -> list[Row]:
+    """One row per wheel of one wheelhouse area; ``prefix`` makes links relative to the dashboard's folder."""
+    rows = []
+    for wheel in wheels:
+        try:
+            record = json.loads((root / "records" / f"{wheel.name}.json").read_text())
+        except (OSError, ValueError):
+            record = {}
+        try:
+            rows.append(_row(wheel, record if isinstance(record, dict) else {}, area, prefix, root))
+        except FileNotFoundError:  # taken out of staging by a promotion while we looked
+            continue
+    return rows
+
+
+def _row(wheel: Path, record: dict, area: str, prefix: str, root: Path) -> Row:
+    name, version, _, tags = parse_wheel_filename(wheel.name)
+    label = version.local or ""
+    match = _LABEL_RE.match(label)
+    cuda = str(record.get("cuda") or (f"{match.group(1)}.{match.group(2)}" if match else "—"))
+    python_info = record.get("python") if isinstance(record.get("python"), dict) else {}
+    tests = record.get("tests") if isinstance(record.get("tests"), dict) else {}
+    torch = str(python_info.get("torch") or tests.get("torch") or (match.group(3) if match else "—"))
+    interpreters = sorted({t.interpreter for t in tags})
+    python = ", ".join(_python_of(i) for i in interpreters)
+    inspect = record.get("inspect") if isinstance(record.get("inspect"), dict) else {}
+    objects = inspect.get("objects") or []
+    sass = sorted({a for o in objects for a in o.get("sass", [])}, key=_arch_key)
+    ptx = sorted({a for o in objects for a in o.get("ptx", [])}, key=_arch_key)
+    links = {"wheel": f"{prefix}wheels/{wheel.name}", "metadata": f"{prefix}wheels/{wheel.name}.metadata"}
+    if (root / "records" / f"{wheel.name}.json").exists():
+        links["record"] = f"{prefix}records/{wheel.name}.json"
+    if (root / "logs" / f"{wheel.name}.log").exists():
+        links["log"] = f"{prefix}logs/{wheel.name}.log"
+    import_status = str(tests.get("import_status") or "not run")
+    kernel_status = str(tests.get("kernel_status") or "not run")
+    return Row(
+        filename=wheel.name, package=str(record.get("package") or name), version=str(version.public),
+        label=label, cuda=cuda, torch=torch, python=python,
+        archs_requested=[str(a) for a in record.get("archs") or []], sass=sass, ptx=ptx, area=area,
+        status=_status(area, record, import_status, kernel_status), import_status=import_status,
+        kernel_status=kernel_status, kernel_reason=str(tests.get("kernel_reason") or ""),
+        counts={k: int(v) for k, v in (tests.get("counts") or {}).items()},
+        speed=[s for s in tests.get("speed") or [] if isinstance(s, dict)], gpu=str(tests.get("gpu") or ""),
+        size=wheel.stat().st_size, links=links,
+    )
+
+
+def _status(area: str, record: dict, import_status: str, kernel_status: str) -> str:
+    if not record:
+        return "unknown"
+    if "failed" in (import_status, kernel_status):
+        return "failed"
+    if area == "staged" and kernel_status != "passed":
+        return "staged"
+    if kernel_status in ("passed", "skipped"):
+        return kernel_status
+    return "import only" if import_status == "passed" else "unknown"
+
+
+def _python_of(interpreter: str) -> str:
+    m = re.fullmatch(r"(?:cp|py)(\d)(\d+)", interpreter)
+    if m:
+        return f"{m.group(1)}.{m.group(2)}"
+    return "any (py3)" if interpreter == "py3" else interpreter
+
+
+def _arch_key(arch: str) -> tuple[int, str]:
+    m = re.search(r"(\d+)", arch)
+    return (int(m.group(1)) if m else 0, arch)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool = False) -> str:
+    rows = sorted(rows, key=lambda r: (r.package, _version_key(r.version), r.cuda, r.torch, r.python, r.area))
+    title = "Wheelhouse staging" if staging_area else "Wheelhouse"
+    order = ["passed", "skipped", "failed", "staged", "import only", "unknown"]
+    counts = {s: sum(r.status == s for r in rows) for s in order}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    packages = len({r.package for r in rows})
+    channels = "".join(
+        f'<li><a href="channels/{_e(lab)}/simple/"><code>{_e(lab)}</code></a></li>' for lab in labels
+    ) or "<li>none yet</li>"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}: {len(rows)} wheels</title>
+<style>{_CSS}</style>
+</head>
+<body>
+<header>
+  <h1>{title}</h1>
+  <p class="summary" id="summary">{len(rows)} wheels of {packages} packages{": " + summary if summary else ""}</p>
+  <nav>
+    <div><b>Combined index</b> <a href="simple/"><code>simple/</code></a>
+      (PEP 503 HTML + PEP 691 JSON, PEP 658 metadata)</div>
+    <div><b>Channels</b> (one per CUDA + torch): <ul class="channels">{channels}</ul></div>
+  </nav>
+</header>
+<main>
+<h2>Matrix</h2>
+{_matrix(rows)}
+<h2>Wheels</h2>
+{_table(rows)}
+</main>
+<footer>generated {stamp} by cuda-wheel-builder from the wheels and their records</footer>
+</body>
+</html>
+"""
+
+
+def _version_key(version: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)
+
+
+def _badge(status: str) -> str:
+    return f'<span class="badge {status.replace(" ", "-")}">{_e(status)}</span>'
+
+
+def _matrix(rows: list[Row]) -> str:
+    """Rows: package + version. Columns: CUDA/torch. Cells: one badge per (Python, archs) wheel."""
+    if not rows:
+        return '<p class="empty">No wheels published yet.</p>'
+    columns = sorted({(r.cuda, r.torch) for r in rows}, key=lambda c: (_version_key(c[0]), _version_key(c[1])))
+    lines = ['<table class="matrix" id="matrix"><thead><tr><th>package</th><th>version</th>']
+    lines += [f"<th>CUDA {_e(c)}<br><small>torch {_e(t)}</small></th>" for c, t in columns]
+    lines.append("</tr></thead><tbody>")
+    keys = sorted({(r.package, r.version) for r in rows}, key=lambda k: (k[0], _version_key(k[1])))
+    for package, version in keys:
+        lines.append(f"<tr><th>{_e(package)}</th><td>{_e(version)}</td>")
+        for column in columns:
+            cells = [r for r in rows if (r.package, r.version, (r.cuda, r.torch)) == (package, version, column)]
+            inner = "".join(
+                f'<div class="cell" data-status="{_e(r.status)}">Python {_e(r.python)} · '
+                f'{_e(", ".join(r.archs_found) or "no GPU code")} {_badge(r.status)}</div>'
+                for r in cells
+            )
+            lines.append(f"<td>{inner or '<span class=dim>—</span>'}</td>")
+        lines.append("</tr>")
+    lines.append("</tbody></table>")
+    return "\n".join(lines)
+
+
+def _tests_cell(r: Row) -> str:
+    parts = [f"import {_badge(r.import_status)}"]
+    counts = r.counts
+    total = sum(counts.values())
+    if r.kernel_status == "passed":
+        parts.append(f"kernel {_badge('passed')} {counts.get('passed', 0)}/{total}" + (f" on {_e(r.gpu)}" if r.gpu else ""))
+    elif r.kernel_status == "failed":
+        detail = f"{counts.get('failed', 0)} of {total} failed" if total else ""
+        parts.append(f"kernel {_badge('failed')} {detail}" + (f'<div class="reason">{_e(r.kernel_reason)}</div>'
+                                                               if r.kernel_reason else ""))
+    elif r.kernel_status == "skipped":
+        parts.append(f'kernel {_badge("skipped")}<div class="reason">{_e(r.kernel_reason or "no reason recorded")}</div>')
+    else:
+        parts.append(f"kernel {_badge('not run')}" + (f'<div class="reason">{_e(r.kernel_reason)}</div>'
+                                                      if r.kernel_reason else ""))
+    return "<br>".join(parts)
+
+
+def _speed_cell(r: Row) -> str:
+    speedups = [float(s["speedup"]) for s in r.speed if isinstance(s.get("speedup"), (int, float)) and s["speedup"] > 0]
+    if not speedups:
+        return '<span class="dim">—</span>'
+    head = (f'<span class="speedup">{_geomean(speedups):.1f}×</span> geo-mean of {len(speedups)} '
+            f'({min(speedups):.1f}–{max(speedups):.1f}×)')
+    cases = "".join(
+        f"<tr><td>{_e(s.get('name', ''))}</td><td>{float(s.get('kernel_ms', 0)):.3f}</td>"
+        f"<td>{float(s.get('reference_ms', 0)):.3f}</td><td>{float(s.get('speedup', 0)):.1f}×</td>"
+        f"<td>{float(s.get('kernel_gbps') or 0):.0f}</td></tr>"
+        for s in r.speed
+    )
+    return (f"{head}<details><summary>cases</summary><table class=cases><tr><th>case</th><th>kernel ms</th>"
+            f"<th>reference ms</th><th>speedup</th><th>GB/s</th></tr>{cases}</table></details>")
+
+
+def _table(rows: list[Row]) -> str:
+    if not rows:
+        return ""
+    head = ("<tr><th>package</th><th>version</th><th>CUDA</th><th>torch</th><th>Python</th><th>arch asked</th>"
+            "<th>archs found</th><th>status</th><th>tests</th><th>kernel speed vs reference</th><th>size</th>"
+            "<th>files</th></tr>")
+    body = []
+    for r in rows:
+        links = " · ".join(f'<a href="{_e(href)}">{_e(kind)}</a>' for kind, href in r.links.items())
+        found = ", ".join(r.sass + [f"{p} (PTX)" for p in r.ptx]) or '<span class="dim">no GPU code</span>'
+        asked = ", ".join(f"sm_{a}" if a[:1].isdigit() else a for a in r.archs_requested) or "—"
+        body.append(
+            f'<tr class="wheel" data-wheel="{_e(r.filename)}" data-status="{_e(r.status)}">'
+            f"<td>{_e(r.package)}</td><td>{_e(r.version)}<br><small>+{_e(r.label)}</small></td>"
+            f"<td>{_e(r.cuda)}</td><td>{_e(r.torch)}</td><td>{_e(r.python)}</td><td>{_e(asked)}</td>"
+            f"<td>{found}</td><td>{_badge(r.status)}"
+            + ('<div class="reason">in staging, awaiting GPU tests</div>' if r.status == "staged" else "")
+            + f"</td><td>{_tests_cell(r)}</td><td>{_speed_cell(r)}</td>"
+            f'<td class="num">{_size(r.size)}</td><td>{links}</td></tr>'
+        )
+    return f'<table class="wheels" id="wheels"><thead>{head}</thead><tbody>\n' + "\n".join(body) + "\n</tbody></table>"
+
+
+_CSS = """
+body { font: 14px/1.4 system-ui, -apple-system, "DejaVu Sans", sans-serif; margin: 0; color: #1b1f24; background: #f6f8fa; }
+header { background: #0d1117; color: #e6edf3; padding: 14px 24px; }
+header a { color: #7cc4ff; }
+header h1 { margin: 0 0 4px; font-size: 22px; }
+nav { display: flex; gap: 32px; flex-wrap: wrap; margin-top: 6px; }
+ul.channels { display: inline; padding: 0; margin: 0; }
+ul.channels li { display: inline; margin-right: 10px; list-style: none; }
+main { padding: 8px 24px 24px; }
+h2 { font-size: 16px; margin: 18px 0 6px; }
+table { border-collapse: collapse; background: #fff; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
+th, td { border: 1px solid #d0d7de; padding: 5px 8px; vertical-align: top; text-align: left; }
+thead th { background: #eaeef2; font-weight: 600; }
+td.num { text-align: right; white-space: nowrap; }
+table.wheels td:first-child, table.wheels td:nth-child(2), table.wheels td:nth-child(4) { white-space: nowrap; }
+.badge { display: inline-block; padding: 0 7px; border-radius: 10px; font-size: 12px; font-weight: 600; color: #fff; background: #6e7781; }
+.badge.passed { background: #1a7f37; } .badge.failed { background: #cf222e; }
+.badge.skipped { background: #bf8700; } .badge.staged { background: #8250df; }
+.badge.import-only { background: #0969da; } .badge.not-run, .badge.unknown { background: #8c959f; }
+.reason { color: #57606a; font-size: 12px; max-width: 320px; }
+.speedup { font-weight: 700; color: #1a7f37; }
+.dim { color: #8c959f; }
+.cell { white-space: nowrap; margin: 2px 0; }
+details summary { cursor: pointer; color: #0969da; font-size: 12px; }
+table.cases { font-size: 12px; margin-top: 4px; }
+footer { color: #57606a; font-size: 12px; padding: 0 24px 16px; }
+"""

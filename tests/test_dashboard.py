@@ -1,0 +1,207 @@
+"""The wheelhouse dashboard (wheelhouse/index.html), rendered by a real browser: Debian's headless Chromium.
+
+The demo wheelhouse below carries records shaped like real ones (the H200 numbers are from docs/GPU-RESULTS.md).
+``python tests/test_dashboard.py docs/dashboard.png`` regenerates the screenshot in docs/.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+if __name__ == "__main__":  # run as a script: make `tests.` and `builder` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from builder.publish import Wheelhouse
+from tests.test_index import labelled_wheel
+
+H200_SPEED = [
+    {"name": "fwd_qwen3next_b1_d8192_L4096_w4_bf16_silu_channel_last", "kernel_ms": 0.11307, "reference_ms": 1.63856,
+     "speedup": 14.4913, "kernel_gbps": 1187.6},
+    {"name": "fwd_qwen3next_b1_d8192_L4096_w4_bf16_silu_channel_first", "kernel_ms": 0.11586, "reference_ms": 1.43539,
+     "speedup": 12.3894, "kernel_gbps": 1159.1},
+    {"name": "update_decode_b64_d8192_w4_bf16_silu", "kernel_ms": 0.07602, "reference_ms": 0.66877,
+     "speedup": 8.7977, "kernel_gbps": 111.2},
+]
+CC = "causal-conv1d"
+NO_GPU = "no CUDA GPU visible to torch on this machine; wheel has sm_120"
+
+
+def _record(package: str, version: str, cuda: str, torch: str, archs: list[str], sass: list[str], ptx: list[str],
+            tests: dict, log: Path | None) -> dict:
+    return {
+        "package": package, "version": version, "cuda": cuda, "archs": archs,
+        "python": {"version": "3.12", "torch": torch},
+        "inspect": {"objects": [{"path": "causal_conv1d_cuda.so", "sass": sass, "ptx": ptx, "needed": []}]
+                    if sass or ptx else []},
+        "tests": {"import_status": "passed", "kernel_status": "not run", "kernel_reason": "", "counts": {},
+                  "speed": [], "gpu": None, **tests},
+        "build_log": str(log) if log else "",
+    }
+
+
+def _fake_so(wheel: Path, size: int) -> Path:
+    """Add an incompressible stand-in for the compiled extension, so the sizes look like a CUDA wheel's."""
+    import os
+
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr(zipfile.ZipInfo("causal_conv1d_cuda.so"), os.urandom(size))
+    return wheel
+
+
+def demo_wheelhouse(root: Path) -> Wheelhouse:
+    """Published: passed on an H200, skipped (no GPU / wrong GPU), import-only; staging: failed, awaiting GPU."""
+    house = Wheelhouse(root / "wh")
+    work = root / "work"
+    log = work / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("[1/3] nvcc -gencode arch=compute_90,code=sm_90 ...\nbuilt causal_conv1d-1.7.0\n")
+
+    def wheel(name: str, version: str, label: str, tag: str, size: int = 0) -> Path:
+        w = labelled_wheel(work, name, version, label, tag=tag)
+        return _fake_so(w, size) if size else w
+
+    cp312 = "cp312-cp312-linux_x86_64"
+    house.publish(wheel(CC, "1.7.0", "cu130torch2.11", cp312, 900_000), _record(
+        CC, "1.7.0", "13.0", "2.11.0+cu130", ["90"], ["sm_90"], [],
+        {"kernel_status": "passed", "counts": {"passed": 207, "failed": 0, "skipped": 0}, "speed": H200_SPEED,
+         "gpu": "NVIDIA H200"}, log))
+    house.publish(wheel(CC, "1.7.0", "cu130torch2.14", cp312, 1_400_000), _record(
+        CC, "1.7.0", "13.0", "2.14.1+cu130", ["120"], ["sm_120"], [],
+        {"kernel_status": "skipped", "kernel_reason": NO_GPU}, log))
+    house.publish(wheel(CC, "1.5.2", "cu130torch2.14", cp312, 700_000), _record(
+        CC, "1.5.2", "13.0", "2.14.1+cu130", ["120+ptx"], ["sm_120"], ["compute_120"],
+        {"kernel_status": "skipped", "kernel_reason": "wheel has sm_120; GPU 0 is sm_90 (NVIDIA H200)"}, None))
+    house.publish(wheel("fla-core", "0.6.0", "cu130torch2.14", "py3-none-any"), _record(
+        "fla-core", "0.6.0", "13.0", "2.14.1+cu130", [], [], [], {}, None))
+    staging = house.staging()
+    staging.publish(wheel(CC, "1.7.0", "cu130torch2.11", "cp311-cp311-linux_x86_64", 880_000), _record(
+        CC, "1.7.0", "13.0", "2.11.0+cu130", ["90"], ["sm_90"], [],
+        {"kernel_status": "failed", "kernel_reason": "23 case(s) failed", "gpu": "NVIDIA H200",
+         "counts": {"passed": 184, "failed": 23, "skipped": 0}}, log))
+    staging.publish(wheel(CC, "1.7.0", "cu128torch2.10", cp312, 1_300_000), _record(
+        CC, "1.7.0", "12.8", "2.10.0+cu128", ["100", "120"], ["sm_100", "sm_120"], [], {}, log))
+    return house
+
+
+def find_chromium() -> str | None:
+    return next((found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))), None)
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    binary = find_chromium()
+    assert binary is not None
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        return subprocess.run(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", f"--user-data-dir={profile}", *args],
+            capture_output=True, text=True, timeout=120,
+        )
+
+
+# A probe appended to a copy of the page: what the browser laid out and styled, written into the DOM.
+_PROBE = """<script>
+const out = {};
+const rows = [...document.querySelectorAll('#wheels tr.wheel')];
+out.rows = rows.length;
+out.visible = rows.filter(r => r.getBoundingClientRect().height > 0).length;
+for (const s of ['passed', 'skipped', 'failed', 'staged', 'import-only']) {
+  const b = document.querySelector('#wheels .badge.' + s);
+  out['color_' + s] = b ? getComputedStyle(b).backgroundColor : 'none';
+}
+out.matrixCells = document.querySelectorAll('#matrix .cell').length;
+out.tableWidth = Math.round(document.querySelector('#wheels').getBoundingClientRect().width);
+document.body.setAttribute('data-probe', JSON.stringify(out));
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
+    return demo_wheelhouse(tmp_path_factory.mktemp("dashboard"))
+
+
+def test_dashboard_is_written_with_the_index(demo: Wheelhouse) -> None:
+    page = demo.dashboard.read_text()
+    assert "<title>Wheelhouse: 6 wheels</title>" in page
+    assert 'href="channels/cu130torch2.14/simple/"' in page and 'href="simple/"' in page
+    assert (demo.root / "staging" / "index.html").is_file(), "staging has a dashboard of its own too"
+    for row in re.findall(r'<tr class="wheel".*?</tr>', page):
+        for href in re.findall(r'href="([^"]+)"', row):
+            assert (demo.root / href).is_file(), f"dashboard link {href} leads nowhere"
+
+
+@pytest.mark.skipif(find_chromium() is None,
+                    reason="chromium is not installed (apt-get install -y chromium; .ci/run installs it)")
+def test_dashboard_in_headless_chromium(demo: Wheelhouse, tmp_path: Path) -> None:
+    import html
+    import json
+
+    probe_page = demo.root / "probe.html"
+    probe_page.write_text(demo.dashboard.read_text().replace("</body>", _PROBE + "</body>"))
+    result = chromium("--window-size=1600,1000", "--dump-dom", probe_page.as_uri())
+    probe_page.unlink()
+    dom = result.stdout
+    assert result.returncode == 0 and "</html>" in dom, result.stderr[-2000:]
+    probe = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    assert probe["rows"] == probe["visible"] == 6 and probe["matrixCells"] == 6
+    assert probe["color_passed"] == "rgb(26, 127, 55)" and probe["color_failed"] == "rgb(207, 34, 46)"
+    assert probe["color_skipped"] == "rgb(191, 135, 0)" and probe["color_staged"] == "rgb(130, 80, 223)"
+    assert probe["tableWidth"] > 800
+
+    text = re.sub(r"<[^>]+>", " ", dom)
+    text = re.sub(r"\s+", " ", html.unescape(text))
+    assert "6 wheels of 2 packages: 1 passed, 2 skipped, 1 failed, 1 staged, 1 import only" in text
+    table = dom.split('id="wheels"', 1)[1].split("<footer", 1)[0]
+    rows = {seg.split('"', 1)[0]: seg for seg in table.split('<tr class="wheel" data-wheel="')[1:]}
+    assert len(rows) == 6
+
+    def row_text(wheel: str) -> str:
+        return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", rows[wheel])))
+
+    passed = row_text("causal_conv1d-1.7.0+cu130torch2.11-cp312-cp312-linux_x86_64.whl")
+    assert "passed" in passed and "207/207 on NVIDIA H200" in passed and "sm_90" in passed
+    assert "11.6× geo-mean of 3 (8.8–14.5×)" in passed and "fwd_qwen3next_b1_d8192_L4096_w4_bf16_silu" in passed
+    assert re.search(r"8\d\d\.\d KiB", passed), passed
+    skipped = row_text("causal_conv1d-1.7.0+cu130torch2.14-cp312-cp312-linux_x86_64.whl")
+    assert f"skipped {NO_GPU}" in skipped and "3.12" in skipped and "sm_120" in skipped
+    ptx = row_text("causal_conv1d-1.5.2+cu130torch2.14-cp312-cp312-linux_x86_64.whl")
+    assert "sm_120, compute_120 (PTX)" in ptx and "sm_120+ptx" in ptx and "GPU 0 is sm_90 (NVIDIA H200)" in ptx
+    pure = row_text("fla_core-0.6.0+cu130torch2.14-py3-none-any.whl")
+    assert "no GPU code" in pure and "import only" in pure and "any (py3)" in pure
+    failed = row_text("causal_conv1d-1.7.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl")
+    assert "failed" in failed and "23 of 207 failed" in failed and "3.11" in failed
+    staged = row_text("causal_conv1d-1.7.0+cu128torch2.10-cp312-cp312-linux_x86_64.whl")
+    assert "staged" in staged and "awaiting GPU tests" in staged and "sm_100, sm_120" in staged
+    assert "12.8" in staged and "2.10.0+cu128" in staged
+    log_links = re.findall(r'<a href="([^"]+\.log)">log</a>', dom)
+    assert "logs/causal_conv1d-1.7.0+cu130torch2.11-cp312-cp312-linux_x86_64.whl.log" in log_links
+    assert "staging/logs/causal_conv1d-1.7.0+cu128torch2.10-cp312-cp312-linux_x86_64.whl.log" in log_links
+    assert len(log_links) == 4 and all((demo.root / link).read_text().startswith("[1/3] nvcc") for link in log_links)
+
+    shot = tmp_path / "dashboard.png"
+    result = chromium("--window-size=1600,1000", "--hide-scrollbars", f"--screenshot={shot}", demo.dashboard.as_uri())
+    assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", result.stderr[-2000:]
+    assert shot.stat().st_size > 50_000, "a screenshot of a rendered page, not a blank one"
+
+
+def main(out: Path) -> None:
+    """Regenerate the screenshot kept in docs/ from the demo wheelhouse."""
+    with tempfile.TemporaryDirectory() as tmp:
+        house = demo_wheelhouse(Path(tmp))
+        result = chromium("--window-size=1560,1010", "--hide-scrollbars", f"--screenshot={out.resolve()}",
+                          house.dashboard.as_uri())
+        if result.returncode != 0:
+            sys.exit(result.stderr)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dashboard.png"))
