@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -13,6 +14,9 @@ from .errors import InspectError
 from .wheelfile import dist_info_dir, modes, read_entries, tag_part, write_wheel
 
 RECORD_FILE = "cuda_wheel_builder.json"
+# nvcc names its temp files tmpxft_<pid>_…; the name lands in the .so's symbol table as a FILE symbol, the only
+# thing that differed between two builds of the same inputs. Same length, so offsets do not move.
+_NVCC_TMP = re.compile(rb"tmpxft_[0-9a-f]{8}_")
 
 
 def labelled_version(version: Version, label: str) -> Version:
@@ -40,7 +44,7 @@ def finalize_wheel(
     renamed_modes: dict[str, int] = {}
     for entry, data in entries.items():
         new_entry = new_info + entry[len(old_info):] if entry.startswith(old_info + "/") else entry
-        renamed[new_entry] = data
+        renamed[new_entry] = _NVCC_TMP.sub(b"tmpxft_00000000_", data) if entry.endswith(".so") else data
         renamed_modes[new_entry] = file_modes.get(entry, 0o644)
     metadata_name = f"{new_info}/METADATA"
     if metadata_name not in renamed:

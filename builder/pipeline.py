@@ -179,7 +179,7 @@ def _build_in(
         "build_log": str(log_file),
     }
     with timed(timings, "finalize"):
-        final = finalize_wheel(raw, workdir / "final", label=label, pins=pins, build_record={**record, "timings": dict(timings)})
+        final = finalize_wheel(raw, workdir / "final", label=label, pins=pins, build_record=record)
     log.info(f"wheel: {final.name}")
     log.step("inspect")
     with timed(timings, "inspect"):

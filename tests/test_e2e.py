@@ -142,3 +142,6 @@ def test_two_concurrent_builds_of_one_target_build_once(e2e: dict, tmp_path: Pat
     assert [p.name for p in (tmp_path / "wh" / "wheels").glob("*.whl")] == [WHEEL]
     page = (tmp_path / "wh" / "simple" / "tinyext" / "index.html").read_text()
     assert page.count("<a href=") == 1
+    # the second, independent build of the same inputs is byte-for-byte the first one (reproducible wheels)
+    first = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
+    assert (tmp_path / "wh" / "wheels" / WHEEL).read_bytes() == first.read_bytes()
