@@ -163,19 +163,31 @@ class Wheelhouse:
             with self.lock():
                 for folder in (self.wheels, self.records):
                     folder.mkdir(parents=True, exist_ok=True)
+                self._sweep_stale_temps()
                 dest = self.wheels / wheel.name
-                _atomic_write_bytes(self.wheels / f"{wheel.name}.metadata", metadata)
-                if wheel.resolve() != dest.resolve():
-                    _atomic_copy(wheel, dest)
+                # The wheel file is the commit point: everything it needs lands first, the pages last.
                 _atomic_write(self.records / f"{wheel.name}.json", json.dumps(record, indent=2, sort_keys=True))
+                _atomic_write_bytes(self.wheels / f"{wheel.name}.metadata", metadata)
                 if log_source is not None:
                     self.logs.mkdir(parents=True, exist_ok=True)
                     _atomic_copy(log_source, self.logs / f"{wheel.name}.log")
+                if wheel.resolve() != dest.resolve():
+                    _atomic_copy(wheel, dest)
                 self._write_index()
         except OSError as e:
+            self._undo_uncommitted(wheel.name)
             raise PublishError(f"publishing {wheel.name} into {self.root} failed: {e}") from e
         self._refresh_parent()
         return dest
+
+    def _undo_uncommitted(self, wheel_name: str) -> None:
+        """After a failed publish of a new wheel, drop the files written ahead of it (record, sidecar, log)."""
+        if (self.wheels / wheel_name).exists():
+            return  # a republish: the previous wheel and its files stay as they were
+        for path in (self.records / f"{wheel_name}.json", self.wheels / f"{wheel_name}.metadata",
+                     self.logs / f"{wheel_name}.log"):
+            path.unlink(missing_ok=True)
+        self._sweep_stale_temps()
 
     def find_record(self, cache_key: str) -> tuple[Path, dict[str, object]] | None:
         """A published wheel built from exactly these inputs, if any (the "unchanged, skip" check)."""
@@ -191,9 +203,17 @@ class Wheelhouse:
                 return wheel, record
         return None
 
+    def _sweep_stale_temps(self) -> None:
+        """Temp files of a publisher that was killed (SIGKILL, full disk) before its rename: with the lock held,
+        no live writer owns any, so they are removed."""
+        for path in self.root.rglob(".*"):
+            if path.is_file() and path.name != ".publish.lock" and "staging" not in path.relative_to(self.root).parts[:1]:
+                path.unlink(missing_ok=True)
+
     def rebuild_index(self) -> None:
         """Regenerate everything from the wheels and records: sidecars, logs, pages, channels, dashboard."""
         with self.lock():
+            self._sweep_stale_temps()
             for wheel in self._wheel_files():
                 log_copy = self.logs / f"{wheel.name}.log"
                 source = _log_source(wheel, self._read_record(wheel.name))

@@ -145,3 +145,30 @@ def test_two_concurrent_builds_of_one_target_build_once(e2e: dict, tmp_path: Pat
     # the second, independent build of the same inputs is byte-for-byte the first one (reproducible wheels)
     first = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
     assert (tmp_path / "wh" / "wheels" / WHEEL).read_bytes() == first.read_bytes()
+
+
+def test_sigkill_during_compile_then_rerun_recovers(e2e: dict, tmp_path: Path) -> None:
+    """SIGKILL to the whole build (builder, ninja, nvcc) mid-compile: nothing reaches the wheelhouse, no stale lock
+    or half-built tree blocks the next run, which builds and publishes normally."""
+    import os
+    import signal
+    import sys
+    import time
+
+    house = tmp_path / "wh"
+    env = {**os.environ, **e2e["env"], "BUILDER_WHEELHOUSE": str(house), "COLUMNS": "200"}
+    log = tmp_path / "killed.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "builder", *e2e["args"], "--force"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while "compiling" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(3)  # well inside nvcc/g++
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert "compiling" in log.read_text()
+    assert not list(house.glob("wheels/*.whl")) and not (house / "simple").exists()
+    rerun = run_cli(*e2e["args"], env={**e2e["env"], "BUILDER_WHEELHOUSE": str(house)})
+    assert rerun.code == 0, rerun.stderr[-2000:]
+    assert [p.name for p in house.glob("wheels/*.whl")] == [WHEEL]
