@@ -144,3 +144,10 @@ def test_sigkill_during_download_then_recovery(tmp_path: Path) -> None:
         assert got == digest and path.read_bytes() == archive.read_bytes()
     finally:
         server.shutdown()
+
+
+def test_no_shell_anywhere() -> None:
+    """Recipe values and flags reach subprocesses as argv lists, never as shell text."""
+    offenders = [str(p) for p in (ROOT / "builder").rglob("*.py")
+                 if "shell=True" in p.read_text() or "os.system(" in p.read_text()]
+    assert offenders == []
