@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
     p.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
     p.add_argument("--no-promote", action="store_true", help="test a staged wheel without promoting it")
+    p.add_argument("--with", dest="with_wheels", action="append", type=Path, default=[], metavar="WHEEL",
+                   help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
     _common(p)
 
     p = sub.add_parser("plan", help="show what a build would do, without building")
@@ -182,7 +184,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     options = TestOptions(python=args.python, require_kernel_tests=args.require_kernel_tests, quick=args.quick,
-                          bench=not args.no_bench, promote=not args.no_promote)
+                          bench=not args.no_bench, promote=not args.no_promote,
+                          with_wheels=tuple(args.with_wheels))
     for wheel in resolve_wheels(args.wheel, Wheelhouse(settings.wheelhouse)):
         report = test_wheel(wheel, settings, options)
         out.print(f"[bold]{wheel.name}[/bold]: {report.summary()}")

@@ -32,6 +32,7 @@ class TestOptions:
     quick: bool = False
     bench: bool = True
     promote: bool = True
+    with_wheels: tuple[Path, ...] = ()  # installed beside the wheel (e.g. causal-conv1d + fla for the fast-path check)
 
 
 def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
@@ -112,8 +113,15 @@ def _test_env(wheel: Path, options: TestOptions, torch: str, record: dict[str, o
                 f"--python {options.python}: its torch is {given.torch}, the wheel needs torch=={torch}",
                 "give an interpreter with the torch the wheel was built against",
             )
-        return fresh_test_env(given.python, torch, resolve_index(None), wheel, (), workdir, torch_from=given)
+        return fresh_test_env(given.python, torch, resolve_index(None), wheel, _extra(options), workdir, torch_from=given)
     interpreter = next((t.interpreter for t in tags if t.interpreter.startswith("cp")), "cp312")
     version = f"{interpreter[2]}.{interpreter[3:]}"
     index = resolve_index(str(record.get("torch_index")) if record.get("torch_index") else None)
-    return fresh_test_env(find_interpreter(version), torch, index, wheel, (), workdir)
+    return fresh_test_env(find_interpreter(version), torch, index, wheel, _extra(options), workdir)
+
+
+def _extra(options: TestOptions) -> tuple[str, ...]:
+    for path in options.with_wheels:
+        if not path.is_file():
+            raise UsageError(f"--with {path}: no such wheel file")
+    return tuple(str(p.resolve()) for p in options.with_wheels)

@@ -212,6 +212,6 @@ def fresh_test_env(
     else:
         purelib = probe(python).purelib
         (purelib / "_builder_torch_env.pth").write_text(f"{torch_from.purelib}\n")
-        run_uv(["pip", "install", "--quiet", "--offline", "--no-deps", "--python", str(python), str(wheel)],
+        run_uv(["pip", "install", "--quiet", "--offline", "--no-deps", "--python", str(python), str(wheel), *extra],
                what="installing the wheel into a clean venv")
     return probe(python, need_torch=True)
