@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Command groups that live in their own modules: each has register(subparsers, add_common) -> {name: handler}.
-_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm")
+_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images")
 
 
 def _command_modules() -> list:
@@ -131,9 +131,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _target(args: argparse.Namespace) -> Target:
     cuda = validate_cuda(args.cuda)
-    if args.arch is None:
+    if args.arch is None and not _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args):
         raise UsageError("--arch is required", "e.g. --arch 120 (Blackwell RTX 50xx), --arch 90 (H100/H200)")
-    archs = parse_arch_list(args.arch)
+    archs = parse_arch_list(args.arch) if args.arch is not None else ()
     jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
@@ -150,6 +150,19 @@ def _target(args: argparse.Namespace) -> Target:
         jobs=jobs,
         test_patches=tuple(getattr(args, "test_patch", []) or ()),
     )
+
+
+def _is_pure_python(package: str, args: argparse.Namespace) -> bool:
+    """Pure-Python recipes (fla) compile no GPU code, so --arch may be left out for them."""
+    from .recipe import find_recipe
+
+    try:
+        settings = _settings(args)
+        names = expand_name(package, settings.recipes_dir)
+        return all(load_recipe(find_recipe(n, settings.recipes_dir), settings.patches_dir).kind == "pure-python"
+                   for n in names)
+    except BuilderError:
+        return False
 
 
 def cmd_build(args: argparse.Namespace) -> int:

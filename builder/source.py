@@ -11,6 +11,7 @@ import subprocess
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
     for version, files in data.get("releases", {}).items():
         for f in files:
             if f.get("packagetype") == "sdist" and not f.get("yanked", False):
-                releases[version] = SourceRef("pypi", f["url"], f["filename"], f["digests"]["sha256"])
+                url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
+                releases[version] = SourceRef("pypi", url, f["filename"], f["digests"]["sha256"])
     return releases
 
 
@@ -199,7 +201,7 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
     try:
         with urllib.request.urlopen(ref.location, timeout=120) as response, tmp.open("wb") as out:
             shutil.copyfileobj(response, out)
-    except (urllib.error.URLError, TimeoutError, OSError) as e:
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as e:
         tmp.unlink(missing_ok=True)
         raise SourceError(f"download of {ref.location} failed: {e}", "check the network or use --offline") from e
     digest = sha256_file(tmp)
