@@ -8,7 +8,7 @@ import platform
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from .settings import Settings
 from .source import fetch, unpack
 from .testing import TestReport, import_test, kernel_tests
 from .toolchain import CudaToolkit, select_toolkit
+from .toolchain.docker import ContainerToolchain
 
 
 @dataclass
@@ -75,16 +76,27 @@ def run_build(target: Target, settings: Settings, options: BuildOptions, env: Ma
 def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult) -> None:
     timings = result.timings
     toolkit: CudaToolkit | None = None
+    container: ContainerToolchain | None = None
     if plan.recipe.kind == "cuda-extension":
         log.step("toolchain")
         with timed(timings, "toolchain"):
             choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ)
             toolkit = choice.toolkit
+            container = choice.container  # type: ignore[assignment]
         assert toolkit is not None
         log.info(f"toolchain: {toolkit.describe()} — {toolkit.reason}")
+    with ExitStack() as stack:
+        if container is not None:
+            stack.enter_context(container)
+        _build_with(plan, settings, options, environ, result, toolkit, container)
+
+
+def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
+                toolkit: CudaToolkit | None, container: ContainerToolchain | None) -> None:
+    timings = result.timings
     log.step("python")
     with timed(timings, "python"):
-        python, base_python = _python_env(plan, settings)
+        python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
     torch = python.torch or ""
     log.step("source")
     with timed(timings, "source"):
@@ -107,7 +119,7 @@ def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, enviro
         workdir.mkdir(parents=True)
         try:
             _build_in(plan, settings, options, environ, result, workdir, toolkit, python, base_python,
-                      source_path, source_digest, key, house)
+                      source_path, source_digest, key, house, container)
         finally:
             if not options.keep_workdir and result.status == "built":
                 shutil.rmtree(workdir / "src", ignore_errors=True)
@@ -136,10 +148,23 @@ def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
     return managed_env(base, plan.torch, plan.index, requirements, settings), base
 
 
+def _container_env(plan: Plan, settings: Settings, container: ContainerToolchain) -> tuple[PythonEnv, Path]:
+    """Docker toolchain: the build venv (pinned torch) is made inside the image; the import and kernel tests
+    run on the host, so they need a host interpreter of the same Python version."""
+    if plan.target.python_is_path:
+        raise ToolchainError(f"--python {plan.target.python}: with --toolchain docker the build's Python comes from "
+                             "the image", "give a version instead, e.g. --python 3.12")
+    requirements = ["build", "setuptools>=64", "wheel", "packaging", *plan.recipe.build_requires]
+    assert plan.torch is not None
+    env = container.managed_env(plan.target.python, plan.torch, plan.index.url, requirements,
+                                settings.cache("venvs"), settings.cache("docker"))
+    return env, find_interpreter(env.version)
+
+
 def _build_in(
     plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
     workdir: Path, toolkit: CudaToolkit | None, python: PythonEnv, base_python: Path,
-    source_path: Path, source_digest: str, key: str, house: Wheelhouse,
+    source_path: Path, source_digest: str, key: str, house: Wheelhouse, container: ContainerToolchain | None = None,
 ) -> None:
     timings = result.timings
     torch = python.torch or ""
@@ -148,7 +173,8 @@ def _build_in(
         root = unpack(source_path, workdir / "src")
         apply_patches(root, plan.patches, plan.recipe.name, plan.version)
     log.step("build")
-    env = base_env(environ)
+    # in a container the build starts from the image's environment, none of the host's variables
+    env = base_env(environ) if container is None else container.base_env(settings.cache("docker"))
     env.update(plan.env)
     if toolkit is not None:
         env.update(toolkit.build_env(env.get("PATH", "/usr/bin:/bin")))
@@ -157,7 +183,11 @@ def _build_in(
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
     log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
     with timed(timings, "build"):
-        raw = build_wheel(root, python, env, workdir / "dist", log_file)
+        if container is None:
+            raw = build_wheel(root, python, env, workdir / "dist", log_file)
+        else:  # sources and outputs travel by bind mounts; the compile runs with the network off
+            mounts = {workdir: False, settings.cache("venvs"): True, settings.cache("docker"): False}
+            raw = container.build_wheel(root, python, env, workdir / "dist", log_file, mounts=mounts)
     log.step("finalize")
     label = plan.label(torch) if torch else None
     pins = [f"torch=={torch.split('+')[0]}"] if torch else []
@@ -193,7 +223,7 @@ def _build_in(
     log.step("test")
     tests = TestReport()
     with timed(timings, "test"):
-        _run_tests(plan, options, python, base_python, final, report, tests, workdir)
+        _run_tests(plan, options, python, base_python, final, report, tests, workdir, main_wheels=settings.wheelhouse / ("staging/wheels" if options.stage else "wheels"))
     log.step("publish")
     record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name)
     with timed(timings, "publish"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -20,6 +20,9 @@ class CudaToolkit:
     cuda_home: Path
     version: Version
     reason: str = ""
+    image: str = ""  # docker toolchain: the build image's tag, content ID and registry digest
+    image_id: str = ""
+    image_digest: str = ""
 
     @property
     def nvcc(self) -> Path:
@@ -34,10 +37,17 @@ class CudaToolkit:
         }
 
     def describe(self) -> str:
-        return f"{self.kind} (nvcc {self.version} at {self.cuda_home})"
+        where = f" in {self.image}" if self.image else ""
+        return f"{self.kind} (nvcc {self.version} at {self.cuda_home}{where})"
 
     def record(self) -> dict[str, str]:
-        return {"kind": self.kind, "cuda_home": str(self.cuda_home), "nvcc": str(self.version), "reason": self.reason}
+        record = {"kind": self.kind, "cuda_home": str(self.cuda_home), "nvcc": str(self.version), "reason": self.reason}
+        if self.image:
+            record.update(image=self.image, image_id=self.image_id, image_digest=self.image_digest)
+        return record
+
+    def with_reason(self, reason: str) -> CudaToolkit:
+        return replace(self, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class ToolchainChoice:
     toolkit: CudaToolkit | None
     image: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    container: object | None = None  # docker toolchain: the ContainerToolchain that runs the build (close it after)
 
 
 _RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")

@@ -6,8 +6,11 @@ from collections.abc import Mapping
 
 from packaging.version import Version
 
-from ..errors import ToolchainError
+from ..errors import ToolchainError, UsageError
+from ..images import base_present, build_image, find_image, image_spec
+from ..log import log
 from ..settings import Settings
+from . import docker as docker_toolchain
 from . import pip as pip_toolchain
 from .base import CudaToolkit, ToolchainChoice
 from .host import find_host_toolkit
@@ -26,60 +29,100 @@ def docker_image_for(cuda: Version) -> str:
 
 def container_engine_answers(env: Mapping[str, str]) -> str | None:
     """The engine's address if a Docker-API engine (docker or podman service) answers a ping, else None."""
-    try:
-        import docker  # the SDK; imported lazily so a missing engine costs nothing
-
-        client = docker.from_env(environment=dict(env), timeout=3)
-        client.ping()
-        return str(client.api.base_url)
-    except Exception:  # noqa: BLE001 - any failure means "no engine answers"
+    client = docker_toolchain.connect(env)
+    if client is None:
         return None
+    address = str(client.api.base_url)
+    client.close()
+    return address
 
 
 def select_toolkit(requested: str, cuda: Version, settings: Settings, env: Mapping[str, str]) -> ToolchainChoice:
-    """Resolve ``requested`` (auto/pip/host/docker) into a toolkit, or raise one clear ToolchainError."""
+    """Resolve ``requested`` (auto/pip/host/docker) into a toolkit, or raise one clear ToolchainError.
+
+    For docker the choice carries the open ContainerToolchain (``choice.container``); the caller closes it.
+    """
     image = docker_image_for(cuda)
     if requested == "pip":
         return ToolchainChoice("pip", pip_toolchain.provision(cuda, settings), None)
     if requested == "host":
         return ToolchainChoice("host", find_host_toolkit(cuda, env), None)
     if requested == "docker":
-        raise _docker_unavailable(cuda, image, env)
+        return _docker(cuda, env, image)
     return _auto(cuda, settings, env, image)
 
 
+def _docker(cuda: Version, env: Mapping[str, str], image: str) -> ToolchainChoice:
+    client = docker_toolchain.connect(env)
+    if client is None:
+        raise ToolchainError(
+            f"--toolchain docker: no container engine answers (DOCKER_HOST={env.get('DOCKER_HOST', 'unset')})",
+            "start Docker or `podman system service`, or use --toolchain pip (CUDA >= 13)",
+        )
+    spec = image_spec(cuda)
+    try:
+        if find_image(client, spec) is None:
+            log.info(f"toolchain docker: {spec.tag} is not built yet; building it from {spec.dockerfile.name} "
+                     f"on {spec.base_image}")
+            build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
+        container = docker_toolchain.ContainerToolchain.open(
+            client, spec, cuda, f"--toolchain docker: engine at {client.api.base_url}")
+    except BaseException:
+        client.close()
+        raise
+    return ToolchainChoice("docker", container.toolkit, image, container=container)
+
+
 def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
+    """A container engine with an image for ``cuda`` (present, or buildable from a base image present locally),
+    else a host toolkit of ``cuda``, else PyPI for CUDA >= 13, else one line naming what is missing.
+    Never pulls: a base image that is not on the engine already makes auto fall through."""
     notes: list[str] = []
+    engine_note = _auto_container(cuda, env)
+    if isinstance(engine_note, ToolchainChoice):
+        return engine_note
+    notes.append(engine_note)
     try:
         toolkit = find_host_toolkit(cuda, env)
-        return ToolchainChoice("auto", _with_reason(toolkit, f"auto: host nvcc is CUDA {toolkit.version}"), None)
+        return ToolchainChoice("auto", toolkit.with_reason(f"auto: {engine_note}; host nvcc is CUDA {toolkit.version}"),
+                               None, tuple(notes))
     except ToolchainError as e:
         notes.append(e.message.removeprefix("--toolchain host: "))
     if cuda.major >= 13:
         toolkit = pip_toolchain.provision(cuda, settings)
-        return ToolchainChoice("auto", _with_reason(toolkit, f"auto: {notes[0]}; CUDA {cuda} comes from PyPI"), None)
-    engine = container_engine_answers(env)
+        return ToolchainChoice("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
+                               None, tuple(notes))
     raise ToolchainError(
-        f"no CUDA {cuda} compiler here: {notes[0]}; PyPI has no CUDA 12 compiler; "
-        + (f"a container engine answers at {engine} but the docker toolchain is not available in this version"
-           if engine else f"no container engine answers for {image}"),
-        f"install Docker or podman and use --toolchain docker, or set CUDA_HOME to a CUDA {cuda} install "
-        "and use --toolchain host",
+        f"no CUDA {cuda} compiler here: {notes[1]}; PyPI has no CUDA 12 compiler; {engine_note}",
+        f"install Docker or podman and use --toolchain docker (`builder images build --cuda {cuda}` pulls {image}), "
+        f"or set CUDA_HOME to a CUDA {cuda} install and use --toolchain host",
     )
 
 
-def _docker_unavailable(cuda: Version, image: str, env: Mapping[str, str]) -> ToolchainError:
-    engine = container_engine_answers(env)
-    if engine is None:
-        return ToolchainError(
-            f"--toolchain docker: no container engine answers (DOCKER_HOST={env.get('DOCKER_HOST', 'unset')})",
-            "start Docker or `podman system service`, or use --toolchain pip (CUDA >= 13)",
-        )
-    return ToolchainError(
-        f"--toolchain docker: the container build path ({image}) is not implemented yet",
-        "use --toolchain pip (CUDA >= 13) or --toolchain host",
-    )
-
-
-def _with_reason(toolkit: CudaToolkit, reason: str) -> CudaToolkit:
-    return CudaToolkit(toolkit.kind, toolkit.cuda_home, toolkit.version, reason)
+def _auto_container(cuda: Version, env: Mapping[str, str]) -> ToolchainChoice | str:
+    """The docker choice when an engine answers and has (or can build without a registry) an image for ``cuda``;
+    otherwise the reason why not, for the printed/recorded choice."""
+    client = docker_toolchain.connect(env)
+    if client is None:
+        return f"no container engine answers for {docker_image_for(cuda)}"
+    address = client.api.base_url
+    try:
+        spec = image_spec(cuda)
+    except UsageError:
+        client.close()
+        return f"a container engine answers at {address} but there is no Dockerfile for CUDA {cuda}"
+    try:
+        found = find_image(client, spec)
+        if found is None:
+            if not base_present(client, spec):
+                client.close()
+                return (f"a container engine answers at {address} but neither {spec.tag} nor its base "
+                        f"{spec.base_image} is present (auto never pulls; `builder images build --cuda {cuda}`)")
+            log.info(f"toolchain auto: building {spec.tag} on the local base {spec.base_image}")
+            build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
+        container = docker_toolchain.ContainerToolchain.open(
+            client, spec, cuda, f"auto: a container engine answers at {address} with an image for CUDA {cuda}")
+    except ToolchainError as e:
+        client.close()
+        return f"a container engine answers at {address} but its image is unusable ({e.message})"
+    return ToolchainChoice("auto", container.toolkit, docker_image_for(cuda), container=container)
