@@ -223,7 +223,7 @@ def _build_in(
     log.step("test")
     tests = TestReport()
     with timed(timings, "test"):
-        _run_tests(plan, options, python, base_python, final, report, tests, workdir, main_wheels=settings.wheelhouse / ("staging/wheels" if options.stage else "wheels"))
+        _run_tests(plan, options, python, base_python, final, report, tests, workdir)
     log.step("publish")
     record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name)
     with timed(timings, "publish"):
