@@ -1,0 +1,414 @@
+"""Farm files: strict validation, matrix expansion with exclusions, the GitHub matrix, change detection, watch.
+
+No compiling and no network here: recipes are local fixtures, PyPI release lists are injected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder import __version__
+from builder.errors import RecipeError, UsageError
+from builder.farm import (
+    FarmError,
+    changed_targets,
+    expand,
+    github_matrix,
+    identity,
+    load_farm,
+    record_matches,
+)
+from builder.settings import Settings
+from builder.watch import watch
+from tests.conftest import FIXTURES, ROOT, run_cli
+
+DEMO = FIXTURES / "farm-demo.toml"
+
+RECIPE = """
+name = "demo"
+kind = "cuda-extension"
+versions = ">=1.0,<2"
+[source]
+pypi = "demo"
+[[patch]]
+file = "fix.patch"
+versions = ">=1.0,<1.5"
+[test]
+imports = ["demo"]
+"""
+
+PURE = """
+name = "puredemo"
+kind = "pure-python"
+versions = ">=0.1,<1"
+[source]
+pypi = "puredemo"
+"""
+
+RELEASES = {"demo": ["0.9", "1.0", "1.1", "1.2rc1", "1.4", "2.0"], "puredemo": ["0.1", "0.2", "1.0"]}
+
+
+def fake_releases(name: str, settings: Settings) -> list[str]:
+    return RELEASES[name]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """recipes/demo (PyPI, with a patch for <1.5), recipes/puredemo (pure Python); returns the folder."""
+    for name, text in (("demo", RECIPE), ("puredemo", PURE)):
+        (tmp_path / "recipes" / name).mkdir(parents=True)
+        (tmp_path / "recipes" / name / "recipe.toml").write_text(text)
+    (tmp_path / "patches" / "demo").mkdir(parents=True)
+    (tmp_path / "patches" / "demo" / "fix.patch").write_text("--- a/x\n+++ b/x\n")
+    return tmp_path
+
+
+def settings_for(tree: Path) -> Settings:
+    return Settings.from_env({}, cache_dir=tree / "cache", wheelhouse=tree / "wheelhouse", recipes_dir=tree / "recipes")
+
+
+def write_farm(tree: Path, text: str) -> Path:
+    path = tree / "farm.toml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+[defaults]
+recipes = "recipes"
+cuda = ["12.8", "13.0"]
+archs = ["120", "90,120+ptx"]
+python = "3.12"
+
+[[package]]
+name = "demo"
+newest = 2
+
+[[package]]
+name = "puredemo"
+versions = ["0.2"]
+
+[[exclude]]
+package = "demo"
+version = "<1.4"
+cuda = "12.8"
+
+[[exclude]]
+arch = "120+ptx,90"
+cuda = "13.0"
+package = "demo"
+
+[[exclude]]
+arch = "120"
+cuda = "12.8"
+package = "demo"
+"""
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("mutation", "needle", "hint"),
+    [
+        (lambda t: t.replace("newest = 2", "newst = 2"), "unknown field 'package[0].newst'", "did you mean 'newest'?"),
+        (lambda t: t.replace("[defaults]", "[default]"), "unknown field 'default'", "did you mean 'defaults'?"),
+        (lambda t: t.replace('python = "3.12"', 'pyton = "3.12"'), "unknown field 'defaults.pyton'",
+         "did you mean 'python'?"),
+        (lambda t: t.replace('cuda = "12.8"', 'cdua = "12.8"'), "unknown field 'exclude[0].cdua'",
+         "did you mean 'cuda'?"),
+        (lambda t: t.replace('versions = ["0.2"]', 'version = ["0.2"]'), "unknown field 'package[1].version'",
+         "did you mean 'versions'?"),
+        (lambda t: t + "\n[runners]\nsm120 = 'x'\n", "field 'runners.sm120' must be an arch number", None),
+        (lambda t: t.replace("newest = 2", "newest = 0"), "field 'package[0].newest' must be at least 1", None),
+        (lambda t: t.replace("newest = 2", 'newest = "2"'), "field 'package[0].newest' must be an integer, not str",
+         None),
+        (lambda t: t.replace("newest = 2", "newest = 2\nversions = ['1.0']"), "gives both 'versions' and 'newest'",
+         None),
+        (lambda t: t.replace('cuda = ["12.8", "13.0"]', 'cuda = ["12.8", "99.1"]'),
+         "field 'defaults.cuda[1]' is not a known CUDA version", "use one of"),
+        (lambda t: t.replace('archs = ["120", "90,120+ptx"]', 'archs = ["120", "sm_abc"]'),
+         "field 'defaults.archs[1]' is not an arch list", None),
+        (lambda t: t.replace('archs = ["120", "90,120+ptx"]', 'archs = ["120", "sm_120"]'),
+         "field 'defaults.archs' names one arch list twice", None),
+        (lambda t: t.replace('python = "3.12"', 'python = "3.x"'), "field 'defaults.python[0]' is neither", None),
+        (lambda t: t.replace('python = "3.12"', 'python = "3.12"\ntoolchain = "dokcer"'),
+         "field 'defaults.toolchain' is 'dokcer'", "did you mean 'docker'?"),
+        (lambda t: t.replace('python = "3.12"', 'python = "3.12"\ntorch = ["2.x"]'),
+         "field 'defaults.torch[0]' is not a version", None),
+        (lambda t: t.replace('recipes = "recipes"', 'recipes = "nowhere"'), "field 'defaults.recipes' folder", None),
+        (lambda t: t.replace('name = "puredemo"', ""), "field 'package[1].name' is required", None),
+        (lambda t: t.replace('cuda = ["12.8", "13.0"]', ""), "field 'package[0].cuda' is required", None),
+        (lambda t: t.replace('version = "<1.4"', 'version = "1.x"'), "field 'exclude[0].version'", None),
+        (lambda t: t.replace('versions = ["0.2"]', 'versions = ["0.2"]\nsource = { "0.3" = "x" }'),
+         "field 'package[1].source.0.3' names a version that is not in package[1].versions", None),
+        (lambda t: t.replace('python = "3.12"', 'python = "3.12"\njobs = true'),
+         "field 'defaults.jobs' must be an integer, not bool", None),
+        (lambda t: t.replace("[[exclude]]\narch", "[[exclude]]\n[[exclude]]\narch", 1), "field 'exclude[1]' is empty",
+         None),
+        (lambda t: "[defaults]\ncuda = '13.0'\n", "field 'package' is required", None),
+        (lambda t: t + "\n[[package]\n", "not valid TOML", None),
+    ],
+)
+def test_schema_errors_name_file_and_field(tree: Path, mutation, needle: str, hint: str | None) -> None:
+    path = write_farm(tree, mutation(GOOD))
+    with pytest.raises(FarmError) as info:
+        load_farm(path)
+    assert str(path) in info.value.message and needle in info.value.message, info.value.one_line()
+    if hint:
+        assert hint in (info.value.hint or ""), info.value.one_line()
+    assert isinstance(info.value, RecipeError) and info.value.exit_code == 3
+
+
+def test_good_farm_loads_with_defaults_and_overrides(tree: Path) -> None:
+    farm = load_farm(write_farm(tree, GOOD))
+    demo, pure = farm.entries
+    assert demo.newest == 2 and demo.python == ("3.12",) and demo.recipes == tree / "recipes"
+    assert demo.archs == ("120", "90,120+ptx")  # normalised
+    assert pure.python == ("3.12",) and pure.versions == ("0.2",)
+    assert farm.excludes[1].arch == "90,120+ptx"  # "120+ptx,90" normalised the same way
+    with pytest.raises(Exception):
+        demo.name = "x"  # type: ignore[misc]  (frozen)
+
+
+# ---------------------------------------------------------------- expansion
+
+
+def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
+    farm = load_farm(write_farm(tree, GOOD))
+    targets = expand(farm, settings_for(tree), releases=fake_releases)
+    cells = [(t.package, t.version, t.cuda, t.archs, t.python, t.torch) for t in targets]
+    assert cells == [
+        # newest 2 in range >=1.0,<2 (1.2rc1 is a pre-release, 2.0 outside): 1.4 and 1.1, newest first;
+        # exclude[2] drops arch 120 on 12.8, exclude[1] arch 90,120+ptx on 13.0, exclude[0] 1.1 on 12.8
+        ("demo", "1.4", "12.8", "90,120+ptx", "3.12", "2.10.0"),
+        ("demo", "1.4", "13.0", "120", "3.12", "2.14.1"),
+        ("demo", "1.1", "13.0", "120", "3.12", "2.14.1"),
+        # pure Python: no arch dimension (the first arch list only picks the test runner)
+        ("puredemo", "0.2", "12.8", "120", "3.12", "2.10.0"),
+        ("puredemo", "0.2", "13.0", "120", "3.12", "2.14.1"),
+    ]
+    assert [t.id for t in targets][:2] == ["demo-1.4-cu128-sm90_120ptx-py3.12-torch2.10.0",
+                                           "demo-1.4-cu130-sm120-py3.12-torch2.14.1"]
+    assert targets[-1].id == "puredemo-0.2-cu130-py3.12-torch2.14.1"
+    assert len({t.id for t in targets}) == len(targets)
+    only = expand(farm, settings_for(tree), only=["PureDemo"], releases=fake_releases)
+    assert {t.package for t in only} == {"puredemo"}
+    with pytest.raises(UsageError) as info:
+        expand(farm, settings_for(tree), only=["puredem"], releases=fake_releases)
+    assert "--only puredem" in info.value.message and info.value.hint == "did you mean 'puredemo'?"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle", "hint"),
+    [
+        # torch 2.14.1 is a CUDA 13.0 build: naming it for 12.8 too needs an explicit exclusion
+        (lambda t: t.replace('python = "3.12"', 'python = "3.12"\ntorch = "2.14.1"'),
+         "package[0] combines CUDA 12.8 with torch 2.14.1", "add [[exclude]] package = 'demo', cuda = '12.8', torch"),
+        (lambda t: t.replace('archs = ["120", "90,120+ptx"]', 'archs = ["120", "70"]'),
+         "package[0] combines CUDA 13.0 with archs 70", "arch = '70'"),
+        (lambda t: t.replace("newest = 2", 'versions = ["2.0"]'), "field 'package[0].versions[0]' demo 2.0 is outside",
+         None),
+        (lambda t: t.replace("newest = 2", 'versions = ["1.3"]'), "demo 1.3 has no sdist on PyPI", None),
+        (lambda t: t.replace('[[package]]\nname = "puredemo"', '[[package]]\nname = "demo"\nnewest = 1\n'
+                                                                '[[package]]\nname = "puredemo"'),
+         "package[1] repeats target demo-1.4-cu128-sm90_120ptx-py3.12-torch2.10.0 of package[0]", None),
+        # two arch lists for one CUDA × torch × Python would publish the same wheel file name
+        (lambda t: t.replace('[[exclude]]\narch = "120"\ncuda = "12.8"\npackage = "demo"\n', ""),
+         "target demo-1.4-cu128-sm90_120ptx-py3.12-torch2.10.0 would publish the same wheel file as "
+         "demo-1.4-cu128-sm120-py3.12-torch2.10.0", "one arch list such as archs = ['90,120']"),
+        # a pure-Python wheel is py3-none-any: two Pythons give one file name
+        (lambda t: t.replace('versions = ["0.2"]', 'versions = ["0.2"]\npython = ["3.12", "3.13"]'),
+         "puredemo-0.2-cu128-py3.13-torch2.10.0 would publish the same wheel file as "
+         "puredemo-0.2-cu128-py3.12-torch2.10.0", None),
+    ],
+)
+def test_expansion_refuses_what_cannot_be_built(tree: Path, edit, needle: str, hint: str | None) -> None:
+    farm = load_farm(write_farm(tree, edit(GOOD)))
+    with pytest.raises(FarmError) as info:
+        expand(farm, settings_for(tree), releases=fake_releases)
+    assert needle in info.value.message, info.value.one_line()
+    if hint:
+        assert hint in (info.value.hint or ""), info.value.one_line()
+
+
+def test_unknown_recipe_names_close_match(tree: Path) -> None:
+    farm = load_farm(write_farm(tree, GOOD.replace('name = "demo"', 'name = "dmeo"')))
+    with pytest.raises(RecipeError, match="no recipe for package 'dmeo'"):
+        expand(farm, settings_for(tree), releases=fake_releases)
+
+
+def test_demo_farm_expands_to_two_packages_two_versions_two_targets() -> None:
+    farm = load_farm(DEMO)
+    targets = expand(farm, Settings.from_env({}))
+    assert len(targets) == 8
+    assert {(t.package, t.version) for t in targets} == {
+        ("tinyext", "0.1.0"), ("tinyext", "0.2.0"), ("tinyscale", "0.1.0"), ("tinyscale", "0.2.0")}
+    assert {t.archs for t in targets} == {"90,120"} and {t.python for t in targets} == {"3.11", "3.12"}
+    by_id = {t.id: t for t in targets}
+    assert by_id["tinyext-0.2.0-cu130-sm90_120-py3.11-torch2.14.1"].source == str(FIXTURES / "farm" / "tinyext-0.2.0")
+    assert by_id["tinyext-0.1.0-cu130-sm90_120-py3.12-torch2.14.1"].source is None  # the recipe's own
+    assert by_id["tinyscale-0.1.0-cu130-sm90_120-py3.11-torch2.14.1"].recipes == FIXTURES / "farm" / "recipes"
+    assert all(t.toolchain == "host" and t.torch == "2.14.1" for t in targets)
+
+
+def test_local_source_must_hold_the_pinned_version(tmp_path: Path) -> None:
+    text = (DEMO.read_text()
+            .replace('"0.2.0" = "farm/tinyext-0.2.0"', f'"0.2.0" = "{FIXTURES / "tinyext"}"')
+            .replace('recipes = "recipes"', f'recipes = "{FIXTURES / "recipes"}"')
+            .replace('recipes = "farm/recipes"', f'recipes = "{FIXTURES / "farm" / "recipes"}"')
+            .replace('"0.2.0" = "farm/tinyscale-0.2.0"', f'"0.2.0" = "{FIXTURES / "farm" / "tinyscale-0.2.0"}"'))
+    farm = load_farm(write_farm(tmp_path, text))
+    with pytest.raises(FarmError, match=r"field 'package\[0\].source' .*tinyext holds version 0.1.0, not 0.2.0"):
+        expand(farm, Settings.from_env({}))
+
+
+def test_root_farm_file_is_valid() -> None:
+    farm = load_farm(ROOT / "farm.toml")
+    assert {e.name for e in farm.entries} >= {"causal-conv1d"}
+    fixed = {"causal-conv1d": ["1.5.2", "1.6.2.post1", "1.7.0"], "fla-core": ["0.5.2", "0.6.0"],
+             "flash-linear-attention": ["0.5.2", "0.6.0"]}
+    targets = expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name])
+    assert targets and all(t.torch for t in targets)
+
+
+# ---------------------------------------------------------------- GitHub matrix
+
+
+def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
+    env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse")}
+    result = run_cli("matrix", "--file", str(DEMO), "--format", "github", env=env)
+    assert result.code == 0, result.stderr
+    assert len(result.stdout.strip().splitlines()) == 1  # one line, for $GITHUB_OUTPUT
+    matrix = json.loads(result.stdout)
+    assert list(matrix) == ["include"] and len(matrix["include"]) == 8
+    keys = {"id", "package", "version", "kind", "cuda", "arch", "python", "torch", "torch_index", "recipes", "source",
+            "runner"}
+    for entry in matrix["include"]:
+        assert set(entry) == keys and all(isinstance(v, str) for v in entry.values())
+    first = matrix["include"][0]
+    assert first == {
+        "id": "tinyext-0.1.0-cu130-sm90_120-py3.11-torch2.14.1", "package": "tinyext", "version": "0.1.0",
+        "kind": "cuda-extension", "cuda": "13.0", "arch": "90,120", "python": "3.11", "torch": "2.14.1",
+        "torch_index": "", "recipes": "recipes", "source": "", "runner": "gpu-rtx5090",
+    }
+    assert {e["runner"] for e in matrix["include"]} == {"gpu-rtx5090"}  # [runners] "120" over the default template
+    assert {e["source"] for e in matrix["include"]} == {"", "farm/tinyext-0.2.0", "farm/tinyscale-0.2.0"}
+    only = json.loads(run_cli("matrix", "--file", str(DEMO), "--format", "github", "--only", "tinyscale",
+                              env=env).stdout)
+    assert {e["package"] for e in only["include"]} == {"tinyscale"}
+    table = run_cli("matrix", "--file", str(DEMO), env=env)
+    assert table.code == 0 and "8 targets" in table.stdout and "gpu-rtx5090" in table.stdout
+
+
+def test_matrix_and_farm_cli_errors_are_one_line(tmp_path: Path) -> None:
+    env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse")}
+    bad = tmp_path / "farm.toml"
+    bad.write_text(DEMO.read_text().replace("archs =", "arches ="))
+    for command in ("matrix", "farm", "watch"):
+        result = run_cli(command, "--file", str(bad), env=env)
+        assert result.code == 3 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.error_lines
+        assert "unknown field 'defaults.arches'" in line and "did you mean 'archs'?" in line
+    result = run_cli("farm", "--file", str(DEMO), "--parallel", "0", env=env)
+    assert result.code == 2 and "--parallel 0" in result.error_lines[0]
+    result = run_cli("matrix", "--file", str(tmp_path / "missing.toml"), env=env)
+    assert result.code == 3 and "farm file not found" in result.error_lines[0]
+
+
+def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path) -> None:
+    farm = load_farm(write_farm(tree, GOOD))
+    targets = expand(farm, settings_for(tree), releases=fake_releases)
+    matrix = github_matrix(farm, targets)
+    pure = [e for e in matrix["include"] if e["package"] == "puredemo"]
+    assert {e["runner"] for e in pure} == {"gpu-sm120"} and {e["kind"] for e in pure} == {"pure-python"}
+    # a wheel with SASS for 90 and 120 is tested on the newest arch's runner, unless [runners] names another
+    assert {e["runner"] for e in matrix["include"] if e["arch"] == "90,120+ptx"} == {"gpu-sm120"}
+    farm = load_farm(write_farm(tree, GOOD + '\n[runners]\n"90" = "h200"\ndefault = "gpu-{arch}"\n'))
+    matrix = github_matrix(farm, expand(farm, settings_for(tree), releases=fake_releases))
+    assert {e["arch"]: e["runner"] for e in matrix["include"]} == {"90,120+ptx": "h200", "120": "gpu-120"}
+
+
+# ---------------------------------------------------------------- what the wheelhouse holds: matrix --changed
+
+
+def _record_for(target, ident, **over) -> dict:
+    record = {
+        "builder_version": __version__, "cache_key": "k" * 64, "package": target.package, "version": target.version,
+        "recipe": {"file": "recipe.toml", "sha256": ident.recipe_sha256},
+        "source": {"kind": "path", "location": "x", "sha256": ident.source_sha256},
+        "patches": [{"file": n, "sha256": s, "versions": ">=0.1,<1"} for n, s in ident.patches],
+        "cuda": target.cuda, "archs": target.archs.split(","), "toolchain": {"kind": "host", "nvcc": "13.0.88"},
+        "python": {"python": "/x/bin/python", "version": "3.11", "torch": "2.14.1+cu130", "torch_cuda": "13.0"},
+        "torch_index": ident.index_url,
+    }
+    record.update(over)
+    return record
+
+
+def _publish_fake(house: Path, wheel_name: str, record: dict) -> None:
+    (house / "wheels").mkdir(parents=True, exist_ok=True)
+    (house / "records").mkdir(parents=True, exist_ok=True)
+    (house / "wheels" / wheel_name).write_bytes(b"not really a wheel")
+    (house / "records" / f"{wheel_name}.json").write_text(json.dumps(record))
+
+
+def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) -> None:
+    settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wheelhouse")
+    targets = expand(load_farm(DEMO), settings)
+    assert changed_targets(targets, settings) == targets  # empty wheelhouse: everything
+    first, second = targets[0], targets[1]
+    ident = identity(first, settings)
+    assert ident.source_sha256 and len(ident.patches) == 1 and ident.index_url == "https://pypi.org/simple"
+    _publish_fake(tmp_path / "wheelhouse", "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl",
+                  _record_for(first, ident))
+    changed = changed_targets(targets, settings)
+    assert first not in changed and len(changed) == 7
+    # any changed input makes it a target again
+    for over in ({"builder_version": "0.0.1"}, {"recipe": {"sha256": "0" * 64}}, {"patches": []},
+                 {"source": {"sha256": "1" * 64}}, {"python": {"version": "3.12.1", "torch": "2.14.1"}},
+                 {"archs": ["120"]}, {"torch_index": "file:///opt/pypi-more/simple"}, {"cuda": "12.8"}):
+        assert not record_matches(_record_for(first, ident, **over), first, ident), over
+    assert not record_matches(_record_for(first, ident), second, identity(second, settings))  # Python 3.12
+
+
+# ---------------------------------------------------------------- builder watch
+
+
+def test_watch_reports_newer_and_out_of_range_versions(tree: Path) -> None:
+    farm = load_farm(write_farm(tree, GOOD))
+    settings = settings_for(tree)
+    rows = {r.package: r for r in watch(farm, settings, releases=fake_releases)}
+    assert rows["demo"].built == () and rows["demo"].newer == ("1.0", "1.1", "1.4")
+    assert rows["demo"].beyond == ("2.0",) and "above the recipe's range" in rows["demo"].note
+    _publish_fake(tree / "wheelhouse", "demo-1.1+cu130torch2.14-cp312-cp312-linux_x86_64.whl",
+                  {"package": "demo", "version": "1.1"})
+    _publish_fake(tree / "wheelhouse" / "staging", "puredemo-0.2+cu130torch2.14-py3-none-any.whl",
+                  {"package": "puredemo", "version": "0.2"})
+    rows = {r.package: r for r in watch(farm, settings, releases=fake_releases)}
+    assert rows["demo"].built == ("1.1",) and rows["demo"].newer == ("1.4",)
+    assert rows["puredemo"].built == ("0.2",) and rows["puredemo"].newer == () and rows["puredemo"].beyond == ("1.0",)
+
+
+def test_watch_cli_on_local_sources_needs_no_network(tmp_path: Path) -> None:
+    env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse"),
+           "BUILDER_OFFLINE": "1"}
+    result = run_cli("watch", "--file", str(DEMO), "--format", "json", env=env)
+    assert result.code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["package"] for r in rows] == ["tinyext", "tinyscale"]
+    assert all(r["note"] == "not built from PyPI: nothing to watch" for r in rows)
+    markdown = run_cli("watch", "--file", str(DEMO), "--format", "markdown", env=env).stdout
+    assert markdown.splitlines()[0].startswith("| package | recipe range |")
+    only = run_cli("watch", "--file", str(DEMO), "--format", "json", "--only", "TinyScale", env=env)
+    assert [r["package"] for r in json.loads(only.stdout)] == ["tinyscale"]
+
+
+def test_fixture_tree_is_clean() -> None:
+    """The farm fixtures are source trees the builder copies; nothing built may land in them."""
+    for folder in ("tinyext-0.2.0", "tinyscale", "tinyscale-0.2.0"):
+        root = FIXTURES / "farm" / folder
+        assert not any(p.name in {"build", "dist"} or p.suffix == ".so" for p in root.rglob("*")), folder

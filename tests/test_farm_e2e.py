@@ -1,0 +1,148 @@
+"""`builder farm` end to end: one real tinyext compile (about a minute), then the unchanged path.
+
+The farm holds two targets: tinyext (host nvcc 13.0, torch 2.14.1 for Python 3.11 from the local index) and
+tinyscale with the docker toolchain, which fails at once here (no container engine, or the container build path
+not implemented): a failed target must not stop the other, and the farm must exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, run_cli
+
+pytestmark = pytest.mark.e2e
+
+TINYEXT = "tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1"
+TINYSCALE = "tinyscale-0.1.0-cu130-sm90-py3.11-torch2.14.1"
+WHEEL = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
+
+FARM = f"""
+[defaults]
+recipes = "{FIXTURES / 'recipes'}"
+toolchain = "host"
+cuda = "13.0"
+archs = "90"
+python = "3.11"
+torch = "2.14.1"
+torch-index = "{LOCAL_TORCH_INDEX}"
+
+[[package]]
+name = "tinyext"
+versions = ["0.1.0"]
+
+[[package]]
+name = "tinyscale"
+recipes = "{FIXTURES / 'farm' / 'recipes'}"
+versions = ["0.1.0"]
+toolchain = "docker"
+"""
+
+
+def _requirements() -> str | None:
+    if not LOCAL_TORCH_INDEX.is_dir():
+        return f"no local torch index at {LOCAL_TORCH_INDEX}"
+    if not shutil.which("nvcc"):
+        return "no nvcc on PATH"
+    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
+        return "no Python 3.11 interpreter"
+    return None
+
+
+missing = _requirements()
+if missing:
+    pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason=f"skipped: {missing}")]
+
+
+def _summary(log_dir: Path) -> dict:
+    data = json.loads((log_dir / "summary.json").read_text())
+    data["by_id"] = {t["id"]: t for t in data["targets"]}
+    return data
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The first farm run (one real compile) and the second (nothing to compile), with their times."""
+    base = tmp_path_factory.mktemp("farm")
+    (base / "farm.toml").write_text(FARM)
+    env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse")}
+    runs = {}
+    for name in ("first", "second"):
+        start = time.monotonic()
+        result = run_cli("farm", "--file", str(base / "farm.toml"), "--parallel", "2", "--log-dir",
+                         str(base / name), env=env)
+        runs[name] = {"result": result, "seconds": time.monotonic() - start, "logs": base / name}
+    return {"base": base, "env": env, **runs}
+
+
+def test_first_run_builds_and_a_failed_target_does_not_stop_the_other(farm: dict) -> None:
+    result = farm["first"]["result"]
+    assert result.code == 1, result.stderr[-3000:]  # one target failed
+    summary = _summary(farm["first"]["logs"])
+    assert summary["counts"] == {"built": 1, "unchanged": 0, "failed": 1}
+    built, failed = summary["by_id"][TINYEXT], summary["by_id"][TINYSCALE]
+    assert built["status"] == "built" and built["wheel"].endswith(WHEEL) and built["timings"]["build"] > 0
+    assert failed["status"] == "failed" and "--toolchain docker" in failed["error"]
+    assert (farm["base"] / "wheelhouse" / "wheels" / WHEEL).is_file()
+    # one log per target, with the pipeline's stages in the built one and the one-line error in the failed one
+    log = (farm["first"]["logs"] / f"{TINYEXT}.log").read_text()
+    assert "tinyext-0.1.0: ==> build" in log and "import test passed" in log
+    assert "error: --toolchain docker" in (farm["first"]["logs"] / f"{TINYSCALE}.log").read_text()
+    # the summary table on stdout
+    assert "farm summary" in result.stdout and "1 built, 0 unchanged, 1 failed" in result.stdout
+
+
+def test_second_run_skips_the_unchanged_target_fast(farm: dict) -> None:
+    result = farm["second"]["result"]
+    assert result.code == 1, result.stderr[-3000:]
+    summary = _summary(farm["second"]["logs"])
+    assert summary["counts"] == {"built": 0, "unchanged": 1, "failed": 1}
+    unchanged = summary["by_id"][TINYEXT]
+    assert unchanged["status"] == "unchanged" and unchanged["wheel"].endswith(WHEEL)
+    log = (farm["second"]["logs"] / f"{TINYEXT}.log").read_text()
+    assert log.startswith("unchanged:") and "==> build" not in log
+    # decided from the cache key without starting a build: seconds, against a minute of compiling
+    assert summary["check_seconds"] < 30, summary["check_seconds"]
+    assert farm["second"]["seconds"] < farm["first"]["seconds"] / 2
+    assert "0 built, 1 unchanged, 1 failed" in result.stdout
+
+
+def test_only_the_good_package_exits_zero(farm: dict) -> None:
+    result = run_cli("farm", "--file", str(farm["base"] / "farm.toml"), "--only", "tinyext", "--log-dir",
+                     str(farm["base"] / "only"), env=farm["env"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert _summary(farm["base"] / "only")["counts"] == {"built": 0, "unchanged": 1, "failed": 0}
+
+
+def test_pipeline_unchanged_decision_in_a_worker_is_reported_as_unchanged(
+    farm: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the farm's up-front check the worker's run_build decides: still "unchanged", still no compile."""
+    import builder.farm
+    from builder.cli import main
+
+    monkeypatch.setattr(builder.farm, "find_unchanged", lambda *a, **k: {})
+    for key, value in farm["env"].items():
+        monkeypatch.setenv(key, value)
+    log_dir = farm["base"] / "worker"
+    code = main(["farm", "--file", str(farm["base"] / "farm.toml"), "--only", "tinyext", "--log-dir", str(log_dir)])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert _summary(log_dir)["counts"] == {"built": 0, "unchanged": 1, "failed": 0}
+    log = (log_dir / f"{TINYEXT}.log").read_text()
+    assert "unchanged:" in log and "==> build" not in log
+
+
+def test_matrix_changed_and_watch_read_the_real_record(farm: dict) -> None:
+    """The light comparison of `matrix --changed` (no toolkit, no build venv) agrees with the real build record."""
+    changed = run_cli("matrix", "--file", str(farm["base"] / "farm.toml"), "--changed", "--format", "github",
+                      env=farm["env"])
+    assert changed.code == 0, changed.stderr
+    assert [e["id"] for e in json.loads(changed.stdout)["include"]] == [TINYSCALE]
+    watched = run_cli("watch", "--file", str(farm["base"] / "farm.toml"), "--format", "json", env=farm["env"])
+    rows = {r["package"]: r for r in json.loads(watched.stdout)}
+    assert rows["tinyext"]["built"] == ["0.1.0"] and rows["tinyscale"]["built"] == []
