@@ -1,8 +1,8 @@
 """`builder farm` end to end: one real tinyext compile (about a minute), then the unchanged path.
 
 The farm holds two targets: tinyext (host nvcc 13.0, torch 2.14.1 for Python 3.11 from the local index) and
-tinyscale with the docker toolchain, which fails at once here (no container engine, or the container build path
-not implemented): a failed target must not stop the other, and the farm must exit non-zero.
+tinyscale with the docker toolchain pointed at a container engine that does not exist, so it fails at once: a
+failed target must not stop the other, and the farm must exit non-zero.
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The first farm run (one real compile) and the second (nothing to compile), with their times."""
     base = tmp_path_factory.mktemp("farm")
     (base / "farm.toml").write_text(FARM)
-    env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse")}
+    # the docker target must fail the same way everywhere: point it at an engine that cannot answer
+    env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse"),
+           "DOCKER_HOST": f"unix://{base / 'no-engine.sock'}"}
     runs = {}
     for name in ("first", "second"):
         start = time.monotonic()
@@ -87,7 +89,7 @@ def test_first_run_builds_and_a_failed_target_does_not_stop_the_other(farm: dict
     assert summary["counts"] == {"built": 1, "unchanged": 0, "failed": 1}
     built, failed = summary["by_id"][TINYEXT], summary["by_id"][TINYSCALE]
     assert built["status"] == "built" and built["wheel"].endswith(WHEEL) and built["timings"]["build"] > 0
-    assert failed["status"] == "failed" and "--toolchain docker" in failed["error"]
+    assert failed["status"] == "failed" and "--toolchain docker: no container engine answers" in failed["error"]
     assert (farm["base"] / "wheelhouse" / "wheels" / WHEEL).is_file()
     # one log per target, with the pipeline's stages in the built one and the one-line error in the failed one
     log = (farm["first"]["logs"] / f"{TINYEXT}.log").read_text()
