@@ -66,7 +66,7 @@ def _docker(cuda: Version, env: Mapping[str, str], image: str) -> ToolchainChoic
                      f"on {spec.base_image}")
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
         container = docker_toolchain.ContainerToolchain.open(
-            client, spec, cuda, f"--toolchain docker: engine at {client.api.base_url}")
+            client, spec, cuda, f"--toolchain docker: engine at {env.get('DOCKER_HOST') or client.api.base_url}")
     except BaseException:
         client.close()
         raise
@@ -105,7 +105,7 @@ def _auto_container(cuda: Version, env: Mapping[str, str]) -> ToolchainChoice | 
     client = docker_toolchain.connect(env)
     if client is None:
         return f"no container engine answers for {docker_image_for(cuda)}"
-    address = client.api.base_url
+    address = env.get("DOCKER_HOST") or client.api.base_url
     try:
         spec = image_spec(cuda)
     except UsageError:
