@@ -99,9 +99,15 @@ def _save(record: dict[str, object], tests: TestReport, wheel: Path, house: Whee
 
 
 def _torch_pin(requires: tuple[str, ...]) -> str:
-    for req in requires:
-        if req.replace(" ", "").startswith("torch=="):
-            return req.replace(" ", "").removeprefix("torch==").split(";")[0]
+    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored)."""
+    from packaging.requirements import Requirement
+
+    for text in requires:
+        req = Requirement(text)
+        if req.name == "torch" and req.marker is None:
+            pins = [s.version for s in req.specifier if s.operator == "=="]
+            if pins:
+                return pins[0]
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")
 
 

@@ -223,7 +223,8 @@ def _build_in(
     log.step("test")
     tests = TestReport()
     with timed(timings, "test"):
-        _run_tests(plan, options, python, base_python, final, report, tests, workdir)
+        companions = settings.wheelhouse / ("staging/wheels" if options.stage else "wheels")
+        _run_tests(plan, options, python, base_python, final, report, tests, workdir, main_wheels=companions)
     log.step("publish")
     record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name)
     with timed(timings, "publish"):
@@ -234,12 +235,13 @@ def _build_in(
 
 
 def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
-               report: WheelReport, tests: TestReport, workdir: Path) -> None:
+               report: WheelReport, tests: TestReport, workdir: Path, *, main_wheels: Path | None = None) -> None:
     from .errors import TestFailed
 
     torch_from = None if python.managed else python
     test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
-                              plan.recipe.test_requires, workdir, torch_from=torch_from)
+                              plan.recipe.test_requires, workdir, torch_from=torch_from,
+                              find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
     import_test(test_env, plan.recipe.imports, tests)
     if options.kernel_tests and not options.stage:
         kernel_tests(test_env, plan.recipe, report, tests, workdir, quick=options.quick_kernel_tests)

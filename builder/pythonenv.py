@@ -192,7 +192,7 @@ def _is_venv(python: Path) -> bool:
 
 def fresh_test_env(
     base_python: Path, torch: str, index: TorchIndex, wheel: Path, extra: Iterable[str], workdir: Path,
-    *, torch_from: PythonEnv | None = None,
+    *, torch_from: PythonEnv | None = None, find_links: Path | None = None,
 ) -> PythonEnv:
     """A clean venv holding only the wheel, its torch and ``extra``.
 
@@ -205,7 +205,8 @@ def fresh_test_env(
     python = target / "bin" / "python"
     if torch_from is None:
         run_uv(
-            ["pip", "install", "--quiet", "--python", str(python), *_index_args(index), str(wheel),
+            ["pip", "install", "--quiet", "--python", str(python), *_index_args(index),
+             *(["--find-links", str(find_links)] if find_links and find_links.is_dir() else []), str(wheel),
              f"torch=={Version(torch).public}", *extra],
             what="installing the wheel into a clean venv",
         )

@@ -8,6 +8,7 @@
 #                                     under --require-kernel-tests); planted-fault causal-conv1d wheel (wrong
 #                                     SiLU): kernel tests must fail, no promotion
 #   scripts/gpu-check.sh build-host   the builder run entirely here: host nvcc, the machine's python3 and torch
+#   scripts/gpu-check.sh fla          fla-core kernel tests; transformers Qwen3-Next fast-path check with our wheels
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -50,7 +51,20 @@ case "${1:-}" in
     tar czf "$OUT/wh-host-meta.tgz" --exclude='*.whl' -C /tmp wh-host
     for f in "$BUILDER_CACHE_DIR"/builds/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/host-build-kernel-tests.json"; done
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host"; exit 2 ;;
+  fla)
+    # fla-core kernel tests, then the transformers fast path with our causal-conv1d (sm_90) + fla wheels
+    step $B test .carry/wh-fla/staging/wheels/fla_core-*.whl --python python3 --require-kernel-tests \
+      --wheelhouse .carry/wh-fla ${FLA_QUICK:+--quick --no-bench} || status=1
+    FLA_CORE=$(ls .carry/wh-fla/wheels/fla_core-*.whl .carry/wh-fla/staging/wheels/fla_core-*.whl 2>/dev/null | head -1)
+    if ls .carry/wh-fla/staging/wheels/flash_linear_attention-*.whl >/dev/null 2>&1; then
+      step $B test .carry/wh-fla/staging/wheels/flash_linear_attention-*.whl --python python3 --require-kernel-tests \
+        --with "$FLA_CORE" --with .carry/cc90/causal_conv1d-*.whl --wheelhouse .carry/wh-fla || status=1
+    fi
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.log; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").log"; done
+    tar czf "$OUT/wh-fla-meta.tgz" --exclude='*.whl' .carry/wh-fla
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status
