@@ -42,7 +42,7 @@ from .arch import check_archs_for_cuda, format_arch_list, parse_arch_list
 from .compat import check_torch_matches_cuda, default_torch, resolve_index
 from .errors import BuilderError, RecipeError, UsageError
 from .plan import KNOWN_CUDA, Target
-from .recipe import Recipe, default_patches_dir, find_recipe, load_recipe
+from .recipe import Recipe, TomlChecker, default_patches_dir, find_recipe, load_recipe
 from .settings import Settings
 from .toolchain import TOOLCHAINS
 
@@ -71,7 +71,6 @@ _TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "e
 _PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "source": (str, dict),
                                          **_SETTINGS}
 _EXCLUDE: dict[str, tuple[type, ...]] = {k: (str,) for k in ("package", "version", "cuda", "arch", "python", "torch")}
-_TYPE_NAMES = {str: "string", list: "list", dict: "table", int: "integer"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,29 +264,10 @@ def load_farm(path: Path) -> Farm:
     return Farm(path, tuple(entries), tuple(excludes), dict(runners))
 
 
-class _Checker:
-    """Raises FarmError naming the file and the dotted field (the recipe checker's conventions)."""
+class _Checker(TomlChecker):
+    """The recipe checker's conventions (file + dotted field + "did you mean"), raising FarmError."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, field_name: str, problem: str, hint: str | None = None) -> None:
-        raise FarmError(f"{self.path}: field '{field_name}' {problem}", hint)
-
-    def keys(self, table: Any, schema: dict[str, tuple[type, ...]], where: str) -> None:
-        if not isinstance(table, dict):
-            self.fail(where or "(top level)", "must be a table")
-        for key, value in table.items():
-            dotted = f"{where}.{key}" if where else key
-            if key not in schema:
-                close = difflib.get_close_matches(key, list(schema), n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(schema)}"
-                raise FarmError(f"{self.path}: unknown field '{dotted}'", hint)
-            types = schema[key]
-            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-                wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
-                article = "an" if wanted[0] in "aeiou" else "a"
-                self.fail(dotted, f"must be {article} {wanted}, not {type(value).__name__}")
+    error = FarmError
 
     def strings(self, value: str | list[Any], dotted: str) -> tuple[str, ...]:
         """A string or a list of strings, as a tuple; an empty list is an error."""
@@ -432,17 +412,6 @@ class _Checker:
                 values[key] = table[key]
         return Exclusion(where=where, **values)
 
-    def required(self, table: dict[str, Any], key: str, where: str) -> Any:
-        if key not in table:
-            self.fail(f"{where}.{key}", "is required")
-        return table[key]
-
-    def version(self, text: str, dotted: str) -> None:
-        try:
-            Version(text)
-        except InvalidVersion as e:
-            raise FarmError(f"{self.path}: field '{dotted}' is not a version: {text!r}") from e
-
 
 def _cuda_key(text: str) -> str:
     v = Version(text)
@@ -531,7 +500,7 @@ def _versions(farm: Farm, entry: FarmEntry, recipe: Recipe, settings: Settings, 
                 if version not in available:
                     raise fail(f"versions[{i}]", f"{recipe.name} {version} has no sdist on PyPI")
             elif location is not None and "://" not in location and not location.startswith("git+"):
-                _check_local_source(fail, f"source", location, version)
+                _check_local_source(fail, "source", location, version)
         return list(entry.versions)
     if entry.source is not None or not _from_pypi(entry, recipe):
         if entry.newest is not None:

@@ -11,13 +11,13 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .errors import RecipeError
+from .errors import BuilderError, RecipeError
 
 KINDS = ("cuda-extension", "pure-python")
 
@@ -154,7 +154,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         raise RecipeError(f"{path}: recipe file not found") from e
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{path}: not valid TOML: {e}") from e
-    checker = _Checker(path)
+    checker = TomlChecker(path)
     checker.keys(data, _TOP, "")
     name = checker.required(data, "name", "")
     kind = data.get("kind", "cuda-extension")
@@ -202,7 +202,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     )
 
 
-def _load_source(checker: _Checker, table: dict[str, Any], path: Path) -> SourceSpec:
+def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> SourceSpec:
     checker.keys(table, _SOURCE, "source")
     given = [k for k in ("pypi", "git", "path") if k in table]
     if len(given) > 1:
@@ -222,7 +222,7 @@ def _load_source(checker: _Checker, table: dict[str, Any], path: Path) -> Source
     )
 
 
-def _load_patch(checker: _Checker, item: Any, where: str, patches_root: Path) -> PatchSpec:
+def _load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path) -> PatchSpec:
     if not isinstance(item, dict):
         checker.fail(where, "must be a table ([[patch]])")
     checker.keys(item, _PATCH, where)
@@ -238,16 +238,25 @@ def _load_patch(checker: _Checker, item: Any, where: str, patches_root: Path) ->
     )
 
 
-class _Checker:
-    """Validation helpers that raise RecipeError naming the file and the dotted field."""
+_TYPE_NAMES = {str: "string", list: "list", dict: "table", int: "integer", bool: "boolean"}
+
+
+class TomlChecker:
+    """Validation helpers for TOML files (recipes, farm.toml): every error names the file and the dotted field.
+
+    ``error`` is the BuilderError subclass raised; a schema maps each legal key to a type or a tuple of types, and
+    is also the registry of names for "did you mean".
+    """
+
+    error: type[BuilderError] = RecipeError
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def fail(self, field_name: str, problem: str, hint: str | None = None) -> None:
-        raise RecipeError(f"{self.path}: field '{field_name}' {problem}", hint)
+    def fail(self, field_name: str, problem: str, hint: str | None = None) -> NoReturn:
+        raise self.error(f"{self.path}: field '{field_name}' {problem}", hint)
 
-    def keys(self, table: Any, schema: dict[str, type], where: str) -> None:
+    def keys(self, table: Any, schema: dict[str, type | tuple[type, ...]], where: str) -> None:
         if not isinstance(table, dict):
             self.fail(where or "(top level)", "must be a table")
         for key, value in table.items():
@@ -255,9 +264,12 @@ class _Checker:
             if key not in schema:
                 close = difflib.get_close_matches(key, list(schema), n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(schema)}"
-                raise RecipeError(f"{self.path}: unknown field '{dotted}'", hint)
-            if not isinstance(value, schema[key]):
-                self.fail(dotted, f"must be a {schema[key].__name__}, not {type(value).__name__}")
+                raise self.error(f"{self.path}: unknown field '{dotted}'", hint)
+            types = schema[key] if isinstance(schema[key], tuple) else (schema[key],)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+                article = "an" if wanted[0] in "aeiou" else "a"
+                self.fail(dotted, f"must be {article} {wanted}, not {type(value).__name__}")
 
     def required(self, table: dict[str, Any], key: str, where: str) -> Any:
         if key not in table:
@@ -275,7 +287,7 @@ class _Checker:
         try:
             spec = SpecifierSet(text)
         except InvalidSpecifier as e:
-            raise RecipeError(
+            raise self.error(
                 f"{self.path}: field '{field_name}' is not a version range: {text!r}",
                 "use a PEP 440 specifier such as '>=1.5.2,<=1.7.0'",
             ) from e
@@ -285,4 +297,4 @@ class _Checker:
         try:
             Version(text)
         except InvalidVersion as e:
-            raise RecipeError(f"{self.path}: field '{field_name}' is not a version: {text!r}") from e
+            raise self.error(f"{self.path}: field '{field_name}' is not a version: {text!r}") from e

@@ -17,6 +17,17 @@ FIXTURES = ROOT / "tests" / "fixtures"
 LOCAL_TORCH_INDEX = Path("/opt/pypi-more/simple")
 
 
+def local_cuda_path_missing() -> str | None:
+    """Why the fast local CUDA path (host nvcc 13.0 + torch 2.14.1 for Python 3.11 on disk) is unusable, or None."""
+    if not LOCAL_TORCH_INDEX.is_dir():
+        return f"no local torch index at {LOCAL_TORCH_INDEX}"
+    if not shutil.which("nvcc"):
+        return "no nvcc on PATH"
+    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
+        return "no Python 3.11 interpreter"
+    return None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="run slow tests (full upstream builds)")
 

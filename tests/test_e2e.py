@@ -8,7 +8,6 @@ disk (/opt/pypi-more), so no large download is needed. Where any of that is miss
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -16,24 +15,14 @@ from pathlib import Path
 import pytest
 
 from builder.uvtool import uv_bin
-from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, assert_one_line_error, run_cli
+from tests.conftest import local_cuda_path_missing, FIXTURES, LOCAL_TORCH_INDEX, assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.e2e
 
 WHEEL = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
 
 
-def _requirements() -> str | None:
-    if not LOCAL_TORCH_INDEX.is_dir():
-        return f"no local torch index at {LOCAL_TORCH_INDEX}"
-    if not shutil.which("nvcc"):
-        return "no nvcc on PATH"
-    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
-        return "no Python 3.11 interpreter"
-    return None
-
-
-missing = _requirements()
+missing = local_cuda_path_missing()
 if missing:
     pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason=f"skipped: {missing}")]
 

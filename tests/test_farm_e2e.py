@@ -8,13 +8,12 @@ failed target must not stop the other, and the farm must exit non-zero.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, run_cli
+from tests.conftest import local_cuda_path_missing, FIXTURES, LOCAL_TORCH_INDEX, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -44,17 +43,7 @@ toolchain = "docker"
 """
 
 
-def _requirements() -> str | None:
-    if not LOCAL_TORCH_INDEX.is_dir():
-        return f"no local torch index at {LOCAL_TORCH_INDEX}"
-    if not shutil.which("nvcc"):
-        return "no nvcc on PATH"
-    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
-        return "no Python 3.11 interpreter"
-    return None
-
-
-missing = _requirements()
+missing = local_cuda_path_missing()
 if missing:
     pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason=f"skipped: {missing}")]
 

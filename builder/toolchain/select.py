@@ -12,7 +12,7 @@ from ..log import log
 from ..settings import Settings
 from . import docker as docker_toolchain
 from . import pip as pip_toolchain
-from .base import CudaToolkit, ToolchainChoice
+from .base import ToolchainChoice
 from .host import find_host_toolkit
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
