@@ -2,9 +2,9 @@
 its case design, and the whole harness against a fake (CPU) backend, good and broken.
 
 Run: python -m pytest recipes/causal-conv1d/test_references_cpu.py
-Optional: CAUSAL_CONV1D_SRC=/path/causal_conv1d-1.7.0[:/path/causal_conv1d-1.5.2] (unpacked
-sdists) also runs the harness through the real upstream Python interface of each version,
-with the compiled module replaced by the fake backend.
+The harness also runs through the real upstream Python interface of 1.5.2 and 1.7.0 (sdists fetched from PyPI,
+or unpacked ones named in CAUSAL_CONV1D_SRC=/path/causal_conv1d-1.7.0[:...]), with the compiled module replaced by
+the fake backend.
 """
 from __future__ import annotations
 
@@ -657,13 +657,28 @@ print(json.dumps({{"features": api.features, "results": [asdict(r) for r in resu
 """
 
 
-def _sdists() -> List[str]:
-    return [p for p in os.environ.get("CAUSAL_CONV1D_SRC", "").split(os.pathsep) if p]
+def upstream_sdist(dist: str, version: str, tmp: Path) -> Path:
+    """Unpacked upstream sdist: from $CAUSAL_CONV1D_SRC if it names this version, else fetched from PyPI with the
+    builder's own source stage (sha256-checked, safely extracted); skipped only when PyPI is unreachable."""
+    for root in os.environ.get("CAUSAL_CONV1D_SRC", "").split(os.pathsep):
+        if root and Path(root).name.endswith(f"-{version}"):
+            return Path(root)
+    from builder.errors import SourceError
+    from builder.settings import Settings
+    from builder.source import fetch, pypi_releases, unpack
+
+    settings = Settings(cache_dir=tmp / "cache", wheelhouse=tmp / "wh", recipes_dir=tmp, patches_dir=tmp)
+    try:
+        archive, _ = fetch(pypi_releases(dist, settings)[version], settings)
+    except SourceError as e:
+        pytest.skip(f"skipped: cannot fetch {dist} {version} from PyPI ({e.message})")
+    return unpack(archive, tmp / "src")
 
 
-@pytest.mark.skipif(not _sdists(), reason="set CAUSAL_CONV1D_SRC to unpacked causal-conv1d sdists")
-@pytest.mark.parametrize("src", _sdists() or ["none"])
-def test_real_upstream_interface_with_fake_kernels(src: str) -> None:
+@pytest.mark.network
+@pytest.mark.parametrize("version", ["1.5.2", "1.7.0"])
+def test_real_upstream_interface_with_fake_kernels(version: str, tmp_path: Path) -> None:
+    src = str(upstream_sdist("causal-conv1d", version, tmp_path))
     version = Path(src).name.split("-", 1)[1]
     code = _REAL_RUNNER.format(here=str(HERE), src=src, version=version)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)

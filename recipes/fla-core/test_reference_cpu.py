@@ -3,8 +3,8 @@
 against fake CPU "kernels", good and broken.
 
 Run: python -m pytest recipes/fla-core/test_reference_cpu.py
-Optional: FLA_CORE_SRC=/path/fla_core-0.6.0[:/path/fla_core-0.4.2 ...] (unpacked sdists) also compares the
-reference with each version's own fla/ops/gated_delta_rule/naive.py (loaded by path; needs einops, not triton).
+The reference is also compared with upstream's own fla/ops/gated_delta_rule/naive.py of 0.4.2 and 0.6.0 (sdists
+fetched from PyPI, or unpacked ones named in FLA_CORE_SRC; loaded by path; needs einops, not triton).
 """
 from __future__ import annotations
 
@@ -231,8 +231,25 @@ def test_reference_gradcheck_float64_tiny() -> None:
     assert torch.autograd.gradcheck(lambda *a: kt._ref_steps(*a), args, eps=1e-6, atol=1e-5)
 
 
-def _upstream_naive_modules() -> List[Tuple[str, Any]]:
-    roots = [p for p in os.environ.get("FLA_CORE_SRC", "").split(os.pathsep) if p]
+def _upstream_roots(tmp: Path) -> List[Path]:
+    """Unpacked fla-core sdists: $FLA_CORE_SRC, else 0.4.2 and 0.6.0 fetched from PyPI with the builder's own
+    source stage (sha256-checked, safely extracted); skipped only when PyPI is unreachable."""
+    given = [Path(p) for p in os.environ.get("FLA_CORE_SRC", "").split(os.pathsep) if p]
+    if given:
+        return given
+    from builder.errors import SourceError
+    from builder.settings import Settings
+    from builder.source import fetch, pypi_releases, unpack
+
+    settings = Settings(cache_dir=tmp / "cache", wheelhouse=tmp / "wh", recipes_dir=tmp, patches_dir=tmp)
+    try:
+        releases = pypi_releases("fla-core", settings)
+        return [unpack(fetch(releases[v], settings)[0], tmp / "src" / v) for v in ("0.4.2", "0.6.0")]
+    except SourceError as e:
+        pytest.skip(f"skipped: cannot fetch fla-core sdists from PyPI ({e.message})")
+
+
+def _upstream_naive_modules(roots: List[Path]) -> List[Tuple[str, Any]]:
     found = []
     for root in roots:
         path = Path(root) / "fla" / "ops" / "gated_delta_rule" / "naive.py"
@@ -244,13 +261,11 @@ def _upstream_naive_modules() -> List[Tuple[str, Any]]:
     return found
 
 
-def test_reference_matches_fla_naive_from_sdists() -> None:
-    if not os.environ.get("FLA_CORE_SRC"):
-        pytest.skip("set FLA_CORE_SRC to unpacked fla-core sdists to compare with their naive.py")
-    pytest.importorskip("einops")
-    modules = _upstream_naive_modules()
-    if not modules:
-        pytest.skip("no fla/ops/gated_delta_rule/naive.py in FLA_CORE_SRC (fla-core < 0.4.2 has none)")
+@pytest.mark.network
+def test_reference_matches_fla_naive_from_sdists(tmp_path: Path) -> None:
+    pytest.importorskip("einops", reason="skipped: einops (imported by fla's naive.py) is not installed")
+    modules = _upstream_naive_modules(_upstream_roots(tmp_path))
+    assert modules, "fla-core 0.4.2+ ships fla/ops/gated_delta_rule/naive.py"
     x = _inputs(t=70, h=2, hv=2, d=16, gate="qwen")
     o, ht = kt.ref_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"],
                                     output_final_state=True)
