@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import build as pypa_build
@@ -30,6 +30,7 @@ class LoggingRunner:
         self.log_file = log_file
         self.env = dict(env)
         self.last_line = ""
+        self.on_line: Callable[[str], None] = lambda line: None  # progress display hook
 
     def __call__(self, cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
         env = {**self.env, **(extra_environ or {})}
@@ -42,6 +43,7 @@ class LoggingRunner:
                 out.write(line)
                 if line.strip():
                     self.last_line = line.strip()
+                    self.on_line(self.last_line[:120])
             code = proc.wait()
         if code != 0:
             raise subprocess.CalledProcessError(code, cmd)
@@ -58,7 +60,8 @@ def build_wheel(source_root: Path, python: PythonEnv, env: Mapping[str, str], ou
     log.command([str(python.python), "-m", "build", "--wheel", "--no-isolation", str(source_root)])
     start = time.monotonic()
     try:
-        with log.status(f"compiling (log: {log_file})"):
+        with log.status(f"compiling (log: {log_file})") as update:
+            runner.on_line = update
             project = pypa_build.ProjectBuilder(source_root, python_executable=str(python.python), runner=runner)
             wheel = project.build("wheel", str(outdir))
     except (pypa_build.BuildException, pypa_build.BuildBackendException, subprocess.CalledProcessError,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -287,9 +289,17 @@ COMMANDS = {
 }
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (CI cancel, `timeout`) unwinds like Ctrl-C, so cleanup runs: temp dirs go, locks are released and
+    child process groups (compiles, kernel tests) are stopped instead of orphaned."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
         return COMMANDS[args.command](args)
     except BuilderError as e:
@@ -300,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     except BrokenPipeError:  # `builder matrix | head`: the reader left; that is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -49,14 +50,27 @@ class Log:
         self._emit("dim", "+ " + shlex.join(str(a) for a in argv))
 
     @contextmanager
-    def status(self, text: str) -> Iterator[None]:
-        """A spinner for a long step when attached to a terminal; a plain line otherwise."""
+    def status(self, text: str, heartbeat_s: float = 30.0) -> Iterator[Callable[[str], None]]:
+        """A spinner for a long step when attached to a terminal; a plain line otherwise.
+
+        Yields ``update(detail)``: on a terminal it rewrites the spinner's text; elsewhere (CI logs) it prints
+        ``text: detail`` at most once every ``heartbeat_s`` seconds, so a long step shows it is alive.
+        """
+        prefix = _prefix.get()
         if self.console.is_terminal and not self.quiet:
-            with self.console.status(escape(_prefix.get() + text)):
-                yield
+            with self.console.status(escape(prefix + text)) as spinner:
+                yield lambda detail: spinner.update(escape(f"{prefix}{text}: {detail}"))
         else:
             self.info(text)
-            yield
+            last = time.monotonic()
+
+            def update(detail: str) -> None:
+                nonlocal last
+                if time.monotonic() - last >= heartbeat_s:
+                    last = time.monotonic()
+                    self.info(f"{text}: {detail}")
+
+            yield update
 
 
 log = Log()

@@ -64,6 +64,7 @@ class Recipe:
     patches: tuple[PatchSpec, ...]
     imports: tuple[str, ...]
     kernel_tests: Path | None
+    kernel_tests_timeout_s: int
     test_requires: tuple[str, ...]
     runtime_requires: tuple[str, ...]
 
@@ -99,7 +100,8 @@ _TOP = {
 _SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
 _BUILD = {"env": dict, "requires": list}
 _PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
-_TEST = {"imports": list, "kernel-tests": str, "requires": list}
+_TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list}
+DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
 _RUNTIME = {"requires": list}
 
 
@@ -182,6 +184,9 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     kernel_path = path.parent / kernel_tests if kernel_tests else None
     if kernel_path is not None and not kernel_path.is_file():
         checker.fail("test.kernel-tests", f"file {kernel_path} does not exist")
+    timeout_s = test.get("kernel-tests-timeout", DEFAULT_KERNEL_TESTS_TIMEOUT_S)
+    if timeout_s <= 0:
+        checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
     runtime = data.get("runtime", {})
     checker.keys(runtime, _RUNTIME, "runtime")
     return Recipe(
@@ -197,6 +202,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         patches=patches,
         imports=tuple(checker.str_list(test, "imports", "test")),
         kernel_tests=kernel_path,
+        kernel_tests_timeout_s=timeout_s,
         test_requires=tuple(checker.str_list(test, "requires", "test")),
         runtime_requires=tuple(checker.str_list(runtime, "requires", "runtime")),
     )

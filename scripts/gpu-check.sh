@@ -53,8 +53,10 @@ case "${1:-}" in
     ;;
   fla)
     # fla-core kernel tests, then the transformers fast path with our causal-conv1d (sm_90) + fla wheels
-    step $B test .carry/wh-fla/staging/wheels/fla_core-*.whl --python python3 --require-kernel-tests \
-      --wheelhouse .carry/wh-fla ${FLA_QUICK:+--quick --no-bench} || status=1
+    # timeout: the device call has a hard limit; the builder stops the suite's process group on SIGTERM, and
+    # the suite's report (written after each case group) and log still come back
+    step timeout "${FLA_TIMEOUT:-540}" $B test .carry/wh-fla/staging/wheels/fla_core-*.whl --python python3 \
+      --require-kernel-tests --wheelhouse .carry/wh-fla ${FLA_QUICK:+--quick --no-bench} || status=1
     FLA_CORE=$(ls .carry/wh-fla/wheels/fla_core-*.whl .carry/wh-fla/staging/wheels/fla_core-*.whl 2>/dev/null | head -1)
     if ls .carry/wh-fla/staging/wheels/flash_linear_attention-*.whl >/dev/null 2>&1; then
       step $B test .carry/wh-fla/staging/wheels/flash_linear_attention-*.whl --python python3 --require-kernel-tests \

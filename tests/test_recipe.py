@@ -42,6 +42,8 @@ def test_good_recipe_loads(tmp_path: Path) -> None:
     assert recipe.name == "demo" and recipe.build_env == {"FOO": "1"}
     assert [p.name for p in recipe.patches_for("1.2")] == ["fix.patch"]
     assert recipe.patches_for("1.6") == ()
+    assert recipe.kernel_tests_timeout_s == 3600  # the default
+    assert load_recipe(write(tmp_path, GOOD + "kernel-tests-timeout = 900\n")).kernel_tests_timeout_s == 900
 
 
 @pytest.mark.parametrize(
@@ -55,6 +57,8 @@ def test_good_recipe_loads(tmp_path: Path) -> None:
         (lambda t: t.replace('file = "fix.patch"', 'file = "missing.patch"'), "field 'patch[0].file'"),
         (lambda t: t.replace('FOO = "1"', "FOO = 1"), "field 'build.env.FOO' must be a string"),
         (lambda t: t.replace('imports = ["demo"]', "imports = [1]"), "field 'test.imports[0]'"),
+        (lambda t: t + "kernel-tests-timeout = 0\n", "field 'test.kernel-tests-timeout' must be a positive"),
+        (lambda t: t + "kernel-tests-timeout = '1h'\n", "field 'test.kernel-tests-timeout' must be an int"),
         (lambda t: t.replace('kind = "cuda-extension"', 'kind = "rust"'), "field 'kind'"),
         (lambda t: t + "\n[source.sha256]\n'1.0' = 'nothex'\n", "field 'source.sha256.1.0'"),
         (lambda t: t.replace('name = "demo"', ""), "field 'name' is required"),

@@ -245,12 +245,14 @@ class ContainerToolchain:
                  + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
         log.command(argv)
         start = time.monotonic()
-        with log_file.open("w") as out, log.status(f"compiling in a container (log: {log_file})"):
+        with log_file.open("w") as out, log.status(f"compiling in a container (log: {log_file})") as update:
             out.write(f"# build of {source_root} in {self.toolkit.image} ({self.image.id})\n+ {' '.join(argv)}\n")
 
             def write(line: str) -> None:
                 out.write(line + "\n")
                 out.flush()
+                if line.strip():
+                    update(line.strip()[:120])
 
             code, _ = self.run(argv, mounts=mounts, env=env, network=False, workdir=source_root, on_line=write)
         wheels = sorted(outdir.glob("*.whl"))

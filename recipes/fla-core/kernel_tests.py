@@ -22,11 +22,13 @@ the seed is recorded. Exit code: 0 passed, 1 failed, 3 skipped (no CUDA GPU).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.metadata
 import inspect
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import re
 import statistics
@@ -619,9 +621,10 @@ def run_cases(api: Api, cases: Sequence[GdrCase], device: torch.device) -> List[
             continue
         start = time.monotonic()
         result = run_case(api, case, device)
-        result.detail += f" [{time.monotonic() - start:.1f}s]"
+        seconds = time.monotonic() - start
+        result.detail += f" [{seconds:.1f}s]"
         results.append(result)
-        print(f"{result.status:7} {case.name}", flush=True)
+        print(f"{result.status:7} {case.name} ({seconds:.1f}s)", flush=True)
         if result.status == "failed" and result.detail.startswith("raised"):
             broken = cuda_context_ok(device)
     return results
@@ -746,7 +749,76 @@ def new_report(seed: int, quick: bool) -> Dict[str, Any]:
             "speed": []}
 
 
-def run_suite(report: Dict[str, Any], quick: bool, bench: bool) -> None:
+def use_exact_fp32() -> None:
+    """The reference must be real fp32, not TF32."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def group_cases(cases: Sequence[GdrCase]) -> List[List[GdrCase]]:
+    """Cases that share Triton autotune keys (op, dtypes, head counts) go together, in first-seen order: a
+    worker compiles and autotunes each kernel once for its group, and groups compile in parallel."""
+    groups: Dict[Tuple[Any, ...], List[GdrCase]] = {}
+    for case in cases:
+        groups.setdefault((case.op, case.dtype, case.qk_heads, case.v_heads, case.g_dtype), []).append(case)
+    return list(groups.values())
+
+
+def default_jobs(n_groups: int, device: torch.device) -> int:
+    """Worker processes: Triton compiles on one CPU core per process, and each process holds a CUDA context
+    plus its cases' tensors (about 8 GiB at most), so min(groups, cores / 2, GPU GiB / 8, 8)."""
+    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return max(1, min(n_groups, (os.cpu_count() or 2) // 2, int(gib // 8), 8))
+
+
+def run_group(task: Tuple[int, List[GdrCase], int, int]) -> List[Dict[str, Any]]:
+    """Worker: one group of cases on its own CUDA context; seeded with seed + group index."""
+    index, cases, seed, device_index = task
+    torch.manual_seed(seed + index)
+    torch.cuda.set_device(device_index)
+    use_exact_fp32()
+    api = load_api(installed_version())
+    return [asdict(r) for r in run_cases(api, cases, torch.device("cuda", device_index))]
+
+
+def _group_died(cases: Sequence[GdrCase], exc: BaseException) -> List[Dict[str, Any]]:
+    return [asdict(CaseResult(c.name, "failed", detail=f"worker process died: {_short_error(exc)}")) for c in cases]
+
+
+def run_groups(report: Dict[str, Any], out: Optional[Path], groups: List[List[GdrCase]], jobs: int,
+               device: torch.device) -> List[Dict[str, Any]]:
+    """Run the groups, `jobs` at a time in spawned processes (in this process if jobs == 1); after each
+    group the report so far is written to `out`, so a run cut short still leaves its results."""
+    results: Dict[int, List[Dict[str, Any]]] = {}
+    tasks = [(i, group, report["seed"], device.index or 0) for i, group in enumerate(groups)]
+
+    def done(index: int, rows: List[Dict[str, Any]]) -> None:
+        results[index] = rows
+        print(f"group {len(results)}/{len(groups)} done ({len(rows)} cases)", flush=True)
+        if out is not None:
+            partial = dict(report, cases=[r for i in sorted(results) for r in results[i]], status="incomplete",
+                           reason=f"{len(results)} of {len(groups)} case groups finished")
+            write_report(partial, out)
+
+    if jobs <= 1:
+        for task in tasks:
+            done(task[0], run_group(task))
+    else:
+        ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(run_group, task): task for task in tasks}
+            for future in concurrent.futures.as_completed(futures):
+                index, cases = futures[future][0], futures[future][1]
+                try:
+                    done(index, future.result())
+                except Exception as exc:  # noqa: BLE001  (a crashed worker fails its cases, not the run)
+                    done(index, _group_died(cases, exc))
+    return [row for i in sorted(results) for row in results[i]]
+
+
+def run_suite(report: Dict[str, Any], quick: bool, bench: bool, jobs: Optional[int] = None,
+              out: Optional[Path] = None, only: Optional[str] = None) -> None:
     """Fill the report: environment, cases, speed (status set by finalize)."""
     if not torch.cuda.is_available():
         report.update(status="skipped", reason="no CUDA GPU visible to torch")
@@ -754,9 +826,7 @@ def run_suite(report: Dict[str, Any], quick: bool, bench: bool) -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     major, minor = torch.cuda.get_device_capability(device)
     report.update(gpu=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be real fp32, not TF32
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    use_exact_fp32()
     try:
         api = load_api(report["version"])
     except Exception as exc:  # noqa: BLE001  (a wheel that does not import has failed)
@@ -765,9 +835,13 @@ def run_suite(report: Dict[str, Any], quick: bool, bench: bool) -> None:
         return
     report["features"] = api.features
     report["device_flags"] = api.flags
-    results = [run_blackwell_flag_case(api, device)]
-    results += run_cases(api, build_cases(quick, api.features), device)
-    report["cases"] = [asdict(r) for r in results]
+    cases = [c for c in build_cases(quick, api.features) if only is None or re.search(only, c.name)]
+    groups = group_cases(cases)
+    jobs = jobs or default_jobs(len(groups), device)
+    report.update(jobs=jobs, only=only)
+    print(f"{len(cases)} cases in {len(groups)} groups, {jobs} worker process(es)", flush=True)
+    report["cases"] = [asdict(run_blackwell_flag_case(api, device))]
+    report["cases"] += run_groups(report, out, groups, jobs, device)
     if bench and cuda_context_ok(device) is None:
         report["speed"] = run_benchmarks(api, device, quick)
 
@@ -829,6 +903,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="about 10 cases instead of about 40")
     parser.add_argument("--no-bench", action="store_true", help="skip the speed measurements")
     parser.add_argument("--seed", type=int, default=None, help="reuse a recorded seed (default: from the clock)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="worker processes for the correctness cases (default: from CPU cores and GPU memory)")
+    parser.add_argument("--only", default=None, metavar="REGEX", help="run only the cases whose name matches")
     return parser.parse_args(argv)
 
 
@@ -839,7 +916,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     torch.manual_seed(seed)
     report = new_report(seed, args.quick)
     try:
-        run_suite(report, args.quick, not args.no_bench)
+        run_suite(report, args.quick, not args.no_bench, args.jobs, args.out, args.only)
     except BaseException as exc:  # noqa: BLE001  (the report must still be written)
         report.update(status="failed", reason=f"harness error: {_short_error(exc)}",
                       traceback=traceback.format_exc()[-4000:])

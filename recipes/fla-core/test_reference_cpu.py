@@ -282,6 +282,18 @@ def test_reference_matches_fla_naive_from_sdists(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("quick", [False, True])
+def test_groups_share_autotune_keys_and_keep_every_case(quick: bool) -> None:
+    cases = kt.build_cases(quick, {"gva_chunk": True, "gva_recurrent": True})
+    groups = kt.group_cases(cases)
+    assert [c for g in groups for c in g] == sorted(cases, key=lambda c: [c in g for g in groups].index(True))
+    assert sorted(c.name for g in groups for c in g) == sorted(c.name for c in cases)
+    keys = [{(c.op, c.dtype, c.qk_heads, c.v_heads, c.g_dtype) for c in g} for g in groups]
+    assert all(len(k) == 1 for k in keys)
+    assert len({next(iter(k)) for k in keys}) == len(groups)  # one group per key
+    assert len(groups) > 1  # there is something to run in parallel
+
+
+@pytest.mark.parametrize("quick", [False, True])
 @pytest.mark.parametrize("gva_chunk", [False, True])
 def test_case_design(quick: bool, gva_chunk: bool) -> None:
     cases = kt.build_cases(quick, {"gva_chunk": gva_chunk, "gva_recurrent": True})
