@@ -772,14 +772,16 @@ def default_jobs(n_groups: int, device: torch.device) -> int:
     return max(1, min(n_groups, (os.cpu_count() or 2) // 2, int(gib // 8), 8))
 
 
-def run_group(task: Tuple[int, List[GdrCase], int, int]) -> List[Dict[str, Any]]:
+def run_group(task: Tuple[int, List[GdrCase], int, str]) -> List[Dict[str, Any]]:
     """Worker: one group of cases on its own CUDA context; seeded with seed + group index."""
-    index, cases, seed, device_index = task
+    index, cases, seed, device_name = task
+    device = torch.device(device_name)
     torch.manual_seed(seed + index)
-    torch.cuda.set_device(device_index)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     use_exact_fp32()
     api = load_api(installed_version())
-    return [asdict(r) for r in run_cases(api, cases, torch.device("cuda", device_index))]
+    return [asdict(r) for r in run_cases(api, cases, device)]
 
 
 def _group_died(cases: Sequence[GdrCase], exc: BaseException) -> List[Dict[str, Any]]:
@@ -791,7 +793,7 @@ def run_groups(report: Dict[str, Any], out: Optional[Path], groups: List[List[Gd
     """Run the groups, `jobs` at a time in spawned processes (in this process if jobs == 1); after each
     group the report so far is written to `out`, so a run cut short still leaves its results."""
     results: Dict[int, List[Dict[str, Any]]] = {}
-    tasks = [(i, group, report["seed"], device.index or 0) for i, group in enumerate(groups)]
+    tasks = [(i, group, report["seed"], str(device)) for i, group in enumerate(groups)]
 
     def done(index: int, rows: List[Dict[str, Any]]) -> None:
         results[index] = rows

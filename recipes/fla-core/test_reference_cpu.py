@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -476,3 +477,61 @@ def test_bitwise_and_ratio_checks() -> None:
     assert kt.check_ratio("o", a + 1e-7, a, 1e-9).ok  # tiny absolute difference passes, as upstream
     assert not kt.check_ratio("o", a[:2], a, 0.005).ok
     assert "kernel returned no tensor" in kt.check_ratio("dh0", None, a, 0.008).note
+
+
+FAKE_FLA = {
+    "fla/__init__.py": "",
+    "fla/utils.py": "IS_NVIDIA_BLACKWELL = False\n",
+    "fla/ops/__init__.py": "",
+    "fla/ops/gated_delta_rule/__init__.py":
+        "from .chunk import chunk_gated_delta_rule\nfrom .fused_recurrent import fused_recurrent_gated_delta_rule\n",
+    "fla/ops/gated_delta_rule/chunk.py": (
+        "import os, kernel_tests\n"
+        "HV = 'grouped value heads'\n"
+        "def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,\n"
+        "                           use_qk_l2norm_in_kernel=False, cu_seqlens=None):\n"
+        "    print('worker pid', os.getpid(), flush=True)\n"
+        "    o, ht = kernel_tests.ref_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,\n"
+        "                                              use_qk_l2norm_in_kernel)\n"
+        "    return o.to(v.dtype), ht\n"),
+    "fla/ops/gated_delta_rule/fused_recurrent.py":
+        "HV = 1\nfrom .chunk import chunk_gated_delta_rule as fused_recurrent_gated_delta_rule\n",
+}
+
+GROUPS_DRIVER = """
+import json, sys
+from pathlib import Path
+import torch
+import kernel_tests as kt
+if __name__ == "__main__":
+    cases = [c for c in kt.build_cases(True, {"gva_chunk": True, "gva_recurrent": True}) if c.seqlen <= 70]
+    cases = [kt.replace(c, batch=1) for c in cases]
+    groups = kt.group_cases(cases)
+    report = kt.new_report(7, True)
+    rows = kt.run_groups(report, Path(sys.argv[1]), groups, 2, torch.device("cpu"))
+    print(json.dumps({"groups": len(groups), "cases": len(cases), "rows": rows}))
+"""
+
+
+def test_parallel_groups_in_spawned_workers(tmp_path: Path) -> None:
+    """The --jobs path end to end on CPU: spawned workers import the suite, run their group against a stand-in
+    fla (the reference itself), every case comes back once, and the partial report is on disk."""
+    for rel, text in FAKE_FLA.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    driver = tmp_path / "driver.py"
+    driver.write_text(GROUPS_DRIVER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(HERE)]))
+    out = tmp_path / "partial.json"
+    proc = subprocess.run([sys.executable, str(driver), str(out)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["groups"] >= 2
+    assert sorted(r["name"] for r in result["rows"]) == sorted({r["name"] for r in result["rows"]})
+    assert len(result["rows"]) == result["cases"]
+    assert all(r["status"] == "passed" for r in result["rows"]), [r["detail"] for r in result["rows"]]
+    pids = {line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("worker pid")}
+    assert len(pids) == 2 and str(os.getpid()) not in pids  # two spawned workers did the work
+    partial = json.loads(out.read_text())
+    assert partial["status"] == "incomplete" and len(partial["cases"]) == result["cases"]
