@@ -224,7 +224,9 @@ def _tests_cell(r: Row) -> str:
     counts = r.counts
     total = sum(counts.values())
     if r.kernel_status == "passed":
-        parts.append(f"kernel {_badge('passed')} {counts.get('passed', 0)}/{total}" + (f" on {_e(r.gpu)}" if r.gpu else ""))
+        skipped = counts.get("skipped", 0)
+        parts.append(f"kernel {_badge('passed')} {counts.get('passed', 0)}/{total}" + (f" on {_e(r.gpu)}" if r.gpu else "")
+                     + (f" ({skipped} skipped)" if skipped else ""))
     elif r.kernel_status == "failed":
         detail = f"{counts.get('failed', 0)} of {total} failed" if total else ""
         parts.append(f"kernel {_badge('failed')} {detail}" + (f'<div class="reason">{_e(r.kernel_reason)}</div>'
@@ -237,18 +239,27 @@ def _tests_cell(r: Row) -> str:
     return "<br>".join(parts)
 
 
+def _number(value: object, fmt: str, suffix: str = "") -> str:
+    """A measured number, or a dash where the benchmark produced none (it failed or was refused)."""
+    return f"{float(value):{fmt}}{suffix}" if isinstance(value, (int, float)) else "—"  # type: ignore[arg-type]
+
+
+def _speed_row(s: dict) -> str:  # type: ignore[type-arg]
+    """One benchmark row; a failed benchmark shows its error instead of numbers."""
+    if s.get("error"):
+        return f"<tr><td>{_e(s.get('name', ''))}</td><td colspan=4 class=dim>{_e(str(s['error']))}</td></tr>"
+    return (f"<tr><td>{_e(s.get('name', ''))}</td><td>{_number(s.get('kernel_ms'), '.3f')}</td>"
+            f"<td>{_number(s.get('reference_ms'), '.3f')}</td><td>{_number(s.get('speedup'), '.1f', '×')}</td>"
+            f"<td>{_number(s.get('kernel_gbps'), '.0f')}</td></tr>")
+
+
 def _speed_cell(r: Row) -> str:
     speedups = [float(s["speedup"]) for s in r.speed if isinstance(s.get("speedup"), (int, float)) and s["speedup"] > 0]
     if not speedups:
         return '<span class="dim">—</span>'
     head = (f'<span class="speedup">{_geomean(speedups):.1f}×</span> geo-mean of {len(speedups)} '
             f'({min(speedups):.1f}–{max(speedups):.1f}×)')
-    cases = "".join(
-        f"<tr><td>{_e(s.get('name', ''))}</td><td>{float(s.get('kernel_ms', 0)):.3f}</td>"
-        f"<td>{float(s.get('reference_ms', 0)):.3f}</td><td>{float(s.get('speedup', 0)):.1f}×</td>"
-        f"<td>{float(s.get('kernel_gbps') or 0):.0f}</td></tr>"
-        for s in r.speed
-    )
+    cases = "".join(_speed_row(s) for s in r.speed)
     return (f"{head}<details><summary>cases</summary><table class=cases><tr><th>case</th><th>kernel ms</th>"
             f"<th>reference ms</th><th>speedup</th><th>GB/s</th></tr>{cases}</table></details>")
 

@@ -153,6 +153,8 @@ def kernel_tests(
         )
     if status == "passed":
         log.ok(f"kernel tests passed on {report.gpu}: {report.counts}")
+        if report.kernel_reason:  # passed with some cases skipped: say which and why
+            log.warning(report.kernel_reason)
     else:
         log.warning(f"kernel tests skipped: {report.kernel_reason}")
 

@@ -401,7 +401,7 @@ def _case(**kw: Any) -> Any:
 ])
 def test_harness_passes_a_correct_kernel(small: None, case_kw: Dict[str, Any]) -> None:
     case = _case(**case_kw)
-    result = kt.run_case(_api(), case, CPU)
+    [result] = kt.run_case(_api(), case, CPU)
     assert result.status == "passed", result.detail
     tensors = {c["tensor"] for c in result.checks}
     expected = {"o"} | ({"ht"} if case.states != "none" else set())
@@ -421,7 +421,7 @@ def test_harness_passes_a_correct_kernel(small: None, case_kw: Dict[str, Any]) -
     ("drop_h0_grad", "dh0 FAIL"),
 ])
 def test_harness_catches_planted_faults(small: None, fault: str, needle: str) -> None:
-    result = kt.run_case(_api(fault), _case(seqlen=70), CPU)
+    [result] = kt.run_case(_api(fault), _case(seqlen=70), CPU)
     assert result.status == "failed"
     assert needle in result.detail, result.detail
 
@@ -432,8 +432,51 @@ def test_harness_turns_exceptions_into_failures(small: None) -> None:
 
     api = _api()
     api.chunk = broken
-    result = kt.run_case(api, _case(), CPU)
+    [result] = kt.run_case(api, _case(), CPU)
     assert result.status == "failed" and result.detail.startswith("raised RuntimeError: triton compile error")
+
+
+HOPPER_REFUSAL = ("Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect results for gated chunk_bwd_dqkwg "
+                  "(see #640). Please upgrade Triton to >= 3.7.1 or install tilelang: `pip install tilelang`")
+
+
+class _RaiseInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, message):  # type: ignore[override]
+        ctx.message = message
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        raise RuntimeError(ctx.message)
+
+
+def _backward_raises(message: str, fault: Optional[str] = None):
+    inner = _fake_kernel(fault)
+
+    def fn(**kwargs):
+        o, ht = inner(**kwargs)
+        return _RaiseInBackward.apply(o, message), ht
+
+    return fn
+
+
+@pytest.mark.parametrize("fault", [None, "output_3pct_off"])
+def test_backward_refused_by_fla_is_skipped_and_forward_still_checked(small: None, fault: Optional[str]) -> None:
+    api = _api()
+    api.chunk = _backward_raises(HOPPER_REFUSAL, fault)
+    fwd, bwd = kt.run_case(api, _case(), CPU)
+    assert fwd.name.endswith("/fwd") and bwd.name.endswith("/bwd")
+    assert fwd.status == ("passed" if fault is None else "failed"), fwd.detail
+    assert {c["tensor"] for c in fwd.checks} == {"o", "ht", "repeat:o", "repeat:ht"}
+    assert bwd.status == "skipped" and "refused by fla-core itself" in bwd.detail and "#640" in bwd.detail
+
+
+def test_other_backward_errors_still_fail(small: None) -> None:
+    api = _api()
+    api.chunk = _backward_raises("CUDA error: an illegal memory access was encountered")
+    [result] = kt.run_case(api, _case(), CPU)
+    assert result.status == "failed" and "illegal memory access" in result.detail
 
 
 def test_report_on_a_machine_without_gpu(tmp_path: Path) -> None:
