@@ -9,6 +9,7 @@
 #                                     SiLU): kernel tests must fail, no promotion
 #   scripts/gpu-check.sh build-host   the builder run entirely here: host nvcc, the machine's python3 and torch
 #   scripts/gpu-check.sh fla          fla-core kernel tests; transformers Qwen3-Next fast-path check with our wheels
+#   scripts/gpu-check.sh fla-guard    experiment: fla-core's Hopper guard lifted, chunk backward judged by our reference
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -66,7 +67,16 @@ case "${1:-}" in
     for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.log; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").log"; done
     tar czf "$OUT/wh-fla-meta.tgz" --exclude='*.whl' .carry/wh-fla
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla"; exit 2 ;;
+  fla-guard)
+    # experiment, not a gate: fla-core 0.6.0 refuses the gated chunk backward on Hopper with Triton < 3.7.1
+    # ("produces incorrect results", upstream #640). Lift that guard and let our reference judge the gradients.
+    uv=$(command -v uv); "$uv" venv -q --system-site-packages --python python3 /tmp/guard-venv
+    "$uv" pip install -q --offline --no-deps --python /tmp/guard-venv/bin/python .carry/wh-fla/staging/wheels/fla_core-*.whl
+    FLA_TEST_BYPASS_HOPPER_GUARD=1 TRITON_CACHE_DIR=/tmp/guard-triton step timeout "${FLA_TIMEOUT:-240}" \
+      env -u PYTHONPATH /tmp/guard-venv/bin/python recipes/fla-core/kernel_tests.py --no-bench \
+      --only "${GUARD_CASES:-^chunk/.*/T1000/}" --out "$OUT/fla-guard-lifted.json"
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status
