@@ -70,10 +70,9 @@ case "${1:-}" in
   fla-guard)
     # experiment, not a gate: fla-core 0.6.0 refuses the gated chunk backward on Hopper with Triton < 3.7.1
     # ("produces incorrect results", upstream #640). Lift that guard and let our reference judge the gradients.
-    uv=$(command -v uv); "$uv" venv -q --system-site-packages --python python3 /tmp/guard-venv
-    "$uv" pip install -q --offline --no-deps --python /tmp/guard-venv/bin/python .carry/wh-fla/staging/wheels/fla_core-*.whl
-    FLA_TEST_BYPASS_HOPPER_GUARD=1 TRITON_CACHE_DIR=/tmp/guard-triton step timeout "${FLA_TIMEOUT:-240}" \
-      env -u PYTHONPATH /tmp/guard-venv/bin/python recipes/fla-core/kernel_tests.py --no-bench \
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/guard-site .carry/wh-fla/staging/wheels/fla_core-*.whl
+    step timeout "${FLA_TIMEOUT:-240}" env PYTHONPATH=/tmp/guard-site FLA_TEST_BYPASS_HOPPER_GUARD=1 \
+      TRITON_CACHE_DIR=/tmp/guard-triton python3 recipes/fla-core/kernel_tests.py --no-bench \
       --only "${GUARD_CASES:-^chunk/.*/T1000/}" --out "$OUT/fla-guard-lifted.json"
     ;;
   *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard"; exit 2 ;;
