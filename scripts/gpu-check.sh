@@ -10,6 +10,8 @@
 #   scripts/gpu-check.sh build-host   the builder run entirely here: host nvcc, the machine's python3 and torch
 #   scripts/gpu-check.sh fla          fla-core kernel tests; transformers Qwen3-Next fast-path check with our wheels
 #   scripts/gpu-check.sh fla-guard    experiment: fla-core's Hopper guard lifted, chunk backward judged by our reference
+#   scripts/gpu-check.sh fla-old      fla-core 0.4.2 (no Hopper guard) kernel tests
+#   scripts/gpu-check.sh bench        bench/gpu_kernels.py: kernels vs transformers' torch fallbacks, vs copy bandwidth
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -70,12 +72,26 @@ case "${1:-}" in
   fla-guard)
     # experiment, not a gate: fla-core 0.6.0 refuses the gated chunk backward on Hopper with Triton < 3.7.1
     # ("produces incorrect results", upstream #640). Lift that guard and let our reference judge the gradients.
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/guard-site .carry/wh-fla/staging/wheels/fla_core-*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/guard-site \
+      "$(ls .carry/wh-fla/wheels/fla_core-*.whl .carry/wh-fla/staging/wheels/fla_core-*.whl 2>/dev/null | head -1)"
     step timeout "${FLA_TIMEOUT:-240}" env PYTHONPATH=/tmp/guard-site FLA_TEST_BYPASS_HOPPER_GUARD=1 \
       TRITON_CACHE_DIR=/tmp/guard-triton python3 recipes/fla-core/kernel_tests.py --no-bench \
       --only "${GUARD_CASES:-^chunk/.*/T1000/}" --out "$OUT/fla-guard-lifted.json"
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard"; exit 2 ;;
+  fla-old)
+    # fla-core 0.4.2 has no Hopper guard at all: with Triton 3.6 its gated chunk backward runs; our reference judges it
+    step timeout "${FLA_TIMEOUT:-240}" $B test .carry/wh-fla042/staging/wheels/fla_core-*.whl --python python3 \
+      --require-kernel-tests --wheelhouse .carry/wh-fla042 --no-bench || status=1
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").json"; done
+    ;;
+  bench)
+    # bench/gpu_kernels.py with our causal-conv1d (sm_90) and fla-core wheels on the machine's torch + transformers
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/bench-site .carry/cc90/causal_conv1d-*.whl \
+      "$(ls .carry/wh-fla/wheels/fla_core-*.whl .carry/wh-fla/staging/wheels/fla_core-*.whl 2>/dev/null | head -1)"
+    step timeout "${BENCH_TIMEOUT:-200}" env PYTHONPATH=/tmp/bench-site TRITON_CACHE_DIR=/tmp/bench-triton \
+      FLA_DISABLE_BACKEND_DISPATCH=1 python3 bench/gpu_kernels.py --out "$OUT/h200-kernels.json" || status=1
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|bench"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status

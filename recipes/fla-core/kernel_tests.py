@@ -586,6 +586,7 @@ def run_gdr_case(api: Api, case: GdrCase, device: torch.device) -> List[CaseResu
                   if case.backward and case.states != "none" else None}
     first = run_kernel(api, case, inputs, cotangents, device)
     refused = first.pop("backward_refused", None)
+    stem = case.name.rsplit("/", 1)[0]
     if refused is not None:
         case = replace(case, op="chunk-fwd-only")
     second = run_kernel(api, case, inputs, cotangents, device)
@@ -605,7 +606,6 @@ def run_gdr_case(api: Api, case: GdrCase, device: torch.device) -> List[CaseResu
         if case.note:
             result.detail = f"{case.note}; {result.detail}"
         return [result]
-    stem = case.name.rsplit("/", 1)[0]
     forward = result_from_checks(f"{stem}/fwd", checks)
     forward.detail = f"backward refused by fla, forward checked; {forward.detail}"
     return [forward, CaseResult(f"{stem}/bwd", "skipped", detail=f"refused by fla-core itself: {refused}")]
