@@ -96,9 +96,19 @@ def conv_prefill(batch: int, seqlen: int) -> Tuple[Callable[[], Any], Callable[[
     return kernel, fallback, nbytes(x, w, x)
 
 
+def torch_causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
+                               activation: Optional[str]) -> torch.Tensor:
+    """transformers' decode fallback for Qwen3-Next (torch_causal_conv1d_update; not importable by that name from
+    every transformers release, so written out): append, keep the last `width` columns, depthwise conv, SiLU."""
+    seq_len, state_len = x.shape[-1], state.shape[-1]
+    full = torch.cat([state, x], dim=-1).to(w.dtype)
+    state.copy_(full[:, :, -state_len:])
+    out = F.conv1d(full, w.unsqueeze(1), bias, padding=0, groups=x.shape[1])[:, :, -seq_len:]
+    return (F.silu(out) if activation == "silu" else out).to(x.dtype)
+
+
 def conv_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
     from causal_conv1d import causal_conv1d_update
-    from transformers.models.qwen3_next.modeling_qwen3_next import torch_causal_conv1d_update
 
     x = torch.randn(batch, CONV_DIM, device="cuda", dtype=DTYPE)
     state = torch.randn(batch, CONV_DIM, CONV_WIDTH, device="cuda", dtype=DTYPE)  # both keep `width` columns
@@ -127,7 +137,20 @@ def _gdr_inputs(batch: int, seqlen: int, with_state: bool) -> Dict[str, Optional
     }
 
 
+def hopper_refusal() -> Optional[str]:
+    """fla-core >= 0.5.2 refuses the gated chunk backward on Hopper with Triton 3.4-3.7.0 (upstream #640); on the
+    H200 that call has also been followed by an illegal memory access, so it is not attempted there."""
+    import triton
+    from packaging.version import Version
+
+    if torch.cuda.get_device_capability(0)[0] == 9 and Version("3.4") <= Version(triton.__version__) < Version("3.7.1"):
+        return f"not run: fla refuses the gated chunk backward on Hopper with Triton {triton.__version__} (#640)"
+    return None
+
+
 def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
+    if backward and hopper_refusal():
+        raise RuntimeError(hopper_refusal())
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
 
@@ -138,7 +161,7 @@ def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any
     def run(fn: Callable[..., Any]) -> Callable[[], Any]:
         def call() -> Any:
             with torch.set_grad_enabled(backward):
-                o, _ = fn(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                o, _ = fn(q=leaves["q"], k=leaves["k"], v=leaves["v"], g=leaves["g"], beta=leaves["beta"],
                           use_qk_l2norm_in_kernel=True)
                 if backward:
                     o.backward(do)
@@ -146,7 +169,10 @@ def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any
         return call
 
     io = nbytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["v"])
-    return run(lambda *a, **k: chunk_gated_delta_rule(*a, **k)), run(torch_chunk_gated_delta_rule), \
+    def fallback(q: Any, k: Any, v: Any, g: Any, beta: Any, **kw: Any) -> Any:  # transformers' argument names
+        return torch_chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+
+    return run(chunk_gated_delta_rule), run(fallback), \
         (2 * io if backward else io)
 
 
@@ -157,8 +183,9 @@ def gdr_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
     x = _gdr_inputs(batch, 1, with_state=True)
 
     def kernel() -> Any:
-        return fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"],
-                                                output_final_state=True, use_qk_l2norm_in_kernel=True)
+        return fused_recurrent_gated_delta_rule(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"],
+                                                initial_state=x["h0"], output_final_state=True,
+                                                use_qk_l2norm_in_kernel=True)
 
     def fallback() -> Any:
         return torch_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"],
@@ -172,6 +199,7 @@ ROWS: List[Tuple[str, str, Callable[[], Tuple[Callable[[], Any], Callable[[], An
     ("causal-conv1d", "prefill fwd B8 L4096 D8192 W4 silu", lambda: conv_prefill(8, 4096)),
     ("causal-conv1d", "decode update B64 D8192 W4 silu", lambda: conv_decode(64)),
     ("fla-core", "chunk fwd B1 T4096 H32 D128", lambda: gdr_chunk(1, 4096, backward=False)),
+    ("fla-core", "chunk fwd B8 T4096 H32 D128", lambda: gdr_chunk(8, 4096, backward=False)),
     ("fla-core", "chunk fwd+bwd B1 T4096 H32 D128", lambda: gdr_chunk(1, 4096, backward=True)),
     ("fla-core", "fused_recurrent decode B32 T1 H32 D128 state in/out", lambda: gdr_decode(32)),
 ]
@@ -192,7 +220,10 @@ def measure(name: str, make: Callable[[], Tuple[Callable[[], Any], Callable[[], 
         return {"error": " ".join(f"{type(exc).__name__}: {exc}".split())[:400],
                 "traceback": traceback.format_exc()[-1500:]}
     finally:
-        torch.cuda.empty_cache()
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001  (a sticky CUDA error ends the run below)
+            pass
 
 
 def versions() -> Dict[str, Optional[str]]:
@@ -224,6 +255,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for package, name, make in ROWS:
         row = {"package": package, "name": name, **measure(name, make, args.repeats, copy["gbps"])}
         report["rows"].append(row)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")  # after every row: a crash keeps what was measured
         if "error" in row:
             print(f"{package} {name}: {row['error']}", flush=True)
         else:
