@@ -74,7 +74,6 @@ def copy_bandwidth(repeats: int) -> Dict[str, float]:
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     t = repeated(lambda: dst.copy_(src), repeats, iters=20)
-    del src, dst
     return {"gbps": 2 * (1 << 30) / (t["ms"] * 1e-3) / 1e9, **t}
 
 
