@@ -18,6 +18,7 @@ of a 1 GiB buffer). Peak memory is torch.cuda.max_memory_allocated above the inp
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import platform
 import statistics
@@ -136,6 +137,16 @@ def _gdr_inputs(batch: int, seqlen: int, with_state: bool) -> Dict[str, Optional
     }
 
 
+def torch_path(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """transformers >= 5.15 wraps its torch_* functions in use_kernel_func_from_hub_with_fallback, which calls the
+    installed package (fla) instead: with our wheel installed, the name is the kernel. The torch body is what the
+    wrapper wraps (functools.wraps' __wrapped__); refuse to benchmark anything else."""
+    body = inspect.unwrap(fn)
+    if "fla" in (getattr(body, "__module__", "") or "").split(".")[0]:
+        raise RuntimeError(f"{fn.__name__} resolves to {body.__module__}, not transformers' torch code")
+    return body
+
+
 def hopper_refusal() -> Optional[str]:
     """fla-core >= 0.5.2 refuses the gated chunk backward on Hopper with Triton 3.4-3.7.0 (upstream #640); on the
     H200 that call has also been followed by an illegal memory access, so it is not attempted there."""
@@ -151,7 +162,9 @@ def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any
     if backward and hopper_refusal():
         raise RuntimeError(hopper_refusal())
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
+    from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule as wrapped
+
+    torch_chunk_gated_delta_rule = torch_path(wrapped)
 
     x = _gdr_inputs(batch, seqlen, with_state=False)
     leaves = {n: t.detach().clone().requires_grad_(backward) for n, t in x.items() if t is not None}
@@ -177,7 +190,9 @@ def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any
 
 def gdr_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
-    from transformers.models.qwen3_next.modeling_qwen3_next import torch_recurrent_gated_delta_rule
+    from transformers.models.qwen3_next.modeling_qwen3_next import torch_recurrent_gated_delta_rule as wrapped
+
+    torch_recurrent_gated_delta_rule = torch_path(wrapped)
 
     x = _gdr_inputs(batch, 1, with_state=True)
 
