@@ -256,6 +256,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", default="", help="run only the rows whose package or name contains this")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("skipped: no CUDA GPU visible to torch")
@@ -267,6 +268,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                               "versions": versions(), "repeats": args.repeats, "copy": copy, "rows": []}
     print(f"copy bandwidth: {copy['gbps']:.0f} GB/s ({report['gpu']})", flush=True)
     for package, name, make in ROWS:
+        if args.only not in f"{package} {name}":
+            continue
         row = {"package": package, "name": name, **measure(name, make, args.repeats, copy["gbps"])}
         report["rows"].append(row)
         args.out.parent.mkdir(parents=True, exist_ok=True)

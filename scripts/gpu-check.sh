@@ -89,7 +89,7 @@ case "${1:-}" in
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/bench-site .carry/cc90/causal_conv1d-*.whl \
       "$(ls .carry/wh-fla/wheels/fla_core-*.whl .carry/wh-fla/staging/wheels/fla_core-*.whl 2>/dev/null | head -1)"
     step timeout "${BENCH_TIMEOUT:-200}" env PYTHONPATH=/tmp/bench-site TRITON_CACHE_DIR=/tmp/bench-triton \
-      FLA_DISABLE_BACKEND_DISPATCH=1 python3 bench/gpu_kernels.py --out "$OUT/h200-kernels.json" || status=1
+      FLA_DISABLE_BACKEND_DISPATCH=1 python3 bench/gpu_kernels.py --out "$OUT/h200-kernels.json" ${BENCH_ONLY:+--only "$BENCH_ONLY"} || status=1
     ;;
   *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|bench"; exit 2 ;;
 esac
