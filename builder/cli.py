@@ -17,6 +17,7 @@ from rich.table import Table
 from . import __version__
 from .arch import parse_arch_list
 from .compat import table_rows
+from .compilercache import add_compiler_cache_arg
 from .errors import BuilderError, UsageError
 from .log import log
 from .plan import Target, load_target_recipe, make_plan, validate_cuda
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="build, verify, test and publish one wheel")
     _target_args(p)
+    add_compiler_cache_arg(p)
     _common(p)
     p.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
     p.add_argument("--no-kernel-tests", action="store_true", help="run only the import test")
@@ -178,6 +180,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         quick_kernel_tests=args.quick,
         keep_workdir=args.keep_workdir,
         stage=args.stage,
+        compiler_cache=args.compiler_cache,
     )
     settings = _settings(args)
     for package in expand_name(args.package, settings.recipes_dir):

@@ -25,6 +25,8 @@ GITHUB_MATRIX_LIMIT = 256  # jobs per matrix
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+    from .compilercache import add_compiler_cache_arg
+
     p = sub.add_parser("farm", help="build the whole farm matrix (farm.toml) here; unchanged targets are skipped")
     _farm_file_args(p)
     p.add_argument("--parallel", type=int, default=1, help="targets built at once (default 1)")
@@ -34,6 +36,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     p.add_argument("--no-kernel-tests", action="store_true", help="run only the import tests")
     p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
     p.add_argument("--log-dir", type=Path, help="one log per target here (default: the cache's farm-logs/<time>)")
+    add_compiler_cache_arg(p)
     add_common(p)
 
     p = sub.add_parser("matrix", help="list the farm's targets, or emit them as a GitHub Actions matrix")
@@ -152,7 +155,8 @@ def cmd_farm(args: argparse.Namespace) -> int:
     log_dir = (args.log_dir or settings.cache("farm-logs") / stamp).resolve()
     log_dir.mkdir(parents=True, exist_ok=True)
     options = BuildOptions(force=args.force, kernel_tests=not args.no_kernel_tests,
-                           require_kernel_tests=args.require_kernel_tests, stage=args.stage)
+                           require_kernel_tests=args.require_kernel_tests, stage=args.stage,
+                           compiler_cache=args.compiler_cache)
     log.info(f"farm {farm.file}: {len(targets)} targets, {args.parallel} at a time, MAX_JOBS {jobs}; "
              f"one log per target in {log_dir}")
     results: dict[str, dict[str, Any]] = {}

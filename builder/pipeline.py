@@ -17,6 +17,7 @@ from filelock import FileLock
 from . import __version__
 from .arch import torch_arch_list
 from .build import base_env, build_wheel
+from .compilercache import find_compiler_cache
 from .errors import InspectError, ToolchainError
 from .finalize import finalize_wheel
 from .inspect import WheelReport, inspect_wheel, render_report, verify_archs
@@ -49,6 +50,7 @@ class BuildOptions:
     quick_kernel_tests: bool = False
     keep_workdir: bool = False
     stage: bool = False  # publish into wheelhouse/staging; `builder test` on a GPU machine promotes it
+    compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
 
 
 @contextmanager
@@ -182,12 +184,21 @@ def _build_in(
     env["MAX_JOBS"] = str(plan.target.jobs)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
     log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
+    ccache = None
+    if toolkit is not None and container is None:
+        ccache = find_compiler_cache(options.compiler_cache, settings)
+        if ccache is not None:
+            env.update(ccache.build_env(toolkit.cuda_home, workdir / "ccache-stats.log"))
+            log.info(f"compiler cache: {ccache.describe()}")
     with timed(timings, "build"):
         if container is None:
             raw = build_wheel(root, python, env, workdir / "dist", log_file)
         else:  # sources and outputs travel by bind mounts; the compile runs with the network off
             mounts = {workdir: False, settings.cache("venvs"): True, settings.cache("docker"): False}
             raw = container.build_wheel(root, python, env, workdir / "dist", log_file, mounts=mounts)
+    compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None
+    if compiler_cache is not None:
+        log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
     log.step("finalize")
     label = plan.label(torch) if torch else None
     pins = [f"torch=={torch.split('+')[0]}"] if torch else []
@@ -226,7 +237,8 @@ def _build_in(
         companions = settings.wheelhouse / ("staging/wheels" if options.stage else "wheels")
         _run_tests(plan, options, python, base_python, final, report, tests, workdir, main_wheels=companions)
     log.step("publish")
-    record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name)
+    record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name,
+                  compiler_cache=compiler_cache)  # after finalize: not inside the wheel, which stays reproducible
     with timed(timings, "publish"):
         published = house.publish(final, record)
     result.wheel, result.record, result.status = published, record, "built"

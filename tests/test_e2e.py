@@ -161,3 +161,23 @@ def test_sigkill_during_compile_then_rerun_recovers(e2e: dict, tmp_path: Path) -
     rerun = run_cli(*e2e["args"], env={**e2e["env"], "BUILDER_WHEELHOUSE": str(house)})
     assert rerun.code == 0, rerun.stderr[-2000:]
     assert [p.name for p in house.glob("wheels/*.whl")] == [WHEEL]
+
+
+def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_path: Path) -> None:
+    """A forced rebuild (same sources and flags, new build folder) compiles nothing: ccache, from PyPI or PATH,
+    serves nvcc's and c++'s objects from the builder cache; the wheel is byte-identical, and so is one built with
+    --compiler-cache off."""
+    first = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
+    assert "compiler cache: ccache" in e2e["first"].stderr, e2e["first"].stderr[-2000:]
+    cached = run_cli(*e2e["args"], "--force", env={**e2e["env"], "BUILDER_WHEELHOUSE": str(tmp_path / "a")})
+    assert cached.code == 0, cached.stderr[-2000:]
+    line = next(x for x in cached.stderr.splitlines() if "compiler cache:" in x and "hits" in x)
+    hits = int(line.split("compiler cache:")[1].split("hits")[0].strip())
+    assert hits >= 2 and " 0 misses" in line, line  # the .cu and the .cpp
+    assert (tmp_path / "a" / "wheels" / WHEEL).read_bytes() == first.read_bytes()
+    record = json.loads(next((tmp_path / "a" / "records").glob("*.json")).read_text())
+    assert record["compiler_cache"]["hits"] == hits and record["compiler_cache"]["misses"] == 0
+    plain = run_cli(*e2e["args"], "--force", "--compiler-cache", "off",
+                    env={**e2e["env"], "BUILDER_WHEELHOUSE": str(tmp_path / "b")})
+    assert plain.code == 0 and "compiler cache:" not in plain.stderr, plain.stderr[-2000:]
+    assert (tmp_path / "b" / "wheels" / WHEEL).read_bytes() == first.read_bytes()

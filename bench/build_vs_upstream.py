@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Issue 9, item 1: a cold build of causal-conv1d for one arch with the builder, against upstream's own build.
+
+    python bench/build_vs_upstream.py --out bench/results/build-vs-upstream.json [--arch 120] [--skip-upstream]
+
+Both sides use the same toolkit (the host's nvcc, --toolchain host), the same torch (2.14.1, CUDA 13.0 build),
+Python 3.12, MAX_JOBS sized the same way, and the same sdist from PyPI:
+
+- builder: `builder build causal-conv1d --version 1.7.0 --cuda 13.0 --arch ARCH --toolchain host` with an empty
+  builder cache (sources, build venv, logs all start empty; uv's own download cache stays warm, as it would on any
+  machine that has installed torch once). Its per-step timings come from its own `timings:` line.
+- upstream: what a user without a prebuilt wheel does, `pip install --no-build-isolation --no-deps SDIST` with
+  CAUSAL_CONV1D_FORCE_BUILD=TRUE (else setup.py tries to download a wheel from GitHub) into a venv that already
+  holds torch, setuptools, wheel, ninja and packaging (its creation is not timed): upstream's default arch list.
+
+Writes wall times, wheel sizes and the ratio measured in this one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSION, TORCH, PYTHON = "1.7.0", "2.14.1", "3.12"
+
+
+def run(argv: List[str], env: Optional[Dict[str, str]] = None, log: Optional[Path] = None) -> Dict[str, Any]:
+    """Run argv, return wall seconds and peak RSS of the largest child (GNU time), output into log."""
+    timed = ["/usr/bin/time", "-f", "TIME %e %M", *argv]
+    start = time.monotonic()
+    proc = subprocess.run(timed, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    text = proc.stdout + proc.stderr
+    if log:
+        log.write_text(text)
+    peak = re.findall(r"TIME [\d.]+ (\d+)", text)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed ({proc.returncode}); log: {log}\n{text[-3000:]}")
+    return {"wall_s": round(wall, 1), "peak_rss_mib": round(int(peak[-1]) / 1024) if peak else None, "text": text}
+
+
+def uv() -> str:
+    found = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    if not Path(found).exists():
+        raise SystemExit("uv not found (pip install uv)")
+    return found
+
+
+def sdist(cache: Path) -> Path:
+    """The sdist the builder fetched (same bytes for both sides)."""
+    found = sorted(cache.rglob(f"causal_conv1d-{VERSION}.tar.gz"))
+    if not found:
+        raise SystemExit(f"no causal_conv1d-{VERSION}.tar.gz under {cache}")
+    return found[0]
+
+
+def wheel_archs(wheel: Path) -> List[str]:
+    """SASS archs in the wheel's extension (cuobjdump through the builder's inspect stage)."""
+    out = subprocess.run([sys.executable, "-m", "builder", "inspect", str(wheel)], capture_output=True, text=True,
+                         cwd=ROOT)
+    return sorted(set(re.findall(r"sm_\d+[af]?", out.stdout + out.stderr)))
+
+
+def bench_builder(work: Path, arch: str, jobs: int) -> Dict[str, Any]:
+    cache, house = work / "builder-cache", work / "wh"
+    env = dict(os.environ, BUILDER_CACHE_DIR=str(cache))
+    argv = [sys.executable, "-m", "builder", "build", "causal-conv1d", "--version", VERSION, "--cuda", "13.0",
+            "--arch", arch, "--torch", TORCH, "--python", PYTHON, "--toolchain", "host", "--jobs", str(jobs),
+            "--no-kernel-tests", "--wheelhouse", str(house)]
+    result = run(argv, env, work / "builder.log")
+    timings = json.loads(re.findall(r"timings: (\{.*\})", result.pop("text"))[-1])
+    wheel = next((house / "wheels").glob("causal_conv1d-*.whl"))
+    return {**result, "steps_s": timings, "wheel": wheel.name, "wheel_mib": round(wheel.stat().st_size / 2**20, 1),
+            "archs": wheel_archs(wheel), "sdist": str(sdist(cache))}
+
+
+def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
+    venv = work / "upstream-venv"
+    subprocess.run([uv(), "venv", "-q", "--python", PYTHON, str(venv)], check=True)
+    subprocess.run([uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
+                    "setuptools", "wheel", "ninja", "packaging", "pip"], check=True)
+    env = dict(os.environ, CAUSAL_CONV1D_FORCE_BUILD="TRUE", MAX_JOBS=str(jobs), PIP_NO_CACHE_DIR="1",
+               CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    result = run([str(venv / "bin" / "pip"), "install", "--no-build-isolation", "--no-deps", "-v", str(source)],
+                 env, work / "upstream.log")
+    result.pop("text")
+    site = next(venv.glob("lib/python*/site-packages"))
+    so = sorted(site.glob("causal_conv1d_cuda*.so"))
+    return {**result, "extension_mib": round(so[0].stat().st_size / 2**20, 1) if so else None,
+            "archs": sorted(set(re.findall(r"sm_\d+[af]?", (work / "upstream.log").read_text())))}
+
+
+def machine() -> Dict[str, Any]:
+    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return {"host": platform.node(), "cores": os.cpu_count(), "memory_gib": round(mem / 2**30, 1),
+            "nvcc": nvcc[-1] if nvcc else None, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--arch", default="120")
+    parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from builder.settings import default_jobs
+
+    jobs = default_jobs()
+    report: Dict[str, Any] = {"machine": machine(), "jobs": jobs, "version": VERSION, "torch": TORCH}
+    with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
+        work = Path(tmp)
+        print(f"builder: cold build for sm_{args.arch} (MAX_JOBS={jobs}) ...", flush=True)
+        report["builder"] = bench_builder(work, args.arch, jobs)
+        print(f"  {report['builder']['wall_s']} s, {report['builder']['archs']}", flush=True)
+        if not args.skip_upstream:
+            print("upstream: pip install --no-build-isolation (its default arch list) ...", flush=True)
+            report["upstream"] = bench_upstream(work, Path(report["builder"]["sdist"]), jobs)
+            print(f"  {report['upstream']['wall_s']} s, {report['upstream']['archs']}", flush=True)
+            report["ratio_upstream_over_builder"] = round(report["upstream"]["wall_s"] / report["builder"]["wall_s"], 2)
+        keep = args.out.parent / "logs"
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in ("builder.log", "upstream.log"):
+            if (work / name).exists():
+                shutil.copy(work / name, keep / f"build-vs-upstream-{name}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Compiler cache selection (the real ccache round trip is in tests/test_e2e.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.compilercache import CompilerCache, find_compiler_cache
+from builder.errors import UsageError
+from builder.settings import Settings
+from tests.conftest import ROOT
+
+
+def _settings(tmp_path: Path, offline: bool = False) -> Settings:
+    return Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=ROOT / "recipes",
+                    patches_dir=ROOT / "patches", offline=offline)
+
+
+def test_off_means_none_and_unknown_modes_are_refused(tmp_path: Path) -> None:
+    assert find_compiler_cache("off", _settings(tmp_path)) is None
+    with pytest.raises(UsageError, match="not one of auto, ccache, off"):
+        find_compiler_cache("sccache", _settings(tmp_path))
+
+
+def test_offline_without_ccache_builds_uncached_in_auto_and_fails_when_asked(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no ccache on PATH
+    assert find_compiler_cache("auto", _settings(tmp_path, offline=True)) is None
+    from builder.errors import ToolchainError
+
+    with pytest.raises(ToolchainError, match="--offline forbids downloading"):
+        find_compiler_cache("ccache", _settings(tmp_path, offline=True))
+
+
+def test_build_env_routes_nvcc_and_cxx_through_ccache(tmp_path: Path) -> None:
+    cache = CompilerCache(Path("/opt/ccache"), tmp_path / "objs", tmp_path)
+    env = cache.build_env(Path("/usr/local/cuda"), tmp_path / "stats.log")
+    assert env["PYTORCH_NVCC"] == "/opt/ccache /usr/local/cuda/bin/nvcc" and env["CXX"] == "/opt/ccache c++"
+    assert env["CCACHE_BASEDIR"] == str(tmp_path) and env["CCACHE_NOHASHDIR"] == "1"
+    assert env["TORCH_NO_COMPILER_WRAPPER"] == "1"
+    assert cache.stats(tmp_path / "missing.log") == {"hits": 0, "misses": 0, "uncacheable": 0}
