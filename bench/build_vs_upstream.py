@@ -85,8 +85,10 @@ def bench_builder(work: Path, arch: str, jobs: int) -> Dict[str, Any]:
 
 
 def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
+    from builder.pythonenv import find_interpreter
+
     venv = work / "upstream-venv"
-    subprocess.run([uv(), "venv", "-q", "--python", PYTHON, str(venv)], check=True)
+    subprocess.run([uv(), "venv", "-q", "--python", str(find_interpreter(PYTHON)), str(venv)], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
                     "setuptools", "wheel", "ninja", "packaging", "pip"], check=True)
     env = dict(os.environ, CAUSAL_CONV1D_FORCE_BUILD="TRUE", MAX_JOBS=str(jobs), PIP_NO_CACHE_DIR="1",
