@@ -92,8 +92,10 @@ def _summary(text: str) -> str:
 
 
 def base_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment builds start from: ours, less variables that would redirect the build."""
+    """The environment builds start from: ours, less variables that would redirect the build or change its
+    output behind the cache key's back (nvcc's NVCC_APPEND/PREPEND_FLAGS: a recipe's [build] env sets those)."""
     source = dict(os.environ if env is None else env)
-    for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "TORCH_CUDA_ARCH_LIST"):
+    for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "TORCH_CUDA_ARCH_LIST",
+                "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "PYTORCH_NVCC"):
         source.pop(var, None)
     return source

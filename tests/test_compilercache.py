@@ -40,3 +40,11 @@ def test_build_env_routes_nvcc_and_cxx_through_ccache(tmp_path: Path) -> None:
     assert env["CCACHE_BASEDIR"] == str(tmp_path) and env["CCACHE_NOHASHDIR"] == "1"
     assert env["TORCH_NO_COMPILER_WRAPPER"] == "1"
     assert cache.stats(tmp_path / "missing.log") == {"hits": 0, "misses": 0, "uncacheable": 0}
+
+
+def test_build_env_drops_variables_that_would_change_output_behind_the_cache_key() -> None:
+    from builder.build import base_env
+
+    env = base_env({"PATH": "/usr/bin", "NVCC_APPEND_FLAGS": "--compress-mode=size", "NVCC_PREPEND_FLAGS": "-G",
+                    "PYTORCH_NVCC": "sccache nvcc", "TORCH_CUDA_ARCH_LIST": "8.0", "HOME": "/root"})
+    assert env == {"PATH": "/usr/bin", "HOME": "/root"}
