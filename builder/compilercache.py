@@ -42,11 +42,13 @@ class CompilerCache:
     directory: Path
     basedir: Path
 
-    def build_env(self, cuda_home: Path, stats_log: Path) -> dict[str, str]:
-        """Variables that route the compile through ccache (torch honours PYTORCH_NVCC and CXX)."""
+    def build_env(self, cuda_home: Path, stats_log: Path, path: str) -> dict[str, str]:
+        """Variables that route the compile through ccache: nvcc by PYTORCH_NVCC (which torch's ninja file
+        honours), c++ by a masquerade folder first on PATH (`c++` there is ccache, which then runs the next c++ on
+        PATH). Not CXX="ccache c++": torch checks the C++ compiler's version by running CXX's first word."""
         return {
             "PYTORCH_NVCC": f"{self.ccache} {cuda_home / 'bin' / 'nvcc'}",
-            "CXX": f"{self.ccache} c++",
+            "PATH": f"{self.masquerade()}{os.pathsep}{path}",
             "TORCH_NO_COMPILER_WRAPPER": "1",  # newer torch prepends a ccache found on PATH itself: not twice
             "CCACHE_DIR": str(self.directory),
             "CCACHE_BASEDIR": str(self.basedir),
@@ -55,6 +57,18 @@ class CompilerCache:
             "CCACHE_MAXSIZE": MAX_SIZE,
             "CCACHE_STATSLOG": str(stats_log),
         }
+
+    def masquerade(self) -> Path:
+        """A folder whose `c++` is a symlink to ccache (made once, next to the object cache)."""
+        folder = self.directory.parent / "ccache-masquerade"
+        link = folder / "c++"
+        if not (link.is_symlink() and Path(os.readlink(link)) == self.ccache):
+            folder.mkdir(parents=True, exist_ok=True)
+            temp = folder / f".c++.{os.getpid()}"
+            temp.unlink(missing_ok=True)
+            temp.symlink_to(self.ccache)
+            temp.replace(link)  # atomic: concurrent farm builds never see a missing link
+        return folder
 
     def describe(self) -> str:
         return f"ccache {self.ccache} (objects in {self.directory})"

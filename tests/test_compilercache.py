@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,10 @@ def test_offline_without_ccache_builds_uncached_in_auto_and_fails_when_asked(tmp
 
 def test_build_env_routes_nvcc_and_cxx_through_ccache(tmp_path: Path) -> None:
     cache = CompilerCache(Path("/opt/ccache"), tmp_path / "objs", tmp_path)
-    env = cache.build_env(Path("/usr/local/cuda"), tmp_path / "stats.log")
-    assert env["PYTORCH_NVCC"] == "/opt/ccache /usr/local/cuda/bin/nvcc" and env["CXX"] == "/opt/ccache c++"
+    env = cache.build_env(Path("/usr/local/cuda"), tmp_path / "stats.log", "/usr/bin:/bin")
+    assert env["PYTORCH_NVCC"] == "/opt/ccache /usr/local/cuda/bin/nvcc" and "CXX" not in env
+    first, rest = env["PATH"].split(":", 1)
+    assert rest == "/usr/bin:/bin" and os.readlink(Path(first) / "c++") == "/opt/ccache"
     assert env["CCACHE_BASEDIR"] == str(tmp_path) and env["CCACHE_NOHASHDIR"] == "1"
     assert env["TORCH_NO_COMPILER_WRAPPER"] == "1"
     assert cache.stats(tmp_path / "missing.log") == {"hits": 0, "misses": 0, "uncacheable": 0}

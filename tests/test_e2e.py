@@ -164,9 +164,10 @@ def test_sigkill_during_compile_then_rerun_recovers(e2e: dict, tmp_path: Path) -
 
 
 def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_path: Path) -> None:
-    """A forced rebuild (same sources and flags, new build folder) compiles nothing: ccache, from PyPI or PATH,
-    serves nvcc's and c++'s objects from the builder cache; the wheel is byte-identical, and so is one built with
-    --compiler-cache off."""
+    """A forced rebuild (same sources and flags, new build) compiles nothing: ccache, from PyPI or PATH, serves
+    nvcc's and c++'s objects from the builder cache, and the wheel is byte-identical. With the cache, the C++
+    source is named relative to the build folder (CCACHE_BASEDIR); --compiler-cache off names the build folder's
+    absolute path, so those two wheels differ in debug-info strings."""
     first = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
     assert "compiler cache: ccache" in e2e["first"].stderr, e2e["first"].stderr[-2000:]
     cached = run_cli(*e2e["args"], "--force", env={**e2e["env"], "BUILDER_WHEELHOUSE": str(tmp_path / "a")})
@@ -180,4 +181,13 @@ def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_p
     plain = run_cli(*e2e["args"], "--force", "--compiler-cache", "off",
                     env={**e2e["env"], "BUILDER_WHEELHOUSE": str(tmp_path / "b")})
     assert plain.code == 0 and "compiler cache:" not in plain.stderr, plain.stderr[-2000:]
-    assert (tmp_path / "b" / "wheels" / WHEEL).read_bytes() == first.read_bytes()
+    cache_root = str(e2e["base"] / "cache").encode()
+
+    def extension(wheel: Path) -> bytes:
+        with zipfile.ZipFile(wheel) as zf:
+            return zf.read(next(n for n in zf.namelist() if n.endswith(".so")))
+
+    # how the objects' debug info names the C++ source
+    assert b"../../csrc/binding.cpp" in extension(first)
+    plain_so = extension(tmp_path / "b" / "wheels" / WHEEL)
+    assert b"../../csrc/binding.cpp" not in plain_so and cache_root + b"/builds/" in plain_so
