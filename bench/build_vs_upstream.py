@@ -132,9 +132,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             report["ratio_upstream_over_builder"] = round(report["upstream"]["wall_s"] / report["builder"]["wall_s"], 2)
         keep = args.out.parent / "logs"
         keep.mkdir(parents=True, exist_ok=True)
-        for name in ("builder.log", "upstream.log"):
+        for name in ("builder.log", "upstream.log"):  # the last 200 lines: enough to see flags and timings
             if (work / name).exists():
-                shutil.copy(work / name, keep / f"build-vs-upstream-{name}")
+                lines = (work / name).read_text(errors="replace").splitlines()[-200:]
+                (keep / f"build-vs-upstream-{name}").write_text("\n".join(lines) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1))
