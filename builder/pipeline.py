@@ -188,7 +188,7 @@ def _build_in(
     if toolkit is not None and container is None:
         ccache = find_compiler_cache(options.compiler_cache, settings)
         if ccache is not None:
-            env.update(ccache.build_env(toolkit.cuda_home, workdir / "ccache-stats.log", env.get("PATH", "")))
+            env.update(ccache.build_env(toolkit.cuda_home, workdir / "ccache-stats.log", env))
             log.info(f"compiler cache: {ccache.describe()}")
     with timed(timings, "build"):
         if container is None:
