@@ -461,10 +461,16 @@ def _backward_raises(message: str, fault: Optional[str] = None):
     return fn
 
 
+HOPPER_REFUSAL_050 = ("Triton >= 3.4.0 on Hopper GPUs produces incorrect results for gated chunk_bwd_dqkwg "
+                      "(see #640). Please install tilelang: `pip install tilelang`")  # fla-core 0.5.0's wording
+
+
+@pytest.mark.parametrize("message", [HOPPER_REFUSAL, HOPPER_REFUSAL_050])
 @pytest.mark.parametrize("fault", [None, "output_3pct_off"])
-def test_backward_refused_by_fla_is_skipped_and_forward_still_checked(small: None, fault: Optional[str]) -> None:
+def test_backward_refused_by_fla_is_skipped_and_forward_still_checked(small: None, fault: Optional[str],
+                                                                      message: str) -> None:
     api = _api()
-    api.chunk = _backward_raises(HOPPER_REFUSAL, fault)
+    api.chunk = _backward_raises(message, fault)
     fwd, bwd = kt.run_case(api, _case(), CPU)
     assert fwd.name.endswith("/fwd") and bwd.name.endswith("/bwd")
     assert fwd.status == ("passed" if fault is None else "failed"), fwd.detail
