@@ -19,6 +19,7 @@ import pyproject_hooks
 from .errors import BuildFailed
 from .log import log
 from .pythonenv import PythonEnv
+from .streaming import stream
 
 TAIL_LINES = 25
 
@@ -29,7 +30,6 @@ class LoggingRunner:
     def __init__(self, log_file: Path, env: Mapping[str, str]) -> None:
         self.log_file = log_file
         self.env = dict(env)
-        self.last_line = ""
         self.on_line: Callable[[str], None] = lambda line: None  # progress display hook
 
     def __call__(self, cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
@@ -37,14 +37,7 @@ class LoggingRunner:
         with self.log_file.open("a") as out:
             out.write(f"+ {' '.join(cmd)}\n")
             out.flush()
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                out.write(line)
-                if line.strip():
-                    self.last_line = line.strip()
-                    self.on_line(self.last_line[:120])
-            code = proc.wait()
+            code, _ = stream(cmd, out=out, on_line=self.on_line, cwd=cwd, env=env)
         if code != 0:
             raise subprocess.CalledProcessError(code, cmd)
 

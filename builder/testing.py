@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import tempfile
-import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from .inspect import WheelReport
 from .log import log
 from .pythonenv import PythonEnv
 from .recipe import Recipe
+from .streaming import stream
 
 _GPU_PROBE = r"""
 import json, torch
@@ -161,49 +160,17 @@ def kernel_tests(
 
 def run_streaming(argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, timeout_s: float,
                   what: str) -> tuple[int | None, str]:
-    """Run argv with stdout+stderr streamed into log_file and the latest line shown as progress.
+    """Run argv with its output streamed into log_file and the latest line shown as progress.
 
     Returns (exit code, last output line); exit code None when it ran past timeout_s and was killed
     (with its whole process group: kernel-test scripts may start worker processes).
     """
-    last = ""
-    stopped = threading.Event()
     with log_file.open("w") as out, log.status(what) as update:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-
-        def stop() -> None:
-            stopped.set()
-            _kill_group(proc)
-
-        timer = threading.Timer(timeout_s, stop)
-        timer.start()
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                out.write(line)
-                out.flush()
-                if line.strip():
-                    last = line.strip()
-                    update(last[:120])
-            code = proc.wait()
-        finally:
-            timer.cancel()
-            if proc.poll() is None:  # interrupted (Ctrl-C): leave no GPU job behind
-                _kill_group(proc)
-                proc.wait()
-    if stopped.is_set():
+        code, last = stream(argv, out=out, on_line=update, cwd=cwd, env=env, timeout_s=timeout_s)
+    if code is None:
         with log_file.open("a") as out:
             out.write(f"\n# stopped by the builder after {timeout_s:g} s\n")
-        return None, last
     return code, last
-
-
-def _kill_group(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _clean_env() -> dict[str, str]:

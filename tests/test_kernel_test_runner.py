@@ -53,3 +53,15 @@ def test_a_hung_suite_is_stopped_with_its_workers(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_status_heartbeat_outside_a_terminal(capsys) -> None:  # type: ignore[no-untyped-def]
+    """In CI logs (no terminal) a long step prints its latest line at most once per heartbeat."""
+    from builder.log import log
+
+    with log.status("compiling", heartbeat_s=0.0) as update:
+        update("[1/3] nvcc binding.cu")
+    with log.status("compiling", heartbeat_s=3600.0) as update:
+        update("[2/3] never shown")
+    err = capsys.readouterr().err
+    assert "compiling: [1/3] nvcc binding.cu" in err and "never shown" not in err
