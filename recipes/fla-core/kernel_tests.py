@@ -845,7 +845,8 @@ def run_groups(report: Dict[str, Any], out: Optional[Path], groups: List[List[Gd
         results[index] = rows
         print(f"group {len(results)}/{len(groups)} done ({len(rows)} cases)", flush=True)
         if out is not None:
-            partial = dict(report, cases=[r for i in sorted(results) for r in results[i]], status="incomplete",
+            partial = dict(report, cases=report["cases"] + [r for i in sorted(results) for r in results[i]],
+                           status="incomplete",
                            reason=f"{len(results)} of {len(groups)} case groups finished")
             write_report(partial, out)
 

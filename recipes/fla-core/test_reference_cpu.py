@@ -557,6 +557,7 @@ if __name__ == "__main__":
     cases = [kt.replace(c, batch=1) for c in cases]
     groups = kt.group_cases(cases)
     report = kt.new_report(7, True)
+    report["cases"] = [{"name": "device_flags/IS_NVIDIA_BLACKWELL", "status": "passed", "detail": ""}]
     rows = kt.run_groups(report, Path(sys.argv[1]), groups, 2, torch.device("cpu"))
     print(json.dumps({"groups": len(groups), "cases": len(cases), "rows": rows}))
 """
@@ -583,4 +584,5 @@ def test_parallel_groups_in_spawned_workers(tmp_path: Path) -> None:
     pids = {line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("worker pid")}
     assert len(pids) == 2 and str(os.getpid()) not in pids  # two spawned workers did the work
     partial = json.loads(out.read_text())
-    assert partial["status"] == "incomplete" and len(partial["cases"]) == result["cases"]
+    assert partial["status"] == "incomplete" and len(partial["cases"]) == result["cases"] + 1
+    assert partial["cases"][0]["name"] == "device_flags/IS_NVIDIA_BLACKWELL"  # what ran before the groups stays
