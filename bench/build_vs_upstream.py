@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,13 +46,6 @@ def run(argv: List[str], env: Optional[Dict[str, str]] = None, log: Optional[Pat
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}); log: {log}\n{text[-3000:]}")
     return {"wall_s": round(wall, 1), "peak_rss_mib": round(int(peak[-1]) / 1024) if peak else None, "text": text}
-
-
-def uv() -> str:
-    found = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    if not Path(found).exists():
-        raise SystemExit("uv not found (pip install uv)")
-    return found
 
 
 def sdist(cache: Path) -> Path:
@@ -86,10 +78,11 @@ def bench_builder(work: Path, arch: str, jobs: int) -> Dict[str, Any]:
 
 def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
     from builder.pythonenv import find_interpreter
+    from builder.uvtool import uv_bin
 
     venv = work / "upstream-venv"
-    subprocess.run([uv(), "venv", "-q", "--python", str(find_interpreter(PYTHON)), str(venv)], check=True)
-    subprocess.run([uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
+    subprocess.run([uv_bin(), "venv", "-q", "--python", str(find_interpreter(PYTHON)), str(venv)], check=True)
+    subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
                     "setuptools", "wheel", "ninja", "packaging", "pip"], check=True)
     env = dict(os.environ, CAUSAL_CONV1D_FORCE_BUILD="TRUE", MAX_JOBS=str(jobs), PIP_NO_CACHE_DIR="1",
                CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"))
