@@ -137,6 +137,20 @@ def test_builder_serve_command(tmp_path: Path) -> None:
     assert '"GET /simple/demo/ HTTP/1.1" 200' in proc.stderr.read()
 
 
+def test_sigterm_unwinds_like_ctrl_c(tmp_path: Path) -> None:
+    """SIGTERM (a cancelled CI job, `timeout`) goes through the same cleanup as Ctrl-C instead of killing the
+    builder outright (which would leave child process groups such as kernel-test workers running): the long-running
+    `serve` command stops through the interrupt path (0 from serve's own handler, or 130 from the CLI's, depending
+    on where the signal lands) rather than dying by the signal (-15)."""
+    house = Wheelhouse(tmp_path / "wh")
+    house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), {})
+    proc = subprocess.Popen([sys.executable, "-m", "builder", "serve", "--wheelhouse", str(house.root), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().startswith("serving ")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) in (0, 130), proc.stderr.read()
+
+
 def test_builder_serve_errors(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("serve", "--wheelhouse", str(tmp_path / "nothing"), "--port", "0"),
                           "no index in", "builder index rebuild")
