@@ -96,14 +96,15 @@ def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, enviro
 def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
                 toolkit: CudaToolkit | None, container: ContainerToolchain | None) -> None:
     timings = result.timings
-    log.step("python")
-    with timed(timings, "python"):
-        python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
-    torch = python.torch or ""
+    # the source first: a bad checksum or URL fails in seconds, before gigabytes of torch are installed
     log.step("source")
     with timed(timings, "source"):
         source_path, source_digest = fetch(plan.source, settings)
     log.info(f"source: {source_path.name} sha256 {source_digest}")
+    log.step("python")
+    with timed(timings, "python"):
+        python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
+    torch = python.torch or ""
     key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
                     python=python.version, torch=torch)
     main_house = Wheelhouse(settings.wheelhouse)

@@ -23,7 +23,7 @@ from .compat import TorchIndex
 from .errors import ToolchainError
 from .log import log
 from .settings import Settings
-from .uvtool import run_uv
+from .uvtool import run_uv, warn_if_low_disk
 
 _PROBE = r"""
 import json, sys, sysconfig
@@ -137,6 +137,7 @@ def managed_env(
         shutil.rmtree(target, ignore_errors=True)
         if settings.offline:
             raise ToolchainError(f"no cached build venv for torch {torch} and --offline forbids installing it")
+        warn_if_low_disk(root)
         try:
             with log.status(f"creating build venv {target.name}: torch=={torch} from {index.name} (first time only)"):
                 run_uv(["venv", "--quiet", "--python", str(base_python), str(target)], what="venv creation")

@@ -96,6 +96,9 @@ def test_checksum_mismatch(cli_env: dict[str, str], recipe_tree: Path) -> None:
     assert_one_line_error(result, "checksum mismatch for tinyext-0.1.0.tar.gz", real, "0" * 64)
     assert result.code == 5
     assert not Path(cli_env["BUILDER_WHEELHOUSE"]).exists()
+    # the source is checked before the build venv is made: no gigabytes of torch for a bad checksum
+    assert "==> python" not in result.stderr
+    assert not list((Path(cli_env["BUILDER_CACHE_DIR"]) / "venvs").glob("build-*"))
 
 
 def test_patch_that_no_longer_applies(cli_env: dict[str, str], recipe_tree: Path) -> None:

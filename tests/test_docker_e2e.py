@@ -44,9 +44,18 @@ def _podman(conf: Path, *args: str, timeout: int = 600) -> subprocess.CompletedP
                           text=True, timeout=timeout)
 
 
+# what the module writes: the container build venv with a CUDA torch and its nvidia-* libraries (about 5.2 GiB,
+# hard-linked from uv's cache), the stand-in base image (0.5 GiB tar + about 2 GiB of podman storage)
+DISK_NEEDED_GIB = 8.0
+
+
 @pytest.fixture(scope="module")
 def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A podman Docker-API service on a private socket, stopped after the module; skip where none can start."""
+    free = shutil.disk_usage(tmp_path_factory.getbasetemp()).free / 1024**3
+    if free < DISK_NEEDED_GIB:
+        pytest.skip(f"not enough disk for the container build: {free:.1f} GiB free, about {DISK_NEEDED_GIB:.0f} GiB "
+                    "needed (a CUDA torch venv in the container plus the stand-in image)")
     if shutil.which("podman") is None:
         pytest.skip("no container engine can start here: podman is not installed (apt-get install podman)")
     if shutil.which("runc") is None:

@@ -26,6 +26,7 @@ from ..errors import BuildFailed, ToolchainError
 from ..images import ImageSpec, find_image, image_ref
 from ..log import log
 from ..pythonenv import _PROBE, PythonEnv
+from ..uvtool import install_failure, warn_if_low_disk
 from .base import CudaToolkit, same_minor
 
 CONTAINER_CUDA_HOME = Path("/usr/local/cuda")
@@ -192,7 +193,7 @@ class ContainerToolchain:
         marker = target / ".builder-env.json"
         (cache / "home").mkdir(parents=True, exist_ok=True)
         (cache / "uv").mkdir(parents=True, exist_ok=True)
-        mounts = {root: False, cache: False, **_index_mount(index_url)}
+        mounts = {**_shared_mount(root, cache), **_index_mount(index_url)}
         with FileLock(str(root / f"docker-{key}.lock")):
             if marker.exists():
                 env = self._probe_python(target, mounts, cache)
@@ -205,14 +206,14 @@ class ContainerToolchain:
                 ["uv", "pip", "install", "--quiet", "--python", str(target / "bin" / "python"), *index_args,
                  f"torch=={torch}", *reqs],
             ]
+            warn_if_low_disk(root)
             try:
                 with log.status(f"creating build venv {target.name} in {self.toolkit.image}: torch=={torch} (first time only)"):
                     for argv in steps:
                         log.command(argv)
                         code, out = self.run(argv, mounts=mounts, env=self.base_env(cache), network=True)
                         if code != 0:
-                            tail = " | ".join(l for l in out.strip().splitlines()[-4:] if l.strip())
-                            raise ToolchainError(f"in the container, {' '.join(argv[:3])} failed: {tail}"[:500])
+                            raise install_failure(f"in the container, {' '.join(argv[:3])}", out, where=target)
                 env = self._probe_python(target, mounts, cache)
                 marker.write_text(json.dumps(env.record()))
             except BaseException:
@@ -263,6 +264,15 @@ class ContainerToolchain:
                               f"{_summary(text) or f'exit code {code}'}", f"full log: {log_file}")
         log.ok(f"built {wheels[-1].name} in a container in {time.monotonic() - start:.0f}s")
         return wheels[-1]
+
+
+def _shared_mount(venvs: Path, uv_cache: Path) -> dict[Path, bool]:
+    """One writable mount holding both the venvs and uv's cache: across two bind mounts uv cannot hard-link a
+    package into the venv and copies it, which doubles the disk a CUDA torch takes (about 5 GiB more)."""
+    common = Path(os.path.commonpath([venvs.resolve(), uv_cache.resolve()]))
+    if common == Path(common.anchor):  # nothing shared but the root: mount the two folders
+        return {venvs: False, uv_cache: False}
+    return {common: False}
 
 
 def _index_mount(index_url: str) -> dict[Path, bool]:

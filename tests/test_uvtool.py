@@ -1,0 +1,88 @@
+"""uv failures: the error keeps uv's root cause and says when the disk is full.
+
+The full-disk case is real: a 2 MiB tmpfs (mounted by the test; skipped with the reason where mounting is not
+allowed) receives a venv and then a wheel bigger than the space left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.errors import ToolchainError
+from builder.toolchain.docker import _shared_mount
+from builder.uvtool import LOW_DISK_BYTES, install_failure, run_uv
+
+
+def make_big_wheel(where: Path, size: int) -> Path:
+    """A valid pure-Python wheel holding ``size`` bytes of incompressible data."""
+    wheel = where / "bigpkg-1.0-py3-none-any.whl"
+    info = "bigpkg-1.0.dist-info"
+    files = {
+        "bigpkg/__init__.py": b"",
+        "bigpkg/blob.bin": os.urandom(size),
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: bigpkg\nVersion: 1.0\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n")
+    return wheel
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_named_with_the_fix(tiny_disk: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    venv = tiny_disk / "venv"
+    run_uv(["venv", "--quiet", str(venv)], what="venv creation", env=env)
+    wheel = make_big_wheel(tmp_path, 3 * 1024 * 1024)
+    with pytest.raises(ToolchainError) as info:
+        run_uv(["pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)],
+               what="installing bigpkg", env=env)
+    err = info.value
+    assert err.message.startswith("installing bigpkg failed: ")
+    assert "No space left on device" in err.message or "os error 28" in err.message, err.message
+    assert err.hint is not None and str(venv) in err.hint and "BUILDER_CACHE_DIR" in err.hint, err.hint
+    assert "GiB free" in err.hint
+
+
+def test_the_root_cause_survives_a_long_message() -> None:
+    """uv prints its causes from the outside in: the last line is the one a user needs."""
+    output = "\n".join(["error: Failed to install: triton-3.8.0-…whl", *(f"  cause: layer {i} " + "x" * 200 for i in range(5)),
+                        "  cause: Permission denied (os error 13)"])
+    err = install_failure("installing torch", output, where=None)
+    assert err.message.endswith("cause: Permission denied (os error 13)"), err.message
+    assert len(err.message) < 700 and "…" in err.message
+    assert err.hint is None  # not a disk problem
+
+
+def test_low_free_space_adds_the_disk_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("builder.uvtool.free_bytes", lambda path: LOW_DISK_BYTES // 4)
+    err = install_failure("installing torch", "error: failed to copy file", where=tmp_path / "venv")
+    assert err.hint is not None and "1.5 GiB free" in err.hint and str(tmp_path / "venv") in err.hint
+
+
+def test_container_venvs_and_uv_cache_share_one_mount(tmp_path: Path) -> None:
+    """Two bind mounts would make uv copy every package instead of hard-linking it (5 GiB more for torch)."""
+    cache = tmp_path / "cache"
+    assert _shared_mount(cache / "venvs", cache / "docker") == {cache.resolve(): False}
+    # a uv cache on another path entirely still gets mounted, just not shared
+    assert _shared_mount(Path("/a/venvs"), Path("/b/uv")) == {Path("/a/venvs"): False, Path("/b/uv"): False}
