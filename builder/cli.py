@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-kernel-tests", action="store_true", help="run only the import test")
     p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
     p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
-    p.add_argument("--keep-workdir", action="store_true", help="keep the extracted, patched sources")
+    p.add_argument("--keep-workdir", action="store_true", help="keep the extracted, patched sources, the raw wheel and the test venv "
+                   "(a failed build always keeps them)")
     p.add_argument("--stage", action="store_true",
                    help="publish into wheelhouse/staging (no GPU here); `builder test` on a GPU machine promotes it")
 
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Command groups that live in their own modules: each has register(subparsers, add_common) -> {name: handler}.
-_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images")
+_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images", "builder.cli_cache")
 
 
 def _command_modules() -> list:

@@ -125,7 +125,10 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
                       source_path, source_digest, key, house, container)
         finally:
             if not options.keep_workdir and result.status == "built":
-                shutil.rmtree(workdir / "src", ignore_errors=True)
+                # what a published build no longer needs: the sources, the raw wheel, the import-test venv
+                # (hard links into uv's cache, but a full copy where the cache lives on another disk)
+                for name in ("src", "dist", "test-venv"):
+                    shutil.rmtree(workdir / name, ignore_errors=True)
 
 
 def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:

@@ -131,6 +131,7 @@ def managed_env(
     marker = target / ".builder-env.json"
     with FileLock(str(root / f"build-{key}.lock")):
         if marker.exists():
+            marker.touch()  # last use, for `builder cache clean --older-than`
             env = probe(target / "bin" / "python", need_torch=True)
             log.info(f"build env: cached venv {target} (Python {env.version}, torch {env.torch})")
             return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)

@@ -191,3 +191,26 @@ def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_p
     assert b"../../csrc/binding.cpp" in extension(first)
     plain_so = extension(tmp_path / "b" / "wheels" / WHEEL)
     assert b"../../csrc/binding.cpp" not in plain_so and cache_root + b"/builds/" in plain_so
+
+
+def test_a_published_build_keeps_its_report_not_its_bulk_and_cache_clean_frees_the_rest(e2e: dict) -> None:
+    """After publishing, the build folder keeps the final wheel and reports but not the sources, raw wheel or
+    import-test venv (a failed build keeps them: the --require-kernel-tests one above); `builder cache` shows
+    where the disk is, `builder cache clean` removes it; the published wheel is untouched. Runs last: it removes
+    the module's build venv."""
+    cache = e2e["base"] / "cache"
+    record = json.loads((e2e["base"] / "wheelhouse" / "records" / f"{WHEEL}.json").read_text())
+    workdir = cache / "builds" / f"tinyext-0.1.0-{record['cache_key'][:12]}"
+    assert (workdir / "final" / WHEEL).is_file()
+    assert not any((workdir / name).exists() for name in ("src", "dist", "test-venv")), sorted(workdir.iterdir())
+    shown = run_cli("cache", env=e2e["env"])
+    assert shown.code == 0, shown.stderr
+    venv_row = next(line for line in shown.stdout.splitlines() if line.startswith("│ venvs"))
+    assert " 1 " in venv_row or " 2 " in venv_row, venv_row  # the build venv (and the ccache round trip's)
+    assert "on disk in all:" in shown.stdout and "free on its filesystem" in shown.stdout
+    dry = run_cli("cache", "clean", "venvs", "--dry-run", env=e2e["env"])
+    assert dry.code == 0 and "would remove" in dry.stdout and any(v.is_dir() for v in (cache / "venvs").glob("build-*"))
+    cleaned = run_cli("cache", "clean", "venvs", "builds", env=e2e["env"])
+    assert cleaned.code == 0, cleaned.stderr
+    assert not [v for v in (cache / "venvs").glob("build-*") if v.is_dir()] and not list((cache / "builds").iterdir())
+    assert (e2e["base"] / "wheelhouse" / "wheels" / WHEEL).is_file()

@@ -196,6 +196,7 @@ class ContainerToolchain:
         mounts = {**_shared_mount(root, cache), **_index_mount(index_url)}
         with FileLock(str(root / f"docker-{key}.lock")):
             if marker.exists():
+                marker.touch()  # last use, for `builder cache clean --older-than`
                 env = self._probe_python(target, mounts, cache)
                 log.info(f"build env: cached container venv {target} (Python {env.version}, torch {env.torch})")
                 return env
