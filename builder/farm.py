@@ -745,7 +745,7 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
     cannot be decided from what is cached (a venv not created yet, a source not downloaded, a toolchain that
     fails) is left to the worker, whose run_build decides again with the same key.
     """
-    from .pipeline import _python_env
+    from .pipeline import _python_env, compiler_identity
     from .plan import cache_key, make_plan
     from .publish import Wheelhouse
     from .source import fetch
@@ -770,6 +770,7 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
     toolkits: dict[tuple[str, str], Any] = {}
     envs: dict[tuple[Any, ...], Any] = {}
     sources: dict[tuple[str, str], tuple[Path, str]] = {}
+    compilers: dict[str, dict[str, str] | None] = {}  # host compiler per recipe env (a recipe may set CXX)
     found: dict[str, Unchanged] = {}
     environ = dict(os.environ)
     engine: list[bool] = []  # memo: does a container engine answer here?
@@ -816,8 +817,11 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
             src_key = (plan.source.kind, plan.source.location)
             if src_key not in sources:
                 sources[src_key] = fetch(plan.source, offline)
+            cc_key = json.dumps(sorted(plan.env.items())) if toolkit is not None else ""
+            if cc_key not in compilers:
+                compilers[cc_key] = compiler_identity(plan, environ, toolkit, None)
             key = cache_key(plan, source_digest=sources[src_key][1], toolkit=toolkit.record() if toolkit else None,
-                            python=python.version, torch=python.torch or "")
+                            python=python.version, torch=python.torch or "", compiler=compilers[cc_key])
         except (BuilderError, _Undecided):
             continue
         if key in keys:

@@ -31,6 +31,7 @@ from .source import fetch, unpack
 from .testing import TestReport, import_test, kernel_tests
 from .toolchain import CudaToolkit, select_toolkit
 from .toolchain.docker import ContainerToolchain
+from .toolchain.hostcompiler import host_compiler
 
 
 @dataclass
@@ -105,8 +106,9 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     with timed(timings, "python"):
         python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
     torch = python.torch or ""
+    compiler = compiler_identity(plan, environ, toolkit, container)
     key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
-                    python=python.version, torch=torch)
+                    python=python.version, torch=torch, compiler=compiler)
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
     locks = settings.cache("locks")
@@ -122,13 +124,21 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
         workdir.mkdir(parents=True)
         try:
             _build_in(plan, settings, options, environ, result, workdir, toolkit, python, base_python,
-                      source_path, source_digest, key, house, container)
+                      source_path, source_digest, key, house, container, compiler)
         finally:
             if not options.keep_workdir and result.status == "built":
                 # what a published build no longer needs: the sources, the raw wheel, the import-test venv
                 # (hard links into uv's cache, but a full copy where the cache lives on another disk)
                 for name in ("src", "dist", "test-venv"):
                     shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+def compiler_identity(plan: Plan, environ: Mapping[str, str], toolkit: CudaToolkit | None,
+                      container: ContainerToolchain | None) -> dict[str, str] | None:
+    """The host C/C++ compiler a host-side CUDA build will use (None for pure Python and container builds)."""
+    if toolkit is None or container is not None:
+        return None
+    return host_compiler({**base_env(dict(environ)), **plan.env})
 
 
 def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
@@ -171,6 +181,7 @@ def _build_in(
     plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
     workdir: Path, toolkit: CudaToolkit | None, python: PythonEnv, base_python: Path,
     source_path: Path, source_digest: str, key: str, house: Wheelhouse, container: ContainerToolchain | None = None,
+    compiler: dict[str, str] | None = None,
 ) -> None:
     timings = result.timings
     torch = python.torch or ""
@@ -218,6 +229,7 @@ def _build_in(
         "cuda": str(plan.cuda),
         "archs": [str(a) for a in plan.target.archs] if toolkit else [],
         "toolchain": toolkit.record() if toolkit else {"kind": "none (pure Python)"},
+        "host_compiler": compiler,
         "python": python.record(),
         "torch_index": plan.index.url,
         "host": {"machine": platform.machine(), "system": platform.platform()},

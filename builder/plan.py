@@ -135,9 +135,11 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     )
 
 
-def cache_key(plan: Plan, *, source_digest: str, toolkit: dict[str, str] | None, python: str, torch: str) -> str:
-    """A hash over every input that can change the wheel; equal keys mean nothing needs building."""
-    inputs = {
+def cache_key(plan: Plan, *, source_digest: str, toolkit: dict[str, str] | None, python: str, torch: str,
+              compiler: dict[str, str] | None = None) -> str:
+    """A hash over every input that can change the wheel; equal keys mean nothing needs building. ``compiler``
+    is the host C/C++ compiler of a host-side CUDA build (toolchain/hostcompiler.py)."""
+    inputs: dict[str, object] = {
         "builder": __version__,
         "recipe": plan.recipe.sha256(),
         "patches": [(p.name, p.sha256()) for p in plan.patches],
@@ -150,6 +152,8 @@ def cache_key(plan: Plan, *, source_digest: str, toolkit: dict[str, str] | None,
         "cuda": str(plan.cuda),
         "env": plan.env,
     }
+    if compiler is not None:  # absent for pure-Python and container builds, whose keys stay as they were
+        inputs["compiler"] = compiler
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 

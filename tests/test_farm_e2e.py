@@ -8,6 +8,7 @@ failed target must not stop the other, and the farm must exit non-zero.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -137,3 +138,30 @@ def test_matrix_changed_and_watch_read_the_real_record(farm: dict) -> None:
     watched = run_cli("watch", "--file", str(farm["base"] / "farm.toml"), "--format", "json", env=farm["env"])
     rows = {r["package"]: r for r in json.loads(watched.stdout)}
     assert rows["tinyext"]["built"] == ["0.1.0"] and rows["tinyscale"]["built"] == []
+
+
+def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache key names the host C++ compiler: with $CXX pointing at another compiler (a wrapper that reports
+    another version) the built target is no longer "unchanged"; with CFLAGS added neither; as before, it is."""
+    from builder.farm import expand, find_unchanged, load_farm
+    from builder.settings import Settings
+
+    for var, value in farm["env"].items():
+        monkeypatch.setenv(var, value)
+    for var in ("CXX", "CC", "NVCC_CCBIN", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS"):
+        monkeypatch.delenv(var, raising=False)
+    settings = Settings.from_env(os.environ)
+    targets = [t for t in expand(load_farm(farm["base"] / "farm.toml"), settings) if t.id == TINYEXT]
+    assert TINYEXT in find_unchanged(targets, settings)
+    wrapper = tmp_path / "other-c++"
+    wrapper.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "other-c++ 99.1"; exit 0; fi\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    assert find_unchanged(targets, settings) == {}
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("CFLAGS", "-O1")
+    assert find_unchanged(targets, settings) == {}
+    monkeypatch.delenv("CFLAGS")
+    assert TINYEXT in find_unchanged(targets, settings)
+    record = json.loads(next((farm["base"] / "wheelhouse" / "records").glob("tinyext-*.json")).read_text())
+    assert record["host_compiler"]["cxx"].startswith("/") and "--version" not in record["host_compiler"]["cxx"]

@@ -61,3 +61,41 @@ def test_auto_prefers_matching_host_toolkit(tmp_path: Path) -> None:
     choice = select_toolkit("auto", Version("13.0"), settings(tmp_path), dict(os.environ))
     assert choice.toolkit is not None and choice.toolkit.kind == "host"
     assert choice.toolkit.reason.startswith("auto:") and "host nvcc is CUDA 13.0" in choice.toolkit.reason
+
+
+def test_host_compiler_identity_names_path_version_and_flags(tmp_path: Path) -> None:
+    from builder.toolchain.hostcompiler import host_compiler
+
+    def fake(name: str, version: str) -> Path:
+        path = tmp_path / name
+        path.write_text(f'#!/bin/sh\necho "{version}"\n')
+        path.chmod(0o755)
+        return path
+
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    one = host_compiler({**env, "CXX": str(fake("cxx1", "fakecxx 1.0"))})
+    two = host_compiler({**env, "CXX": str(fake("cxx2", "fakecxx 2.0"))})
+    assert one == {"cxx": f"{tmp_path / 'cxx1'}: fakecxx 1.0"} and one != two
+    fake("c++", "plain 3.0")  # the default name, found on PATH
+    assert host_compiler(env) == {"cxx": f"{tmp_path / 'c++'}: plain 3.0"}
+    flagged = host_compiler({**env, "CC": "c++", "NVCC_CCBIN": "c++", "CXXFLAGS": "-O1"})
+    assert flagged["cc"] == flagged["nvcc_ccbin"] == flagged["cxx"] and flagged["CXXFLAGS"] == "-O1"
+    with pytest.raises(ToolchainError, match=r"'no-such-cxx' \(\$CXX\) is not on PATH"):
+        host_compiler({**env, "CXX": "no-such-cxx"})
+
+
+def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path) -> None:
+    from builder.arch import parse_arch_list
+    from builder.plan import Target, cache_key, make_plan
+    from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
+
+    settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
+    plan = make_plan(Target(package="tinyext", version="0.1.0", cuda=Version("13.0"), archs=parse_arch_list("90"),
+                            python="3.11", torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX), toolchain="host"),
+                     settings)
+    args = dict(source_digest="0" * 64, toolkit={"kind": "host", "nvcc": "13.0.88"}, python="3.11.7", torch="2.14.1")
+    base = cache_key(plan, **args)
+    assert cache_key(plan, **args, compiler=None) == base  # pure-Python and container keys stay as they were
+    a = cache_key(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"})
+    b = cache_key(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 13.1.0"})
+    assert len({base, a, b}) == 3
