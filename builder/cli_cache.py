@@ -17,7 +17,10 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     add_common(info)
     clean = csub.add_parser("clean", help="remove the named parts' entries; entries in use are skipped",
                             description="Remove cache entries that the builder makes again when needed. "
-                                        f"Parts: {', '.join(SECTIONS)}.")
+                                        f"Parts: {', '.join(SECTIONS)}. Build venvs, build folders and the "
+                                        "container uv cache are skipped while a build holds them; the other parts "
+                                        "are tools and downloads a running build may be reading: clean those when "
+                                        "none runs.")
     clean.add_argument("sections", nargs="*", metavar="PART", help="cache parts to clean (see `builder cache`)")
     clean.add_argument("--all", action="store_true", help="every part")
     clean.add_argument("--older-than", type=float, metavar="DAYS",
