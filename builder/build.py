@@ -92,3 +92,20 @@ def base_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
                 "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "PYTORCH_NVCC"):
         source.pop(var, None)
     return source
+
+
+def prefix_map_env(env: Mapping[str, str], maps: Sequence[tuple[Path, str]]) -> dict[str, str]:
+    """CFLAGS and NVCC_APPEND_FLAGS that rename the build's own folders inside the objects.
+
+    Without them the wheel names the builder's cache: ``__FILE__`` in TORCH_CHECK of the sources and torch's
+    headers, and DWARF's compile directory, carry the absolute build folder and build venv, so the same inputs
+    built under another cache path gave another wheel (and told users where our cache was). GCC's
+    ``-ffile-prefix-map`` rewrites both; setuptools passes CFLAGS to the C++ compile (torch takes compiler_so),
+    nvcc gets it for its host compiler through NVCC_APPEND_FLAGS. Appended to what a recipe sets."""
+    # CFLAGS is split on whitespace and nvcc's -Xcompiler on commas: such a path cannot be passed, stays unmapped
+    flags = [f"-ffile-prefix-map={old}={new}" for old, new in maps if not re.search(r"[\s,]", str(old))]
+    if not flags:
+        return {}
+    cflags = " ".join([env.get("CFLAGS", ""), *flags]).strip()
+    nvcc = " ".join([env.get("NVCC_APPEND_FLAGS", ""), *(f"-Xcompiler={f}" for f in flags)]).strip()
+    return {"CFLAGS": cflags, "NVCC_APPEND_FLAGS": nvcc}

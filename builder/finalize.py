@@ -91,3 +91,20 @@ def read_build_record(wheel: Path) -> dict[str, object] | None:
 def read_metadata(wheel: Path) -> str:
     entries = read_entries(wheel)
     return entries[f"{dist_info_dir(entries, wheel.name)}/METADATA"].decode()
+
+
+CACHE_PLACEHOLDER = "$BUILDER_CACHE_DIR"
+
+
+def portable_record(record: object, cache_dir: Path) -> object:
+    """The build record as it goes into the wheel: paths inside the builder's cache (the build venv, a PyPI
+    toolkit, the log) written relative to ``$BUILDER_CACHE_DIR``, so the same inputs built under another cache
+    give the same bytes. The wheelhouse record keeps the real paths."""
+    prefix = str(cache_dir).rstrip("/")
+    if isinstance(record, dict):
+        return {key: portable_record(value, cache_dir) for key, value in record.items()}
+    if isinstance(record, list):
+        return [portable_record(value, cache_dir) for value in record]
+    if isinstance(record, str) and prefix in record:
+        return re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _: CACHE_PLACEHOLDER, record)
+    return record

@@ -16,10 +16,10 @@ from filelock import FileLock
 
 from . import __version__
 from .arch import torch_arch_list
-from .build import base_env, build_wheel
+from .build import base_env, build_wheel, prefix_map_env
 from .compilercache import find_compiler_cache
 from .errors import InspectError, ToolchainError
-from .finalize import finalize_wheel
+from .finalize import finalize_wheel, portable_record
 from .inspect import WheelReport, inspect_wheel, render_report, verify_archs
 from .log import log, target_prefix
 from .patch import apply_patches
@@ -205,6 +205,9 @@ def _build_in(
         if ccache is not None:
             env.update(ccache.build_env(toolkit.cuda_home, workdir / "ccache-stats.log", env))
             log.info(f"compiler cache: {ccache.describe()}")
+    if toolkit is not None:  # after the compiler cache: the maps differ per build folder, their output does not
+        env.update(prefix_map_env(env, [(root, f"/build/{root.name}"), (python.purelib, "/site-packages"),
+                                        (toolkit.cuda_home, "/cuda")]))
     with timed(timings, "build"):
         if container is None:
             raw = build_wheel(root, python, env, workdir / "dist", log_file)
@@ -236,7 +239,8 @@ def _build_in(
         "build_log": str(log_file),
     }
     with timed(timings, "finalize"):
-        final = finalize_wheel(raw, workdir / "final", label=label, pins=pins, build_record=record)
+        final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
+                               build_record=portable_record(record, settings.cache_dir))
     log.info(f"wheel: {final.name}")
     log.step("inspect")
     with timed(timings, "inspect"):

@@ -65,3 +65,15 @@ def test_build_env_drops_variables_that_would_change_output_behind_the_cache_key
     env = base_env({"PATH": "/usr/bin", "NVCC_APPEND_FLAGS": "--compress-mode=size", "NVCC_PREPEND_FLAGS": "-G",
                     "PYTORCH_NVCC": "sccache nvcc", "TORCH_CUDA_ARCH_LIST": "8.0", "HOME": "/root"})
     assert env == {"PATH": "/usr/bin", "HOME": "/root"}
+
+
+def test_prefix_maps_reach_the_cxx_and_the_nvcc_host_compile_after_the_recipes_flags() -> None:
+    from builder.build import prefix_map_env
+
+    env = {"CFLAGS": "-O2", "NVCC_APPEND_FLAGS": "--compress-mode=size"}
+    out = prefix_map_env(env, [(Path("/cache/builds/x-1/src/pkg"), "/build/pkg"), (Path("/venv/site"), "/site-packages")])
+    assert out["CFLAGS"] == "-O2 -ffile-prefix-map=/cache/builds/x-1/src/pkg=/build/pkg -ffile-prefix-map=/venv/site=/site-packages"
+    assert out["NVCC_APPEND_FLAGS"] == ("--compress-mode=size -Xcompiler=-ffile-prefix-map=/cache/builds/x-1/src/pkg=/build/pkg "
+                                        "-Xcompiler=-ffile-prefix-map=/venv/site=/site-packages")
+    # CFLAGS splits on whitespace, -Xcompiler on commas: such paths are left unmapped rather than breaking the build
+    assert prefix_map_env({}, [(Path("/my cache/src"), "/build"), (Path("/a,b"), "/x")]) == {}

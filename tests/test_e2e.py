@@ -187,10 +187,31 @@ def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_p
         with zipfile.ZipFile(wheel) as zf:
             return zf.read(next(n for n in zf.namelist() if n.endswith(".so")))
 
-    # how the objects' debug info names the C++ source
+    # how the objects' debug info names the C++ source: relative (ccache's base dir) or through the builder's
+    # -ffile-prefix-map (/build/<source folder>); never the builder's cache, in either
     assert b"../../csrc/binding.cpp" in extension(first)
     plain_so = extension(tmp_path / "b" / "wheels" / WHEEL)
-    assert b"../../csrc/binding.cpp" not in plain_so and cache_root + b"/builds/" in plain_so
+    assert b"/build/tinyext/csrc/binding.cpp" in plain_so
+    assert cache_root not in plain_so and cache_root not in extension(first)
+
+
+def test_the_same_inputs_under_another_cache_give_the_same_bytes(e2e: dict, tmp_path: Path) -> None:
+    """Wheels do not depend on where the builder's cache lives: the build folder, build venv and toolkit are
+    renamed inside the objects (-ffile-prefix-map), and the record in the wheel names cache paths relative to
+    $BUILDER_CACHE_DIR. A new cache at another, longer path (new venv, empty compiler cache) builds the same wheel."""
+    first = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
+    elsewhere = tmp_path / "somewhere" / "else" / "entirely"
+    again = run_cli(*e2e["args"], env={"BUILDER_CACHE_DIR": str(elsewhere / "cache"),
+                                       "BUILDER_WHEELHOUSE": str(elsewhere / "wheelhouse")})
+    assert again.code == 0, again.stderr[-2000:]
+    assert "compiler cache: 0 hits" in again.stderr  # compiled afresh, not served from the first cache
+    second = elsewhere / "wheelhouse" / "wheels" / WHEEL
+    assert second.read_bytes() == first.read_bytes()
+    with zipfile.ZipFile(second) as zf:
+        record = json.loads(zf.read("tinyext-0.1.0+cu130torch2.14.dist-info/cuda_wheel_builder.json"))
+    assert record["python"]["python"].startswith("$BUILDER_CACHE_DIR/venvs/build-")
+    published = json.loads((elsewhere / "wheelhouse" / "records" / f"{WHEEL}.json").read_text())
+    assert published["python"]["python"].startswith(str(elsewhere / "cache"))  # the local record keeps real paths
 
 
 def test_a_published_build_keeps_its_report_not_its_bulk_and_cache_clean_frees_the_rest(e2e: dict) -> None:

@@ -131,3 +131,17 @@ def test_describe_patch_failure() -> None:
     output = "checking file setup.py\nHunk #2 FAILED at 120.\n1 out of 2 hunks FAILED\n"
     assert describe_failure(output) == "setup.py: hunk #2 FAILED at line 120"
     assert "does not exist" in describe_failure("can't find file to patch at input line 3\n")
+
+
+def test_the_record_in_the_wheel_names_cache_paths_relative_to_the_cache() -> None:
+    from builder.finalize import portable_record
+
+    record = {"python": {"python": "/c/cache/venvs/build-1/bin/python"}, "build_log": "/c/cache/logs/x.log",
+              "toolchain": {"reason": "pip toolkit at /c/cache/toolkits/13.0 (cached)"},
+              "source": {"location": "/c/cache-other/src"}, "archs": ["/c/cache"], "n": 3}
+    out = portable_record(record, Path("/c/cache"))
+    assert out == {"python": {"python": "$BUILDER_CACHE_DIR/venvs/build-1/bin/python"},
+                   "build_log": "$BUILDER_CACHE_DIR/logs/x.log",
+                   "toolchain": {"reason": "pip toolkit at $BUILDER_CACHE_DIR/toolkits/13.0 (cached)"},
+                   "source": {"location": "/c/cache-other/src"}, "archs": ["$BUILDER_CACHE_DIR"], "n": 3}
+    assert record["build_log"] == "/c/cache/logs/x.log"  # the wheelhouse's copy is not touched
