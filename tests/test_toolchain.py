@@ -99,3 +99,9 @@ def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path
     a = cache_key(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"})
     b = cache_key(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 13.1.0"})
     assert len({base, a, b}) == 3
+    # container builds: the image tag (a hash of Dockerfile and base) is part of the key, its content ID is not
+    docker = dict(args, toolkit={"kind": "docker", "nvcc": "13.0.88", "image": "cuda-wheel-builder:cuda13.0-aaaa",
+                                 "image_id": "sha256:1"})
+    rebuilt = dict(docker, toolkit={**docker["toolkit"], "image_id": "sha256:2"})
+    edited = dict(docker, toolkit={**docker["toolkit"], "image": "cuda-wheel-builder:cuda13.0-bbbb"})
+    assert cache_key(plan, **docker) == cache_key(plan, **rebuilt) != cache_key(plan, **edited)
