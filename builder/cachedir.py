@@ -91,7 +91,7 @@ def _entries(section: Path) -> list[Path]:
     return sorted(p for p in section.iterdir() if not p.name.endswith(".lock"))
 
 
-def last_used(entry: Path, settings: Settings) -> float:
+def last_used(entry: Path) -> float:
     """When an entry was last used: its own mtime, or a venv's marker (touched on every reuse)."""
     marker = entry / VENV_MARKER
     return max(entry.lstat().st_mtime, marker.stat().st_mtime if marker.is_file() else 0.0)
@@ -116,7 +116,7 @@ def usage(settings: Settings) -> list[Usage]:
     for name in SECTIONS:
         path = settings.cache_dir / name
         entries = _entries(path)
-        newest = max((last_used(e, settings) for e in entries), default=None)
+        newest = max((last_used(e) for e in entries), default=None)
         rows.append(Usage(name, path, len(entries), freed_bytes(entries), newest))
     return rows
 
@@ -152,7 +152,7 @@ def clean(settings: Settings, sections: list[str], *, older_than_days: float | N
     done = []
     for name in sections:
         for entry in _entries(settings.cache_dir / name):
-            if cutoff is not None and last_used(entry, settings) > cutoff:
+            if cutoff is not None and last_used(entry) > cutoff:
                 continue
             with _held(_locks_for(entry, settings)) as free:
                 if not free:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from collections.abc import Callable
 
@@ -52,6 +51,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from .cachedir import SECTIONS, clean, disk_bytes, usage
     from .cli import out, settings_from_args
     from .errors import UsageError
+    from .uvtool import free_bytes
 
     settings = settings_from_args(args)
     root = settings.cache_dir
@@ -78,7 +78,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         table.add_row(row.name, str(row.entries), _size(row.bytes), _age(row.newest), SECTIONS[row.name])
     out.print(table)
     total = disk_bytes([root]) if root.is_dir() else 0
-    free = shutil.disk_usage(root if root.is_dir() else root.parent).free if root.exists() or root.parent.exists() else 0
+    free = free_bytes(root) or 0
     out.print(f"on disk in all: {_size(total)} (files hard-linked from elsewhere, such as uv's cache, count here too); "
               f"{_size(free)} free on its filesystem", markup=False)
     out.print("`frees`: what cleaning that part alone gives back; `builder cache clean PART` does it", markup=False)

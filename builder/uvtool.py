@@ -51,7 +51,9 @@ def install_failure(what: str, output: str, *, where: Path | None, limit: int = 
         tail = "…" + tail[-limit:]
     hint = None
     free = free_bytes(where) if where is not None else None
-    if "No space left on device" in output or "os error 28" in output or (free is not None and free < LOW_DISK_BYTES):
+    full = "No space left on device" in output or "os error 28" in output
+    writing = any(w in output.lower() for w in ("failed to copy", "failed to write", "failed to extract", "os error"))
+    if full or (writing and free is not None and free < LOW_DISK_BYTES):
         shown = f"{free / 1024**3:.1f} GiB free" if free is not None else "the disk is full"
         hint = (f"{shown} at {where}: a build venv with a CUDA torch needs about 5 GiB; free space there or "
                 "point BUILDER_CACHE_DIR at a larger disk")
@@ -80,8 +82,8 @@ def free_bytes(path: Path) -> int | None:
 def _install_target(args: Sequence[str]) -> Path | None:
     """The venv a uv command writes to (``--python PY`` or ``venv DIR``), for the free-space check."""
     args = list(args)
-    if "--python" in args and args.index("--python") + 1 < len(args):
-        return Path(args[args.index("--python") + 1]).parent.parent
     if args[:1] == ["venv"]:
         return Path(args[-1])
+    if "--python" in args and args.index("--python") + 1 < len(args):
+        return Path(args[args.index("--python") + 1]).parent.parent
     return None

@@ -78,6 +78,17 @@ def test_low_free_space_adds_the_disk_hint(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setattr("builder.uvtool.free_bytes", lambda path: LOW_DISK_BYTES // 4)
     err = install_failure("installing torch", "error: failed to copy file", where=tmp_path / "venv")
     assert err.hint is not None and "1.5 GiB free" in err.hint and str(tmp_path / "venv") in err.hint
+    # a failure that is not about writing files gets no disk hint, however little is free
+    unrelated = install_failure("installing torch", "error: No solution found when resolving dependencies",
+                                where=tmp_path / "venv")
+    assert unrelated.hint is None
+
+
+def test_the_free_space_is_checked_where_the_venv_goes() -> None:
+    from builder.uvtool import _install_target
+
+    assert _install_target(["venv", "--quiet", "--python", "/opt/py/bin/python3.12", "/c/venvs/b-1"]) == Path("/c/venvs/b-1")
+    assert _install_target(["pip", "install", "--python", "/c/venvs/b-1/bin/python", "torch"]) == Path("/c/venvs/b-1")
 
 
 def test_container_venvs_and_uv_cache_share_one_mount(tmp_path: Path) -> None:
