@@ -38,8 +38,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("package", help="recipe name, e.g. causal-conv1d")
     parser.add_argument("--version", help="upstream version (default: newest the recipe supports)")
-    parser.add_argument("--cuda", required=True, help="CUDA version, e.g. 12.8 or 13.0")
-    parser.add_argument("--arch", help="GPU archs: 120, 90,120 or 120+ptx (+ptx also embeds PTX)")
+    parser.add_argument("--cuda", help="CUDA version, e.g. 12.8 or 13.0 (default with --python PATH: its torch's CUDA)")
+    parser.add_argument("--arch", help="GPU archs: 120, 90,120, 120+ptx (+ptx also embeds PTX) or native (this "
+                        "machine's GPUs); default with a GPU present: native")
     parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
     parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
     parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
@@ -135,10 +136,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    cuda = validate_cuda(args.cuda)
-    if args.arch is None and not _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args):
-        raise UsageError("--arch is required", "e.g. --arch 120 (Blackwell RTX 50xx), --arch 90 (H100/H200)")
-    archs = parse_arch_list(args.arch) if args.arch is not None else ()
+    from .targetenv import infer_archs, infer_cuda
+
+    cuda = validate_cuda(infer_cuda(args.cuda, args.python))
+    pure = _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args)
+    archs = infer_archs(args.arch, required=not pure)
     jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
@@ -317,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         log.error(f"error: {e.one_line()}")
+        for line in e.extra:
+            log.error(f"  {line}")
         return e.exit_code
     except KeyboardInterrupt:
         log.error("interrupted")

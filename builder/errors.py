@@ -12,10 +12,11 @@ class BuilderError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, extra: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.extra = extra  # further lines (ways forward), printed under the error line
 
     def one_line(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
@@ -80,3 +81,9 @@ class PublishError(BuilderError):
     """The wheel could not be published into the wheelhouse."""
 
     exit_code = 11
+
+
+class InstallError(BuilderError):
+    """No wheel fits the user's environment and none can be built here; the ways forward are in the message."""
+
+    exit_code = 12

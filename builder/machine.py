@@ -1,0 +1,106 @@
+"""Facts about this machine that no Python environment holds: GPUs and driver (nvidia-smi), CUDA compilers, a
+container engine, and from them which CUDA versions this machine can compile wheels for. Nothing is installed."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from .errors import ToolchainError
+from .toolchain.base import nvcc_version
+from .toolchain.host import candidate_homes
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    cc: int  # compute capability as one number: 9.0 → 90, 12.0 → 120
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.cc}"
+
+
+@dataclass(frozen=True)
+class Driver:
+    """What nvidia-smi says; ``error`` when it is missing or fails (then nothing else is known)."""
+
+    gpus: tuple[Gpu, ...] = ()
+    version: str | None = None
+    cuda: str | None = None  # the newest CUDA the driver runs
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Compiler:
+    home: Path
+    version: str  # 13.0.88
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    driver: Driver
+    compilers: tuple[Compiler, ...]
+    engine: str | None  # a Docker-API engine's address, when one answers
+
+    def can_build(self, cuda: str) -> tuple[bool, str]:
+        """Whether this machine can compile for CUDA ``cuda`` (12.8), and how or why not, in one phrase."""
+        want = Version(cuda)
+        for compiler in self.compilers:
+            have = Version(compiler.version)
+            if (have.major, have.minor) == (want.major, want.minor):
+                return True, f"host CUDA {compiler.version} at {compiler.home} (--toolchain host)"
+        if self.engine:
+            return True, f"a container engine at {self.engine} (--toolchain docker, image nvidia/cuda:{cuda}-devel)"
+        if want.major >= 13:
+            return True, f"a CUDA {cuda} compiler from PyPI (--toolchain pip)"
+        found = ", ".join(f"CUDA {c.version}" for c in self.compilers) or "no nvcc"
+        return False, (f"no CUDA {cuda} compiler here ({found}; no container engine; "
+                       "PyPI has no CUDA 12 compiler)")
+
+
+def query_driver(timeout_s: float = 20.0) -> Driver:
+    """GPUs, driver version and driver CUDA from nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return Driver(error="nvidia-smi not found (no NVIDIA driver here, or not on PATH)")
+    try:
+        listing = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=timeout_s)
+        header = subprocess.run([smi], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Driver(error=f"nvidia-smi does not run: {e}")
+    if listing.returncode != 0:
+        return Driver(error=f"nvidia-smi failed: {(listing.stderr or listing.stdout).strip()[-200:]}")
+    gpus: list[Gpu] = []
+    version = None
+    for line in listing.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and re.fullmatch(r"\d+\.\d+", parts[1]):
+            major, minor = parts[1].split(".")
+            gpus.append(Gpu(parts[0], int(major) * 10 + int(minor)))
+            version = parts[2]
+    cuda = re.search(r"CUDA Version:\s*(\d+\.\d+)", header.stdout)
+    return Driver(tuple(gpus), version, cuda.group(1) if cuda else None)
+
+
+def find_compilers(env: Mapping[str, str]) -> tuple[Compiler, ...]:
+    found = []
+    for home in candidate_homes(env):
+        try:
+            found.append(Compiler(home, str(nvcc_version(home / "bin" / "nvcc"))))
+        except ToolchainError:
+            continue
+    return tuple(found)
+
+
+def machine_facts(env: Mapping[str, str]) -> MachineFacts:
+    from .toolchain.select import container_engine_answers
+
+    return MachineFacts(query_driver(), find_compilers(env), container_engine_answers(env))
