@@ -4,14 +4,15 @@ Run with the environment's own interpreter:  python env.py '{"packages": [...], 
 where each package is {"distribution": "causal-conv1d", "imports": ["causal_conv1d", "causal_conv1d_cuda"]}.
 Prints one JSON object on stdout and exits 0, whatever is missing or broken; failures become fields of the JSON.
 Only the standard library is imported at top level (this runs in someone else's environment, any Python >= 3.8).
+Broad excepts are the point: whatever fails in that environment is reported, never raised.
 Nothing is downloaded: the Hugging Face hub is switched offline before transformers is imported.
 """
+# ruff: noqa: BLE001, S110, S112
 
 import contextlib
 import functools
 import importlib
 import importlib.util
-import io
 import json
 import logging
 import os
@@ -50,7 +51,7 @@ KERNEL_PACKAGES = {"causal_conv1d": "causal-conv1d", "fla": "fla-core", "mamba_s
 
 
 def short_error(exc):
-    text = "%s: %s" % (type(exc).__name__, exc)
+    text = f"{type(exc).__name__}: {exc}"
     text = " ".join(text.split())
     return text if len(text) <= ERROR_CHARS else "..." + text[-ERROR_CHARS:]
 
@@ -73,7 +74,7 @@ def computed_tags():
     Same set (musllinux and abi3t left out); the order is packaging's before 26.3 (manylinux before linux_*).
     """
     major, minor = sys.version_info[:2]
-    interp = "cp%d%d" % (major, minor)
+    interp = f"cp{major}{minor}"
     threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
     debug = "d" if sysconfig.get_config_var("Py_DEBUG") else ""
     plats = linux_platforms()
@@ -81,19 +82,19 @@ def computed_tags():
     if sys.implementation.name == "cpython":
         abis = [interp + threaded + debug] + ([interp + threaded] if debug else [])
         for abi in abis:
-            tags += ["%s-%s-%s" % (interp, abi, p) for p in plats]
+            tags += [f"{interp}-{abi}-{p}" for p in plats]
         if not threaded:
-            tags += ["%s-abi3-%s" % (interp, p) for p in plats]
-        tags += ["%s-none-%s" % (interp, p) for p in plats]
+            tags += [f"{interp}-abi3-{p}" for p in plats]
+        tags += [f"{interp}-none-{p}" for p in plats]
         if not threaded:
             for m in range(minor - 1, 1, -1):
-                tags += ["cp%d%d-abi3-%s" % (major, m, p) for p in plats]
-    pys = ["py%d%d" % (major, minor), "py%d" % major] + ["py%d%d" % (major, m) for m in range(minor - 1, -1, -1)]
+                tags += [f"cp{major}{m}-abi3-{p}" for p in plats]
+    pys = [f"py{major}{minor}", f"py{major}"] + [f"py{major}{m}" for m in range(minor - 1, -1, -1)]
     for py in pys:
-        tags += ["%s-none-%s" % (py, p) for p in plats]
+        tags += [f"{py}-none-{p}" for p in plats]
     if sys.implementation.name == "cpython":
-        tags.append("%s-none-any" % interp)
-    tags += ["%s-none-any" % py for py in pys]
+        tags.append(f"{interp}-none-any")
+    tags += [f"{py}-none-any" for py in pys]
     return tags
 
 
@@ -110,9 +111,9 @@ def linux_platforms():
         legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
         if gmajor == 2:
             for m in range(gminor, oldest - 1, -1):
-                found.append("manylinux_2_%d_%s" % (m, arch))
+                found.append(f"manylinux_2_{m}_{arch}")
                 if m in legacy:
-                    found.append("%s_%s" % (legacy[m], arch))
+                    found.append(f"{legacy[m]}_{arch}")
     return found + [plat]
 
 
@@ -129,8 +130,8 @@ def python_info():
     tags, source = platform_tags()
     paths = sysconfig.get_paths()
     return {
-        "version": "%d.%d.%d" % sys.version_info[:3],
-        "minor": "%d.%d" % sys.version_info[:2],
+        "version": platform.python_version(),
+        "minor": "{}.{}".format(*sys.version_info[:2]),
         "executable": sys.executable,
         "implementation": sys.implementation.name,
         "is_venv": sys.prefix != sys.base_prefix,
@@ -261,15 +262,15 @@ def describe(func):
     out = {"module": mod, "qualname": qual, "file": source, "package": None, "package_version": None}
     if top == "transformers":
         out["kind"] = "torch fallback"
-        out["text"] = "torch fallback (%s.%s)" % (mod, qual)
+        out["text"] = f"torch fallback ({mod}.{qual})"
     elif top == "kernels" or "huggingface" in (source or "") or mod.startswith("hf_kernels"):
         out["kind"] = "hub kernel"
-        out["text"] = "hub kernel (%s.%s from %s)" % (mod, qual, source)
+        out["text"] = f"hub kernel ({mod}.{qual} from {source})"
     else:
         dist = owning_distribution(top, source)
         ver = dist_version(dist)
         out.update(kind="kernel", package=dist, package_version=ver)
-        out["text"] = "kernel (%s %s: %s.%s from %s)" % (dist, ver or "?", mod, qual, source)
+        out["text"] = "kernel ({} {}: {}.{} from {})".format(dist, ver or "?", mod, qual, source)
     return out
 
 
@@ -328,7 +329,7 @@ def classify_role(module, role):
         return out
     return {"kind": "absent", "attribute": None, "wrapper": None, "fallback_warning": None, "module": None, "qualname": None, "file": None,
             "package": None, "package_version": None,
-            "text": "not found (none of %s in %s)" % (", ".join(GDN_ROLES[role]), module.__name__)}
+            "text": "not found (none of {} in {})".format(", ".join(GDN_ROLES[role]), module.__name__)}
 
 
 class _Collect(logging.Handler):
@@ -338,7 +339,7 @@ class _Collect(logging.Handler):
 
     def emit(self, record):
         try:
-            self.texts.append("%s: %s" % (record.name, record.getMessage()))
+            self.texts.append(f"{record.name}: {record.getMessage()}")
         except Exception:
             pass
 
@@ -357,7 +358,7 @@ def captured():
         finally:
             for lg in loggers:
                 lg.removeHandler(handler)
-            handler.texts.extend("%s: %s" % (w.category.__name__, w.message) for w in caught)
+            handler.texts.extend(f"{w.category.__name__}: {w.message}" for w in caught)
 
 
 def hub_kernels_info(transformers):
@@ -434,7 +435,7 @@ def collect(spec):
         try:
             report[key] = fn()
         except BaseException as exc:  # a probe bug or a hostile package: keep the other sections
-            report["errors"].append("%s: %s" % (key, short_error(exc)))
+            report["errors"].append(f"{key}: {short_error(exc)}")
     return report
 
 
@@ -450,10 +451,10 @@ def main(argv):
         spec = json.loads(argv[1]) if len(argv) > 1 else {}
         report = collect(spec)
     except BaseException as exc:
-        report = {"schema": SCHEMA, "errors": ["probe: %s" % short_error(exc)]}
+        report = {"schema": SCHEMA, "errors": [f"probe: {short_error(exc)}"]}
     sys.stdout.flush()
     data = (json.dumps(report, default=str) + "\n").encode()
-    with io.open(json_fd, "wb", closefd=True) as out:
+    with open(json_fd, "wb", closefd=True) as out:
         out.write(data)
     return 0
 
