@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Command groups that live in their own modules: each has register(subparsers, add_common) -> {name: handler}.
-_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images", "builder.cli_cache")
+_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images", "builder.cli_cache",
+                      "builder.cli_user")
 
 
 def _command_modules() -> list:

@@ -80,6 +80,24 @@ def find_cuobjdump(settings: Settings, hints: tuple[Path, ...] = ()) -> Path:
     return binary
 
 
+def find_local_cuobjdump(settings: Settings, extra: tuple[Path, ...] = ()) -> Path | None:
+    """A cuobjdump already on this machine (PATH, /usr/local/cuda*, the builder's cache, a triton package's copy
+    under ``extra`` site-packages), or None: for reports that must not download anything."""
+    if found := shutil.which("cuobjdump"):
+        return Path(found)
+    candidates = [*sorted(Path("/usr/local").glob("cuda*/bin/cuobjdump")),
+                  settings.cache_dir / "tools" / "cuobjdump" / "nvidia" / "cu13" / "bin" / "cuobjdump",
+                  *sorted(settings.cache_dir.glob("toolkits/*/**/bin/cuobjdump")),
+                  *(site / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump" for site in extra)]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def list_gpu_code(cuobjdump: Path, path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(SASS, PTX) one shared object carries: (sm_120,), (compute_120,)."""
+    found = _inspect_object(cuobjdump, path.name, path)
+    return found.sass, found.ptx
+
+
 def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ...] = ()) -> WheelReport:
     name, version, _, tags = parse_wheel_filename(wheel.name)
     entries = read_entries(wheel)

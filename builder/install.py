@@ -140,3 +140,145 @@ def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
 
 def shell(argv: list[str]) -> str:
     return shlex.join(argv)
+
+
+# ------------------------------------------------------------------------------------------- the command
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallRequest:
+    packages: tuple[str, ...]
+    python: Path
+    source: str  # wheelhouse root: a folder or URL
+    arch: str | None = None  # for a wheel built here when none fits
+    build: bool = True
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class InstallOutcome:
+    python: Path
+    installed: tuple[IndexedWheel, ...]
+    built: tuple[str, ...]
+    command: str | None
+    torch: str | None
+
+    def summary(self) -> list[str]:
+        lines = [f"built here: {name}" for name in self.built]
+        if self.command and not self.installed:
+            lines.append(f"would run: {self.command}")
+        lines += [f"installed: {w.filename}" for w in self.installed]
+        if self.torch:
+            lines.append(f"torch {self.torch} in {self.python}: unchanged")
+        return lines
+
+
+def torch_distribution(python: Path) -> str | None:
+    """torch's distribution version (2.10.0 from PyPI, 2.11.0+cu128 from PyTorch's index): what pins compare."""
+    code = "import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')"
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    return result.stdout.strip() or None
+
+
+def install(request: InstallRequest, settings) -> InstallOutcome:  # noqa: ANN001 (Settings; avoids an import cycle)
+    import os
+
+    from .doctor import env_facts
+    from .envprobe import probe_env
+    from .machine import machine_facts
+    from .recipe import expand_name
+
+    names = [n for p in request.packages for n in expand_name(p, settings.recipes_dir)]
+    report = probe_env(request.python)
+    python = report.python.executable
+    machine = machine_facts(os.environ)
+    facts = env_facts(report, machine)
+    if facts.torch is None:
+        raise InstallError(f"{python} has no torch ({report.torch.error or 'not installed'})",
+                           "install the torch you use there first: builder install never chooses torch for you")
+    dist_torch = facts.torch
+    reader = WheelhouseReader(request.source)
+    choices = choose(names, facts, reader) if _readable(reader) else [Choice(n, (), None) for n in names]
+    built: list[str] = []
+    missing = [c for c in choices if c.chosen is None]
+    if missing and request.build and not request.dry_run:
+        built = _build_missing(missing, facts, dist_torch, report.python.minor, machine, request, settings)
+        if built:
+            local = WheelhouseReader(settings.wheelhouse)
+            choices = [choose([c.package], facts, local)[0] if c.chosen is None else c for c in choices]
+            reader = local if all(c.chosen is None or c.package in built for c in choices) else reader
+    wheels = [c.chosen for c in choices if c.chosen is not None]
+    command = shell(install_argv(python, wheels, facts, reader)) if wheels else None
+    installed: tuple[IndexedWheel, ...] = ()
+    if wheels and not request.dry_run:
+        log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
+        run_install(python, wheels, facts, _reader_for(wheels, reader, settings))
+        installed = tuple(wheels)
+        check_torch_unchanged(facts, torch_distribution(python))
+    still = [c for c in choices if c.chosen is None]
+    if still:
+        error = ways_forward(still, choices, facts, machine, reader, python, _archs(request, facts, required=False))
+        done = f"installed {', '.join(w.filename for w in installed)}; " if installed else ""
+        raise InstallError(done + error.message, error.hint, extra=error.extra)
+    return InstallOutcome(python, installed, tuple(built), command, facts.torch)
+
+
+def _readable(reader: WheelhouseReader) -> bool:
+    """A local wheelhouse that does not exist yet is empty (a build may fill it); a remote one must answer."""
+    if reader.is_local and not Path(urllib_path(reader.root)).joinpath("simple").is_dir():
+        return False
+    reader.check()
+    return True
+
+
+def urllib_path(uri: str) -> str:
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(uri).path)
+
+
+def _reader_for(wheels: list[IndexedWheel], reader: WheelhouseReader, settings) -> WheelhouseReader:  # noqa: ANN001
+    """The wheelhouse that serves these wheels (a wheel built just now lives in the local one)."""
+    local = WheelhouseReader(settings.wheelhouse)
+    return local if all(w.url.startswith(local.root) for w in wheels) else reader
+
+
+def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple[Arch, ...]:
+    from .arch import parse_arch_list
+
+    if request.arch:
+        return parse_arch_list(request.arch)
+    if facts.gpus:
+        return parse_arch_list(",".join(str(cc) for cc in facts.gpus))
+    if required:
+        raise InstallError("no GPU here to take the wheel's arch from",
+                           "pass --arch, e.g. --arch 120 (RTX 50xx / RTX PRO 6000), --arch 90 (H100/H200)")
+    return ()
+
+
+def _build_missing(missing: list[Choice], facts: EnvFacts, dist_torch: str, python_minor: str, machine: MachineFacts,
+                   request: InstallRequest, settings) -> list[str]:  # noqa: ANN001
+    """Build what no wheel fits, where this machine can: against the env's torch version, in a build venv of
+    the builder's (the user's env gets nothing but the finished wheel)."""
+    from .pipeline import BuildOptions, run_build
+    from .plan import Target, load_target_recipe
+    from .settings import default_jobs
+
+    built = []
+    version = Version(dist_torch)
+    index = f"cu{facts.torch_cuda.replace('.', '')}" if version.local and facts.torch_cuda else None
+    for choice in missing:
+        kind = load_target_recipe(Target(package=choice.package, cuda=Version("13.0"), archs=()), settings).kind
+        gpu_code = kind == "cuda-extension"
+        if facts.torch_cuda is None:
+            continue
+        if gpu_code and not machine.can_build(facts.torch_cuda)[0]:
+            continue
+        archs = _archs(request, facts, required=gpu_code) if gpu_code else ()
+        log.step(f"no {choice.package} wheel fits; building one here (CUDA {facts.torch_cuda}, torch {version.public})")
+        target = Target(package=choice.package, cuda=Version(facts.torch_cuda), archs=archs, python=python_minor,
+                        torch=version.public, torch_index=index, jobs=default_jobs())
+        result = run_build(target, settings, BuildOptions())
+        built.append(choice.package)
+        log.ok(f"{result.status}: {result.wheel}")
+    return built
