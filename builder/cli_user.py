@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from rich.table import Table
 from .errors import UsageError
 from .log import log
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
@@ -101,18 +102,19 @@ def render_doctor(report) -> None:  # noqa: ANN001 (a DoctorReport; imported laz
 
     tf = env.transformers
     if not tf.installed:
-        out.print("transformers: not installed" + (f" ({tf.error})" if tf.error and "No module" not in tf.error else ""))
+        out.print("transformers: not installed" + (f" ({tf.error})" if tf.error and "No module" not in tf.error else ""),
+                  markup=False)
     else:
-        table = Table("model", "function", "bound to", title=f"transformers {tf.version}: GatedDeltaNet kernels",
-                      title_justify="left")
+        out.print(f"transformers {tf.version}: what its GatedDeltaNet functions are bound to after import", markup=False)
+        groups: dict[tuple[str, ...], list[str]] = {}
         for model in tf.models:
-            short = model.module.rsplit(".", 1)[-1].removeprefix("modeling_")
-            if model.error:
-                table.add_row(short, "-", f"modeling module fails to import: {model.error}")
-            for f in model.functions:
-                table.add_row(short, f.role, f.text)
-        out.print(table)
-
+            lines = ((f"modeling module fails to import: {model.error}",) if model.error else
+                     tuple(f"{f.role:34} {f.text}" for f in model.functions))
+            groups.setdefault(lines, []).append(model.module.rsplit(".", 1)[-1].removeprefix("modeling_"))
+        for lines, models in groups.items():
+            out.print(f"  {', '.join(models)}:", markup=False)
+            for line in lines:
+                out.print(f"    {line}", markup=False)
     if report.wheelhouse and report.wheelhouse_error:
         out.print(f"wheelhouse: {report.wheelhouse_error}", markup=False)
     elif report.wheelhouse:
