@@ -176,3 +176,27 @@ def test_install_without_torch_refuses(world: World) -> None:
                             text=True, timeout=300)
     assert result.returncode == 12, result.stderr
     assert "has no torch" in result.stderr and "never chooses torch for you" in result.stderr
+
+
+def _builder(world: World, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(world.project / ".venv" / "bin" / "builder"), *args], cwd=world.project, env=world.env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cuda_comes_from_the_envs_torch_and_is_checked_against_it(world: World) -> None:
+    old, new = make_venv(world, "target-128", "2.10.0"), make_venv(world, "target-130", "2.14.1")
+    recipes = str(ROOT / "tests" / "fixtures" / "recipes")
+    for venv, cuda in ((old, "12.8"), (new, "13.0")):
+        result = _builder(world, "plan", "tinyext", "--recipes", recipes, "--python", str(venv / "bin" / "python"),
+                          "--arch", "120")
+        assert result.returncode == 0, result.stderr
+        assert re.search(rf"cuda\s+{re.escape(cuda)}\b", result.stdout), result.stdout
+        assert f"--cuda {cuda}: the CUDA of torch" in result.stderr
+    mismatch = _builder(world, "plan", "tinyext", "--recipes", recipes, "--python", str(old / "bin" / "python"),
+                        "--cuda", "13.0", "--arch", "120")
+    assert mismatch.returncode == 2 and "is a CUDA 12.8 build" in mismatch.stderr, mismatch.stderr
+    no_gpu = _builder(world, "plan", "tinyext", "--recipes", recipes, "--python", str(new / "bin" / "python"),
+                      "--arch", "native")
+    assert no_gpu.returncode == 2 and "--arch native: no GPU visible here" in no_gpu.stderr, no_gpu.stderr
+    no_cuda = _builder(world, "plan", "tinyext", "--recipes", recipes, "--arch", "120")
+    assert no_cuda.returncode == 2 and "--cuda is required with --python VERSION" in no_cuda.stderr
