@@ -155,7 +155,8 @@ def torch_info():
         import torch
     except Exception as exc:  # ImportError, but also OSError from a broken libtorch
         info["error"] = short_error(exc)
-        info["installed"] = dist_version("torch") is not None
+        info["version"] = dist_version("torch")
+        info["installed"] = info["version"] is not None
         return info
     info.update(installed=True, version=str(torch.__version__), cuda=torch.version.cuda, file=torch.__file__)
     try:
@@ -383,7 +384,8 @@ def transformers_info():
             import transformers
         except Exception as exc:
             info["error"] = short_error(exc)
-            info["installed"] = dist_version("transformers") is not None
+            info["version"] = dist_version("transformers")
+            info["installed"] = info["version"] is not None
             info["import_messages"] = list(messages)
             return info
     info.update(installed=True, version=str(transformers.__version__), import_messages=list(messages))
