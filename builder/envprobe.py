@@ -91,6 +91,7 @@ class ImportCheck:
     ok: bool
     file: Path | None
     error: str | None  # "ImportError: ...undefined symbol: ..." (the last few hundred characters)
+    messages: tuple[str, ...] = ()  # warnings and log records (WARNING and up) emitted while importing it
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,12 @@ class EnvReport:
     errors: tuple[str, ...]  # probe sections that crashed (a bug or a hostile package), others still filled in
 
     def package(self, distribution: str) -> PackageReport:
+        """The report on ``distribution`` (any spelling: causal_conv1d, Causal-Conv1d); KeyError if not asked."""
         want = canonicalize_name(distribution)
-        return next(p for p in self.packages if canonicalize_name(p.distribution) == want)
+        for p in self.packages:
+            if canonicalize_name(p.distribution) == want:
+                return p
+        raise KeyError(distribution)
 
 
 def probe_env(
@@ -256,7 +261,8 @@ def _parse(data: dict[str, Any]) -> EnvReport:
             distribution=p["distribution"], installed=bool(p["installed"]), version=p["version"], local=p["local"],
             location=_path(p["location"]), requires_torch=tuple(p["requires_torch"]),
             shared_objects=tuple(Path(s) for s in p["shared_objects"]), build_record=p["build_record"],
-            imports=tuple(ImportCheck(i["module"], bool(i["ok"]), _path(i["file"]), i["error"]) for i in p["imports"]),
+            imports=tuple(ImportCheck(i["module"], bool(i["ok"]), _path(i["file"]), i["error"], tuple(i["messages"]))
+                          for i in p["imports"]),
         )
         for p in data["packages"]
     )

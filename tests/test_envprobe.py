@@ -192,12 +192,16 @@ def test_standin_fla_too_gives_the_fast_path(tmp_path: Path) -> None:
 def test_package_whose_import_fails_and_prints(tmp_path: Path) -> None:
     """An import error (the ABI-mismatch kind) is captured; what the package prints does not spoil the JSON."""
     make_dist(tmp_path, "broken-ext", "1.0", {"broken_ext/__init__.py": (
-        "import os, sys\nprint('noise on stdout')\nos.write(1, b'C-level noise\\n')\n"
+        "import logging, os, sys, warnings\nprint('noise on stdout')\nos.write(1, b'C-level noise\\n')\n"
+        "warnings.warn('NumPy 2 ABI mismatch')\nlogging.getLogger('broken_ext').warning('no GPU found')\n"
         "raise ImportError('/x/broken_ext/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEa')\n")})
     report = probe_env(PY, [PackageSpec("broken-ext", ("broken_ext",))], env=with_path(tmp_path))
     p = report.package("broken-ext")
     assert p.installed and p.version == "1.0" and not p.imports_ok
     assert p.imports[0].error == "ImportError: /x/broken_ext/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEa"
+    assert p.imports[0].messages == ("broken_ext: no GPU found", "UserWarning: NumPy 2 ABI mismatch")
+    with pytest.raises(KeyError):
+        report.package("not-asked")
 
 
 def test_interpreter_that_does_not_exist(tmp_path: Path) -> None:

@@ -221,11 +221,15 @@ def package_info(spec, record_file):
 
 
 def try_import(mod):
-    try:
-        m = importlib.import_module(mod)
-    except BaseException as exc:  # also SystemExit from a package that exits on import
-        return {"module": mod, "ok": False, "file": None, "error": short_error(exc)}
-    return {"module": mod, "ok": True, "file": getattr(m, "__file__", None), "error": None}
+    with captured() as messages:
+        try:
+            m = importlib.import_module(mod)
+        except BaseException as exc:  # also SystemExit from a package that exits on import
+            out = {"module": mod, "ok": False, "file": None, "error": short_error(exc)}
+        else:
+            out = {"module": mod, "ok": True, "file": getattr(m, "__file__", None), "error": None}
+    out["messages"] = list(messages)
+    return out
 
 
 # ---------------------------------------------------------------- transformers' GatedDeltaNet kernels
