@@ -155,7 +155,8 @@ def torch_info():
         import torch
     except Exception as exc:  # ImportError, but also OSError from a broken libtorch
         info["error"] = short_error(exc)
-        info["installed"] = dist_version("torch") is not None
+        info["version"] = dist_version("torch")
+        info["installed"] = info["version"] is not None
         return info
     info.update(installed=True, version=str(torch.__version__), cuda=torch.version.cuda, file=torch.__file__)
     try:
@@ -220,11 +221,15 @@ def package_info(spec, record_file):
 
 
 def try_import(mod):
-    try:
-        m = importlib.import_module(mod)
-    except BaseException as exc:  # also SystemExit from a package that exits on import
-        return {"module": mod, "ok": False, "file": None, "error": short_error(exc)}
-    return {"module": mod, "ok": True, "file": getattr(m, "__file__", None), "error": None}
+    with captured() as messages:
+        try:
+            m = importlib.import_module(mod)
+        except BaseException as exc:  # also SystemExit from a package that exits on import
+            out = {"module": mod, "ok": False, "file": None, "error": short_error(exc)}
+        else:
+            out = {"module": mod, "ok": True, "file": getattr(m, "__file__", None), "error": None}
+    out["messages"] = list(messages)
+    return out
 
 
 # ---------------------------------------------------------------- transformers' GatedDeltaNet kernels
@@ -383,7 +388,8 @@ def transformers_info():
             import transformers
         except Exception as exc:
             info["error"] = short_error(exc)
-            info["installed"] = dist_version("transformers") is not None
+            info["version"] = dist_version("transformers")
+            info["installed"] = info["version"] is not None
             info["import_messages"] = list(messages)
             return info
     info.update(installed=True, version=str(transformers.__version__), import_messages=list(messages))
