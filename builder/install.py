@@ -111,10 +111,12 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
                      f"--cuda {cuda} --arch {arch_text} --torch {torch_public}{index_flag}`; its wheel lands in channel "
                      f"{reader.channel_url(label)} and this command then installs it")
     alternative = torch_for_this_machine(choices, machine, env)
+    from_flag = "" if reader.root == WheelhouseReader("wheelhouse").root else f" --from {reader.root}"
     if alternative:
         torch, alt_cuda = alternative
-        hints.append(f"or use a CUDA {alt_cuda} torch, which this machine can build for: `uv pip install --python "
-                     f"{python} torch=={torch}` then `builder install {names} --python {python}`")
+        hints.append(f"or use torch {torch} (a CUDA {alt_cuda} build: the wheelhouse serves it and this machine builds "
+                     f"for it), in this env or a new one: `uv pip install --python {python} torch=={torch}` then "
+                     f"`builder install {names} --python {python}{from_flag}`")
     return InstallError(
         f"no {names} wheel fits {python} (torch {env.torch}, CUDA {cuda}, Python {env.python}) and this machine "
         f"cannot build one: {why}",
