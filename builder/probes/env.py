@@ -262,8 +262,9 @@ def describe(func):
     top = mod.split(".")[0]
     code = getattr(func, "__code__", None)
     source = code.co_filename if code is not None else None
-    if source is None and mod in sys.modules:
-        source = getattr(sys.modules[mod], "__file__", None)
+    module_file = getattr(sys.modules.get(mod), "__file__", None)
+    if module_file and (source is None or os.path.dirname(source) != os.path.dirname(module_file)):
+        source = module_file  # a decorated function's code may live elsewhere (torch.compile's eval_frame.py)
     out = {"module": mod, "qualname": qual, "file": source, "package": None, "package_version": None}
     if top == "transformers":
         out["kind"] = "torch fallback"
