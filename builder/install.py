@@ -61,12 +61,15 @@ def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader
     return [*head, *pins, *hold]
 
 
-def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader: WheelhouseReader) -> None:
+def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader: WheelhouseReader,
+                *, offline: bool = False) -> None:
     """Install ``wheels`` with uv, the env's torch given as a constraint (a requirement it already meets)."""
     with tempfile.TemporaryDirectory() as tmp:
         constraints = Path(tmp) / "hold-torch.txt"
         constraints.write_text(f"torch=={env.torch}\n" if env.torch else "")
         argv = install_argv(python, wheels, env, reader, constraints, tool="uv-internal")
+        if offline:
+            argv.insert(3, "--offline")
         log.command(argv)
         result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
@@ -214,7 +217,7 @@ def install(request: InstallRequest, settings) -> InstallOutcome:  # noqa: ANN00
     installed: tuple[IndexedWheel, ...] = ()
     if wheels and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
-        run_install(python, wheels, facts, _reader_for(wheels, reader, settings))
+        run_install(python, wheels, facts, _reader_for(wheels, reader, settings), offline=settings.offline)
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]

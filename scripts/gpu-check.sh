@@ -11,6 +11,8 @@
 #   scripts/gpu-check.sh fla          fla-core kernel tests; transformers Qwen3-Next fast-path check with our wheels
 #   scripts/gpu-check.sh fla-guard    experiment: fla-core's Hopper guard lifted, chunk backward judged by our reference
 #   scripts/gpu-check.sh fla-old      fla-core 0.4.2 (no Hopper guard) kernel tests
+#   scripts/gpu-check.sh user         the user's side on a real GPU: doctor, --arch/--cuda from the env, install of the
+#                                     staged sm_90 wheels into the machine's python3 (torch held), a kernel call, doctor
 #   scripts/gpu-check.sh bench        bench/gpu_kernels.py: kernels vs transformers' torch fallbacks, vs copy bandwidth
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -91,7 +93,21 @@ case "${1:-}" in
     step timeout "${BENCH_TIMEOUT:-200}" env PYTHONPATH=/tmp/bench-site TRITON_CACHE_DIR=/tmp/bench-triton \
       FLA_DISABLE_BACKEND_DISPATCH=1 python3 bench/gpu_kernels.py --out "$OUT/h200-kernels.json" ${BENCH_ONLY:+--only "$BENCH_ONLY"} || status=1
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|bench"; exit 2 ;;
+  user)
+    WH=.carry/wh90/staging
+    step $B doctor --python python3 --from $WH || status=1
+    step $B plan causal-conv1d --python python3 --version 1.7.0 --source .carry/src/causal_conv1d-1.7.0.tar.gz --offline \
+      || status=1
+    python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers) ' | tee "$OUT/pip-before.txt"
+    step $B install causal-conv1d fla-core --python python3 --from $WH --offline || status=1
+    python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers|causal.conv1d|fla.core) ' | tee "$OUT/pip-after.txt"
+    step python3 -c 'import torch; from causal_conv1d import causal_conv1d_fn; x = torch.randn(2, 64, 512, device="cuda");
+w = torch.randn(64, 4, device="cuda"); y = causal_conv1d_fn(x, w, activation="silu"); torch.cuda.synchronize();
+print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dtype)' || status=1
+    step $B doctor --python python3 --from $WH || status=1
+    $B doctor --python python3 --from $WH --json > "$OUT/doctor-after.json" 2>/dev/null || status=1
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status
