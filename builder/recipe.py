@@ -17,6 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .datafiles import data_dir
 from .errors import BuilderError, RecipeError
 
 KINDS = ("cuda-extension", "pure-python")
@@ -107,7 +108,7 @@ _RUNTIME = {"requires": list}
 
 def default_recipes_dir() -> Path:
     env = os.environ.get("BUILDER_RECIPES")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "recipes"
+    return Path(env) if env else data_dir("recipes")
 
 
 def default_patches_dir(recipes_dir: Path) -> Path:
