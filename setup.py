@@ -17,7 +17,7 @@ DATA_FOLDERS = ("recipes", "patches", "dockerfiles")
 HERE = Path(__file__).resolve().parent
 
 
-class build_py_with_data(build_py):  # noqa: N801 - setuptools command naming
+class build_py_with_data(build_py):
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):
