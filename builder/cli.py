@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -142,6 +144,7 @@ def _target(args: argparse.Namespace) -> Target:
     jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
+    _check_cheap_flags(args)
     return Target(
         package=args.package if hasattr(args, "package") else args.name,
         version=args.version,
@@ -155,6 +158,46 @@ def _target(args: argparse.Namespace) -> Target:
         jobs=jobs,
         test_patches=tuple(getattr(args, "test_patch", []) or ()),
     )
+
+
+def _check_cheap_flags(args: argparse.Namespace) -> None:
+    """Flags whose mistakes need no network or toolchain to see: checked before any work (plan reads PyPI)."""
+    from packaging.version import InvalidVersion, Version
+
+    from .compat import resolve_index
+
+    resolve_index(args.torch_index)
+    for flag, value in (("--torch", args.torch), ("--version", args.version)):
+        if value is None:
+            continue
+        try:
+            Version(value)
+        except InvalidVersion as e:
+            raise UsageError(f"{flag} {value!r} is not a version", f"e.g. {flag} "
+                             + ("2.11.0" if flag == "--torch" else "1.7.0")) from e
+    python = args.python
+    if "/" not in python and python[:1].isdigit() and not re.fullmatch(r"3\.\d+", python):
+        raise UsageError(f"--python {python!r} is neither a Python version nor a path", "e.g. --python 3.12 or "
+                         "--python /path/to/venv/bin/python")
+
+
+def check_python_flag(python: str) -> None:
+    """``--python`` names an interpreter that exists here (a build needs one; ``plan`` only reports it).
+
+    A version is looked up like the build would (PATH, pyenv, uv-managed); a path must exist. Whether that
+    interpreter has torch is checked by the build itself (importing torch takes seconds)."""
+    from .errors import ToolchainError
+    from .pythonenv import find_interpreter
+
+    if "/" in python or not python[:1].isdigit():
+        if not Path(shutil.which(python) or python).is_file():
+            raise UsageError(f"--python {python}: no such interpreter", "give a path to a python executable, "
+                             "e.g. /path/to/venv/bin/python, or a version such as 3.12")
+        return
+    try:
+        find_interpreter(python)
+    except ToolchainError as e:
+        raise UsageError(e.message, e.hint) from e
 
 
 def _is_pure_python(package: str, args: argparse.Namespace) -> bool:
@@ -184,9 +227,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         compiler_cache=args.compiler_cache,
     )
     settings = _settings(args)
+    targets = []
     for package in expand_name(args.package, settings.recipes_dir):
         args.package = package
-        result = run_build(_target(args), settings, options)
+        targets.append(_target(args))  # every flag of every target checked before the first build starts
+    check_python_flag(args.python)  # also for docker: the import and kernel tests run on a host interpreter
+    for target in targets:
+        result = run_build(target, settings, options)
         elapsed = time.monotonic() - start
         tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
         out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")

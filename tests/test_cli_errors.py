@@ -70,8 +70,37 @@ def tiny(recipe_tree: Path, *extra: str) -> list[str]:
 
 
 def test_no_matching_python(cli_env: dict[str, str], recipe_tree: Path) -> None:
+    """A missing interpreter is a usage error found before any work: no plan (PyPI), toolchain or source."""
     result = run_cli(*tiny(recipe_tree, "--python", "3.99"), env=cli_env)
     assert_one_line_error(result, "no Python 3.99 interpreter found", "pyenv")
+    assert result.code == 2
+    assert "==> " not in result.stderr and not (Path(cli_env["BUILDER_CACHE_DIR"]) / "sources").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--python", "3.99"], "no Python 3.99 interpreter found"),
+        (["--python", "3.x"], "--python '3.x' is neither a Python version nor a path"),
+        (["--python", "/nonexistent/bin/python"], "--python /nonexistent/bin/python: no such interpreter"),
+        (["--torch-index", "nope"], "--torch-index: 'nope' is neither a URL nor a known index"),
+        (["--torch", "2.x"], "--torch '2.x' is not a version"),
+        (["--version", "latest"], "--version 'latest' is not a version"),
+        (["--jobs", "-1"], "--jobs -1: must be at least 1"),
+    ],
+)
+def test_flags_checked_before_any_work(cli_env: dict[str, str], args: list[str], needle: str) -> None:
+    """The real causal-conv1d recipe, whose plan would read PyPI first: each bad flag stops before that."""
+    result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", *args, env=cli_env)
+    assert_one_line_error(result, needle)
+    assert result.code == 2
+    assert "==> " not in result.stderr  # no stage started
+    assert not (Path(cli_env["BUILDER_CACHE_DIR"]) / "index").exists()  # PyPI's release list was not read
+
+
+def test_unknown_toolchain_is_a_usage_error(cli_env: dict[str, str]) -> None:
+    result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--toolchain", "nvcc", env=cli_env)
+    assert result.code == 2 and "invalid choice: 'nvcc'" in result.stderr and "'pip', 'host', 'docker'" in result.stderr
 
 
 def test_python_path_without_torch(cli_env: dict[str, str], recipe_tree: Path, tmp_path: Path) -> None:
