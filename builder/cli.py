@@ -22,7 +22,7 @@ from .compat import table_rows
 from .compilercache import add_compiler_cache_arg
 from .errors import BuilderError, UsageError
 from .log import log
-from .plan import Target, load_target_recipe, make_plan, validate_cuda
+from .plan import KNOWN_CUDA, Target, load_target_recipe, make_plan, validate_cuda
 from .recipe import expand_name, list_recipes, load_recipe
 from .settings import Settings, default_jobs
 from .toolchain import TOOLCHAINS
@@ -40,15 +40,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("package", help="recipe name, e.g. causal-conv1d")
     parser.add_argument("--version", help="upstream version (default: newest the recipe supports)")
-    parser.add_argument("--cuda", required=True, help="CUDA version, e.g. 12.8 or 13.0")
-    parser.add_argument("--arch", help="GPU archs: 120, 90,120 or 120+ptx (+ptx also embeds PTX)")
+    parser.add_argument("--cuda", required=True, metavar="X.Y",
+                        help=f"CUDA version: one of {', '.join(KNOWN_CUDA)}. 12.x needs Docker or a host CUDA "
+                        "install (PyPI has no CUDA 12 compiler); 12.9 needs --torch-index cu129; `builder "
+                        "torch-table` shows the torch builds per CUDA")
+    parser.add_argument("--arch", help="GPU archs: 120, 90,120 or 120+ptx (+ptx also embeds PTX); required for "
+                        "CUDA extensions (causal-conv1d), not needed for pure-Python recipes (fla)")
     parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
     parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
     parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
     parser.add_argument("--toolchain", choices=TOOLCHAINS, default="auto", help="where nvcc comes from")
     parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
     parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
-    parser.add_argument("--test-patch", action="append", default=[], help="apply a test-only patch (fault planting)")
+    # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
+    parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -158,3 +158,15 @@ def test_recipes_list_and_show(cli_env: dict[str, str]) -> None:
     assert shown.code == 0, shown.stderr
     assert "0001-mark-patched.patch" in shown.stdout and "(test only)" in shown.stdout
     assert "TORCH_CUDA_ARCH_LIST=9.0;12.0+PTX" in shown.stdout and "cu130torch2" in shown.stdout
+
+
+def test_help_names_allowed_values_and_hides_test_only_flags(cli_env: dict[str, str]) -> None:
+    from builder.plan import KNOWN_CUDA
+
+    for command in ("build", "plan"):
+        shown = run_cli(command, "--help", env=cli_env)
+        text = " ".join(shown.stdout.split())  # argparse wraps lines
+        assert shown.code == 0
+        assert ", ".join(KNOWN_CUDA) in text, text
+        assert "required for CUDA extensions" in text and "not needed for pure-Python recipes" in text
+        assert "--test-patch" not in text  # test-only: still accepted (test_unknown_test_patch uses it)
