@@ -22,7 +22,7 @@ from .compat import table_rows
 from .compilercache import add_compiler_cache_arg
 from .errors import BuilderError, UsageError
 from .log import log
-from .plan import KNOWN_CUDA, Target, load_target_recipe, make_plan, validate_cuda
+from .plan import KNOWN_CUDA, Plan, Target, load_target_recipe, make_plan, validate_cuda
 from .recipe import expand_name, list_recipes, load_recipe
 from .settings import Settings, default_jobs
 from .toolchain import TOOLCHAINS
@@ -274,9 +274,24 @@ def _speed_text(row: dict) -> str:  # type: ignore[type-arg]
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = make_plan(_target(args), _settings(args))
-    _print_plan(plan.describe())
-    return 0
+    settings = _settings(args)
+    plan = make_plan(_target(args), settings)
+    _print_plan(plan.describe(buildable_here(plan, settings)))
+    return 0  # a plan, also when this machine cannot build it: the row says so
+
+
+def buildable_here(plan: Plan, settings: Settings) -> str:
+    """The plan's "buildable here" row: yes and with what, or no, why and the ways forward. Probes only
+    (interpreter lookup, engine ping, nvcc --version, the toolkit cache): nothing is provisioned or pulled."""
+    from .toolchain.select import probe_build_here
+
+    try:
+        check_python_flag(plan.target.python)
+    except UsageError as e:
+        return f"no: {e.message}"
+    if plan.recipe.kind != "cuda-extension":
+        return "yes: pure Python, no CUDA compiler needed"
+    return probe_build_here(plan.target.toolchain, plan.cuda, settings, os.environ).text()
 
 
 def _print_plan(rows: list[tuple[str, str]]) -> None:
@@ -298,7 +313,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         for patch in recipe.patches:
             out.print(f"  patch {patch.name} for {patch.versions}{' (test only)' if patch.test_only else ''}: {patch.summary}")
         out.print("resolved for this target:")
-        _print_plan(make_plan(target, settings).describe())
+        plan = make_plan(target, settings)
+        _print_plan(plan.describe(buildable_here(plan, settings)))
         return 0
     table = Table("recipe", "kind", "versions", "patches", "summary")
     for path in list_recipes(settings.recipes_dir):

@@ -54,6 +54,9 @@ def test_cuda_12_8_without_compiler_says_what_is_missing(cli_env: dict[str, str]
     assert "torch         2.10.0 from pypi" in result.stderr
     assert "nvidia/cuda:12.8.1-devel-ubuntu24.04" in result.stderr
     assert_one_line_error(result, "no CUDA 12.8 compiler here", "PyPI has no CUDA 12 compiler", "--toolchain docker")
+    # ...and what would work here: CUDA 13.0 (this machine's nvcc, or PyPI's toolkit where it has none)
+    assert_one_line_error(result, "this machine can build CUDA 13.0 wheels", "use --cuda 13.0 with a CUDA 13.0 torch",
+                          "torch 2.11.0–2.14.1 on PyPI")
     assert result.code == 7
     pip = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", "--toolchain", "pip", env=cli_env)
     assert_one_line_error(pip, "--toolchain pip cannot provide CUDA 12.8", "--toolchain host")
@@ -62,6 +65,24 @@ def test_cuda_12_8_without_compiler_says_what_is_missing(cli_env: dict[str, str]
     docker = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", "--toolchain", "docker",
                      env={**cli_env, "DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_one_line_error(docker, "--toolchain docker: no container engine answers", "--toolchain pip")
+
+
+@pytest.mark.network  # the plan reads causal-conv1d's release list from PyPI
+def test_plan_says_whether_this_machine_can_build(cli_env: dict[str, str]) -> None:
+    """No Docker engine and only a CUDA 13.0 nvcc here: 12.8 is a plan this machine cannot carry out (still exit
+    0, with the ways forward); 13.0 is buildable; the pip toolchain is reported without provisioning it."""
+    no = run_cli("plan", "causal-conv1d", "--cuda", "12.8", "--arch", "120", env=cli_env)
+    text = " ".join(no.stdout.split())
+    assert no.code == 0, no.stderr
+    assert "buildable here no: no CUDA 12.8 compiler here" in text and "PyPI has no CUDA 12 compiler" in text, text
+    assert "ways forward: this machine can build CUDA 13.0 wheels" in text and "use --cuda 13.0" in text, text
+    yes = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", env=cli_env)
+    assert yes.code == 0 and "buildable here yes: host CUDA 13.0" in " ".join(yes.stdout.split()), yes.stdout
+    pip = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--toolchain", "pip", env=cli_env)
+    assert "yes: pip toolchain (CUDA 13.0 from PyPI, not yet provisioned" in " ".join(pip.stdout.split()), pip.stdout
+    assert not (Path(cli_env["BUILDER_CACHE_DIR"]) / "toolkits" / "cuda-13.0").exists()  # nothing provisioned
+    python = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--python", "3.99", env=cli_env)
+    assert python.code == 0 and "buildable here no: no Python 3.99 interpreter found" in " ".join(python.stdout.split())
 
 
 def tiny(recipe_tree: Path, *extra: str) -> list[str]:

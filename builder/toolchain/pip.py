@@ -57,6 +57,13 @@ def provision(cuda: Version, settings: Settings) -> CudaToolkit:
         return _install(cuda, target)
 
 
+def cached_home(cuda: Version, settings: Settings) -> Path | None:
+    """The cached, healthy CUDA home for ``cuda`` if one was provisioned before; never downloads (for ``plan``)."""
+    target = settings.cache_dir / "toolkits" / f"cuda-{cuda.major}.{cuda.minor}"
+    home = _home_in(target, cuda)
+    return home if home is not None and _healthy(target, home) else None
+
+
 def _install(cuda: Version, target: Path) -> CudaToolkit:
     requirement = f"cuda-toolkit[{TOOLKIT_EXTRAS}]=={cuda.major}.{cuda.minor}.*"
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
