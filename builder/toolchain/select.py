@@ -14,8 +14,7 @@ from ..log import log
 from ..settings import Settings
 from . import docker as docker_toolchain
 from . import pip as pip_toolchain
-from .base import ToolchainChoice
-from .base import nvcc_version
+from .base import ToolchainChoice, nvcc_version
 from .host import candidate_homes, find_host_toolkit
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
@@ -103,9 +102,9 @@ def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str)
 
 def _ways_to(cuda: Version, image: str) -> list[str]:
     """How to get a compiler for ``cuda`` onto this machine (a container or a host install)."""
-    return [f"for CUDA {cuda} itself: install Docker or podman and use --toolchain docker "
-            f"(`builder images build --cuda {cuda}` pulls {image}), or set CUDA_HOME to a CUDA {cuda} install "
-            "and use --toolchain host"]
+    return [(f"for CUDA {cuda} itself: install Docker or podman and use --toolchain docker "
+             f"(`builder images build --cuda {cuda}` pulls {image}), or set CUDA_HOME to a CUDA {cuda} install "
+             "and use --toolchain host")]
 
 
 def alternatives_here(cuda: Version, settings: Settings, env: Mapping[str, str]) -> list[str]:
