@@ -58,7 +58,8 @@ def build_wheel(source_root: Path, python: PythonEnv, env: Mapping[str, str], ou
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with log.status(f"compiling (log: {log_file})", each_change=True) as update:
+            log.info(f"build log: {log_file}")
+            with log.status("compiling", each_change=True) as update:
                 runner.on_line = CompileProgress(update)
                 project = pypa_build.ProjectBuilder(source_root, python_executable=str(python.python), runner=runner)
                 wheel = project.build("wheel", str(outdir))
@@ -89,10 +90,10 @@ _WRAPPERS = ("ccache", "sccache")
 
 def compile_step(line: str) -> str | None:
     """A compile command as a short step: ``[3/4] nvcc causal_conv1d_bwd.cu``, ``[4/4] link x.so`` or
-    ``c++ binding.cpp`` (setuptools without ninja); setuptools' own ``running build_ext`` stages pass as they
-    are; None for anything else (warnings, notes, upstream noise)."""
+    ``c++ binding.cpp`` (setuptools without ninja); setuptools' ``running build_ext`` passes as it
+    is; None for anything else (warnings, notes, upstream noise)."""
     line = line.strip()
-    if re.match(r"^running \w+$", line):
+    if line == "running build_ext":  # setuptools' other stages take no time worth a line
         return line
     match = _NINJA_STEP.match(line)
     words = (match.group(3) if match else line).split()

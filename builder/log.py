@@ -68,7 +68,8 @@ class Log:
         done = threading.Event()
 
         def line() -> str:
-            return f"{text}: {detail}" if detail else text
+            short = detail if len(detail) <= DETAIL_CHARS else detail[:DETAIL_CHARS - 1] + "…"
+            return f"{text}: {short}" if short else text
 
         if self.console.is_terminal and not self.quiet:
             with self.console.status(escape(prefix + text)) as spinner:
@@ -122,6 +123,9 @@ class Log:
         finally:
             done.set()
             beat.join()
+
+
+DETAIL_CHARS = 120  # a status detail longer than this is cut (raw output lines; compile steps are short)
 
 
 def elapsed(seconds: float) -> str:

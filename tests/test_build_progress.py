@@ -67,7 +67,7 @@ def test_compile_steps_are_short_names_of_translation_units() -> None:
     assert steps == [
         "running build_ext", None, "[1/4] c++ causal_conv1d.cpp", "[2/4] nvcc causal_conv1d_fwd.cu", None, None,
         "[4/4] nvcc causal_conv1d_bwd.cu",
-        "link causal_conv1d_cuda.cpython-312-x86_64-linux-gnu.so", "running install_lib",
+        "link causal_conv1d_cuda.cpython-312-x86_64-linux-gnu.so", None,
     ]
 
 
@@ -127,3 +127,16 @@ def test_backend_warnings_go_to_the_log_not_the_console(tmp_path: Path, capfd) -
     console = capfd.readouterr()
     assert "NumPy" not in console.err + console.out, console.err
     assert "Failed to initialize NumPy" in log_file.read_text()
+
+
+def test_streamed_long_compile_lines_still_name_their_unit(tmp_path: Path) -> None:
+    """nvcc's command lines run past 1000 characters; the translation unit is near the end, so the stream must
+    hand over whole lines (it once cut them at 120 characters and the step read just `[1/2] nvcc`)."""
+    from builder.streaming import stream
+
+    seen: list[str] = []
+    script = f"print({REAL_LINES[3]!r}, flush=True)"
+    with (tmp_path / "out.log").open("w") as out:
+        code, _ = stream([sys.executable, "-c", script], out=out, on_line=CompileProgress(seen.append))
+    assert code == 0 and len(REAL_LINES[3]) > 600
+    assert seen == ["[2/4] nvcc causal_conv1d_fwd.cu"]

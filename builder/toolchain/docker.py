@@ -247,8 +247,8 @@ class ContainerToolchain:
                  + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
         log.command(argv)
         start = time.monotonic()
-        with log_file.open("w") as out, log.status(f"compiling in a container (log: {log_file})",
-                                                   each_change=True) as update:
+        log.info(f"build log: {log_file}")
+        with log_file.open("w") as out, log.status("compiling in a container", each_change=True) as update:
             progress = CompileProgress(update)  # a short line per compile step; the log keeps every line
             out.write(f"# build of {source_root} in {self.toolkit.image} ({self.image.id})\n+ {' '.join(argv)}\n")
 
