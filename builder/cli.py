@@ -181,7 +181,7 @@ def _check_cheap_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {value!r} is not a version", f"e.g. {flag} "
                              + ("2.11.0" if flag == "--torch" else "1.7.0")) from e
     python = args.python
-    if "/" not in python and python[:1].isdigit() and not re.fullmatch(r"3\.\d+", python):
+    if "/" not in python and python[:1].isdigit() and not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
         raise UsageError(f"--python {python!r} is neither a Python version nor a path", "e.g. --python 3.12 or "
                          "--python /path/to/venv/bin/python")
 
