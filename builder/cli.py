@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -20,9 +22,10 @@ from .compat import table_rows
 from .compilercache import add_compiler_cache_arg
 from .errors import BuilderError, UsageError
 from .log import log
-from .plan import Target, load_target_recipe, make_plan, validate_cuda
+from .plan import KNOWN_CUDA, Plan, Target, load_target_recipe, make_plan, validate_cuda
 from .recipe import expand_name, list_recipes, load_recipe
 from .settings import Settings, default_jobs
+from .targetenv import check_python_flag
 from .toolchain import TOOLCHAINS
 
 out = Console(highlight=False, soft_wrap=True)
@@ -38,16 +41,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("package", help="recipe name, e.g. causal-conv1d")
     parser.add_argument("--version", help="upstream version (default: newest the recipe supports)")
-    parser.add_argument("--cuda", help="CUDA version, e.g. 12.8 or 13.0 (default with --python PATH: its torch's CUDA)")
+    parser.add_argument("--cuda", metavar="X.Y",
+                        help=f"CUDA version: one of {', '.join(KNOWN_CUDA)}; default with --python PATH: that env's "
+                        "torch's CUDA. 12.x needs Docker or a host CUDA install (PyPI has no CUDA 12 compiler); 12.9 "
+                        "needs --torch-index cu129; `builder torch-table` shows the torch builds per CUDA")
     parser.add_argument("--arch", help="GPU archs: 120, 90,120, 120+ptx (+ptx also embeds PTX) or native (this "
-                        "machine's GPUs); default with a GPU present: native")
+                        "machine's GPUs; the default when a GPU is present); required for CUDA extensions "
+                        "(causal-conv1d), not for pure-Python recipes (fla)")
     parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
     parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
     parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
     parser.add_argument("--toolchain", choices=TOOLCHAINS, default="auto", help="where nvcc comes from")
     parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
     parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
-    parser.add_argument("--test-patch", action="append", default=[], help="apply a test-only patch (fault planting)")
+    # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
+    parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +147,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _target(args: argparse.Namespace) -> Target:
     from .targetenv import infer_archs, infer_cuda
 
+    _check_cheap_flags(args)
     cuda = validate_cuda(infer_cuda(args.cuda, args.python))
     pure = _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args)
     archs = infer_archs(args.arch, required=not pure)
@@ -158,6 +167,27 @@ def _target(args: argparse.Namespace) -> Target:
         jobs=jobs,
         test_patches=tuple(getattr(args, "test_patch", []) or ()),
     )
+
+
+def _check_cheap_flags(args: argparse.Namespace) -> None:
+    """Flags whose mistakes need no network or toolchain to see: checked before any work (plan reads PyPI)."""
+    from packaging.version import InvalidVersion, Version
+
+    from .compat import resolve_index
+
+    resolve_index(args.torch_index)
+    for flag, value in (("--torch", args.torch), ("--version", args.version)):
+        if value is None:
+            continue
+        try:
+            Version(value)
+        except InvalidVersion as e:
+            raise UsageError(f"{flag} {value!r} is not a version", f"e.g. {flag} "
+                             + ("2.11.0" if flag == "--torch" else "1.7.0")) from e
+    python = args.python
+    if "/" not in python and python[:1].isdigit() and not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
+        raise UsageError(f"--python {python!r} is neither a Python version nor a path", "e.g. --python 3.12 or "
+                         "--python /path/to/venv/bin/python")
 
 
 def _is_pure_python(package: str, args: argparse.Namespace) -> bool:
@@ -187,9 +217,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         compiler_cache=args.compiler_cache,
     )
     settings = _settings(args)
+    targets = []
     for package in expand_name(args.package, settings.recipes_dir):
         args.package = package
-        result = run_build(_target(args), settings, options)
+        targets.append(_target(args))  # every flag of every target checked before the first build starts
+    check_python_flag(args.python)  # also for docker: the import and kernel tests run on a host interpreter
+    for target in targets:
+        result = run_build(target, settings, options)
         elapsed = time.monotonic() - start
         tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
         out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")
@@ -225,9 +259,24 @@ def _speed_text(row: dict) -> str:  # type: ignore[type-arg]
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = make_plan(_target(args), _settings(args))
-    _print_plan(plan.describe())
-    return 0
+    settings = _settings(args)
+    plan = make_plan(_target(args), settings)
+    _print_plan(plan.describe(buildable_here(plan, settings)))
+    return 0  # a plan, also when this machine cannot build it: the row says so
+
+
+def buildable_here(plan: Plan, settings: Settings) -> str:
+    """The plan's "buildable here" row: yes and with what, or no, why and the ways forward. Probes only
+    (interpreter lookup, engine ping, nvcc --version, the toolkit cache): nothing is provisioned or pulled."""
+    from .toolchain.select import probe_build_here
+
+    try:
+        check_python_flag(plan.target.python)
+    except UsageError as e:
+        return f"no: {e.message}"
+    if plan.recipe.kind != "cuda-extension":
+        return "yes: pure Python, no CUDA compiler needed"
+    return probe_build_here(plan.target.toolchain, plan.cuda, settings, os.environ).text()
 
 
 def _print_plan(rows: list[tuple[str, str]]) -> None:
@@ -249,7 +298,8 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         for patch in recipe.patches:
             out.print(f"  patch {patch.name} for {patch.versions}{' (test only)' if patch.test_only else ''}: {patch.summary}")
         out.print("resolved for this target:")
-        _print_plan(make_plan(target, settings).describe())
+        plan = make_plan(target, settings)
+        _print_plan(plan.describe(buildable_here(plan, settings)))
         return 0
     table = Table("recipe", "kind", "versions", "patches", "summary")
     for path in list_recipes(settings.recipes_dir):

@@ -66,7 +66,10 @@ class DoctorReport:
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
-        data["facts"]["tags"] = sorted(self.facts.tags)[:0]  # the env's own tag list is already under env.python
+        data["facts"]["tags"] = []  # the env's own tag list is already under env.python
+        for private in ("settings", "env", "_answers"):
+            data["machine"].pop(private, None)
+        data["machine"]["builds"] = {cuda: {"possible": ok, "how": how} for cuda, (ok, how) in self.machine._answers.items()}
         return _jsonable(data)
 
 
@@ -87,7 +90,7 @@ def recipe_packages(settings: Settings) -> list[Recipe]:
 def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> DoctorReport:
     recipes = recipe_packages(settings)
     env = probe_env(python, [PackageSpec.from_recipe(r) for r in recipes])
-    machine = machine_facts(os.environ)
+    machine = machine_facts(os.environ, settings)
     facts = env_facts(env, machine)
     cuobjdump = find_local_cuobjdump(settings, (env.python.purelib,))
     states = tuple(PackageState(env.package(r.name), r.kind, _gpu_code(env.package(r.name), r.kind, facts, cuobjdump))

@@ -31,8 +31,10 @@ def finalize_wheel(
     label: str | None,
     pins: list[str],
     build_record: dict[str, object],
+    drop: tuple[str, ...] = (),
 ) -> Path:
-    """Rewrite ``wheel`` into ``outdir`` with the label, the pins (replacing same-named requirements) and the record."""
+    """Rewrite ``wheel`` into ``outdir`` with the label, the pins (replacing same-named requirements), the record,
+    and without the Requires-Dist entries a recipe's ``[runtime] drop`` names."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     entries = read_entries(wheel)
     file_modes = modes(wheel)
@@ -49,7 +51,7 @@ def finalize_wheel(
     metadata_name = f"{new_info}/METADATA"
     if metadata_name not in renamed:
         raise InspectError(f"{wheel.name}: no METADATA in {old_info}")
-    renamed[metadata_name] = rewrite_metadata(renamed[metadata_name].decode(), new_version, pins).encode()
+    renamed[metadata_name] = rewrite_metadata(renamed[metadata_name].decode(), new_version, pins, drop).encode()
     renamed[f"{new_info}/{RECORD_FILE}"] = (json.dumps(build_record, indent=2, sort_keys=True) + "\n").encode()
     out = outdir / f"{dist_name}-{new_version}-{tag_part(wheel.name)}.whl"
     outdir.mkdir(parents=True, exist_ok=True)
@@ -59,10 +61,12 @@ def finalize_wheel(
     return out
 
 
-def rewrite_metadata(text: str, version: Version, pins: list[str]) -> str:
-    """Set ``Version:`` and replace unconditional Requires-Dist lines whose name a pin names."""
+def rewrite_metadata(text: str, version: Version, pins: list[str], drop: tuple[str, ...] = ()) -> str:
+    """Set ``Version:``, replace unconditional Requires-Dist lines whose name a pin names, and remove every
+    Requires-Dist line (with or without a marker) whose name ``drop`` names."""
     head, sep, body = text.partition("\n\n")
     pinned = {canonicalize_name(Requirement(p).name) for p in pins}
+    dropped = {canonicalize_name(n) for n in drop}
     lines: list[str] = []
     for line in head.splitlines():
         if line.startswith("Version:"):
@@ -73,6 +77,8 @@ def rewrite_metadata(text: str, version: Version, pins: list[str]) -> str:
                 req = Requirement(line.split(":", 1)[1].strip())
             except InvalidRequirement:
                 lines.append(line)
+                continue
+            if canonicalize_name(req.name) in dropped:
                 continue
             if canonicalize_name(req.name) in pinned and req.marker is None:
                 continue

@@ -17,10 +17,11 @@ from typing import Any
 
 from packaging.version import Version
 
+from .datafiles import data_dir
 from .errors import ToolchainError, UsageError
 
 REPOSITORY = "cuda-wheel-builder"
-DOCKERFILES = Path(__file__).resolve().parent.parent / "dockerfiles"
+DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
 LABEL_CUDA = "org.cuda-wheel-builder.cuda"
 LABEL_DOCKERFILE = "org.cuda-wheel-builder.dockerfile-sha256"
 LABEL_BASE = "org.cuda-wheel-builder.base-image"

@@ -196,7 +196,7 @@ def install(request: InstallRequest, settings) -> InstallOutcome:  # noqa: ANN00
     names = [n for p in request.packages for n in expand_name(p, settings.recipes_dir)]
     report = probe_env(request.python)
     python = report.python.executable
-    machine = machine_facts(os.environ)
+    machine = machine_facts(os.environ, settings)
     facts = env_facts(report, machine)
     if facts.torch is None:
         raise InstallError(f"{python} has no torch ({report.torch.error or 'not installed'})",

@@ -5,8 +5,10 @@ Lines carry a ``name-version:`` prefix while a target is being processed, so one
 
 from __future__ import annotations
 
+import contextvars
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,27 +52,90 @@ class Log:
         self._emit("dim", "+ " + shlex.join(str(a) for a in argv))
 
     @contextmanager
-    def status(self, text: str, heartbeat_s: float = 30.0) -> Iterator[Callable[[str], None]]:
-        """A spinner for a long step when attached to a terminal; a plain line otherwise.
+    def status(self, text: str, heartbeat_s: float = 30.0, *, each_change: bool = False
+               ) -> Iterator[Callable[[str], None]]:
+        """A long step with its elapsed time: a spinner on a terminal, plain lines otherwise (CI logs).
 
-        Yields ``update(detail)``: on a terminal it rewrites the spinner's text; elsewhere (CI logs) it prints
-        ``text: detail`` at most once every ``heartbeat_s`` seconds, so a long step shows it is alive.
+        Yields ``update(detail)``. On a terminal the spinner shows ``text: detail  2m31s``, its clock ticking
+        every second. Elsewhere ``text`` is printed once, then ``text: detail (elapsed)`` at most once every
+        ``heartbeat_s`` seconds and at least that often while the step runs (a silent 8-minute nvcc still
+        shows it is alive); with ``each_change`` every new detail is printed at once too (one line per compile
+        step: the caller passes only step changes).
         """
         prefix = _prefix.get()
+        start = time.monotonic()
+        detail = ""
+        done = threading.Event()
+
+        def line() -> str:
+            short = detail if len(detail) <= DETAIL_CHARS else detail[:DETAIL_CHARS - 1] + "…"
+            return f"{text}: {short}" if short else text
+
         if self.console.is_terminal and not self.quiet:
             with self.console.status(escape(prefix + text)) as spinner:
-                yield lambda detail: spinner.update(escape(f"{prefix}{text}: {detail}"))
-        else:
-            self.info(text)
-            last = time.monotonic()
+                def show() -> None:
+                    spinner.update(escape(f"{prefix}{line()}  {elapsed(time.monotonic() - start)}"))
 
-            def update(detail: str) -> None:
-                nonlocal last
-                if time.monotonic() - last >= heartbeat_s:
-                    last = time.monotonic()
-                    self.info(f"{text}: {detail}")
+                def tick() -> None:
+                    while not done.wait(1.0):
+                        show()
 
+                def update(new: str) -> None:
+                    nonlocal detail
+                    detail = new
+                    show()
+
+                ticker = threading.Thread(target=tick, daemon=True)
+                ticker.start()
+                try:
+                    yield update
+                finally:
+                    done.set()
+                    ticker.join()
+            return
+        self.info(text)
+        printed = time.monotonic()
+        lock = threading.Lock()
+
+        def emit() -> None:
+            nonlocal printed
+            printed = time.monotonic()
+            self.info(f"{line()} ({elapsed(printed - start)})")
+
+        def update(new: str) -> None:
+            nonlocal detail
+            with lock:
+                changed, detail = new != detail, new
+                if (each_change and changed) or time.monotonic() - printed >= heartbeat_s:
+                    emit()
+
+        def heartbeat() -> None:
+            while not done.wait(max(1.0, min(heartbeat_s, 30.0) / 6)):
+                with lock:
+                    if time.monotonic() - printed >= heartbeat_s:
+                        emit()
+
+        # the thread sees this context's target prefix (ContextVars are per thread otherwise)
+        beat = threading.Thread(target=contextvars.copy_context().run, args=(heartbeat,), daemon=True)
+        beat.start()
+        try:
             yield update
+        finally:
+            done.set()
+            beat.join()
+
+
+DETAIL_CHARS = 120  # a status detail longer than this is cut (raw output lines; compile steps are short)
+
+
+def elapsed(seconds: float) -> str:
+    """``45s``, ``2m31s``, ``1h02m``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 log = Log()

@@ -7,12 +7,13 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import Version
 
 from .errors import ToolchainError
+from .settings import Settings
 from .toolchain.base import nvcc_version
 from .toolchain.host import candidate_homes
 
@@ -48,21 +49,19 @@ class MachineFacts:
     driver: Driver
     compilers: tuple[Compiler, ...]
     engine: str | None  # a Docker-API engine's address, when one answers
+    settings: Settings = field(repr=False, compare=False)
+    env: Mapping[str, str] = field(repr=False, compare=False)
+    _answers: dict[str, tuple[bool, str]] = field(default_factory=dict, repr=False, compare=False)
 
     def can_build(self, cuda: str) -> tuple[bool, str]:
-        """Whether this machine can compile for CUDA ``cuda`` (12.8), and how or why not, in one phrase."""
-        want = Version(cuda)
-        for compiler in self.compilers:
-            have = Version(compiler.version)
-            if (have.major, have.minor) == (want.major, want.minor):
-                return True, f"host CUDA {compiler.version} at {compiler.home} (--toolchain host)"
-        if self.engine:
-            return True, f"a container engine at {self.engine} (--toolchain docker, image nvidia/cuda:{cuda}-devel)"
-        if want.major >= 13:
-            return True, f"a CUDA {cuda} compiler from PyPI (--toolchain pip)"
-        found = ", ".join(f"CUDA {c.version}" for c in self.compilers) or "no nvcc"
-        return False, (f"no CUDA {cuda} compiler here ({found}; no container engine; "
-                       "PyPI has no CUDA 12 compiler)")
+        """Whether this machine can compile for CUDA ``cuda`` (12.8), and how or why not, in one phrase: the
+        answer ``builder plan`` gives (toolchain.select.probe_build_here), asked once per CUDA."""
+        from .toolchain.select import probe_build_here
+
+        if cuda not in self._answers:
+            answer = probe_build_here("auto", Version(cuda), self.settings, self.env)
+            self._answers[cuda] = (answer.possible, answer.how)
+        return self._answers[cuda]
 
 
 def query_driver(timeout_s: float = 20.0) -> Driver:
@@ -100,7 +99,7 @@ def find_compilers(env: Mapping[str, str]) -> tuple[Compiler, ...]:
     return tuple(found)
 
 
-def machine_facts(env: Mapping[str, str]) -> MachineFacts:
+def machine_facts(env: Mapping[str, str], settings: Settings) -> MachineFacts:
     from .toolchain.select import container_engine_answers
 
-    return MachineFacts(query_driver(), find_compilers(env), container_engine_answers(env))
+    return MachineFacts(query_driver(), find_compilers(env), container_engine_answers(env), settings, dict(env))

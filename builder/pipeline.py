@@ -238,9 +238,11 @@ def _build_in(
         "host": {"machine": platform.machine(), "system": platform.platform()},
         "build_log": str(log_file),
     }
+    if plan.recipe.runtime_drop:  # absent otherwise, so records (and wheels) of other recipes stay as they were
+        record["runtime_dropped"] = {"names": list(plan.recipe.runtime_drop), "reason": plan.recipe.runtime_drop_reason}
     with timed(timings, "finalize"):
         final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
-                               build_record=portable_record(record, settings.cache_dir))
+                               build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
     log.info(f"wheel: {final.name}")
     log.step("inspect")
     with timed(timings, "inspect"):

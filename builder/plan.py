@@ -67,9 +67,11 @@ class Plan:
         t = Version(torch)
         return f"{cuda_flavour(self.cuda)}torch{t.major}.{t.minor}"
 
-    def describe(self) -> list[tuple[str, str]]:
+    def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
+        """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
+        from toolchain.select.probe_build_here) adds a row after the toolchain."""
         torch = self.torch or f"from {self.target.python}"
-        return [
+        rows = [
             ("package", f"{self.recipe.name} {self.version} ({self.recipe.kind})"),
             ("source", f"{self.source.kind}: {self.source.location}"
              + (f" sha256 {self.source.sha256[:16]}…" if self.source.sha256 else "")),
@@ -82,6 +84,9 @@ class Plan:
             ("toolchain", self.target.toolchain),
             ("docker image", self.image),
         ]
+        if buildable_here is not None:
+            rows.insert(rows.index(("toolchain", self.target.toolchain)) + 1, ("buildable here", buildable_here))
+        return rows
 
 
 def validate_cuda(text: str) -> Version:

@@ -8,15 +8,18 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .datafiles import data_dir
 from .errors import BuilderError, RecipeError
 
 KINDS = ("cuda-extension", "pure-python")
@@ -67,6 +70,9 @@ class Recipe:
     kernel_tests_timeout_s: int
     test_requires: tuple[str, ...]
     runtime_requires: tuple[str, ...]
+    # upstream Requires-Dist names the wheel does not need at run time (build-time tools), and why
+    runtime_drop: tuple[str, ...] = ()
+    runtime_drop_reason: str = ""
 
     @property
     def directory(self) -> Path:
@@ -102,12 +108,12 @@ _BUILD = {"env": dict, "requires": list}
 _PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
 _TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
-_RUNTIME = {"requires": list}
+_RUNTIME = {"requires": list, "drop": list, "drop-reason": str}
 
 
 def default_recipes_dir() -> Path:
     env = os.environ.get("BUILDER_RECIPES")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "recipes"
+    return Path(env) if env else data_dir("recipes")
 
 
 def default_patches_dir(recipes_dir: Path) -> Path:
@@ -189,6 +195,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
     runtime = data.get("runtime", {})
     checker.keys(runtime, _RUNTIME, "runtime")
+    drop = _load_drop(checker, runtime)
     return Recipe(
         name=name,
         file=path,
@@ -205,7 +212,39 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         kernel_tests_timeout_s=timeout_s,
         test_requires=tuple(checker.str_list(test, "requires", "test")),
         runtime_requires=tuple(checker.str_list(runtime, "requires", "runtime")),
+        runtime_drop=drop,
+        runtime_drop_reason=runtime.get("drop-reason", ""),
     )
+
+
+def _load_drop(checker: TomlChecker, runtime: dict[str, Any]) -> tuple[str, ...]:
+    """``[runtime] drop``: project names removed from the wheel's Requires-Dist, with a required ``drop-reason``.
+
+    torch cannot be dropped (finalize pins it), and a name cannot be both dropped and required."""
+    names = checker.str_list(runtime, "drop", "runtime")
+    for i, name in enumerate(names):
+        if not _NAME.fullmatch(name):
+            checker.fail(f"runtime.drop[{i}]", f"must be a bare project name (no version or marker), not {name!r}")
+        if canonicalize_name(name) == "torch":
+            checker.fail(f"runtime.drop[{i}]", "cannot drop torch", "the wheel is pinned to the torch it was built with")
+    if names and not runtime.get("drop-reason", "").strip():
+        checker.fail("runtime.drop-reason", "is required with runtime.drop",
+                     "say why the wheel does not need them at run time, e.g. 'build-time only: not imported by …'")
+    required = {canonicalize_name(_requirement_name(r)) for r in checker.str_list(runtime, "requires", "runtime")}
+    both = sorted({canonicalize_name(n) for n in names} & required)
+    if both:
+        checker.fail("runtime.drop", f"names {', '.join(both)}, which runtime.requires also lists")
+    return tuple(canonicalize_name(n) for n in names)
+
+
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def _requirement_name(text: str) -> str:
+    try:
+        return Requirement(text).name
+    except InvalidRequirement:
+        return text
 
 
 def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> SourceSpec:

@@ -17,7 +17,8 @@ from typing import TextIO
 
 def stream(argv: Sequence[str], *, out: TextIO, on_line: Callable[[str], None], cwd: str | os.PathLike | None = None,
            env: Mapping[str, str] | None = None, timeout_s: float | None = None) -> tuple[int | None, str]:
-    """Run argv, write stdout+stderr into `out` as they come, call on_line(latest non-empty line, 120 chars).
+    """Run argv, write stdout+stderr into `out` as they come, call on_line(each non-empty line, stripped, whole:
+    the compile progress needs the end of nvcc's long command lines to name the translation unit).
 
     Returns (exit code, last non-empty line); the exit code is None when timeout_s passed and the child's process
     group was killed.
@@ -42,7 +43,7 @@ def stream(argv: Sequence[str], *, out: TextIO, on_line: Callable[[str], None], 
             out.flush()
             if line.strip():
                 last = line.strip()
-                on_line(last[:120])
+                on_line(last)
         code = proc.wait()
     finally:
         if timer is not None:

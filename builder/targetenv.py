@@ -19,11 +19,28 @@ def is_path(python: str) -> bool:
 
 def resolve_python(python: str) -> Path:
     """``--python PATH`` (or a command on PATH) as an interpreter that exists, else a usage error (exit 2)."""
-    found = shutil.which(python) if "/" not in python else (python if Path(python).exists() else None)
-    if found is None:
-        raise UsageError(f"--python {python}: no such interpreter",
-                         "give a Python version (3.12) or the path of an env's python, e.g. .venv/bin/python")
-    return Path(found)
+    check_python_flag(python)
+    return Path(shutil.which(python) or python)
+
+
+def check_python_flag(python: str) -> None:
+    """``--python`` names an interpreter that exists here (a build needs one; ``plan`` only reports it).
+
+    A version is looked up like the build would (PATH, pyenv, uv-managed); a path must exist. Whether that
+    interpreter has torch is checked by the build itself (importing torch takes seconds)."""
+    from .pythonenv import find_interpreter
+
+    if "/" in python or not python[:1].isdigit():
+        if not Path(shutil.which(python) or python).is_file():
+            raise UsageError(f"--python {python}: no such interpreter", "give a path to a python executable, "
+                             "e.g. /path/to/venv/bin/python, or a version such as 3.12")
+        return
+    try:
+        find_interpreter(python)
+    except ToolchainError as e:
+        raise UsageError(e.message, e.hint) from e
+
+
 
 
 def infer_cuda(cuda: str | None, python: str) -> str:

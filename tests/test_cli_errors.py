@@ -54,6 +54,9 @@ def test_cuda_12_8_without_compiler_says_what_is_missing(cli_env: dict[str, str]
     assert "torch         2.10.0 from pypi" in result.stderr
     assert "nvidia/cuda:12.8.1-devel-ubuntu24.04" in result.stderr
     assert_one_line_error(result, "no CUDA 12.8 compiler here", "PyPI has no CUDA 12 compiler", "--toolchain docker")
+    # ...and what would work here: CUDA 13.0 (this machine's nvcc, or PyPI's toolkit where it has none)
+    assert_one_line_error(result, "this machine can build CUDA 13.0 wheels", "use --cuda 13.0 with a CUDA 13.0 torch",
+                          "torch 2.11.0–2.14.1 on PyPI")
     assert result.code == 7
     pip = run_cli("build", "causal-conv1d", "--cuda", "12.8", "--arch", "120", "--toolchain", "pip", env=cli_env)
     assert_one_line_error(pip, "--toolchain pip cannot provide CUDA 12.8", "--toolchain host")
@@ -64,14 +67,61 @@ def test_cuda_12_8_without_compiler_says_what_is_missing(cli_env: dict[str, str]
     assert_one_line_error(docker, "--toolchain docker: no container engine answers", "--toolchain pip")
 
 
+@pytest.mark.network  # the plan reads causal-conv1d's release list from PyPI
+def test_plan_says_whether_this_machine_can_build(cli_env: dict[str, str]) -> None:
+    """No Docker engine and only a CUDA 13.0 nvcc here: 12.8 is a plan this machine cannot carry out (still exit
+    0, with the ways forward); 13.0 is buildable; the pip toolchain is reported without provisioning it."""
+    no = run_cli("plan", "causal-conv1d", "--cuda", "12.8", "--arch", "120", env=cli_env)
+    text = " ".join(no.stdout.split())
+    assert no.code == 0, no.stderr
+    assert "buildable here no: no CUDA 12.8 compiler here" in text and "PyPI has no CUDA 12 compiler" in text, text
+    assert "ways forward: this machine can build CUDA 13.0 wheels" in text and "use --cuda 13.0" in text, text
+    yes = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", env=cli_env)
+    assert yes.code == 0 and "buildable here yes: host CUDA 13.0" in " ".join(yes.stdout.split()), yes.stdout
+    pip = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--toolchain", "pip", env=cli_env)
+    assert "yes: pip toolchain (CUDA 13.0 from PyPI, not yet provisioned" in " ".join(pip.stdout.split()), pip.stdout
+    assert not (Path(cli_env["BUILDER_CACHE_DIR"]) / "toolkits" / "cuda-13.0").exists()  # nothing provisioned
+    python = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--python", "3.99", env=cli_env)
+    assert python.code == 0 and "buildable here no: no Python 3.99 interpreter found" in " ".join(python.stdout.split())
+
+
 def tiny(recipe_tree: Path, *extra: str) -> list[str]:
     return ["build", "tinyext", "--recipes", str(recipe_tree), "--cuda", "13.0", "--arch", "90",
             "--python", "3.11", "--toolchain", "host", *extra]
 
 
 def test_no_matching_python(cli_env: dict[str, str], recipe_tree: Path) -> None:
+    """A missing interpreter is a usage error found before any work: no plan (PyPI), toolchain or source."""
     result = run_cli(*tiny(recipe_tree, "--python", "3.99"), env=cli_env)
     assert_one_line_error(result, "no Python 3.99 interpreter found", "pyenv")
+    assert result.code == 2
+    assert "==> " not in result.stderr and not (Path(cli_env["BUILDER_CACHE_DIR"]) / "sources").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--python", "3.99"], "no Python 3.99 interpreter found"),
+        (["--python", "3.x"], "--python '3.x' is neither a Python version nor a path"),
+        (["--python", "/nonexistent/bin/python"], "--python /nonexistent/bin/python: no such interpreter"),
+        (["--torch-index", "nope"], "--torch-index: 'nope' is neither a URL nor a known index"),
+        (["--torch", "2.x"], "--torch '2.x' is not a version"),
+        (["--version", "latest"], "--version 'latest' is not a version"),
+        (["--jobs", "-1"], "--jobs -1: must be at least 1"),
+    ],
+)
+def test_flags_checked_before_any_work(cli_env: dict[str, str], args: list[str], needle: str) -> None:
+    """The real causal-conv1d recipe, whose plan would read PyPI first: each bad flag stops before that."""
+    result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", *args, env=cli_env)
+    assert_one_line_error(result, needle)
+    assert result.code == 2
+    assert "==> " not in result.stderr  # no stage started
+    assert not (Path(cli_env["BUILDER_CACHE_DIR"]) / "index").exists()  # PyPI's release list was not read
+
+
+def test_unknown_toolchain_is_a_usage_error(cli_env: dict[str, str]) -> None:
+    result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--toolchain", "nvcc", env=cli_env)
+    assert result.code == 2 and "invalid choice: 'nvcc'" in result.stderr and "'pip', 'host', 'docker'" in result.stderr
 
 
 def test_python_path_without_torch(cli_env: dict[str, str], recipe_tree: Path, tmp_path: Path) -> None:
@@ -129,3 +179,15 @@ def test_recipes_list_and_show(cli_env: dict[str, str]) -> None:
     assert shown.code == 0, shown.stderr
     assert "0001-mark-patched.patch" in shown.stdout and "(test only)" in shown.stdout
     assert "TORCH_CUDA_ARCH_LIST=9.0;12.0+PTX" in shown.stdout and "cu130torch2" in shown.stdout
+
+
+def test_help_names_allowed_values_and_hides_test_only_flags(cli_env: dict[str, str]) -> None:
+    from builder.plan import KNOWN_CUDA
+
+    for command in ("build", "plan"):
+        shown = run_cli(command, "--help", env=cli_env)
+        text = " ".join(shown.stdout.split())  # argparse wraps lines
+        assert shown.code == 0
+        assert ", ".join(KNOWN_CUDA) in text, text
+        assert "required for CUDA extensions" in text and "not needed for pure-Python recipes" in text
+        assert "--test-patch" not in text  # test-only: still accepted (test_unknown_test_patch uses it)

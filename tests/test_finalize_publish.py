@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.finalize import finalize_wheel, labelled_version, read_build_record, rewrite_metadata
+from builder.finalize import finalize_wheel, labelled_version, read_build_record, read_metadata, rewrite_metadata
 from builder.inspect import SharedObject, WheelReport, verify_archs
 from builder.arch import parse_arch_list
 from builder.patch import describe_failure
@@ -28,12 +28,12 @@ A description.
 """
 
 
-def make_wheel(path: Path, name: str = "demo", version: str = "1.0") -> Path:
+def make_wheel(path: Path, name: str = "demo", version: str = "1.0", metadata: str = METADATA) -> Path:
     wheel = path / f"{name}-{version}-cp312-cp312-linux_x86_64.whl"
     info = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr(f"{name}/__init__.py", "X = 1\n")
-        zf.writestr(f"{info}/METADATA", METADATA.replace("Version: 1.0", f"Version: {version}"))
+        zf.writestr(f"{info}/METADATA", metadata.replace("Version: 1.0", f"Version: {version}"))
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: cp312-cp312-linux_x86_64\n")
         zf.writestr(f"{info}/RECORD", "")
     return wheel
@@ -50,6 +50,22 @@ def test_rewrite_metadata_pins_unconditional_requirement_only() -> None:
     assert "Requires-Dist: torch\n" not in text
     assert 'Requires-Dist: torch>=2; extra == "dev"' in text and "Requires-Dist: einops" in text
     assert text.rstrip().endswith("A description.") and "Requires-Dist: torch==2.14.1" in text
+
+
+def test_finalize_drops_build_time_requirements(tmp_path: Path) -> None:
+    """A recipe's [runtime] drop removes upstream's Requires-Dist entries (also ones under a marker) from METADATA
+    of the real wheel file; other requirements and the torch pin stay."""
+    # upstream causal-conv1d declares these two, for its setup.py only
+    upstream = METADATA.replace("Requires-Dist: einops\n", "Requires-Dist: einops\nRequires-Dist: packaging\n"
+                                "Requires-Dist: Ninja; python_version >= '3'\n")
+    wheel = make_wheel(tmp_path, metadata=upstream)
+    out = finalize_wheel(wheel, tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"], build_record={},
+                         drop=("ninja", "packaging"))
+    requires = [l for l in read_metadata(out).splitlines() if l.startswith("Requires-Dist:")]
+    assert requires == ['Requires-Dist: torch>=2; extra == "dev"', "Requires-Dist: einops",
+                        "Requires-Dist: torch==2.14.1"], requires
+    kept = finalize_wheel(wheel, tmp_path / "kept", label="cu130torch2.14", pins=[], build_record={})
+    assert "Requires-Dist: packaging" in read_metadata(kept)  # nothing is dropped unless the recipe says so
 
 
 def test_finalize_renames_and_records(tmp_path: Path) -> None:

@@ -58,6 +58,12 @@ def test_good_recipe_loads(tmp_path: Path) -> None:
         (lambda t: t.replace('FOO = "1"', "FOO = 1"), "field 'build.env.FOO' must be a string"),
         (lambda t: t.replace('imports = ["demo"]', "imports = [1]"), "field 'test.imports[0]'"),
         (lambda t: t + "kernel-tests-timeout = 0\n", "field 'test.kernel-tests-timeout' must be a positive"),
+        (lambda t: t + '[runtime]\ndrop = ["ninja"]\n', "field 'runtime.drop-reason' is required"),
+        (lambda t: t + '[runtime]\ndrop = ["ninja>=1"]\ndrop-reason = "x"\n', "field 'runtime.drop[0]' must be a bare"),
+        (lambda t: t + '[runtime]\ndrop = ["Torch"]\ndrop-reason = "x"\n', "field 'runtime.drop[0]' cannot drop torch"),
+        (lambda t: t + '[runtime]\nrequires = ["einops>=0.7"]\ndrop = ["einops"]\ndrop-reason = "x"\n',
+         "field 'runtime.drop' names einops, which runtime.requires"),
+        (lambda t: t + '[runtime]\ndrop = ["ninja"]\ndrop-reasons = "x"\n', "unknown field 'runtime.drop-reasons'"),
         (lambda t: t + "kernel-tests-timeout = '1h'\n", "field 'test.kernel-tests-timeout' must be an int"),
         (lambda t: t.replace('kind = "cuda-extension"', 'kind = "rust"'), "field 'kind'"),
         (lambda t: t + "\n[source.sha256]\n'1.0' = 'nothex'\n", "field 'source.sha256.1.0'"),
@@ -96,3 +102,5 @@ def test_project_recipes_all_load() -> None:
         assert conv.versions.contains(version)
         assert conv.patches_for(version), f"no patch applies to causal-conv1d {version}"
         assert version in conv.source.sha256
+    # build-time tools upstream declares as install_requires, kept out of users' venvs, with the reason
+    assert conv.runtime_drop == ("ninja", "packaging") and "build-time only" in conv.runtime_drop_reason

@@ -237,7 +237,7 @@ class ContainerToolchain:
     def build_wheel(self, source_root: Path, python: PythonEnv, env: Mapping[str, str], outdir: Path, log_file: Path,
                     *, mounts: Mapping[Path, bool]) -> Path:
         """``python -m build --wheel --no-isolation`` in the container, network off; output streams to ``log_file``."""
-        from ..build import TAIL_LINES, _summary
+        from ..build import CompileProgress, _summary, failure_tail
 
         outdir.mkdir(parents=True, exist_ok=True)
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -247,20 +247,21 @@ class ContainerToolchain:
                  + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
         log.command(argv)
         start = time.monotonic()
-        with log_file.open("w") as out, log.status(f"compiling in a container (log: {log_file})") as update:
+        log.info(f"build log: {log_file}")
+        with log_file.open("w") as out, log.status("compiling in a container", each_change=True) as update:
+            progress = CompileProgress(update)  # a short line per compile step; the log keeps every line
             out.write(f"# build of {source_root} in {self.toolkit.image} ({self.image.id})\n+ {' '.join(argv)}\n")
 
             def write(line: str) -> None:
                 out.write(line + "\n")
                 out.flush()
-                if line.strip():
-                    update(line.strip()[:120])
+                progress(line)
 
             code, _ = self.run(argv, mounts=mounts, env=env, network=False, workdir=source_root, on_line=write)
         wheels = sorted(outdir.glob("*.whl"))
         if code != 0 or not wheels:
             text = log_file.read_text(errors="replace")
-            log.error(f"--- last {TAIL_LINES} lines of {log_file} ---\n" + "\n".join(text.splitlines()[-TAIL_LINES:]))
+            log.error(failure_tail(text, log_file))
             raise BuildFailed(f"build failed in the container after {time.monotonic() - start:.0f}s: "
                               f"{_summary(text) or f'exit code {code}'}", f"full log: {log_file}")
         log.ok(f"built {wheels[-1].name} in a container in {time.monotonic() - start:.0f}s")

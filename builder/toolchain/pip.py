@@ -32,7 +32,7 @@ def refuse_cuda12(cuda: Version) -> ToolchainError:
         f"--toolchain pip cannot provide CUDA {cuda}: PyPI has no CUDA 12 compiler "
         "(nvidia-cuda-nvcc-cu12 ships ptxas and headers only, no nvcc/cicc)",
         f"use --toolchain docker (nvidia/cuda:{cuda}-devel image) or --toolchain host with CUDA_HOME "
-        f"pointing at a CUDA {cuda} install",
+        f"pointing at a CUDA {cuda} install; or build with this toolchain for --cuda 13.0, with a CUDA 13.0 torch",
     )
 
 
@@ -55,6 +55,13 @@ def provision(cuda: Version, settings: Settings) -> CudaToolkit:
         if settings.offline:
             raise ToolchainError(f"CUDA {cuda} is not in the toolkit cache and --offline forbids downloading")
         return _install(cuda, target)
+
+
+def cached_home(cuda: Version, settings: Settings) -> Path | None:
+    """The cached, healthy CUDA home for ``cuda`` if one was provisioned before; never downloads (for ``plan``)."""
+    target = settings.cache_dir / "toolkits" / f"cuda-{cuda.major}.{cuda.minor}"
+    home = _home_in(target, cuda)
+    return home if home is not None and _healthy(target, home) else None
 
 
 def _install(cuda: Version, target: Path) -> CudaToolkit:

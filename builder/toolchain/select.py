@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from packaging.version import Version
 
+from ..compat import TORCH_INDEXES
 from ..errors import ToolchainError, UsageError
 from ..images import base_present, build_image, find_image, image_spec
 from ..log import log
 from ..settings import Settings
 from . import docker as docker_toolchain
 from . import pip as pip_toolchain
-from .base import ToolchainChoice
-from .host import find_host_toolkit
+from .base import ToolchainChoice, nvcc_version
+from .host import candidate_homes, find_host_toolkit
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
 
@@ -94,9 +96,119 @@ def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str)
                                None, tuple(notes))
     raise ToolchainError(
         f"no CUDA {cuda} compiler here: {notes[1]}; PyPI has no CUDA 12 compiler; {engine_note}",
-        f"install Docker or podman and use --toolchain docker (`builder images build --cuda {cuda}` pulls {image}), "
-        f"or set CUDA_HOME to a CUDA {cuda} install and use --toolchain host",
+        "; ".join([*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]),
     )
+
+
+def _ways_to(cuda: Version, image: str) -> list[str]:
+    """How to get a compiler for ``cuda`` onto this machine (a container or a host install)."""
+    return [(f"for CUDA {cuda} itself: install Docker or podman and use --toolchain docker "
+             f"(`builder images build --cuda {cuda}` pulls {image}), or set CUDA_HOME to a CUDA {cuda} install "
+             "and use --toolchain host")]
+
+
+def alternatives_here(cuda: Version, settings: Settings, env: Mapping[str, str]) -> list[str]:
+    """What this machine CAN build instead of ``cuda``, found cheaply (nvcc --version, the toolkit cache): host
+    toolkits of another CUDA, and CUDA 13.x from PyPI with the torch builds PyPI has for it."""
+    ways: list[str] = []
+    for home in candidate_homes(env):
+        try:
+            version = nvcc_version(home / "bin" / "nvcc")
+        except ToolchainError:
+            continue
+        key = f"{version.major}.{version.minor}"
+        if key != f"{cuda.major}.{cuda.minor}":
+            ways.append(f"this machine can build CUDA {key} wheels (host CUDA at {home}): use --cuda {key} "
+                        f"with a CUDA {key} torch{_torch_on_pypi(key)}")
+    pip_cuda = _pip_cuda()
+    if pip_cuda is not None and pip_cuda != f"{cuda.major}.{cuda.minor}" and not any(f"--cuda {pip_cuda} " in w for w in ways):
+        cached = pip_toolchain.cached_home(Version(pip_cuda), settings) is not None
+        if cached or not settings.offline:
+            ways.append(f"this machine can build CUDA {pip_cuda} wheels (pip toolchain): use --cuda {pip_cuda} "
+                        f"with a CUDA {pip_cuda} torch{_torch_on_pypi(pip_cuda)}")
+    return ways
+
+
+def _pip_cuda() -> str | None:
+    """The CUDA >= 13 the pip toolchain is best used for: the newest one PyPI has torch builds for."""
+    keys = [k for k in TORCH_INDEXES["pypi"].torch_by_cuda if Version(k).major >= 13]
+    return max(keys, key=Version) if keys else None
+
+
+def _torch_on_pypi(key: str) -> str:
+    versions = sorted(TORCH_INDEXES["pypi"].torch_by_cuda.get(key, ()), key=Version)
+    return f" (torch {versions[0]}–{versions[-1]} on PyPI)" if versions else " (none on PyPI: see `builder torch-table`)"
+
+
+@dataclass(frozen=True)
+class BuildHere:
+    """Whether and how this machine can compile for a CUDA version, found without provisioning, pulling or
+    building anything (for ``builder plan``)."""
+
+    possible: bool
+    how: str
+    ways_forward: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        if self.possible:
+            return f"yes: {self.how}"
+        return f"no: {self.how}" + (f"; ways forward: {'; '.join(self.ways_forward)}" if self.ways_forward else "")
+
+
+def probe_build_here(requested: str, cuda: Version, settings: Settings, env: Mapping[str, str]) -> BuildHere:
+    """The answer ``select_toolkit(requested, …)`` would give, cheaply: an engine ping and image lookup, nvcc
+    --version of host toolkits, the pip toolkit cache. Nothing is downloaded, provisioned or built."""
+    image = docker_image_for(cuda)
+    reasons: list[str] = []
+    if requested in ("auto", "docker"):
+        found, note = _probe_container(cuda, env)
+        if found:
+            return BuildHere(True, note)
+        reasons.append(note)
+    if requested in ("auto", "host"):
+        try:
+            toolkit = find_host_toolkit(cuda, env)
+            return BuildHere(True, f"host CUDA {toolkit.version} at {toolkit.cuda_home}")
+        except ToolchainError as e:
+            reasons.append(e.message.removeprefix("--toolchain host: "))
+    if requested in ("auto", "pip"):
+        if cuda.major < 13:
+            reasons.append("PyPI has no CUDA 12 compiler")
+        else:
+            home = pip_toolchain.cached_home(cuda, settings)
+            if home is not None:
+                return BuildHere(True, f"pip toolchain (CUDA {cuda} from PyPI, cached at {home})")
+            if not settings.offline:
+                return BuildHere(True, f"pip toolchain (CUDA {cuda} from PyPI, not yet provisioned: about 100 MB "
+                                       "on the first build)")
+            reasons.append(f"CUDA {cuda} is not in the toolkit cache and --offline forbids downloading")
+    ways: list[str] = []
+    if requested != "auto" and (other := probe_build_here("auto", cuda, settings, env)).possible:
+        ways.append(f"--toolchain auto would build it here with the {other.how}")
+    ways += alternatives_here(cuda, settings, env)
+    if not ways or cuda.major < 13 or requested != "pip":
+        ways += _ways_to(cuda, image)
+    where = f" with --toolchain {requested}" if requested != "auto" else ""
+    return BuildHere(False, f"no CUDA {cuda} compiler here{where} ({'; '.join(reasons)})", tuple(ways))
+
+
+def _probe_container(cuda: Version, env: Mapping[str, str]) -> tuple[bool, str]:
+    client = docker_toolchain.connect(env)
+    if client is None:
+        return False, f"no container engine answers for {docker_image_for(cuda)}"
+    address = env.get("DOCKER_HOST") or client.api.base_url
+    try:
+        spec = image_spec(cuda)
+        if find_image(client, spec) is not None:
+            return True, f"docker toolchain ({spec.tag} on the engine at {address})"
+        if base_present(client, spec):
+            return True, f"docker toolchain ({spec.tag} will be built on the local base {spec.base_image})"
+        return False, (f"a container engine answers at {address} but neither {spec.tag} nor its base "
+                       f"{spec.base_image} is present (`builder images build --cuda {cuda}` pulls it)")
+    except (UsageError, ToolchainError) as e:
+        return False, f"a container engine answers at {address} but has no usable image for CUDA {cuda} ({e.message})"
+    finally:
+        client.close()
 
 
 def _auto_container(cuda: Version, env: Mapping[str, str]) -> ToolchainChoice | str:

