@@ -47,7 +47,7 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
                         "needs --torch-index cu129; `builder torch-table` shows the torch builds per CUDA")
     parser.add_argument("--arch", help="GPU archs: 120, 90,120, 120+ptx (+ptx also embeds PTX) or native (this "
                         "machine's GPUs; the default when a GPU is present); required for CUDA extensions "
-                        "(causal-conv1d), not for pure-Python recipes (fla)")
+                        "(causal-conv1d), not needed for pure-Python recipes (fla)")
     parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
     parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
     parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
