@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
 
 def default_python(given: str | None) -> Path:
     """``--python`` as given, else the active venv (VIRTUAL_ENV, CONDA_PREFIX), else python3 on PATH."""
-    if given:
-        return Path(given)
+    if given:  # a path, a venv folder, or a command on PATH (python3)
+        found = shutil.which(given) if "/" not in given else None
+        return Path(found) if found else Path(given)
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         if os.environ.get(var):
             return Path(os.environ[var]) / "bin" / "python"
