@@ -16,7 +16,6 @@ from rich.table import Table
 
 from . import __version__
 from .arch import parse_arch_list
-from .compat import table_rows
 from .compilercache import add_compiler_cache_arg
 from .errors import BuilderError, UsageError
 from .log import log
@@ -101,14 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
 
-    sub.add_parser("torch-table", help="which torch versions exist per CUDA version on which index")
     for module in _command_modules():
         COMMANDS.update(module.register(sub, _common))
     return parser
 
 
 # Command groups that live in their own modules: each has register(subparsers, add_common) -> {name: handler}.
-_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images", "builder.cli_cache")
+_EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images", "builder.cli_cache",
+                      "builder.cli_torch")
 
 
 def _command_modules() -> list:
@@ -135,7 +134,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    cuda = validate_cuda(args.cuda)
+    cuda = validate_cuda(args.cuda, _settings(args))
     if args.arch is None and not _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args):
         raise UsageError("--arch is required", "e.g. --arch 120 (Blackwell RTX 50xx), --arch 90 (H100/H200)")
     archs = parse_arch_list(args.arch) if args.arch is not None else ()
@@ -282,21 +281,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return _settings(args)
 
 
-def cmd_torch_table(args: argparse.Namespace) -> int:
-    table = Table("index", "CUDA", "torch versions")
-    for row in table_rows():
-        table.add_row(*row)
-    out.print(table)
-    return 0
-
-
 COMMANDS = {
     "build": cmd_build,
     "plan": cmd_plan,
     "test": cmd_test,
     "recipes": cmd_recipes,
     "inspect": cmd_inspect,
-    "torch-table": cmd_torch_table,
 }
 
 

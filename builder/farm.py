@@ -451,7 +451,7 @@ def expand(
         recipes = entry.recipes or settings.recipes_dir
         recipe = load_recipe(find_recipe(entry.name, recipes), default_patches_dir(recipes))
         for version in _versions(farm, entry, recipe, settings, releases):
-            for target in _cells(farm, entry, recipe, recipes, version):
+            for target in _cells(farm, entry, recipe, recipes, version, settings):
                 if target.id in seen:
                     raise FarmError(f"{farm.file}: {entry.where} repeats target {target.id} of {seen[target.id]}",
                                     "remove the duplicate or narrow one of the entries")
@@ -545,9 +545,10 @@ def _check_local_source(fail: Callable[..., FarmError], field_name: str, locatio
         raise fail(field_name, f"{path} holds version {found}, not {version}", "point each version at its own source")
 
 
-def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version: str) -> list[FarmTarget]:
+def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version: str,
+           settings: Settings | None = None) -> list[FarmTarget]:
     cells: list[FarmTarget] = []
-    index = resolve_index(entry.torch_index)
+    index = resolve_index(entry.torch_index, settings)
     cuda_ext = recipe.kind == "cuda-extension"
     # A pure-Python wheel holds no GPU code: it is built once; its first arch list only picks the test runner.
     arch_lists = entry.archs if cuda_ext else entry.archs[:1]
@@ -564,7 +565,7 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
                 for torch in torches:
                     if any(x.matches(recipe.name, version, cuda, archs, python, torch) for x in farm.excludes):
                         continue
-                    _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch)
+                    _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch, settings)
                     cells.append(FarmTarget(
                         package=recipe.name, version=version, kind=recipe.kind, cuda=cuda, archs=archs, python=python,
                         torch=torch, torch_index=entry.torch_index, toolchain=entry.toolchain, recipes=recipes,
@@ -573,16 +574,17 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
     return cells
 
 
-def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: str, archs: str, torch: str) -> None:
+def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: str, archs: str, torch: str,
+                settings: Settings | None = None) -> None:
     """Every combination the farm names must be buildable; the ones that are not are excluded explicitly."""
     try:
-        check_torch_matches_cuda(index, torch, Version(cuda))
+        check_torch_matches_cuda(index, torch, Version(cuda), settings)
     except UsageError as e:
         raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with torch {torch}: {e.message}",
                         f"add [[exclude]] package = {entry.name!r}, cuda = {cuda!r}, torch = {torch!r}") from e
     if cuda_ext:
         try:
-            check_archs_for_cuda(parse_arch_list(archs), Version(cuda))
+            check_archs_for_cuda(parse_arch_list(archs), Version(cuda), settings)
         except UsageError as e:
             raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with archs {archs}: "
                             f"{e.message.removeprefix('--arch ')}",

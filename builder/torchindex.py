@@ -53,6 +53,7 @@ PYTORCH_INDEX = "https://download.pytorch.org/whl/{flavour}"
 PYTORCH_CHANNELS = ("cu126", "cu128", "cu129", "cu130", "cu132")
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "torch-snapshot.json"
 DEFAULT_TTL_S = 24 * 3600
+UNREACHABLE_RETRY_S = 3600
 TIMEOUT_S = 30
 MIN_TORCH = Version("2.0")
 WORKERS = 4
@@ -403,14 +404,19 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     refresh = refresh or env.get("BUILDER_INDEX_REFRESH") == "1"
     if cached is not None and not refresh and (settings.offline or _age_s(cached.read_at) < ttl_s(env)):
         return replace(cached, name=name)
-    if not settings.offline:
+    # an index that could not be read is not asked again for an hour (a timeout each plan would be slow)
+    unreachable = path.with_name(path.name + ".unreachable")
+    recently_failed = unreachable.exists() and _age_s(unreachable.read_text().strip()) < UNREACHABLE_RETRY_S
+    if not settings.offline and (refresh or not recently_failed):
         try:
             listing = read_index(name, url, known=_known(cached, snapshot))
         except (OSError, urllib.error.URLError, ValueError) as e:
+            _atomic_write(unreachable, _now())
             log.warning(f"torch index {url} not readable ({e}); using "
-                        + ("the cached list" if cached else "the shipped snapshot"))
+                        + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
             _atomic_write(path, json.dumps(_to_json(listing), indent=1))
+            unreachable.unlink(missing_ok=True)
             return listing
     if cached is not None:
         return replace(cached, name=name)
