@@ -245,7 +245,7 @@ def check_known_bad(package: str, known_bad: Sequence[KnownBad], archs: tuple[Ar
         for arch in archs:
             if entry.matches(arch, cuda, version):
                 raise UsageError(
-                    f"--arch {arch}: {package} {version} sm_{arch.number}{arch.suffix} from CUDA {cuda} is known bad "
-                    f"({entry.reason})",
+                    f"--arch {arch}: sm_{arch.number}{arch.suffix} code of {package} {version} from CUDA {cuda} is "
+                    f"known bad: {entry.reason}",
                     f"use --arch {entry.instead} instead" if entry.instead else "leave this arch out",
                 )

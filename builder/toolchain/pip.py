@@ -1,7 +1,7 @@
 """The pip toolchain: a complete CUDA >= 13 compiler provisioned from PyPI into a cached CUDA_HOME.
 
-NVIDIA publishes `cuda-toolkit[nvcc,crt,nvvm,cccl,cudart]` for CUDA 13.x; it unpacks a CUDA home at
-``site-packages/nvidia/cu13``. CUDA 12.x has no compiler on PyPI (nvidia-cuda-nvcc-cu12 ships only ptxas,
+NVIDIA publishes `cuda-toolkit[nvcc,crt,nvvm,cccl,cudart]` for CUDA 13.x (every 13.x minor on PyPI is served;
+the list is discovered, see torchindex.toolkit_versions); it unpacks a CUDA home at ``site-packages/nvidia/cu13``. CUDA 12.x has no compiler on PyPI (nvidia-cuda-nvcc-cu12 ships only ptxas,
 libnvvm and headers: no nvcc, cicc, cudafe++, fatbinary or nvlink), so 12.x is refused with the alternatives.
 """
 
@@ -54,7 +54,21 @@ def provision(cuda: Version, settings: Settings) -> CudaToolkit:
             shutil.rmtree(target)
         if settings.offline:
             raise ToolchainError(f"CUDA {cuda} is not in the toolkit cache and --offline forbids downloading")
+        check_on_pypi(cuda, settings)
         return _install(cuda, target)
+
+
+def check_on_pypi(cuda: Version, settings: Settings) -> None:
+    """Refuse a CUDA minor that PyPI's cuda-toolkit does not carry (the list is discovered: torchindex.py)."""
+    from ..torchindex import toolkit_versions
+
+    versions, source = toolkit_versions(settings)
+    if versions and f"{cuda.major}.{cuda.minor}" not in versions:
+        raise ToolchainError(
+            f"--toolchain pip cannot provide CUDA {cuda.major}.{cuda.minor}: PyPI's cuda-toolkit has "
+            f"{', '.join(versions)} ({source})",
+            "pick one of those with --cuda, or use --toolchain docker / host",
+        )
 
 
 def _install(cuda: Version, target: Path) -> CudaToolkit:
