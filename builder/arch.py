@@ -1,7 +1,7 @@
 """GPU architecture parsing (``--arch 90,120+ptx``), what each CUDA release can compile, and per-recipe
 known-bad (arch, CUDA) combinations.
 
-What a CUDA release compiles is read from its own nvcc (``nvcc --list-gpu-code``) where one is at hand: a
+What a CUDA release compiles is read from its own nvcc (``nvcc --list-gpu-code`` / ``--list-gpu-arch``) where one is at hand: a
 pip-provisioned toolkit in the cache, or the nvcc on PATH / in CUDA_HOME when its release matches. The answer is
 cached per nvcc (``<cache>/index/nvcc-archs.json``). The table below answers otherwise.
 """
@@ -117,7 +117,7 @@ class ArchSupport:
 
 
 def parse_gpu_list(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``nvcc --list-gpu-code`` output (``sm_120``, ``compute_120`` lines) → (SASS numbers, PTX numbers)."""
+    """``nvcc --list-gpu-code`` / ``--list-gpu-arch`` output (``sm_120``, ``compute_120``) → (SASS, PTX) numbers."""
     sass = sorted({int(m.group(1)) for m in re.finditer(r"\bsm_(\d+)[af]?\b", text)})
     ptx = sorted({int(m.group(1)) for m in re.finditer(r"\bcompute_(\d+)[af]?\b", text)})
     return tuple(sass), tuple(ptx)
@@ -126,7 +126,7 @@ def parse_gpu_list(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSupport:
     """Ask ``nvcc`` itself (cached per nvcc path and file identity)."""
     stat = nvcc.resolve().stat()
-    key = f"{nvcc.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
+    key = f"v2:{nvcc.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
     cache = settings.cache("index") / "nvcc-archs.json" if settings is not None else None
     known: dict[str, dict[str, object]] = {}
     if cache is not None and cache.exists():
@@ -140,8 +140,9 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
     run = lambda *args: subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60,  # noqa: E731
                                        check=True).stdout
     release = re.search(r"release (\d+\.\d+), V([\d.]+)", run("--version"))
-    sass, ptx = parse_gpu_list(run("--list-gpu-code"))
-    source = f"nvcc {release.group(2) if release else '?'} at {nvcc} (nvcc --list-gpu-code)"
+    sass, _ = parse_gpu_list(run("--list-gpu-code"))  # sm_XX: the SASS it can emit
+    _, ptx = parse_gpu_list(run("--list-gpu-arch"))  # compute_XX: the virtual archs (PTX)
+    source = f"nvcc {release.group(2) if release else '?'} at {nvcc} (--list-gpu-code/--list-gpu-arch)"
     if cache is not None:
         known[key] = {"sass": list(sass), "ptx": list(ptx), "source": source,
                       "release": release.group(1) if release else None}
