@@ -631,7 +631,8 @@ def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: 
         except UsageError as e:
             raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with archs {archs}: "
                             f"{e.message.removeprefix('--arch ')}",
-                            f"add [[exclude]] package = {entry.name!r}, cuda = {cuda!r}, arch = {archs!r}") from e
+                            f"set archs-where-supported = true, or add [[exclude]] package = {entry.name!r}, "
+                            f"cuda = {cuda!r}, arch = {archs!r}") from e
 
 
 # ---------------------------------------------------------------- GitHub matrix
