@@ -137,7 +137,7 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
     if key in known:
         entry = known[key]
         return ArchSupport(tuple(entry["sass"]), tuple(entry["ptx"]), str(entry["source"]))  # type: ignore[arg-type]
-    run = lambda *args: subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60,  # noqa: E731
+    run = lambda *args: subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60,
                                        check=True).stdout
     release = re.search(r"release (\d+\.\d+), V([\d.]+)", run("--version"))
     sass, _ = parse_gpu_list(run("--list-gpu-code"))  # sm_XX: the SASS it can emit
@@ -154,7 +154,8 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
 
 def _nvcc_release(nvcc: Path) -> str | None:
     try:
-        text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+        text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60,
+                              check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"release (\d+\.\d+)", text)

@@ -27,7 +27,12 @@ def cmd_torch_table(args: argparse.Namespace) -> int:
     from .cli import out, settings_from_args
     from .compat import KNOWN_INDEXES, TorchIndex, _source_text
     from .errors import SourceError
-    from .torchindex import build_snapshot, discover, toolkit_versions, write_snapshot_file
+    from .torchindex import (
+        build_snapshot,
+        discover,
+        toolkit_versions,
+        write_snapshot_file,
+    )
 
     settings = settings_from_args(args)
     if args.write_snapshot:

@@ -16,8 +16,17 @@ from .errors import UsageError
 from .settings import Settings
 from .torchindex import PYPI_SIMPLE, PYTORCH_CHANNELS, PYTORCH_INDEX, Listing, discover
 
-__all__ = ["PYPI_SIMPLE", "PYTORCH_INDEX", "TorchIndex", "resolve_index", "known_indexes", "cuda_flavour",
-           "default_torch", "check_torch_matches_cuda", "table_rows"]
+__all__ = [
+    "PYPI_SIMPLE",
+    "PYTORCH_INDEX",
+    "TorchIndex",
+    "check_torch_matches_cuda",
+    "cuda_flavour",
+    "default_torch",
+    "known_indexes",
+    "resolve_index",
+    "table_rows",
+]
 
 # The indexes known by name: PyPI and PyPI's-style names for PyTorch's channels.
 KNOWN_INDEXES: dict[str, str] = {

@@ -14,8 +14,21 @@ from pathlib import Path
 from packaging.version import Version
 
 from . import __version__
-from .arch import Arch, check_archs_for_cuda, check_known_bad, format_arch_list, torch_arch_list
-from .compat import TorchIndex, check_torch_matches_cuda, cuda_flavour, default_torch, resolve_index, torch_cuda
+from .arch import (
+    Arch,
+    check_archs_for_cuda,
+    check_known_bad,
+    format_arch_list,
+    torch_arch_list,
+)
+from .compat import (
+    TorchIndex,
+    check_torch_matches_cuda,
+    cuda_flavour,
+    default_torch,
+    resolve_index,
+    torch_cuda,
+)
 from .errors import UsageError
 from .recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from .settings import Settings

@@ -47,10 +47,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._serve(head=True)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._serve(head=False)
 
     def _serve(self, head: bool) -> None:
@@ -282,3 +282,17 @@ def test_real_pypi_torch_2_15_is_cuda_13_2(tmp_path: Path) -> None:
     assert "cuda-toolkit" in release.evidence and "3.12" in release.pythons
     assert listing.release("2.10.0").cuda == "12.8"  # type: ignore[union-attr]
     assert "13.2" in read_toolkit_versions()
+
+
+@pytest.mark.network
+def test_real_plans_for_causal_conv1d(cli_env: dict[str, str]) -> None:
+    """The issue's commands: the CUDA 13.2 plan, the mismatch refusal and the sm_103 refusal."""
+    ok = run_cli("plan", "causal-conv1d", "--cuda", "13.2", "--arch", "120", env=cli_env)
+    assert ok.code == 0, ok.stderr
+    assert "cu132torch2.15" in ok.stdout and "2.15.0 from pypi" in ok.stdout
+    mismatch = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--torch", "2.15.0", env=cli_env)
+    assert_one_line_error(mismatch, "torch 2.15.0 on pypi is a CUDA 13.2 build, not CUDA 13.0")
+    assert mismatch.code == 2
+    bad = run_cli("plan", "causal-conv1d", "--cuda", "13.2", "--arch", "103", env=cli_env)
+    assert_one_line_error(bad, "sm_103 code of causal-conv1d 1.7.0 from CUDA 13.2 is known bad", "--arch 100+ptx")
+    assert bad.code == 2
