@@ -23,6 +23,7 @@ snapshot shipped in the package (builder/data/torch-snapshot.json, written only 
 
 from __future__ import annotations
 
+import calendar
 import io
 import json
 import os
@@ -284,10 +285,20 @@ def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
             if e.code != 404:
                 raise
     reader = _RangeReader(wheel.url, _remote_size(wheel.url))
-    # the central directory of a big wheel is ~1 MB: read the tail in one request, then the one member
-    tail = min(reader.size, 4 * 1024 * 1024)
-    reader.seek(reader.size - tail)
-    buffered = _TailBuffer(reader, reader.read(tail), reader.size - tail)
+    # The last 64 KB hold the end-of-central-directory record; it says where the central directory starts, which
+    # is then read in one request (a torch wheel's is about 1-2 MB); zipfile then reads the one member.
+    tail_size = min(reader.size, 64 * 1024)
+    reader.seek(reader.size - tail_size)
+    tail = reader.read(tail_size)
+    start = reader.size - tail_size
+    at = tail.rfind(b"PK\x05\x06")
+    if at >= 0 and len(tail) >= at + 22:
+        cd_offset = int.from_bytes(tail[at + 16:at + 20], "little")
+        if cd_offset != 0xFFFFFFFF and cd_offset < start:  # (zip64: read on demand instead)
+            reader.seek(cd_offset)
+            tail = reader.read(start - cd_offset) + tail
+            start = cd_offset
+    buffered = _TailBuffer(reader, tail, start)
     return _metadata_from_zip(buffered, wheel.filename), "range read of the wheel's METADATA"
 
 
@@ -353,7 +364,7 @@ def _now() -> str:
 
 def _age_s(stamp: str) -> float:
     try:
-        return time.time() - time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) + time.timezone
+        return time.time() - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
     except ValueError:
         return float("inf")
 
