@@ -112,11 +112,19 @@ def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: Version, setti
     key = _key(cuda)
     if found is not None and found != key:
         public = str(Version(torch).public)
-        alternatives = [i.name for i in known_indexes(settings) if public in i.torch_by_cuda.get(key, ())]
+        alternatives = [i for i in known_indexes(settings) if public in i.torch_by_cuda.get(key, ())]
         other = default_torch_or_none(index, cuda)
-        hint = (f"use --torch-index {alternatives[0]}" if alternatives else f"use --cuda {found}") + (
+        hint = (f"use --torch-index {alternatives[0].name}{_hearsay(alternatives[0], public)}" if alternatives
+                else f"use --cuda {found}") + (
             f", or omit --torch to get {other}" if other else f", or --cuda {found}" if alternatives else "")
         raise UsageError(f"torch {torch} on {index.name} is a CUDA {found} build, not CUDA {key}", hint)
+
+
+def _hearsay(index: TorchIndex, torch: str) -> str:
+    """' (per release notes)' where the index's row was not read from the index itself."""
+    release = index.listing.release(torch) if index.listing else None
+    return " (per PyTorch's release notes; not read from that index)" if release and release.evidence.startswith(
+        "release notes") else ""
 
 
 def default_torch_or_none(index: TorchIndex, cuda: Version) -> str | None:
