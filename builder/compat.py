@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from .errors import UsageError
 from .settings import Settings
@@ -118,6 +118,21 @@ def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: Version, setti
                 else f"use --cuda {found}") + (
             f", or omit --torch to get {other}" if other else f", or --cuda {found}" if alternatives else "")
         raise UsageError(f"torch {torch} on {index.name} is a CUDA {found} build, not CUDA {key}", hint)
+
+
+def check_torch_has_python(index: TorchIndex, torch: str, python: str) -> None:
+    """Refuse a Python version the torch release has no wheel for (where the index's wheel names say)."""
+    release = index.listing.release(torch) if index.listing else None
+    if release is None or not release.pythons:
+        return
+    try:
+        wanted = Version(python)
+    except InvalidVersion:
+        return
+    key = f"{wanted.major}.{wanted.minor}"
+    if key not in release.pythons:
+        raise UsageError(f"torch {torch} on {index.name} has no wheel for Python {key}",
+                         f"it has {', '.join(release.pythons)}: pass --python one of those")
 
 
 def _hearsay(index: TorchIndex, torch: str) -> str:

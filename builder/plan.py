@@ -23,6 +23,7 @@ from .arch import (
 )
 from .compat import (
     TorchIndex,
+    check_torch_has_python,
     check_torch_matches_cuda,
     cuda_flavour,
     default_torch,
@@ -151,6 +152,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     if not target.python_is_path:
         torch = target.torch or default_torch(index, target.cuda)
         check_torch_matches_cuda(index, torch, target.cuda, settings)
+        check_torch_has_python(index, torch, target.python)
     return Plan(
         target=target,
         recipe=recipe,

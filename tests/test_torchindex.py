@@ -256,6 +256,9 @@ def test_cli_label_follows_torch_and_mismatch_is_refused(fixture_index: tuple[st
     bad = run_cli(*base, "--cuda", "13.0", "--torch", "3.2.0", env=cli_env)
     assert_one_line_error(bad, "torch 3.2.0 on custom is a CUDA 13.2 build, not CUDA 13.0", "omit --torch to get 3.5.0")
     assert bad.code == 2
+    old_python = run_cli(*base, "--cuda", "13.2", "--python", "3.10", env=cli_env)
+    assert_one_line_error(old_python, "torch 3.2.0 on custom has no wheel for Python 3.10", "it has 3.11, 3.12")
+    assert old_python.code == 2
 
 
 def test_cli_known_bad_is_refused(fixture_index: tuple[str, list[str]], tmp_path: Path,
