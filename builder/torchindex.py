@@ -190,6 +190,8 @@ def _get(url: str, accept: str | None = None, byte_range: str | None = None) -> 
     if byte_range:
         headers["Range"] = byte_range
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S) as response:
+        if byte_range and response.status != 206:  # a server that ignores Range would send the whole wheel
+            raise OSError(f"{url}: the server ignored the range request")
         return response.read(), response.headers.get("Content-Type", "") or ""
 
 
@@ -219,9 +221,10 @@ def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
         name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         if not name.endswith(".whl") or "data-yanked" in attrs:
             continue
+        # PEP 714/658: the attribute's presence (any value but "false") says a .metadata file is served
+        said = "data-core-metadata" in attrs or "data-dist-info-metadata" in attrs
         meta = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
-        files.append(WheelFile(name, url, None if "data-core-metadata" not in attrs
-                               and "data-dist-info-metadata" not in attrs else meta not in (None, "false")))
+        files.append(WheelFile(name, url, meta != "false" if said else None))
     return files
 
 
@@ -509,7 +512,12 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
     if settings is None:
         return fallback
     path = settings.cache("index") / "cuda-toolkit-versions.json"
-    cached = json.loads(path.read_text()) if path.exists() else None
+    try:
+        cached = json.loads(path.read_text()) if path.exists() else None
+        if cached is not None and not (isinstance(cached.get("versions"), list) and cached.get("read_at")):
+            cached = None
+    except (OSError, json.JSONDecodeError, AttributeError):
+        cached = None
     refresh = refresh or env.get("BUILDER_INDEX_REFRESH") == "1"
     if cached and not refresh and (settings.offline or _age_s(cached["read_at"]) < ttl_s(env)):
         return tuple(cached["versions"]), f"cache of {cached['read_at']}"

@@ -43,6 +43,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     """Files from the fixture folder; simple pages as JSON or HTML by Accept; byte ranges; a request log."""
 
     requests: list[str]
+    ignore_range = False  # a server that answers a range request with the whole file
 
     def log_message(self, *args: object) -> None:
         pass
@@ -67,7 +68,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             return
         data = path.read_bytes()
         status, body = 200, data
-        if self.headers.get("Range"):
+        if self.headers.get("Range") and not self.ignore_range:
             start, end = self.headers["Range"].removeprefix("bytes=").split("-")
             first, last = int(start), min(int(end), len(data) - 1)
             status, body = 206, data[first:last + 1]
@@ -160,6 +161,19 @@ def test_classification_of_each_style(fixture_index: tuple[str, list[str]], tmp_
     assert not any(r.endswith(".whl") and "3.5.0" not in r for r in requests), "a wheel was read needlessly"
     assert listing.torch_by_cuda() == {"cpu": ("3.4.0",), "12.8": ("3.1.0",), "13.0": ("3.5.0",),
                                        "13.1": ("3.3.0",), "13.2": ("3.2.0",)}
+
+
+def test_a_server_ignoring_ranges_is_not_asked_for_the_wheel(fixture_index: tuple[str, list[str]],
+                                                             tmp_path: Path) -> None:
+    url, _ = fixture_index
+    _Handler.ignore_range = True
+    try:
+        listing = discover("fixture", f"{url}/simple", _settings(tmp_path))
+    finally:
+        _Handler.ignore_range = False
+    release = listing.release("3.5.0")
+    assert release is not None and release.cuda is None and "ignored the range request" in release.evidence
+    assert listing.release("3.2.0").cuda == "13.2"  # type: ignore[union-attr]
 
 
 def test_channel_labels_need_no_metadata(fixture_index: tuple[str, list[str]], tmp_path: Path) -> None:
