@@ -1,8 +1,10 @@
 """The pip toolchain: a complete CUDA >= 13 compiler provisioned from PyPI into a cached CUDA_HOME.
 
-NVIDIA publishes `cuda-toolkit[nvcc,crt,nvvm,cccl,cudart]` for CUDA 13.x (every 13.x minor on PyPI is served;
-the list is discovered, see torchindex.toolkit_versions); it unpacks a CUDA home at ``site-packages/nvidia/cu13``. CUDA 12.x has no compiler on PyPI (nvidia-cuda-nvcc-cu12 ships only ptxas,
-libnvvm and headers: no nvcc, cicc, cudafe++, fatbinary or nvlink), so 12.x is refused with the alternatives.
+NVIDIA publishes `cuda-toolkit[nvcc,crt,nvvm,cccl,cudart]` for CUDA 13.x; it unpacks a CUDA home at
+``site-packages/nvidia/cu13``. Every 13.x minor PyPI carries is served (the list is discovered:
+torchindex.toolkit_versions; 13.2 provisioned and checked here on 2026-12-01). CUDA 12.x has no compiler on PyPI
+(nvidia-cuda-nvcc-cu12 ships only ptxas, libnvvm and headers: no nvcc, cicc, cudafe++, fatbinary or nvlink), so
+12.x is refused with the alternatives.
 """
 
 from __future__ import annotations
