@@ -313,3 +313,20 @@ def test_real_plans_for_causal_conv1d(cli_env: dict[str, str]) -> None:
     bad = run_cli("plan", "causal-conv1d", "--cuda", "13.2", "--arch", "103", env=cli_env)
     assert_one_line_error(bad, "sm_103 code of causal-conv1d 1.7.0 from CUDA 13.2 is known bad", "--arch 100+ptx")
     assert bad.code == 2
+
+
+def test_pip_toolchain_refuses_a_minor_pypi_lacks(tmp_path: Path) -> None:
+    """The discovered cuda-toolkit list (here a fresh cache entry) decides; nothing is downloaded."""
+    from builder.errors import ToolchainError
+    from builder.plan import validate_cuda
+    from builder.toolchain.pip import provision
+    from builder.torchindex import _now
+
+    settings = _settings(tmp_path)
+    (settings.cache("index") / "cuda-toolkit-versions.json").write_text(
+        json.dumps({"versions": ["13.0", "13.2"], "read_at": _now()}))
+    with pytest.raises(ToolchainError, match=r"cannot provide CUDA 13.1: PyPI's cuda-toolkit has 13.0, 13.2"):
+        provision(Version("13.1"), settings)
+    assert str(validate_cuda("13.2", settings)) == "13.2"
+    with pytest.raises(UsageError, match="--cuda 13.1: unknown CUDA version"):
+        validate_cuda("13.1", settings)
