@@ -121,7 +121,7 @@ def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: Version, setti
 
 
 def check_torch_has_python(index: TorchIndex, torch: str, python: str) -> None:
-    """Refuse a Python version the torch release has no wheel for (where the index's wheel names say)."""
+    """Refuse a Python older than every wheel of the torch release (where the index's wheel names say)."""
     release = index.listing.release(torch) if index.listing else None
     if release is None or not release.pythons:
         return
@@ -130,7 +130,10 @@ def check_torch_has_python(index: TorchIndex, torch: str, python: str) -> None:
     except InvalidVersion:
         return
     key = f"{wanted.major}.{wanted.minor}"
-    if key not in release.pythons:
+    oldest = min(Version(p.rstrip("t")) for p in release.pythons)
+    # Older than the release's oldest: refused here. A newer one is left to the interpreter lookup (which says
+    # when there is no such interpreter) and to uv (a torch without wheels for it fails to install).
+    if key not in release.pythons and Version(key) < oldest:
         raise UsageError(f"torch {torch} on {index.name} has no wheel for Python {key}",
                          f"it has {', '.join(release.pythons)}: pass --python one of those")
 
