@@ -18,7 +18,6 @@ from rich.table import Table
 
 from . import __version__
 from .arch import parse_arch_list
-from .compat import table_rows
 from .compilercache import add_compiler_cache_arg
 from .errors import BuilderError, UsageError
 from .log import log
@@ -110,7 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
 
-    sub.add_parser("torch-table", help="which torch versions exist per CUDA version on which index")
     for module in _command_modules():
         COMMANDS.update(module.register(sub, _common))
     return parser
@@ -118,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Command groups that live in their own modules: each has register(subparsers, add_common) -> {name: handler}.
 _EXTENSION_MODULES = ("builder.cli_index", "builder.cli_farm", "builder.cli_images", "builder.cli_cache",
-                      "builder.cli_user")
+                      "builder.cli_user", "builder.cli_torch")
 
 
 def _command_modules() -> list:
@@ -148,12 +146,10 @@ def _target(args: argparse.Namespace) -> Target:
     from .targetenv import infer_archs, infer_cuda
 
     _check_cheap_flags(args)
-    cuda = validate_cuda(infer_cuda(args.cuda, args.python))
+    cuda = validate_cuda(infer_cuda(args.cuda, args.python), _settings(args))
     pure = _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args)
     archs = infer_archs(args.arch, required=not pure)
     jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
-    if jobs < 1:
-        raise UsageError(f"--jobs {jobs}: must be at least 1")
     return Target(
         package=args.package if hasattr(args, "package") else args.name,
         version=args.version,
@@ -176,6 +172,8 @@ def _check_cheap_flags(args: argparse.Namespace) -> None:
     from .compat import resolve_index
 
     resolve_index(args.torch_index)
+    if getattr(args, "jobs", None) is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
     for flag, value in (("--torch", args.torch), ("--version", args.version)):
         if value is None:
             continue
@@ -217,11 +215,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         compiler_cache=args.compiler_cache,
     )
     settings = _settings(args)
+    _check_cheap_flags(args)
+    check_python_flag(args.python)  # also for docker: the import and kernel tests run on a host interpreter
     targets = []
     for package in expand_name(args.package, settings.recipes_dir):
         args.package = package
         targets.append(_target(args))  # every flag of every target checked before the first build starts
-    check_python_flag(args.python)  # also for docker: the import and kernel tests run on a host interpreter
     for target in targets:
         result = run_build(target, settings, options)
         elapsed = time.monotonic() - start
@@ -335,21 +334,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return _settings(args)
 
 
-def cmd_torch_table(args: argparse.Namespace) -> int:
-    table = Table("index", "CUDA", "torch versions")
-    for row in table_rows():
-        table.add_row(*row)
-    out.print(table)
-    return 0
-
-
 COMMANDS = {
     "build": cmd_build,
     "plan": cmd_plan,
     "test": cmd_test,
     "recipes": cmd_recipes,
     "inspect": cmd_inspect,
-    "torch-table": cmd_torch_table,
 }
 
 

@@ -108,7 +108,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from .cli import out, settings_from_args
     from .farm import check_only, find_farm_file, load_farm
-    from .watch import watch
+    from .watch import watch, watch_torch
 
     settings = settings_from_args(args)
     farm = load_farm(find_farm_file(args.file))
@@ -120,17 +120,30 @@ def cmd_watch(args: argparse.Namespace) -> int:
     headers = ("package", "recipe range", "built", "newer on PyPI (in range)", "above the range", "note")
     cells = [(r.package, r.versions, ", ".join(r.built) or "none", ", ".join(r.newer) or "-", ", ".join(r.beyond) or "-",
               r.note) for r in rows]
+    torch_headers = ("torch index", "CUDA", "in farm", "torch on the index", "built", "not built yet", "note", "read from")
+    torch_cells = [(r.index, r.cuda, "yes" if r.in_farm else "no", _short(r.available), ", ".join(r.built) or "none",
+                    ", ".join(r.unbuilt) or "-", r.note, r.source) for r in watch_torch(farm, settings)]
     if args.format == "markdown":
-        print("| " + " | ".join(headers) + " |")
-        print("|" + " --- |" * len(headers))
-        for row in cells:
-            print("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+        for heads, body in ((headers, cells), (torch_headers, torch_cells)):
+            print("| " + " | ".join(heads) + " |")
+            print("|" + " --- |" * len(heads))
+            for row in body:
+                print("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+            print()
         return 0
     table = Table(*headers, title=f"{farm.file} vs {settings.wheelhouse}")
     for row in cells:
         table.add_row(*(escape(c) for c in row))
     out.print(table)
+    table = Table(*torch_headers, title="torch releases and CUDA toolkits")
+    for row in torch_cells:
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
     return 0
+
+
+def _short(versions: tuple[str, ...]) -> str:
+    return ", ".join(versions) if len(versions) <= 4 else f"{versions[0]} … {', '.join(versions[-3:])}"
 
 
 # ---------------------------------------------------------------- builder farm

@@ -38,7 +38,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import __version__
-from .arch import check_archs_for_cuda, format_arch_list, parse_arch_list
+from .arch import check_archs_for_cuda, format_arch_list, parse_arch_list, supported_archs
 from .compat import check_torch_matches_cuda, default_torch, resolve_index
 from .errors import BuilderError, RecipeError, UsageError
 from .plan import KNOWN_CUDA, Target
@@ -66,6 +66,8 @@ _SETTINGS: dict[str, tuple[type, ...]] = {
     "torch": (str, list),
     "torch-index": (str,),
     "jobs": (int,),
+    "torch-newest": (int,),
+    "archs-where-supported": (bool,),
 }
 _TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "exclude": (list,), "runners": (dict,)}
 _PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "source": (str, dict),
@@ -91,6 +93,8 @@ class FarmEntry:
     torch: tuple[str, ...] = ()  # empty → the newest torch built for each CUDA on the index
     torch_index: str | None = None
     jobs: int | None = None
+    torch_newest: int = 1  # torch omitted: the newest N torch minors built for each CUDA (newest patch of each)
+    archs_where_supported: bool = False  # drop from each arch list what a target's CUDA cannot compile
 
     def source_for(self, version: str) -> str | None:
         if version in self.sources:
@@ -341,6 +345,14 @@ class _Checker(TomlChecker):
             if table["jobs"] < 1:
                 self.fail(at("jobs"), "must be at least 1")
             out["jobs"] = table["jobs"]
+        if "torch-newest" in table:
+            if table["torch-newest"] < 1:
+                self.fail(at("torch-newest"), "must be at least 1")
+            if "torch" in table:
+                self.fail(where, "gives both 'torch' and 'torch-newest'", "pin torch, or take the newest N, not both")
+            out["torch_newest"] = table["torch-newest"]
+        if "archs-where-supported" in table:
+            out["archs_where_supported"] = table["archs-where-supported"]
         return out
 
     def entry(self, table: dict[str, Any], where: str, defaults: dict[str, Any]) -> FarmEntry:
@@ -368,7 +380,12 @@ class _Checker(TomlChecker):
                     self.fail(dotted, f"names a version that is not in {where}.versions ({', '.join(versions) or 'none'})",
                               "a per-version source needs the version pinned in 'versions'")
                 sources[version] = self.location(location)
-        merged = {**defaults, **self.settings(table, where)}
+        own = self.settings(table, where)
+        merged = {**defaults, **own}
+        if "torch_newest" in own and "torch" not in own:  # the package's own choice wins over [defaults] torch
+            merged.pop("torch", None)
+        elif "torch" in own:
+            merged.pop("torch_newest", None)
         if "cuda" not in merged:
             self.fail(f"{where}.cuda", "is required (here or in [defaults])", "e.g. cuda = ['13.0']")
         if "archs" not in merged:
@@ -451,7 +468,7 @@ def expand(
         recipes = entry.recipes or settings.recipes_dir
         recipe = load_recipe(find_recipe(entry.name, recipes), default_patches_dir(recipes))
         for version in _versions(farm, entry, recipe, settings, releases):
-            for target in _cells(farm, entry, recipe, recipes, version):
+            for target in _cells(farm, entry, recipe, recipes, version, settings):
                 if target.id in seen:
                     raise FarmError(f"{farm.file}: {entry.where} repeats target {target.id} of {seen[target.id]}",
                                     "remove the duplicate or narrow one of the entries")
@@ -545,9 +562,10 @@ def _check_local_source(fail: Callable[..., FarmError], field_name: str, locatio
         raise fail(field_name, f"{path} holds version {found}, not {version}", "point each version at its own source")
 
 
-def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version: str) -> list[FarmTarget]:
+def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version: str,
+           settings: Settings | None = None) -> list[FarmTarget]:
     cells: list[FarmTarget] = []
-    index = resolve_index(entry.torch_index)
+    index = resolve_index(entry.torch_index, settings)
     cuda_ext = recipe.kind == "cuda-extension"
     # A pure-Python wheel holds no GPU code: it is built once; its first arch list only picks the test runner.
     arch_lists = entry.archs if cuda_ext else entry.archs[:1]
@@ -555,16 +573,16 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
         torches = entry.torch
         if not torches:
             try:
-                torches = (default_torch(index, Version(cuda)),)
+                torches = newest_torches(index, Version(cuda), entry.torch_newest)
             except UsageError as e:
                 raise FarmError(f"{farm.file}: field '{entry.where}.torch' is needed for CUDA {cuda}: {e.message}",
                                 "give torch = ['X.Y.Z'] (here or in [defaults])") from e
-        for archs in arch_lists:
+        for archs in _arch_lists(arch_lists, cuda, cuda_ext and entry.archs_where_supported, settings):
             for python in entry.python:
                 for torch in torches:
                     if any(x.matches(recipe.name, version, cuda, archs, python, torch) for x in farm.excludes):
                         continue
-                    _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch)
+                    _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch, settings)
                     cells.append(FarmTarget(
                         package=recipe.name, version=version, kind=recipe.kind, cuda=cuda, archs=archs, python=python,
                         torch=torch, torch_index=entry.torch_index, toolchain=entry.toolchain, recipes=recipes,
@@ -573,20 +591,48 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
     return cells
 
 
-def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: str, archs: str, torch: str) -> None:
+def newest_torches(index: Any, cuda: Version, count: int) -> tuple[str, ...]:
+    """The newest ``count`` torch minors built for ``cuda`` on ``index``: the newest patch of each, newest first."""
+    default_torch(index, cuda)  # the error naming what the index has, when it has nothing for this CUDA
+    by_minor: dict[tuple[int, int], Version] = {}
+    for text in index.torch_by_cuda.get(f"{cuda.major}.{cuda.minor}", ()):
+        v = Version(text)
+        if not (v.is_prerelease or v.is_devrelease):
+            key = (v.major, v.minor)
+            by_minor[key] = max(by_minor.get(key, v), v)
+    return tuple(str(by_minor[k]) for k in sorted(by_minor, reverse=True)[:count])
+
+
+def _arch_lists(arch_lists: tuple[str, ...], cuda: str, trim: bool, settings: Settings | None) -> list[str]:
+    """Each arch list as given, or (``archs-where-supported``) without the archs this CUDA cannot compile."""
+    if not trim:
+        return list(arch_lists)
+    known = supported_archs(Version(cuda), settings)
+    out: list[str] = []
+    for archs in arch_lists:
+        kept = tuple(a for a in parse_arch_list(archs) if known is None or a.number in known)
+        text = format_arch_list(kept) if kept else ""
+        if text and text not in out:
+            out.append(text)
+    return out
+
+
+def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: str, archs: str, torch: str,
+                settings: Settings | None = None) -> None:
     """Every combination the farm names must be buildable; the ones that are not are excluded explicitly."""
     try:
-        check_torch_matches_cuda(index, torch, Version(cuda))
+        check_torch_matches_cuda(index, torch, Version(cuda), settings)
     except UsageError as e:
         raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with torch {torch}: {e.message}",
                         f"add [[exclude]] package = {entry.name!r}, cuda = {cuda!r}, torch = {torch!r}") from e
     if cuda_ext:
         try:
-            check_archs_for_cuda(parse_arch_list(archs), Version(cuda))
+            check_archs_for_cuda(parse_arch_list(archs), Version(cuda), settings)
         except UsageError as e:
             raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with archs {archs}: "
                             f"{e.message.removeprefix('--arch ')}",
-                            f"add [[exclude]] package = {entry.name!r}, cuda = {cuda!r}, arch = {archs!r}") from e
+                            f"set archs-where-supported = true, or add [[exclude]] package = {entry.name!r}, "
+                            f"cuda = {cuda!r}, arch = {archs!r}") from e
 
 
 # ---------------------------------------------------------------- GitHub matrix

@@ -14,15 +14,40 @@ from pathlib import Path
 from packaging.version import Version
 
 from . import __version__
-from .arch import Arch, check_archs_for_cuda, format_arch_list, torch_arch_list
-from .compat import TorchIndex, check_torch_matches_cuda, cuda_flavour, default_torch, resolve_index
+from .arch import (
+    Arch,
+    check_archs_for_cuda,
+    check_known_bad,
+    format_arch_list,
+    torch_arch_list,
+)
+from .compat import (
+    TorchIndex,
+    check_torch_has_python,
+    check_torch_matches_cuda,
+    cuda_flavour,
+    default_torch,
+    resolve_index,
+    torch_cuda,
+)
 from .errors import UsageError
 from .recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from .settings import Settings
 from .source import SourceRef, local_version, pypi_releases, resolve_version, source_for
 from .toolchain import docker_image_for
 
-KNOWN_CUDA = ("12.6", "12.8", "12.9", "13.0", "13.1", "13.2")
+# CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
+# CUDA 13+ is every minor that PyPI's cuda-toolkit carries (discovered; the shipped snapshot without settings).
+CUDA_12 = ("12.6", "12.8", "12.9")
+
+
+def known_cuda(settings: Settings | None = None) -> tuple[str, ...]:
+    from .torchindex import toolkit_versions
+
+    return CUDA_12 + toolkit_versions(settings)[0]
+
+
+KNOWN_CUDA = known_cuda()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,9 +88,10 @@ class Plan:
         return self.target.cuda
 
     def label(self, torch: str) -> str:
-        """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them)."""
+        """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them).
+        The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan)."""
         t = Version(torch)
-        return f"{cuda_flavour(self.cuda)}torch{t.major}.{t.minor}"
+        return f"{cuda_flavour(torch_cuda(self.index, str(t.public), self.cuda))}torch{t.major}.{t.minor}"
 
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
@@ -79,7 +105,7 @@ class Plan:
             ("cuda", str(self.cuda)),
             ("archs", format_arch_list(self.target.archs) + f"  (TORCH_CUDA_ARCH_LIST={torch_arch_list(self.target.archs)})"),
             ("python", self.target.python),
-            ("torch", f"{torch} from {self.index.name} ({self.index.url})"),
+            ("torch", f"{torch} from {self.index.name} ({self.index.url}; table from {self.index.source})"),
             ("label", self.label(self.torch) if self.torch else f"cu{self.cuda.major}{self.cuda.minor}torch<from interpreter>"),
             ("toolchain", self.target.toolchain),
             ("docker image", self.image),
@@ -89,13 +115,15 @@ class Plan:
         return rows
 
 
-def validate_cuda(text: str) -> Version:
+def validate_cuda(text: str, settings: Settings | None = None) -> Version:
+    known = known_cuda(settings)
     try:
         cuda = Version(text)
     except Exception as e:
-        raise UsageError(f"--cuda {text!r} is not a version", f"use one of {', '.join(KNOWN_CUDA)}") from e
-    if f"{cuda.major}.{cuda.minor}" not in KNOWN_CUDA:
-        raise UsageError(f"--cuda {text}: unknown CUDA version", f"use one of {', '.join(KNOWN_CUDA)}")
+        raise UsageError(f"--cuda {text!r} is not a version", f"use one of {', '.join(known)}") from e
+    if f"{cuda.major}.{cuda.minor}" not in known:
+        raise UsageError(f"--cuda {text}: unknown CUDA version",
+                         f"use one of {', '.join(known)} (13.x: the cuda-toolkit releases on PyPI)")
     return cuda
 
 
@@ -106,7 +134,7 @@ def load_target_recipe(target: Target, settings: Settings) -> Recipe:
 def make_plan(target: Target, settings: Settings) -> Plan:
     recipe = load_target_recipe(target, settings)
     if recipe.kind == "cuda-extension":
-        check_archs_for_cuda(target.archs, target.cuda)
+        check_archs_for_cuda(target.archs, target.cuda, settings)
     available: list[str] = []
     if target.source is None and recipe.source.path is None and recipe.source.git is None:
         available = list(pypi_releases(recipe.source.pypi or recipe.name, settings))
@@ -117,16 +145,19 @@ def make_plan(target: Target, settings: Settings) -> Plan:
             raise UsageError(f"cannot tell which version of {recipe.name} the source holds", "pass --version")
         available = [found] if found else []
     version = resolve_version(recipe, target.version, available)
+    if recipe.kind == "cuda-extension":
+        check_known_bad(recipe.name, recipe.known_bad, target.archs, target.cuda, version)
     source = source_for(recipe, version, target.source, settings)
     for name in target.test_patches:
         if name not in {p.name for p in recipe.patches if p.test_only}:
             raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
     patches = recipe.patches_for(version, target.test_patches)
-    index = resolve_index(target.torch_index)
+    index = resolve_index(target.torch_index, settings)
     torch: str | None = None
     if not target.python_is_path:
         torch = target.torch or default_torch(index, target.cuda)
-        check_torch_matches_cuda(index, torch, target.cuda)
+        check_torch_matches_cuda(index, torch, target.cuda, settings)
+        check_torch_has_python(index, torch, target.python)
     return Plan(
         target=target,
         recipe=recipe,

@@ -19,8 +19,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .arch import KnownBad, parse_arch_list
 from .datafiles import data_dir
-from .errors import BuilderError, RecipeError
+from .errors import BuilderError, RecipeError, UsageError
 
 KINDS = ("cuda-extension", "pure-python")
 
@@ -73,6 +74,7 @@ class Recipe:
     # upstream Requires-Dist names the wheel does not need at run time (build-time tools), and why
     runtime_drop: tuple[str, ...] = ()
     runtime_drop_reason: str = ""
+    known_bad: tuple[KnownBad, ...] = ()  # [[known-bad]]: (arch, CUDA) combinations the plan refuses
 
     @property
     def directory(self) -> Path:
@@ -102,6 +104,7 @@ _TOP = {
     "patch": list,
     "test": dict,
     "runtime": dict,
+    "known-bad": list,
 }
 _SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
 _BUILD = {"env": dict, "requires": list}
@@ -109,6 +112,7 @@ _PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
 _TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
 _RUNTIME = {"requires": list, "drop": list, "drop-reason": str}
+_KNOWN_BAD = {"archs": list, "cuda": str, "versions": str, "reason": str, "instead": str}
 
 
 def default_recipes_dir() -> Path:
@@ -214,6 +218,42 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         runtime_requires=tuple(checker.str_list(runtime, "requires", "runtime")),
         runtime_drop=drop,
         runtime_drop_reason=runtime.get("drop-reason", ""),
+        known_bad=tuple(_load_known_bad(checker, item, f"known-bad[{i}]")
+                        for i, item in enumerate(data.get("known-bad", []))),
+    )
+
+
+def _load_known_bad(checker: TomlChecker, item: Any, where: str) -> KnownBad:
+    """``[[known-bad]] archs = ["103"], cuda = ">=13", reason = "...", instead = "100+ptx"`` (versions optional)."""
+    if not isinstance(item, dict):
+        checker.fail(where, "must be a table ([[known-bad]])")
+    checker.keys(item, _KNOWN_BAD, where)
+    archs = checker.str_list(item, "archs", where)
+    if not archs:
+        checker.fail(f"{where}.archs", "is required: the SASS archs that give wrong code, e.g. ['103']")
+    for i, arch in enumerate(archs):
+        try:
+            parsed = parse_arch_list(arch)
+        except UsageError:
+            parsed = ()
+        if len(parsed) != 1 or parsed[0].ptx:
+            checker.fail(f"{where}.archs[{i}]", f"is not one SASS arch: {arch!r}", "e.g. '103' or '103a'")
+    reason = checker.required(item, "reason", where).strip()
+    if not reason:
+        checker.fail(f"{where}.reason", "is empty: say what goes wrong (and where it was reported)")
+    instead = item.get("instead")
+    if instead is not None:
+        try:
+            parse_arch_list(instead)
+        except UsageError:
+            checker.fail(f"{where}.instead", f"is not an arch list: {instead!r}", "e.g. '100+ptx'")
+    versions = item.get("versions")
+    return KnownBad(
+        archs=tuple(archs),
+        cuda=checker.specifier(checker.required(item, "cuda", where), f"{where}.cuda"),
+        reason=reason,
+        instead=instead,
+        versions=checker.specifier(versions, f"{where}.versions") if versions is not None else None,
     )
 
 

@@ -67,3 +67,50 @@ def test_custom_index_url() -> None:
     assert index.url == "file:///opt/pypi-more/simple" and index.name == "custom"
     with pytest.raises(UsageError, match="neither a URL"):
         resolve_index("not-an-index")
+
+
+# ---------------------------------------------------------------- what a toolkit compiles, read from its nvcc
+
+
+def test_parse_gpu_list() -> None:
+    from builder.arch import parse_gpu_list
+
+    assert parse_gpu_list("sm_90\nsm_100\nsm_100a\nsm_121\ncompute_90\n") == ((90, 100, 121), (90,))
+
+
+def test_arch_support_from_a_real_nvcc(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The nvcc on PATH (CUDA 13.0 here) is asked, and the answer is cached; no nvcc: the table answers."""
+    import shutil
+
+    from builder.arch import arch_support
+    from builder.settings import Settings
+
+    settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh")
+    if not shutil.which("nvcc"):
+        pytest.skip("no nvcc on PATH")
+    import re
+    import subprocess
+
+    release = re.search(r"release (\d+\.\d+)", subprocess.run(["nvcc", "--version"], capture_output=True, check=False,
+                                                               text=True).stdout)
+    assert release
+    support = arch_support(Version(release.group(1)), settings)
+    assert support is not None and "--list-gpu-code" in support.source
+    assert 90 in support.sass and 90 in support.ptx
+    assert (tmp_path / "cache" / "index" / "nvcc-archs.json").exists()
+    assert arch_support(Version("12.8"), settings).source == "builder/arch.py table"  # type: ignore[union-attr]
+
+
+def test_cuda_13_minors_accept_sm_103_and_sm_121() -> None:
+    for cuda in ("13.0", "13.1", "13.2"):
+        check_archs_for_cuda(parse_arch_list("103,121"), Version(cuda))
+
+
+def test_label_follows_the_torch_cuda() -> None:
+    from builder.compat import torch_cuda
+
+    pypi = resolve_index(None)  # the shipped snapshot: read from PyPI when it was written
+    assert str(torch_cuda(pypi, "2.15.0", Version("13.0"))) == "13.2"
+    assert default_torch(pypi, Version("13.2")) == "2.15.0"
+    with pytest.raises(UsageError, match="torch 2.15.0 on pypi is a CUDA 13.2 build, not CUDA 13.0"):
+        check_torch_matches_cuda(pypi, "2.15.0", Version("13.0"))

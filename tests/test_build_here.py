@@ -33,8 +33,9 @@ def test_cuda_12_8_refusal_names_the_cuda_13_way(bare_machine: None, tmp_path: P
         select.select_toolkit("auto", Version("12.8"), settings, NO_ENGINE)
     assert "no CUDA 12.8 compiler here" in e.value.message and "no nvcc found" in e.value.message
     hint = e.value.hint or ""
-    assert hint.startswith("this machine can build CUDA 13.0 wheels (pip toolchain): use --cuda 13.0 with a "
-                           "CUDA 13.0 torch (torch 2.11.0–2.14.1 on PyPI)"), hint
+    newest = select._pip_cuda(settings)  # the newest CUDA PyPI has torch builds for (13.2 on 2026-12-01)
+    assert hint.startswith(f"this machine can build CUDA {newest} wheels (pip toolchain): use --cuda {newest} with "
+                           f"a CUDA {newest} torch (torch "), hint
     assert "for CUDA 12.8 itself: install Docker or podman" in hint
     assert not (tmp_path / "toolkits" / "cuda-13.0").exists()  # refusing provisions nothing
 
@@ -44,7 +45,8 @@ def test_plan_row_on_a_bare_machine(bare_machine: None, tmp_path: Path) -> None:
     no = select.probe_build_here("auto", Version("12.8"), settings, NO_ENGINE)
     assert not no.possible
     assert no.text().startswith("no: no CUDA 12.8 compiler here (no container engine answers")
-    assert "ways forward: this machine can build CUDA 13.0 wheels (pip toolchain)" in no.text()
+    newest = select._pip_cuda(settings)
+    assert f"ways forward: this machine can build CUDA {newest} wheels (pip toolchain)" in no.text()
     yes = select.probe_build_here("auto", Version("13.0"), settings, NO_ENGINE)
     assert yes.text() == ("yes: pip toolchain (CUDA 13.0 from PyPI, not yet provisioned: about 100 MB on the "
                           "first build)")

@@ -1,8 +1,10 @@
 """The pip toolchain: a complete CUDA >= 13 compiler provisioned from PyPI into a cached CUDA_HOME.
 
 NVIDIA publishes `cuda-toolkit[nvcc,crt,nvvm,cccl,cudart]` for CUDA 13.x; it unpacks a CUDA home at
-``site-packages/nvidia/cu13``. CUDA 12.x has no compiler on PyPI (nvidia-cuda-nvcc-cu12 ships only ptxas,
-libnvvm and headers: no nvcc, cicc, cudafe++, fatbinary or nvlink), so 12.x is refused with the alternatives.
+``site-packages/nvidia/cu13``. Every 13.x minor PyPI carries is served (the list is discovered:
+torchindex.toolkit_versions; 13.2 provisioned and checked here on 2026-12-01). CUDA 12.x has no compiler on PyPI
+(nvidia-cuda-nvcc-cu12 ships only ptxas, libnvvm and headers: no nvcc, cicc, cudafe++, fatbinary or nvlink), so
+12.x is refused with the alternatives.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def provision(cuda: Version, settings: Settings) -> CudaToolkit:
             shutil.rmtree(target)
         if settings.offline:
             raise ToolchainError(f"CUDA {cuda} is not in the toolkit cache and --offline forbids downloading")
+        check_on_pypi(cuda, settings)
         return _install(cuda, target)
 
 
@@ -62,6 +65,19 @@ def cached_home(cuda: Version, settings: Settings) -> Path | None:
     target = settings.cache_dir / "toolkits" / f"cuda-{cuda.major}.{cuda.minor}"
     home = _home_in(target, cuda)
     return home if home is not None and _healthy(target, home) else None
+
+
+def check_on_pypi(cuda: Version, settings: Settings) -> None:
+    """Refuse a CUDA minor that PyPI's cuda-toolkit does not carry (the list is discovered: torchindex.py)."""
+    from ..torchindex import toolkit_versions
+
+    versions, source = toolkit_versions(settings)
+    if versions and f"{cuda.major}.{cuda.minor}" not in versions:
+        raise ToolchainError(
+            f"--toolchain pip cannot provide CUDA {cuda.major}.{cuda.minor}: PyPI's cuda-toolkit has "
+            f"{', '.join(versions)} ({source})",
+            "pick one of those with --cuda, or use --toolchain docker / host",
+        )
 
 
 def _install(cuda: Version, target: Path) -> CudaToolkit:

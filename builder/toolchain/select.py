@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from ..compat import TORCH_INDEXES
+from ..compat import resolve_index
 from ..errors import ToolchainError, UsageError
 from ..images import base_present, build_image, find_image, image_spec
 from ..log import log
@@ -119,25 +119,26 @@ def alternatives_here(cuda: Version, settings: Settings, env: Mapping[str, str])
         key = f"{version.major}.{version.minor}"
         if key != f"{cuda.major}.{cuda.minor}":
             ways.append(f"this machine can build CUDA {key} wheels (host CUDA at {home}): use --cuda {key} "
-                        f"with a CUDA {key} torch{_torch_on_pypi(key)}")
-    pip_cuda = _pip_cuda()
+                        f"with a CUDA {key} torch{_torch_on_pypi(key, settings)}")
+    pip_cuda = _pip_cuda(settings)
     if pip_cuda is not None and pip_cuda != f"{cuda.major}.{cuda.minor}" and not any(f"--cuda {pip_cuda} " in w for w in ways):
         cached = pip_toolchain.cached_home(Version(pip_cuda), settings) is not None
         if cached or not settings.offline:
             ways.append(f"this machine can build CUDA {pip_cuda} wheels (pip toolchain): use --cuda {pip_cuda} "
-                        f"with a CUDA {pip_cuda} torch{_torch_on_pypi(pip_cuda)}")
+                        f"with a CUDA {pip_cuda} torch{_torch_on_pypi(pip_cuda, settings)}")
     return ways
 
 
-def _pip_cuda() -> str | None:
+def _pip_cuda(settings: Settings | None = None) -> str | None:
     """The CUDA >= 13 the pip toolchain is best used for: the newest one PyPI has torch builds for."""
-    keys = [k for k in TORCH_INDEXES["pypi"].torch_by_cuda if Version(k).major >= 13]
+    keys = [k for k in resolve_index("pypi", settings).torch_by_cuda if Version(k).major >= 13]
     return max(keys, key=Version) if keys else None
 
 
-def _torch_on_pypi(key: str) -> str:
-    versions = sorted(TORCH_INDEXES["pypi"].torch_by_cuda.get(key, ()), key=Version)
-    return f" (torch {versions[0]}–{versions[-1]} on PyPI)" if versions else " (none on PyPI: see `builder torch-table`)"
+def _torch_on_pypi(key: str, settings: Settings | None = None) -> str:
+    versions = sorted(resolve_index("pypi", settings).torch_by_cuda.get(key, ()), key=Version)
+    span = versions[0] if len(versions) == 1 else f"{versions[0]}–{versions[-1]}"
+    return f" (torch {span} on PyPI)" if versions else " (none on PyPI: see `builder torch-table`)"
 
 
 @dataclass(frozen=True)
