@@ -32,9 +32,9 @@ def test_cuda_12_8_refusal_names_the_cuda_13_way(bare_machine: None, tmp_path: P
     with pytest.raises(ToolchainError) as e:
         select.select_toolkit("auto", Version("12.8"), settings, NO_ENGINE)
     assert "no CUDA 12.8 compiler here" in e.value.message and "no nvcc found" in e.value.message
-    hint = e.value.hint or ""
+    hint = "\n".join(e.value.extra)  # the ways forward, a line each under the one error line
     newest = select._pip_cuda(settings)  # the newest CUDA PyPI has torch builds for (13.2 on 2026-12-01)
-    assert hint.startswith(f"this machine can build CUDA {newest} wheels (pip toolchain): use --cuda {newest} with "
+    assert hint.startswith(f"hint: this machine can build CUDA {newest} wheels (pip toolchain): use --cuda {newest} with "
                            f"a CUDA {newest} torch (torch "), hint
     assert "for CUDA 12.8 itself: install Docker or podman" in hint
     assert not (tmp_path / "toolkits" / "cuda-13.0").exists()  # refusing provisions nothing

@@ -94,9 +94,10 @@ def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str)
         toolkit = pip_toolchain.provision(cuda, settings)
         return ToolchainChoice("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
                                None, tuple(notes))
-    raise ToolchainError(
+    ways = [*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]
+    raise ToolchainError(  # one error line; each way forward on a line of its own
         f"no CUDA {cuda} compiler here: {notes[1]}; PyPI has no CUDA 12 compiler; {engine_note}",
-        "; ".join([*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]),
+        None, extra=tuple(f"hint: {w}" for w in ways),
     )
 
 
