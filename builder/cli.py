@@ -27,7 +27,7 @@ from .settings import Settings, default_jobs
 from .targetenv import check_python_flag
 from .toolchain import TOOLCHAINS
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
