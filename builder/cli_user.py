@@ -9,11 +9,15 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .doctor import DoctorReport
 from .log import log
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
@@ -68,8 +72,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_doctor(report) -> None:  # noqa: ANN001 (a DoctorReport; imported lazily with the command)
-    env, machine, facts = report.env, report.machine, report.facts
+def render_doctor(report: DoctorReport) -> None:
+    env, machine = report.env, report.machine
     py = env.python
     rows = Table(show_header=False, box=None, title=f"builder doctor: {report.python}", title_justify="left")
     rows.add_row("Python", f"{py.version} ({'venv ' + str(py.prefix) if py.is_venv else py.executable})"

@@ -194,7 +194,7 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
 
 
 def _has_pip(python: Path) -> bool:
-    result = subprocess.run([str(python), "-c", "import pip"], capture_output=True)
+    result = subprocess.run([str(python), "-c", "import pip"], capture_output=True, check=False)
     return result.returncode == 0
 
 

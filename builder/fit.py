@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from .errors import SourceError
 
@@ -199,7 +199,7 @@ class WheelhouseReader:
                 continue
             try:
                 _, version, _, _ = parse_wheel_filename(filename)
-            except Exception:  # noqa: BLE001 (a foreign, oddly named file in someone's index: not ours to judge)
+            except Exception:  # noqa: BLE001, S112 (a foreign, oddly named file in an index: not ours to judge)
                 continue
             url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
             found.append(self._indexed(filename, name, version, url, entry))
@@ -270,10 +270,3 @@ class WheelhouseReader:
                               "`builder index rebuild` regenerates missing pages")
         raise SourceError(f"wheelhouse {self.root} {cause}",
                           "check the path or URL, or start `builder serve` there")
-
-
-def parse_version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None

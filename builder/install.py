@@ -18,9 +18,19 @@ from packaging.version import Version
 
 from .arch import Arch, format_arch_list
 from .errors import InstallError, ToolchainError
-from .fit import EnvFacts, IndexedWheel, Verdict, WheelhouseReader, best, env_label, judge, label_cuda
+from .fit import (
+    EnvFacts,
+    IndexedWheel,
+    Verdict,
+    WheelhouseReader,
+    best,
+    env_label,
+    judge,
+    label_cuda,
+)
 from .log import log
 from .machine import MachineFacts
+from .settings import Settings
 from .uvtool import install_failure, uv_bin
 
 
@@ -71,7 +81,7 @@ def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader:
         if offline:
             argv.insert(3, "--offline")
         log.command(argv)
-        result = subprocess.run(argv, capture_output=True, text=True)
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise install_failure(f"installing {', '.join(w.filename for w in wheels)}", result.stderr,
                               where=python.parent.parent)
@@ -129,14 +139,6 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
     )
 
 
-def describe_missing_build(env: EnvFacts) -> str:
-    if env.torch is None:
-        return "no torch is installed there"
-    if env.torch_cuda is None:
-        return f"its torch {env.torch} is a CPU build"
-    return ""
-
-
 def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
     if before.torch != after_torch:
         raise ToolchainError(f"torch changed from {before.torch} to {after_torch} during the install",
@@ -181,11 +183,11 @@ class InstallOutcome:
 def torch_distribution(python: Path) -> str | None:
     """torch's distribution version (2.10.0 from PyPI, 2.11.0+cu128 from PyTorch's index): what pins compare."""
     code = "import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')"
-    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
     return result.stdout.strip() or None
 
 
-def install(request: InstallRequest, settings) -> InstallOutcome:  # noqa: ANN001 (Settings; avoids an import cycle)
+def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     import os
 
     from .doctor import env_facts
@@ -242,7 +244,7 @@ def urllib_path(uri: str) -> str:
     return unquote(urlparse(uri).path)
 
 
-def _reader_for(wheels: list[IndexedWheel], reader: WheelhouseReader, settings) -> WheelhouseReader:  # noqa: ANN001
+def _reader_for(wheels: list[IndexedWheel], reader: WheelhouseReader, settings: Settings) -> WheelhouseReader:
     """The wheelhouse that serves these wheels (a wheel built just now lives in the local one)."""
     local = WheelhouseReader(settings.wheelhouse)
     return local if all(w.url.startswith(local.root) for w in wheels) else reader
@@ -262,7 +264,7 @@ def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple
 
 
 def _build_missing(missing: list[Choice], facts: EnvFacts, dist_torch: str, python_minor: str, machine: MachineFacts,
-                   request: InstallRequest, settings) -> list[str]:  # noqa: ANN001
+                   request: InstallRequest, settings: Settings) -> list[str]:
     """Build what no wheel fits, where this machine can: against the env's torch version, in a build venv of
     the builder's (the user's env gets nothing but the finished wheel)."""
     from .pipeline import BuildOptions, run_build

@@ -71,8 +71,8 @@ def query_driver(timeout_s: float = 20.0) -> Driver:
         return Driver(error="nvidia-smi not found (no NVIDIA driver here, or not on PATH)")
     try:
         listing = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=timeout_s)
-        header = subprocess.run([smi], capture_output=True, text=True, timeout=timeout_s)
+                                 capture_output=True, text=True, timeout=timeout_s, check=False)
+        header = subprocess.run([smi], capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return Driver(error=f"nvidia-smi does not run: {e}")
     if listing.returncode != 0:

@@ -9,7 +9,15 @@ import sys
 import pytest
 
 from builder.errors import SourceError
-from builder.fit import EnvFacts, WheelhouseReader, best, env_label, judge, label_cuda, runs_on
+from builder.fit import (
+    EnvFacts,
+    WheelhouseReader,
+    best,
+    env_label,
+    judge,
+    label_cuda,
+    runs_on,
+)
 from builder.publish import Wheelhouse
 from tests.conftest import ROOT
 from tests.test_index import labelled_wheel
@@ -94,7 +102,7 @@ def test_served_over_http_reads_the_same(house: Wheelhouse) -> None:
         proc.wait(timeout=10)
 
 
-def test_unreadable_wheelhouse_is_one_clear_error(tmp_path) -> None:  # noqa: ANN001
+def test_unreadable_wheelhouse_is_one_clear_error(tmp_path) -> None:
     with pytest.raises(SourceError, match="has no index pages"):
         WheelhouseReader(tmp_path / "empty").check()
     with pytest.raises(SourceError, match="unreachable"):
