@@ -122,7 +122,8 @@ def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
         assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}", name
         assert jobs[name]["strategy"]["fail-fast"] is False
     build = " ".join(step.get("run", "") for step in jobs["build"]["steps"])
-    assert "--toolchain docker" in build and "--stage" in build
+    assert "12.*) toolchain=docker" in build and "*) toolchain=pip" in build and '--toolchain "$toolchain"' in build
+    assert "--stage" in build
     assert jobs["build"]["runs-on"].startswith("ubuntu")
     assert jobs["test"]["runs-on"] == ["self-hosted", "linux", "${{ matrix.runner }}"]
     test = " ".join(step.get("run", "") for step in jobs["test"]["steps"])
