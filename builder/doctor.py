@@ -166,11 +166,10 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
         names = " ".join(o.package for o in fitting)
         from_flag = "" if root == Path("wheelhouse").resolve().as_uri() + "/" else f" --from {root}"
         commands.append(f"builder install {names} --python {python}{from_flag}")
-        reader = WheelhouseReader(root)
         wheels = [o.chosen.wheel for o in fitting if o.chosen]
-        commands.append(shell(install_argv(python, wheels, facts, reader)))
+        commands.append(shell(install_argv(python, wheels, facts)))
         if _has_pip(python):
-            commands.append(shell(install_argv(python, wheels, facts, reader, tool="pip")))
+            commands.append(shell(install_argv(python, wheels, facts, tool="pip")))
     kinds = {s.report.distribution: s.kind for s in states}
     for offer in offers:
         if offer.package in missing and offer.chosen is None and facts.torch and facts.torch_cuda:

@@ -48,6 +48,7 @@ class IndexedWheel:
     version: Version
     label: str | None
     url: str
+    wheelhouse: str  # the root URL of the wheelhouse that lists it (its channels are under it)
     requires_python: str | None
     requires: tuple[str, ...]  # Requires-Dist lines of its METADATA
     sass: tuple[str, ...] | None  # sm_120 …; None when the wheelhouse keeps no record of it
@@ -64,6 +65,11 @@ class IndexedWheel:
             if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate()):
                 return req.specifier
         return None
+
+    @property
+    def index_url(self) -> str:
+        """The index to install it from: its channel (or the combined index for an unlabelled wheel)."""
+        return f"{self.wheelhouse}channels/{self.label}/simple/" if self.label else f"{self.wheelhouse}simple/"
 
     @property
     def has_gpu_code(self) -> bool:
@@ -223,7 +229,7 @@ class WheelhouseReader:
             if isinstance(tests, dict):
                 kernel = str(tests.get("kernel_status")) if tests.get("kernel_status") else None
         return IndexedWheel(
-            filename=filename, project=project, version=version, label=version.local, url=url,
+            filename=filename, project=project, version=version, label=version.local, url=url, wheelhouse=self.root,
             requires_python=str(entry["requires-python"]) if entry.get("requires-python") else None,
             requires=requires, sass=sass, ptx=ptx, kernel_tests=kernel,
         )

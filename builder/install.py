@@ -52,14 +52,13 @@ def choose(packages: list[str], env: EnvFacts, reader: WheelhouseReader) -> list
     return choices
 
 
-def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader: WheelhouseReader,
-                 constraints: Path | None = None, *, tool: str = "uv") -> list[str]:
+def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, constraints: Path | None = None,
+                 *, tool: str = "uv") -> list[str]:
     """The install command: each wheel's channel as an extra index, exact pins, torch held where it is."""
     indexes: list[str] = []
     for wheel in wheels:
-        url = reader.channel_url(wheel.label) if wheel.label else reader.simple_url()
-        if url not in indexes:
-            indexes.append(url)
+        if wheel.index_url not in indexes:
+            indexes.append(wheel.index_url)
     pins = [f"{w.project}=={w.version}" for w in wheels]
     hold = [f"torch=={env.torch}"] if env.torch else []
     index_args = [a for url in indexes for a in ("--extra-index-url", url)]
@@ -71,13 +70,12 @@ def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader
     return [*head, *pins, *hold]
 
 
-def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, reader: WheelhouseReader,
-                *, offline: bool = False) -> None:
+def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False) -> None:
     """Install ``wheels`` with uv, the env's torch given as a constraint (a requirement it already meets)."""
     with tempfile.TemporaryDirectory() as tmp:
         constraints = Path(tmp) / "hold-torch.txt"
         constraints.write_text(f"torch=={env.torch}\n" if env.torch else "")
-        argv = install_argv(python, wheels, env, reader, constraints, tool="uv-internal")
+        argv = install_argv(python, wheels, env, constraints, tool="uv-internal")
         if offline:
             argv.insert(3, "--offline")
         log.command(argv)
@@ -210,16 +208,15 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     missing = [c for c in choices if c.chosen is None]
     if missing and request.build and not request.dry_run:
         built = _build_missing(missing, facts, dist_torch, report.python.minor, machine, request, settings)
-        if built:
+        if built:  # a wheel built here is in the local wheelhouse, which may not be the one given with --from
             local = WheelhouseReader(settings.wheelhouse)
-            choices = [choose([c.package], facts, local)[0] if c.chosen is None else c for c in choices]
-            reader = local if all(c.chosen is None or c.package in built for c in choices) else reader
+            choices = [choose([c.package], facts, local)[0] if c.package in built else c for c in choices]
     wheels = [c.chosen for c in choices if c.chosen is not None]
-    command = shell(install_argv(python, wheels, facts, reader)) if wheels else None
+    command = shell(install_argv(python, wheels, facts)) if wheels else None
     installed: tuple[IndexedWheel, ...] = ()
     if wheels and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
-        run_install(python, wheels, facts, _reader_for(wheels, reader, settings), offline=settings.offline)
+        run_install(python, wheels, facts, offline=settings.offline)
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]
@@ -242,12 +239,6 @@ def urllib_path(uri: str) -> str:
     from urllib.parse import unquote, urlparse
 
     return unquote(urlparse(uri).path)
-
-
-def _reader_for(wheels: list[IndexedWheel], reader: WheelhouseReader, settings: Settings) -> WheelhouseReader:
-    """The wheelhouse that serves these wheels (a wheel built just now lives in the local one)."""
-    local = WheelhouseReader(settings.wheelhouse)
-    return local if all(w.url.startswith(local.root) for w in wheels) else reader
 
 
 def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple[Arch, ...]:
