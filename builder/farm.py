@@ -903,7 +903,9 @@ def run_target(farm_target: FarmTarget, settings: Settings, options: Any, jobs: 
         log.ok(f"farm: {result.status}: {result.wheel}")
     except BuilderError as e:
         log.error(f"error: {e.one_line()}")
-        summary.update(error=e.one_line(), exit_code=e.exit_code)
+        for line in e.extra:
+            log.error(f"  {line}")
+        summary.update(error="; ".join([e.one_line(), *e.extra]), exit_code=e.exit_code)
     except Exception as e:  # noqa: BLE001 - one target's bug must not stop the farm; the traceback is in its log
         traceback.print_exc()
         summary.update(error=f"internal error: {type(e).__name__}: {e} (traceback in the log)", exit_code=1)
