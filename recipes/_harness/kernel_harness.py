@@ -299,6 +299,10 @@ class Suite:
         """(name, function returning a speed_row) pairs."""
         return []
 
+    def preliminary_cases(self, api: Any, device: torch.device) -> list[CaseResult]:
+        """Checks run once in this process before the cases (e.g. a device flag the package derives)."""
+        return []
+
     def report_extra(self, api: Any) -> dict[str, Any]:
         """Facts for the report (detected features, device flags, ...)."""
         return {}
@@ -311,33 +315,43 @@ class Suite:
         return installed_version(self.package, self.package.replace("-", "_"))
 
     # --- the machinery
-    def run_one(self, api: Any, case: Any, device: torch.device) -> CaseResult:
-        """A missing feature → skipped; a refusal → skipped with its words; any other exception → failed."""
+    def run_one(self, api: Any, case: Any, device: torch.device) -> list[CaseResult]:
+        """A missing feature → skipped; a refusal → skipped with its words; any other exception → failed.
+        ``run_case`` may return one result or several (e.g. a checked forward and a refused backward)."""
         reason = self.skip_reason(api, case)
         if reason:
-            return CaseResult(case.name, "skipped", detail=reason)
+            return [CaseResult(case.name, "skipped", detail=reason)]
         try:
             result = self.run_case(api, case, device)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            return result
+            return result if isinstance(result, list) else [result]
         except Exception as exc:  # noqa: BLE001  (a kernel error is a test failure)
             text = short_error(exc)
             if any(p.search(text) for p in self.refusals):
-                return CaseResult(case.name, "skipped", detail=f"refused by the package: {text}")
-            return CaseResult(case.name, "failed", detail=f"raised {text}")
+                return [CaseResult(case.name, "skipped", detail=f"refused by the package: {text}")]
+            return [CaseResult(case.name, "failed", detail=f"raised {text}")]
+        finally:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
     def run_cases(self, api: Any, cases: Sequence[Any], device: torch.device) -> list[CaseResult]:
-        """All cases in order; once the CUDA context breaks, the rest are skipped with the error."""
+        """All cases in order, each timed (" [1.2s]" ends its detail) and printed as it ends; once the CUDA
+        context breaks, the rest are skipped with the error."""
         results: list[CaseResult] = []
         broken: str | None = None
         for case in cases:
             if broken:
                 results.append(CaseResult(case.name, "skipped", detail=f"not run: CUDA context unusable ({broken})"))
                 continue
-            result = self.run_one(api, case, device)
-            results.append(result)
-            if result.status == "failed" and result.detail.startswith("raised"):
+            start = time.monotonic()
+            case_results = self.run_one(api, case, device)
+            seconds = time.monotonic() - start
+            for result in case_results:
+                result.detail += f" [{seconds:.1f}s]"
+                print(f"{result.status:7} {result.name} ({seconds:.1f}s)", flush=True)
+            results += case_results
+            if any(r.status == "failed" and r.detail.startswith("raised") for r in case_results):
                 broken = cuda_context_ok(device)
         return results
 
@@ -351,7 +365,8 @@ class Suite:
         self.setup_process()
         return [asdict(r) for r in self.run_cases(self.load(), cases, device)]
 
-    def _groups(self, cases: Sequence[Any]) -> list[list[Any]]:
+    def group_cases(self, cases: Sequence[Any]) -> list[list[Any]]:
+        """Cases by group_key, groups and cases in first-seen order."""
         groups: dict[Hashable, list[Any]] = {}
         for case in cases:
             groups.setdefault(self.group_key(case), []).append(case)
@@ -371,7 +386,7 @@ class Suite:
         group the report so far is written to `out`, so a run cut short still leaves its results."""
         if all(self.group_key(c) is None for c in cases):
             return [asdict(r) for r in self.run_cases(api, cases, device)]
-        groups = self._groups(cases)
+        groups = self.group_cases(cases)
         jobs = jobs or self.default_jobs(len(groups), device)
         report["jobs"] = jobs
         print(f"{len(cases)} cases in {len(groups)} groups, {jobs} worker process(es)", flush=True)
@@ -445,7 +460,8 @@ class Suite:
                 return
         cases = [c for c in self.cases(api, args.quick) if args.only is None or re.search(args.only, c.name)]
         report["only"] = args.only
-        report["cases"] = self.run_groups(report, args.out, cases, args.jobs, api, device)
+        report["cases"] = [asdict(r) for r in self.preliminary_cases(api, device)]
+        report["cases"] = report["cases"] + self.run_groups(report, args.out, cases, args.jobs, api, device)
         if not args.no_bench and cuda_context_ok(device) is None:
             report["speed"] = self.run_benchmarks(api, device, args.quick)
 
@@ -508,10 +524,12 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float):
         return finite_float(value)
     if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    return value
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    return repr(value)  # anything else (a dtype, a function) as its text
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:

@@ -155,7 +155,7 @@ SMALL_CASES = [kt.ScanCase("fp32", "all", seqlen=16), kt.ScanCase("bf16", "none"
 def test_case_runner_passes_with_reference_kernels(case: Any) -> None:
     suite = kt.MambaSuite()
     torch.manual_seed(5)
-    result = suite.run_one(_reference_api(), case, CPU)
+    [result] = suite.run_one(_reference_api(), case, CPU)
     assert result.status == "passed", result.detail
     assert result.worst is not None and result.worst < 1
 
@@ -163,7 +163,7 @@ def test_case_runner_passes_with_reference_kernels(case: Any) -> None:
 def test_case_runner_catches_a_planted_bug() -> None:
     suite = kt.MambaSuite()
     torch.manual_seed(6)
-    result = suite.run_one(_reference_api(break_softplus=True), kt.ScanCase("fp32", "all", seqlen=16), CPU)
+    [result] = suite.run_one(_reference_api(break_softplus=True), kt.ScanCase("fp32", "all", seqlen=16), CPU)
     assert result.status == "failed"
     assert "out FAIL" in result.detail
 
