@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib.metadata
+import itertools
 import json
 import math
 import multiprocessing
@@ -180,6 +181,53 @@ def result_from_checks(name: str, checks: Sequence[Check]) -> CaseResult:
                       atol=head.atol, rtol=head.rtol, max_ratio=max(ratios) if ratios else None,
                       worst=max(worsts) if worsts else None, detail="; ".join(c.describe() for c in checks),
                       checks=[asdict(c) for c in checks])
+
+
+# --------------------------------------------------------------------------- case design (pairwise)
+
+
+def covering_rows(levels: dict[str, list[Any]], fixed: Sequence[str]) -> list[dict[str, Any]]:
+    """Case design: the full product over the `fixed` factors; every other factor is filled greedily (AETG
+    style): first to cover pairs of factor levels not seen yet, then to keep the counts of all pairs even, so
+    that free factors do not move in lockstep. ``levels`` maps each factor to its levels; rows are dicts."""
+    names = list(levels)
+    free = [n for n in names if n not in fixed]
+    counts: Counter = Counter()
+    rows: list[dict[str, Any]] = []
+    for combo in itertools.product(*(levels[n] for n in fixed)):
+        row = dict(zip(fixed, combo))
+        for k, name in enumerate(free):
+            row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
+        counts.update(pairs_of(names, row))
+        rows.append({n: row[n] for n in names})
+    return rows
+
+
+def _best_level(names: list[str], name: str, choices: list[Any], row: dict[str, Any], counts: Counter,
+                turn: int) -> Any:
+    """The level of `name` whose pairs with the row so far are most often unseen, then
+    least often seen; remaining ties go round-robin by `turn`."""
+    def score(i: int) -> tuple[int, int, int]:
+        seen = [counts[_pair(names, name, choices[i], other, value)] for other, value in row.items()]
+        return sum(c == 0 for c in seen), -sum(seen), -((i - turn) % len(choices))
+
+    return choices[max(range(len(choices)), key=score)]
+
+
+def _pair(names: list[str], a: str, va: Any, b: str, vb: Any) -> tuple[str, Any, str, Any]:
+    """A pair of factor levels in canonical (factor order) form."""
+    return (a, va, b, vb) if names.index(a) < names.index(b) else (b, vb, a, va)
+
+
+def pairs_of(names: list[str], row: dict[str, Any]) -> set:
+    """All level pairs a row covers."""
+    return {_pair(names, a, row[a], b, row[b]) for a, b in itertools.combinations(names, 2)}
+
+
+def all_pairs(levels: dict[str, list[Any]]) -> set:
+    """Every pair of levels of two different factors."""
+    names = list(levels)
+    return {(a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in levels[a] for vb in levels[b]}
 
 
 # --------------------------------------------------------------------------- CUDA helpers

@@ -15,9 +15,7 @@ The CLI, report, timing and check helpers are the shared harness (recipes/_harne
 from __future__ import annotations
 
 import inspect
-import itertools
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -216,50 +214,6 @@ def load_api(version: Optional[str]) -> Api:
 # --------------------------------------------------------------------------- case design
 
 
-def covering_rows(levels: Dict[str, List[Any]], fixed: Sequence[str]) -> List[Dict[str, Any]]:
-    """Full product over the `fixed` factors; every other factor is filled greedily (AETG
-    style): first to cover pairs of factor levels not seen yet, then to keep the counts of
-    all pairs even, so that free factors do not move in lockstep."""
-    names = list(levels)
-    free = [n for n in names if n not in fixed]
-    counts: Counter = Counter()
-    rows: List[Dict[str, Any]] = []
-    for combo in itertools.product(*(levels[n] for n in fixed)):
-        row = dict(zip(fixed, combo))
-        for k, name in enumerate(free):
-            row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
-        counts.update(pairs_of(names, row))
-        rows.append({n: row[n] for n in names})
-    return rows
-
-
-def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], counts: Counter,
-                turn: int) -> Any:
-    """The level of `name` whose pairs with the row so far are most often unseen, then
-    least often seen; remaining ties go round-robin by `turn`."""
-    def score(i: int) -> Tuple[int, int, int]:
-        seen = [counts[_pair(names, name, choices[i], other, value)] for other, value in row.items()]
-        return sum(c == 0 for c in seen), -sum(seen), -((i - turn) % len(choices))
-
-    return choices[max(range(len(choices)), key=score)]
-
-
-def _pair(names: List[str], a: str, va: Any, b: str, vb: Any) -> Tuple[str, Any, str, Any]:
-    """A pair of factor levels in canonical (factor order) form."""
-    return (a, va, b, vb) if names.index(a) < names.index(b) else (b, vb, a, va)
-
-
-def pairs_of(names: List[str], row: Dict[str, Any]) -> set:
-    """All level pairs a row covers."""
-    return {_pair(names, a, row[a], b, row[b]) for a, b in itertools.combinations(names, 2)}
-
-
-def all_pairs(levels: Dict[str, List[Any]]) -> set:
-    """Every pair of levels of two different factors."""
-    names = list(levels)
-    return {(a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in levels[a] for vb in levels[b]}
-
-
 @dataclass(frozen=True)
 class FnCase:
     """One causal_conv1d_fn configuration (forward, and backward unless disabled)."""
@@ -359,7 +313,7 @@ def fn_cases(quick: bool) -> List[FnCase]:
               "dim": DIMS, "silu": [False, True], "bias": [False, True], "wdtype": ["fp32", "input"]}
     fixed = ["dtype", "layout"] if quick else ["dtype", "width", "layout", "seqlen"]
     cases = []
-    for row in _wdtypes(covering_rows(levels, fixed)):
+    for row in _wdtypes(kh.covering_rows(levels, fixed)):
         layout = row.pop("layout")
         cases.append(FnCase(family="fn", channel_last=layout != "cf", initial_states=layout == "cl_states",
                             final_states=layout == "cl_states", **row))
@@ -383,7 +337,7 @@ def seq_idx_cases(quick: bool) -> List[FnCase]:
             levels["dtype"] = levels["dtype"] if family == "seq_idx" else ["bf16"]
         else:
             fixed = ["dtype", "width"]
-        for row in _wdtypes(covering_rows(levels, fixed)):
+        for row in _wdtypes(kh.covering_rows(levels, fixed)):
             cases.append(FnCase(family=family, channel_last=True, initial_states=init, seq_idx=mode,
                                 backward=backward, **row))
     return cases
@@ -395,7 +349,7 @@ def update_cases(quick: bool) -> List[UpdateCase]:
               "dim": UPDATE_DIMS, "silu": [False, True], "bias": [False, True],
               "state_layout": ["contig", "cl"], "wdtype": ["fp32", "input"], "state_extra": [0, 1, 5, 10]}
     fixed = ["mode"] if quick else ["dtype", "width", "mode"]
-    return [UpdateCase(**row) for row in _wdtypes(covering_rows(levels, fixed))]
+    return [UpdateCase(**row) for row in _wdtypes(kh.covering_rows(levels, fixed))]
 
 
 def build_cases(quick: bool) -> List[Case]:

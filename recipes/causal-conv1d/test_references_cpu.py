@@ -338,8 +338,8 @@ def test_case_counts() -> None:
 
 def _pair_coverage_gaps(rows: List[Dict[str, Any]]) -> set:
     levels = {k: sorted({r[k] for r in rows}, key=str) for k in rows[0]}
-    covered = set().union(*(kt.pairs_of(list(levels), r) for r in rows))
-    return kt.all_pairs(levels) - covered
+    covered = set().union(*(kt.kh.pairs_of(list(levels), r) for r in rows))
+    return kt.kh.all_pairs(levels) - covered
 
 
 def test_full_fn_design_covers_every_pair_and_kernel_variant() -> None:
@@ -366,12 +366,12 @@ def test_update_design_covers_modes_and_shapes() -> None:
 
 def test_covering_rows_small() -> None:
     levels = {"a": [1, 2], "b": ["x", "y", "z"], "c": [True, False], "d": [0, 1]}
-    rows = kt.covering_rows(levels, ["b"])
+    rows = kt.kh.covering_rows(levels, ["b"])
     assert len(rows) == 3
-    rows = kt.covering_rows(levels, ["a", "b"])
+    rows = kt.kh.covering_rows(levels, ["a", "b"])
     assert len(rows) == 6
-    covered = set().union(*(kt.pairs_of(list(levels), r) for r in rows))
-    assert kt.all_pairs(levels) <= covered
+    covered = set().union(*(kt.kh.pairs_of(list(levels), r) for r in rows))
+    assert kt.kh.all_pairs(levels) <= covered
 
 
 def test_parse_version() -> None:

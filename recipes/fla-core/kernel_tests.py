@@ -22,14 +22,12 @@ the seed is recorded. Exit code: 0 passed, 1 failed, 3 skipped (no CUDA GPU).
 from __future__ import annotations
 
 import inspect
-import itertools
 import os
 import re
 import sys
-from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # fla >= 0.5.2 may route calls to other backends (tilelang, FlashQLA, ...); the build farm tests the Triton
 # kernels the wheel ships. The recipe's [test] env sets this too.
@@ -235,40 +233,6 @@ def load_api(version: Optional[str]) -> Api:
 # --------------------------------------------------------------------------- case design
 
 
-def covering_rows(levels: Dict[str, List[Any]], fixed: Sequence[str]) -> List[Dict[str, Any]]:
-    """Full product over the `fixed` factors; every other factor is filled greedily (AETG style): first to
-    cover pairs of factor levels not seen yet, then to keep the counts of all pairs even."""
-    names = list(levels)
-    free = [n for n in names if n not in fixed]
-    counts: Counter = Counter()
-    rows: List[Dict[str, Any]] = []
-    for combo in itertools.product(*(levels[n] for n in fixed)):
-        row = dict(zip(fixed, combo))
-        for k, name in enumerate(free):
-            row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
-        counts.update(pairs_of(names, row))
-        rows.append({n: row[n] for n in names})
-    return rows
-
-
-def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], counts: Counter,
-                turn: int) -> Any:
-    def score(i: int) -> Tuple[int, int, int]:
-        seen = [counts[_pair(names, name, choices[i], other, value)] for other, value in row.items()]
-        return sum(c == 0 for c in seen), -sum(seen), -((i - turn) % len(choices))
-
-    return choices[max(range(len(choices)), key=score)]
-
-
-def _pair(names: List[str], a: str, va: Any, b: str, vb: Any) -> Tuple[str, Any, str, Any]:
-    return (a, va, b, vb) if names.index(a) < names.index(b) else (b, vb, a, va)
-
-
-def pairs_of(names: List[str], row: Dict[str, Any]) -> set:
-    """All level pairs a row covers."""
-    return {_pair(names, a, row[a], b, row[b]) for a, b in itertools.combinations(names, 2)}
-
-
 @dataclass(frozen=True)
 class GdrCase:
     """One call configuration of chunk_gated_delta_rule or fused_recurrent_gated_delta_rule."""
@@ -317,7 +281,7 @@ def chunk_cases(quick: bool) -> List[GdrCase]:
     else:
         fixed = ["dtype", "shape", "heads", "l2norm"]
     cases = []
-    for row in covering_rows(levels, fixed):
+    for row in kh.covering_rows(levels, fixed):
         batch, seqlen = row.pop("shape")
         cases.append(GdrCase(op="chunk", batch=batch, seqlen=seqlen, **row))
     # What Qwen3-Next training/prefill does, always included: bf16, GVA, state in and out, in-kernel l2norm,
@@ -336,7 +300,7 @@ def recurrent_cases(quick: bool) -> List[GdrCase]:
     else:
         fixed = ["dtype", "shape", "heads"]
     cases = []
-    for row in covering_rows(levels, fixed):
+    for row in kh.covering_rows(levels, fixed):
         batch, seqlen = row.pop("shape")
         if seqlen == 1:
             row["states"] = "h0+ht"  # a decode step always carries the state in and out
