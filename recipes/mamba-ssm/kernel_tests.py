@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,16 +45,16 @@ except ImportError:  # run in place from a checkout or an unpacked recipes/ fold
 
 DTYPES = kh.DTYPES
 # tests/ops/test_selective_scan.py
-SCAN_TOL: Dict[str, Tuple[float, float]] = {"fp32": (6e-4, 2e-3), "fp16": (3e-3, 5e-3), "bf16": (3e-2, 5e-2)}
+SCAN_TOL: dict[str, tuple[float, float]] = {"fp32": (6e-4, 2e-3), "fp16": (3e-3, 5e-3), "bf16": (3e-2, 5e-2)}
 SCAN_WEIGHT_TOL = (1e-3, 1e-3)
 # tests/ops/triton/test_selective_state_update.py, per test function
-UPDATE_TOL: Dict[str, Dict[str, Tuple[float, float]]] = {
+UPDATE_TOL: dict[str, dict[str, tuple[float, float]]] = {
     "plain": {"fp32": (3e-4, 1e-3), "fp16": (5e-3, 1e-2), "bf16": (1e-2, 5e-2)},
     "heads": {"fp32": (3e-4, 1e-3), "fp16": (5e-3, 3e-2), "bf16": (1e-2, 1e-1)},
     "indices": {"fp32": (3e-4, 1e-3), "fp16": (5e-3, 1e-2), "bf16": (6e-2, 6e-2)},
     "heads_indices": {"fp32": (3e-4, 1e-3), "fp16": (5e-3, 3e-2), "bf16": (1e-1, 1e-1)},
 }
-SSD_RATIO_TOL: Dict[str, float] = {"fp32": 0.005, "fp16": 0.005, "bf16": 0.01}
+SSD_RATIO_TOL: dict[str, float] = {"fp32": 0.005, "fp16": 0.005, "bf16": 0.01}
 SCAN_FLAGS = {  # name: (z, D, delta_bias, softplus)
     "all": (True, True, True, True), "none": (False, False, False, False), "z": (True, False, False, False),
     "D": (False, True, False, False), "bias_softplus": (False, False, True, True),
@@ -70,8 +71,8 @@ def _expand_groups(t: torch.Tensor, dim: int, axis: int) -> torch.Tensor:
 
 
 def ref_selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                       D: Optional[torch.Tensor] = None, z: Optional[torch.Tensor] = None,
-                       delta_bias: Optional[torch.Tensor] = None, delta_softplus: bool = False,
+                       D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                       delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
                        return_last_state: bool = False) -> Any:
     """Mamba's selective scan, one step at a time in fp32, differentiable; selective_scan_fn's conventions.
 
@@ -102,10 +103,10 @@ def ref_selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B:
 
 
 def ref_selective_state_update(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-                               B: torch.Tensor, C: torch.Tensor, D: Optional[torch.Tensor] = None,
-                               z: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                               B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None = None,
+                               z: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
                                dt_softplus: bool = False,
-                               state_batch_indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+                               state_batch_indices: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of the scan, updating ``state`` in place; selective_state_update's conventions.
 
     Without heads: state (S, d, n), x/dt/z (b, d), A (d, n), B/C (b, n), D/dt_bias (d,). With heads: state
@@ -140,8 +141,8 @@ def ref_selective_state_update(state: torch.Tensor, x: torch.Tensor, dt: torch.T
 
 
 def _ssd_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                dt_bias: Optional[torch.Tensor], dt_softplus: bool, dt_limit: Tuple[float, float]
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                dt_bias: torch.Tensor | None, dt_softplus: bool, dt_limit: tuple[float, float]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """fp32 dt after bias, softplus and clamp, and B, C expanded from groups to heads."""
     nheads = x.shape[2]
     d = dt.float() + (dt_bias.float() if dt_bias is not None else 0.0)
@@ -151,7 +152,7 @@ def _ssd_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     return d, A.float(), _expand_groups(B.float(), nheads, 2), _expand_groups(C.float(), nheads, 2)
 
 
-def _ssd_output(y: torch.Tensor, x: torch.Tensor, D: Optional[torch.Tensor], z: Optional[torch.Tensor]
+def _ssd_output(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None
                 ) -> torch.Tensor:
     if D is not None:
         y = y + (D.float()[:, None] if D.dim() == 1 else D.float()) * x.float()
@@ -161,10 +162,10 @@ def _ssd_output(y: torch.Tensor, x: torch.Tensor, D: Optional[torch.Tensor], z: 
 
 
 def ref_ssd_recurrent(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                      D: Optional[torch.Tensor] = None, z: Optional[torch.Tensor] = None,
-                      dt_bias: Optional[torch.Tensor] = None, initial_states: Optional[torch.Tensor] = None,
-                      dt_softplus: bool = False, dt_limit: Tuple[float, float] = (0.0, float("inf"))
-                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+                      D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                      dt_bias: torch.Tensor | None = None, initial_states: torch.Tensor | None = None,
+                      dt_softplus: bool = False, dt_limit: tuple[float, float] = (0.0, float("inf"))
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mamba-2's SSD as a plain recurrence, token by token in fp32; mamba_chunk_scan_combined's conventions.
 
     x, z (b, T, h, p); dt (b, T, h); A, dt_bias (h,); B, C (b, T, g, n); D (h,) or (h, p); initial_states
@@ -196,10 +197,10 @@ def _segsum(a: torch.Tensor) -> torch.Tensor:
 
 
 def ref_ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                    chunk_size: int, D: Optional[torch.Tensor] = None, z: Optional[torch.Tensor] = None,
-                    dt_bias: Optional[torch.Tensor] = None, initial_states: Optional[torch.Tensor] = None,
-                    dt_softplus: bool = False, dt_limit: Tuple[float, float] = (0.0, float("inf"))
-                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+                    chunk_size: int, D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                    dt_bias: torch.Tensor | None = None, initial_states: torch.Tensor | None = None,
+                    dt_softplus: bool = False, dt_limit: tuple[float, float] = (0.0, float("inf"))
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same SSD by chunks in plain torch (the algorithm of transformers' Mamba2Mixer.torch_forward):
     within a chunk the quadratic (attention-like) form, between chunks the state recurrence. fp32; a
     sequence that is not a multiple of chunk_size is padded with dt = 0 steps, which change nothing."""
@@ -314,7 +315,7 @@ class SsdCase:
                 f"_p{self.headdim}_n{self.dstate}_g{self.ngroups}_c{self.chunk_size}")
 
 
-def build_cases(quick: bool) -> List[Any]:
+def build_cases(quick: bool) -> list[Any]:
     """Full: 39 scan + 30 update + 15 SSD cases; quick: 12 in all."""
     dtypes = list(DTYPES)
     if quick:
@@ -324,7 +325,7 @@ def build_cases(quick: bool) -> List[Any]:
                 + [UpdateCase("bf16", "plain", False)]
                 + [SsdCase(dt, True, seqlen=200) for dt in ("fp32", "bf16")]
                 + [SsdCase("bf16", False)])
-    cases: List[Any] = []
+    cases: list[Any] = []
     for dt in dtypes:
         for fl in SCAN_FLAGS:
             cases.append(ScanCase(dt, fl, seqlen=128))
@@ -346,7 +347,7 @@ def build_cases(quick: bool) -> List[Any]:
     return cases
 
 
-def scan_inputs(case: ScanCase, device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
+def scan_inputs(case: ScanCase, device: torch.device) -> dict[str, torch.Tensor | None]:
     """Upstream's test distributions, or Mamba-1's initialisation with `real`."""
     itype = DTYPES[case.dtype]
     b, d, n, L = case.batch, case.dim, case.dstate, case.seqlen
@@ -371,7 +372,7 @@ def scan_inputs(case: ScanCase, device: torch.device) -> Dict[str, Optional[torc
     }
 
 
-def scan_tolerances(case: ScanCase) -> Dict[str, Tuple[float, float]]:
+def scan_tolerances(case: ScanCase) -> dict[str, tuple[float, float]]:
     rtol, atol = SCAN_TOL[case.dtype]
     rtolw, atolw = SCAN_WEIGHT_TOL
     if SCAN_FLAGS[case.flags][0] or case.dtype != "fp32":
@@ -388,7 +389,7 @@ def run_scan_case(api: Api, case: ScanCase, device: torch.device) -> kh.CaseResu
     leaves = {k: v.detach().clone().requires_grad_(case.backward) for k, v in inputs.items() if v is not None}
     refs = {k: v.detach().clone().requires_grad_(case.backward) for k, v in inputs.items() if v is not None}
 
-    def call(fn: Callable[..., Any], t: Dict[str, torch.Tensor]) -> Any:
+    def call(fn: Callable[..., Any], t: dict[str, torch.Tensor]) -> Any:
         return fn(t["u"], t["delta"], t["A"], t["B"], t["C"], t.get("D"), z=t.get("z"),
                   delta_bias=t.get("delta_bias"), delta_softplus=softplus, return_last_state=True)
 
@@ -402,15 +403,15 @@ def run_scan_case(api: Api, case: ScanCase, device: torch.device) -> kh.CaseResu
         g = torch.randn_like(out)
         out.backward(g)
         ref_out.backward(g)
-        for name in leaves:
+        for name, leaf in leaves.items():
             ref_grad = refs[name].grad
-            got = leaves[name].grad
+            got = leaf.grad
             checks.append(kh.check_close(f"d{name}", got, ref_grad.to(got.dtype) if got is not None else ref_grad,
                                          *tol[name]))
     return kh.result_from_checks(case.name, checks)
 
 
-def update_inputs(case: UpdateCase, device: torch.device) -> Dict[str, Any]:
+def update_inputs(case: UpdateCase, device: torch.device) -> dict[str, Any]:
     """Upstream's distributions: dt_bias in [-4, -3], A in [-2, -1]."""
     itype = DTYPES[case.dtype]
     b, d, n = case.batch, case.dim, case.dstate
@@ -460,7 +461,7 @@ def run_update_case(api: Api, case: UpdateCase, device: torch.device) -> kh.Case
     return kh.result_from_checks(case.name, checks)
 
 
-def ssd_inputs(case: SsdCase, device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
+def ssd_inputs(case: SsdCase, device: torch.device) -> dict[str, torch.Tensor | None]:
     """Mamba-2-like: A = -(1..16) spread over heads, dt around softplus(N(0,1) - 4), B, C scaled by 1/5."""
     itype = DTYPES[case.dtype]
     b, T, h, p, n, g = case.batch, case.seqlen, case.nheads, case.headdim, case.dstate, case.ngroups
@@ -495,7 +496,7 @@ def run_ssd_case(api: Api, case: SsdCase, device: torch.device) -> kh.CaseResult
 # --------------------------------------------------------------------------- speed
 
 
-def bench_scan(api: Api, device: torch.device, backward: bool) -> Dict[str, Any]:
+def bench_scan(api: Api, device: torch.device, backward: bool) -> dict[str, Any]:
     """Mamba-1.4b layer: d_inner 4096, d_state 16, L 2048, batch 1, bf16, z, D, delta_bias, softplus."""
     case = ScanCase("bf16", "all", batch=1, dim=4096, dstate=16, seqlen=2048, real=True)
     x = scan_inputs(case, device)
@@ -517,7 +518,7 @@ def bench_scan(api: Api, device: torch.device, backward: bool) -> Dict[str, Any]
                         ref_warmup=1, ref_iters=3)
 
 
-def bench_update(api: Api, device: torch.device) -> Dict[str, Any]:
+def bench_update(api: Api, device: torch.device) -> dict[str, Any]:
     """Mamba2-2.7b decode step: batch 64, 80 heads x headdim 64, d_state 128, tied head dim, bf16."""
     case = UpdateCase("bf16", "heads_tied", True, dim=5120, dstate=128, batch=64)
     t = update_inputs(case, device)
@@ -530,7 +531,7 @@ def bench_update(api: Api, device: torch.device) -> Dict[str, Any]:
                                                            **kwargs), moved)
 
 
-def bench_ssd(api: Api, device: torch.device) -> Dict[str, Any]:
+def bench_ssd(api: Api, device: torch.device) -> dict[str, Any]:
     """Mamba2-1.3b-like layer prefill: T 4096, 64 heads x 64, d_state 128, chunk 256, bf16, vs torch chunked."""
     case = SsdCase("bf16", True, batch=1, seqlen=4096, nheads=64, headdim=64, dstate=128, chunk_size=256)
     t = ssd_inputs(case, device)
@@ -558,7 +559,7 @@ class MambaSuite(kh.Suite):
         api.scan(u, torch.rand_like(u), -torch.rand(4, 8, device=device), torch.randn(1, 8, 16, device=device),
                  torch.randn(1, 8, 16, device=device))
 
-    def cases(self, api: Api, quick: bool) -> List[Any]:
+    def cases(self, api: Api, quick: bool) -> list[Any]:
         return build_cases(quick)
 
     def run_case(self, api: Api, case: Any, device: torch.device) -> kh.CaseResult:
@@ -569,7 +570,7 @@ class MambaSuite(kh.Suite):
         # Triton compiles (and autotunes) per dtype: those groups compile in parallel worker processes.
         return (case.op, case.dtype)
 
-    def benchmarks(self, api: Api, device: torch.device, quick: bool) -> List[Tuple[str, Callable[[], Dict]]]:
+    def benchmarks(self, api: Api, device: torch.device, quick: bool) -> list[tuple[str, Callable[[], dict]]]:
         return [("selective_scan_fwd", lambda: bench_scan(api, device, backward=False)),
                 ("selective_scan_fwd_bwd", lambda: bench_scan(api, device, backward=True)),
                 ("selective_state_update_decode", lambda: bench_update(api, device)),

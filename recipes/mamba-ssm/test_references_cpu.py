@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch", reason="skipped: torch is not installed in the test environment")
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("mamba_ssm_kernel_tests", HERE / "kernel_tests.py")
@@ -87,9 +87,9 @@ def test_decode_steps_chain_to_the_scan() -> None:
 
 def _ssd_inputs(b=2, T=45, h=4, p=3, n=5, g=2, seed=3):
     torch.manual_seed(seed)
-    return dict(x=torch.randn(b, T, h, p), dt=torch.randn(b, T, h) - 2, A=-torch.rand(h) * 4,
-                B=torch.randn(b, T, g, n), C=torch.randn(b, T, g, n), D=torch.randn(h, p), z=torch.randn(b, T, h, p),
-                dt_bias=torch.rand(h), initial_states=torch.randn(b, h, p, n))
+    return {"x": torch.randn(b, T, h, p), "dt": torch.randn(b, T, h) - 2, "A": -torch.rand(h) * 4,
+            "B": torch.randn(b, T, g, n), "C": torch.randn(b, T, g, n), "D": torch.randn(h, p),
+            "z": torch.randn(b, T, h, p), "dt_bias": torch.rand(h), "initial_states": torch.randn(b, h, p, n)}
 
 
 @pytest.mark.parametrize("chunk", [8, 16, 45, 64])
@@ -179,7 +179,7 @@ def test_suite_without_gpu_is_skipped_with_a_report(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, str(HERE / "kernel_tests.py"), "--out", str(out), "--quick"],
-                            capture_output=True, text=True, env=env, timeout=300)
+                            capture_output=True, text=True, env=env, timeout=300, check=False)
     assert result.returncode == 3, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert report["status"] == "skipped" and report["reason"] == "no CUDA GPU visible to torch"
