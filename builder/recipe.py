@@ -71,6 +71,7 @@ class Recipe:
     kernel_tests_timeout_s: int
     test_requires: tuple[str, ...]
     runtime_requires: tuple[str, ...]
+    test_env: dict[str, str] = field(default_factory=dict)  # [test] env: set for the kernel tests
     # upstream Requires-Dist names the wheel does not need at run time (build-time tools), and why
     runtime_drop: tuple[str, ...] = ()
     runtime_drop_reason: str = ""
@@ -109,7 +110,7 @@ _TOP = {
 _SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
 _BUILD = {"env": dict, "requires": list}
 _PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
-_TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list}
+_TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
 _RUNTIME = {"requires": list, "drop": list, "drop-reason": str}
 _KNOWN_BAD = {"archs": list, "cuda": str, "versions": str, "reason": str, "instead": str}
@@ -197,6 +198,10 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     timeout_s = test.get("kernel-tests-timeout", DEFAULT_KERNEL_TESTS_TIMEOUT_S)
     if timeout_s <= 0:
         checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
+    test_env = test.get("env", {})
+    for key, value in test_env.items():
+        if not isinstance(value, str):
+            checker.fail(f"test.env.{key}", f"must be a string, not {type(value).__name__}")
     runtime = data.get("runtime", {})
     checker.keys(runtime, _RUNTIME, "runtime")
     drop = _load_drop(checker, runtime)
@@ -215,6 +220,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         kernel_tests=kernel_path,
         kernel_tests_timeout_s=timeout_s,
         test_requires=tuple(checker.str_list(test, "requires", "test")),
+        test_env=dict(test_env),
         runtime_requires=tuple(checker.str_list(runtime, "requires", "runtime")),
         runtime_drop=drop,
         runtime_drop_reason=runtime.get("drop-reason", ""),

@@ -16,7 +16,7 @@ from .errors import TestFailed
 from .inspect import WheelReport
 from .log import log
 from .pythonenv import PythonEnv
-from .recipe import Recipe
+from .recipe import Recipe, default_recipes_dir
 from .streaming import stream
 
 _GPU_PROBE = r"""
@@ -121,10 +121,7 @@ def kernel_tests(
     argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
     argv += ["--quick"] if quick else []
     argv += [] if bench else ["--no-bench"]
-    run_env = _clean_env()
-    run_env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
-    run_env["TRITON_CACHE_DIR"] = str(workdir / "triton-cache")
-    run_env["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
+    run_env = kernel_test_env(recipe, workdir, gpu_index)
     log.command(argv)
     returncode, last_line = run_streaming(argv, workdir, run_env, workdir / "kernel-tests.log",
                                             recipe.kernel_tests_timeout_s, "running kernel tests on the GPU")
@@ -156,6 +153,26 @@ def kernel_tests(
             log.warning(report.kernel_reason)
     else:
         log.warning(f"kernel tests skipped: {report.kernel_reason}")
+
+
+HARNESS = "kernel_harness.py"
+
+
+def kernel_test_env(recipe: Recipe, workdir: Path, gpu_index: int) -> dict[str, str]:
+    """The suite's environment: one GPU, its own Triton cache, the harness importable, the recipe's [test] env."""
+    env = _clean_env()
+    env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    env["TRITON_CACHE_DIR"] = str(workdir / "triton-cache")
+    env["PYTHONPATH"] = str(harness_dir(recipe))
+    env.update(recipe.test_env)  # e.g. fla's FLA_DISABLE_BACKEND_DISPATCH=1
+    return env
+
+
+def harness_dir(recipe: Recipe) -> Path:
+    """The folder holding the shared kernel-test harness the suites import: ``_harness/`` beside the recipe's
+    folder, else the builder's own recipes' (a --recipes folder without one still gets the harness)."""
+    beside = recipe.directory.parent / "_harness"
+    return beside if (beside / HARNESS).is_file() else default_recipes_dir() / "_harness"
 
 
 def run_streaming(argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, timeout_s: float,

@@ -14,6 +14,8 @@
 #   scripts/gpu-check.sh user         the user's side on a real GPU: doctor, --arch/--cuda from the env, install of the
 #                                     staged sm_90 wheels into the machine's python3 (torch held), a kernel call, doctor
 #   scripts/gpu-check.sh bench        bench/gpu_kernels.py: kernels vs transformers' torch fallbacks, vs copy bandwidth
+#   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
+#                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -107,7 +109,23 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     step $B doctor --python python3 --from $WH || status=1
     $B doctor --python python3 --from $WH --json > "$OUT/doctor-after.json" 2>/dev/null || status=1
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench"; exit 2 ;;
+  mamba)
+    # mamba-ssm kernel tests with the machine's torch (timeout: the device call has a hard limit; the suite's
+    # report, written after each case group, and its log still come back), then promotion
+    step timeout "${MAMBA_TIMEOUT:-420}" $B test .carry/wh-mamba/staging/wheels/mamba_ssm-*.whl --python python3 \
+      --require-kernel-tests --wheelhouse .carry/wh-mamba ${MAMBA_QUICK:+--quick --no-bench} || status=1
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/mamba-$(basename "$(dirname "$f")").json"; done
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.log; do [ -f "$f" ] && cp "$f" "$OUT/mamba-$(basename "$(dirname "$f")").log"; done
+    tar czf "$OUT/wh-mamba-meta.tgz" --exclude='*.whl' .carry/wh-mamba
+    if ls .carry/cc90/causal_conv1d-*.whl >/dev/null 2>&1; then
+      # transformers' Mamba2ForCausalLM with our mamba-ssm + causal-conv1d wheels against its torch path
+      MAMBA=$(ls .carry/wh-mamba/wheels/mamba_ssm-*.whl .carry/wh-mamba/staging/wheels/mamba_ssm-*.whl 2>/dev/null | head -1)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mamba-site "$MAMBA" .carry/cc90/causal_conv1d-*.whl
+      step timeout "${MAMBA_TF_TIMEOUT:-200}" env PYTHONPATH=/tmp/mamba-site TRITON_CACHE_DIR=/tmp/mamba-triton \
+        python3 recipes/mamba-ssm/transformers_check.py --out "$OUT/mamba-transformers.json" || status=1
+    fi
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|mamba"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status

@@ -268,11 +268,13 @@ def test_local_source_must_hold_the_pinned_version(tmp_path: Path) -> None:
 
 def test_root_farm_file_is_valid() -> None:
     farm = load_farm(ROOT / "farm.toml")
-    assert {e.name for e in farm.entries} >= {"causal-conv1d"}
+    assert {e.name for e in farm.entries} >= {"causal-conv1d", "mamba-ssm"}
     fixed = {"causal-conv1d": ["1.5.2", "1.6.2.post1", "1.7.0"], "fla-core": ["0.5.2", "0.6.0"],
-             "flash-linear-attention": ["0.5.2", "0.6.0"]}
+             "flash-linear-attention": ["0.5.2", "0.6.0"], "mamba-ssm": ["2.2.6.post3", "2.3.1", "2.3.2.post1"]}
     targets = expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name])
     assert targets and all(t.torch for t in targets)
+    mamba = {(t.version, str(t.cuda)) for t in targets if t.package == "mamba-ssm"}
+    assert ("2.3.2.post1", "12.8") in mamba and ("2.3.1", "13.0") in mamba and ("2.3.1", "12.8") not in mamba
 
 
 # ---------------------------------------------------------------- GitHub matrix

@@ -65,3 +65,46 @@ def test_status_heartbeat_outside_a_terminal(capsys) -> None:  # type: ignore[no
         update("[2/3] never shown")
     err = capsys.readouterr().err
     assert "compiling: [1/3] nvcc binding.cu" in err and "never shown" not in err
+
+
+def _recipe(tmp_path: Path, test_table: str) -> Path:
+    folder = tmp_path / "recipes" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "kernel_tests.py").write_text("")
+    (folder / "recipe.toml").write_text(f'name = "demo"\n[test]\nkernel-tests = "kernel_tests.py"\n{test_table}\n')
+    return folder / "recipe.toml"
+
+
+def test_kernel_test_env_has_the_harness_and_the_recipes_test_env(tmp_path: Path) -> None:
+    """The suite gets one GPU, the shared harness on PYTHONPATH (the builder's own, as this --recipes folder has
+    no _harness/), and the recipe's [test] env; nothing is hard-coded for one package any more."""
+    from builder.recipe import load_recipe
+    from builder.testing import HARNESS, kernel_test_env
+
+    recipe = load_recipe(_recipe(tmp_path, 'env = { DEMO_FLAG = "1" }'))
+    env = kernel_test_env(recipe, tmp_path, 3)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["DEMO_FLAG"] == "1"
+    assert (Path(env["PYTHONPATH"]) / HARNESS).is_file()
+    assert env.get("FLA_DISABLE_BACKEND_DISPATCH") == os.environ.get("FLA_DISABLE_BACKEND_DISPATCH")  # not ours
+    beside = tmp_path / "recipes" / "_harness"
+    beside.mkdir()
+    (beside / HARNESS).write_text("")
+    assert kernel_test_env(recipe, tmp_path, 0)["PYTHONPATH"] == str(beside)
+
+
+def test_fla_recipes_set_the_backend_dispatch_variable_themselves() -> None:
+    from builder.recipe import default_recipes_dir, load_recipe
+
+    for name in ("fla-core", "flash-linear-attention"):
+        recipe = load_recipe(default_recipes_dir() / name / "recipe.toml")
+        assert recipe.test_env == {"FLA_DISABLE_BACKEND_DISPATCH": "1"}
+
+
+def test_test_env_values_must_be_strings(tmp_path: Path) -> None:
+    import pytest
+
+    from builder.errors import RecipeError
+    from builder.recipe import load_recipe
+
+    with pytest.raises(RecipeError, match=r"field 'test.env.N' must be a string, not int"):
+        load_recipe(_recipe(tmp_path, "env = { N = 1 }"))

@@ -3,40 +3,34 @@
 
 Run inside a venv that holds the wheel and torch, on a machine with an NVIDIA GPU:
 
-    python kernel_tests.py --out RESULT.json [--quick] [--no-bench] [--seed N]
+    python kernel_tests.py --out RESULT.json [--quick] [--no-bench] [--seed N] [--only REGEX]
 
 Every kernel result is compared with this file's own pure-torch fp32 references
 (never with the package's *_ref functions, so a broken package cannot pass by
 agreeing with itself). Inputs are fresh random numbers each run; the seed is
 recorded. Exit code: 0 passed, 1 failed, 3 skipped. Supports causal-conv1d
 1.5.2 through 1.7.0; features a version lacks are skipped with a reason.
+The CLI, report, timing and check helpers are the shared harness (recipes/_harness).
 """
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import inspect
-import itertools
-import json
-import math
-import re
-import statistics
 import sys
-import time
-import traceback
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
-PACKAGE = "causal-conv1d"
-NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
-EXIT_CODES = {"passed": 0, "failed": 1, "skipped": 3}
+try:
+    import kernel_harness as kh  # on PYTHONPATH when the builder runs the suite
+except ImportError:  # run in place from a checkout or an unpacked recipes/ folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_harness"))
+    import kernel_harness as kh
 
-DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PACKAGE = "causal-conv1d"
+DTYPES = kh.DTYPES
 # (rtol, atol), as upstream tests/test_causal_conv1d.py uses for outputs, dx and dinitial_states.
 TOLERANCES: Dict[str, Tuple[float, float]] = {"fp32": (3e-4, 1e-3), "fp16": (3e-3, 5e-3), "bf16": (1e-2, 5e-2)}
 # Upstream's (rtolw, atolw) for dweight and dbias, with fp32 weights.
@@ -150,99 +144,9 @@ def ref_causal_conv1d_update(
     return out.squeeze(-1) if x.dim() == 2 else out
 
 
-# --------------------------------------------------------------------------- comparison
-
-
-@dataclass
-class Check:
-    """One tensor compared with its reference."""
-
-    tensor: str
-    ok: bool
-    max_abs_err: Optional[float]
-    atol: float
-    rtol: float
-    note: str = ""
-
-
-@dataclass
-class CaseResult:
-    """One row of the JSON "cases" list."""
-
-    name: str
-    status: str
-    max_abs_err: Optional[float] = None
-    atol: float = 0.0
-    rtol: float = 0.0
-    detail: str = ""
-    checks: List[Dict[str, Any]] = field(default_factory=list)
-
-
-def _finite_float(value: float) -> Optional[float]:
-    """JSON-safe float: None for NaN/Inf."""
-    return value if math.isfinite(value) else None
-
-
-def check_close(label: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> Check:
-    """Every element finite and |got - ref| <= atol + rtol * |ref| (torch.allclose rule)."""
-    if tuple(got.shape) != tuple(ref.shape):
-        return Check(label, False, None, atol, rtol, f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
-    got32, ref32 = got.detach().float(), ref.detach().float()
-    nonfinite = int((~torch.isfinite(got32)).sum().item())
-    if nonfinite:
-        return Check(label, False, None, atol, rtol, f"{nonfinite}/{got.numel()} non-finite")
-    if got.numel() == 0:
-        return Check(label, True, 0.0, atol, rtol)
-    err = (got32 - ref32).abs()
-    n_bad = int((err > atol + rtol * ref32.abs()).sum().item())
-    note = f"{n_bad}/{got.numel()} outside tolerance" if n_bad else ""
-    return Check(label, n_bad == 0, _finite_float(err.max().item()), atol, rtol, note)
-
-
-def check_equal(label: str, got: torch.Tensor, ref: torch.Tensor) -> Check:
-    """Bitwise equality (dtype, shape and every value; NaN never equals)."""
-    if got.dtype != ref.dtype or tuple(got.shape) != tuple(ref.shape):
-        return Check(label, False, None, 0.0, 0.0, f"{got.dtype}{tuple(got.shape)} != {ref.dtype}{tuple(ref.shape)}")
-    same = torch.equal(got, ref)
-    diff = (got.detach().float() - ref.detach().float()).abs()
-    err = _finite_float(diff.max().item()) if diff.numel() else 0.0
-    n_bad = int((got != ref).sum().item())
-    nonfinite = int((~torch.isfinite(got.detach().float())).sum().item())
-    note = "" if same else f"{n_bad}/{got.numel()} elements differ" + (f", {nonfinite} non-finite" if nonfinite else "")
-    return Check(label, same, err, 0.0, 0.0, note)
-
-
-def result_from_checks(name: str, checks: Sequence[Check]) -> CaseResult:
-    """Fold checks into a case; the headline error is the first failing check, else the first."""
-    failing = [c for c in checks if not c.ok]
-    head = failing[0] if failing else checks[0]
-    parts = []
-    for c in checks:
-        err = "n/a" if c.max_abs_err is None else f"{c.max_abs_err:.3g}"
-        flag = "ok" if c.ok else "FAIL"
-        parts.append(f"{c.tensor} {flag} err={err} (rtol={c.rtol:g}, atol={c.atol:g}){' ' + c.note if c.note else ''}")
-    return CaseResult(
-        name=name,
-        status="failed" if failing else "passed",
-        max_abs_err=head.max_abs_err,
-        atol=head.atol,
-        rtol=head.rtol,
-        detail="; ".join(parts),
-        checks=[asdict(c) for c in checks],
-    )
-
-
 def weight_grad_tolerance(wdtype: str) -> Tuple[float, float]:
     """dweight/dbias tolerance: upstream's 1e-3/1e-3 for fp32 weights, else the weight dtype's own."""
     return WEIGHT_GRAD_TOL_FP32 if wdtype == "fp32" else TOLERANCES[wdtype]
-
-
-def poison_allocator(like: torch.Tensor) -> None:
-    """Best effort: leave a NaN block in the CUDA caching allocator so a following
-    torch.empty of the same size (the kernel's `out`/`dx`) starts as NaN, not stale data."""
-    if like.device.type == "cuda":
-        block = torch.full((like.numel(),), float("nan"), dtype=like.dtype, device=like.device)
-        del block
 
 
 # --------------------------------------------------------------------------- the package under test
@@ -260,29 +164,13 @@ class Api:
     upstream_ref_update: Optional[Callable[..., Any]] = None
 
 
-def parse_version(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
-    """'1.5.3.post1' or '1.7.0+cu12torch2.6' -> (1, 5, 3); None if unparseable."""
-    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", version or "")
-    return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
-
-
-def installed_version() -> Optional[str]:
-    """Version of the installed causal-conv1d distribution, or None."""
-    for name in (PACKAGE, "causal_conv1d"):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def detect_features(fn: Callable[..., Any], update: Callable[..., Any], version: Optional[str],
                     fn_source: Optional[str] = None) -> Dict[str, bool]:
     """Feature flags from the signatures, plus behaviour that only the version (or the
     interface source) reveals. fn_source: source of the autograd forward, if readable."""
     fn_params = set(inspect.signature(fn).parameters)
     upd_params = set(inspect.signature(update).parameters)
-    ver = parse_version(version)
+    ver = kh.parse_version(version)
     at_least_153 = ver is not None and ver >= (1, 5, 3)
     seq_idx = "seq_idx" in fn_params
     init = {"initial_states", "return_final_states"} <= fn_params
@@ -324,50 +212,6 @@ def load_api(version: Optional[str]) -> Api:
 
 
 # --------------------------------------------------------------------------- case design
-
-
-def covering_rows(levels: Dict[str, List[Any]], fixed: Sequence[str]) -> List[Dict[str, Any]]:
-    """Full product over the `fixed` factors; every other factor is filled greedily (AETG
-    style): first to cover pairs of factor levels not seen yet, then to keep the counts of
-    all pairs even, so that free factors do not move in lockstep."""
-    names = list(levels)
-    free = [n for n in names if n not in fixed]
-    counts: Counter = Counter()
-    rows: List[Dict[str, Any]] = []
-    for combo in itertools.product(*(levels[n] for n in fixed)):
-        row = dict(zip(fixed, combo))
-        for k, name in enumerate(free):
-            row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
-        counts.update(pairs_of(names, row))
-        rows.append({n: row[n] for n in names})
-    return rows
-
-
-def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], counts: Counter,
-                turn: int) -> Any:
-    """The level of `name` whose pairs with the row so far are most often unseen, then
-    least often seen; remaining ties go round-robin by `turn`."""
-    def score(i: int) -> Tuple[int, int, int]:
-        seen = [counts[_pair(names, name, choices[i], other, value)] for other, value in row.items()]
-        return sum(c == 0 for c in seen), -sum(seen), -((i - turn) % len(choices))
-
-    return choices[max(range(len(choices)), key=score)]
-
-
-def _pair(names: List[str], a: str, va: Any, b: str, vb: Any) -> Tuple[str, Any, str, Any]:
-    """A pair of factor levels in canonical (factor order) form."""
-    return (a, va, b, vb) if names.index(a) < names.index(b) else (b, vb, a, va)
-
-
-def pairs_of(names: List[str], row: Dict[str, Any]) -> set:
-    """All level pairs a row covers."""
-    return {_pair(names, a, row[a], b, row[b]) for a, b in itertools.combinations(names, 2)}
-
-
-def all_pairs(levels: Dict[str, List[Any]]) -> set:
-    """Every pair of levels of two different factors."""
-    names = list(levels)
-    return {(a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in levels[a] for vb in levels[b]}
 
 
 @dataclass(frozen=True)
@@ -469,7 +313,7 @@ def fn_cases(quick: bool) -> List[FnCase]:
               "dim": DIMS, "silu": [False, True], "bias": [False, True], "wdtype": ["fp32", "input"]}
     fixed = ["dtype", "layout"] if quick else ["dtype", "width", "layout", "seqlen"]
     cases = []
-    for row in _wdtypes(covering_rows(levels, fixed)):
+    for row in _wdtypes(kh.covering_rows(levels, fixed)):
         layout = row.pop("layout")
         cases.append(FnCase(family="fn", channel_last=layout != "cf", initial_states=layout == "cl_states",
                             final_states=layout == "cl_states", **row))
@@ -493,7 +337,7 @@ def seq_idx_cases(quick: bool) -> List[FnCase]:
             levels["dtype"] = levels["dtype"] if family == "seq_idx" else ["bf16"]
         else:
             fixed = ["dtype", "width"]
-        for row in _wdtypes(covering_rows(levels, fixed)):
+        for row in _wdtypes(kh.covering_rows(levels, fixed)):
             cases.append(FnCase(family=family, channel_last=True, initial_states=init, seq_idx=mode,
                                 backward=backward, **row))
     return cases
@@ -505,7 +349,7 @@ def update_cases(quick: bool) -> List[UpdateCase]:
               "dim": UPDATE_DIMS, "silu": [False, True], "bias": [False, True],
               "state_layout": ["contig", "cl"], "wdtype": ["fp32", "input"], "state_extra": [0, 1, 5, 10]}
     fixed = ["mode"] if quick else ["dtype", "width", "mode"]
-    return [UpdateCase(**row) for row in _wdtypes(covering_rows(levels, fixed))]
+    return [UpdateCase(**row) for row in _wdtypes(kh.covering_rows(levels, fixed))]
 
 
 def build_cases(quick: bool) -> List[Case]:
@@ -546,7 +390,7 @@ def _randn_layout(shape_cf: Tuple[int, int, int], channel_last: bool, dtype: tor
     return torch.randn(b, c, n, dtype=dtype, device=device)
 
 
-def run_fn_case(api: Api, case: FnCase, device: torch.device) -> CaseResult:
+def run_fn_case(api: Api, case: FnCase, device: torch.device) -> kh.CaseResult:
     """causal_conv1d_fn forward (+ backward) against ref_causal_conv1d."""
     dtype, wdtype = DTYPES[case.dtype], DTYPES[case.wdtype]
     rtol, atol = TOLERANCES[case.dtype]
@@ -571,7 +415,7 @@ def run_fn_case(api: Api, case: FnCase, device: torch.device) -> CaseResult:
             final_buf = torch.full((b, w - 1, d), float("nan"), dtype=dtype, device=device).transpose(1, 2)
             kwargs["final_states_out"] = final_buf
 
-    poison_allocator(x)
+    kh.poison_allocator(kh.nbytes(x), x.device)
     result = api.fn(x, weight, bias, **kwargs)
     out, final = result if case.final_states else (result, None)
 
@@ -579,19 +423,19 @@ def run_fn_case(api: Api, case: FnCase, device: torch.device) -> CaseResult:
               for k, t in {"x": x, "weight": weight, "bias": bias, "init": init}.items()}
     ref_out, ref_final = ref_causal_conv1d(leaves["x"], leaves["weight"], leaves["bias"], leaves["init"],
                                            seq_idx, activation)
-    checks = [check_close("out", out, ref_out, rtol, atol)]
+    checks = [kh.check_close("out", out, ref_out, rtol, atol)]
     if case.final_states:
         got_final = final_buf if final_buf is not None else final
-        checks.append(check_equal("final_states", got_final, ref_final.detach().to(dtype)))
+        checks.append(kh.check_equal("final_states", got_final, ref_final.detach().to(dtype)))
     if grad:
         checks += _fn_backward_checks(case, (out, final), (ref_out, ref_final),
                                       {"x": x, "weight": weight, "bias": bias, "init": init}, leaves)
-    return result_from_checks(case.name, checks)
+    return kh.result_from_checks(case.name, checks)
 
 
 def _fn_backward_checks(case: FnCase, outs: Tuple[torch.Tensor, Optional[torch.Tensor]],
                         ref_outs: Tuple[torch.Tensor, torch.Tensor], inputs: Dict[str, Optional[torch.Tensor]],
-                        leaves: Dict[str, Optional[torch.Tensor]]) -> List[Check]:
+                        leaves: Dict[str, Optional[torch.Tensor]]) -> List[kh.Check]:
     """Backprop the same random cotangents through kernel and reference; compare grads."""
     out, final = outs
     g = torch.randn_like(out)
@@ -604,7 +448,7 @@ def _fn_backward_checks(case: FnCase, outs: Tuple[torch.Tensor, Optional[torch.T
         ref_grads.append(gf.float())
     for t in inputs.values():
         if t is not None:
-            poison_allocator(t)
+            kh.poison_allocator(kh.nbytes(t), t.device)
     torch.autograd.backward(tensors, grads)
     torch.autograd.backward(ref_tensors, ref_grads)
     rtol, atol = TOLERANCES[case.dtype]
@@ -615,13 +459,13 @@ def _fn_backward_checks(case: FnCase, outs: Tuple[torch.Tensor, Optional[torch.T
         if t is None:
             continue
         if t.grad is None:
-            checks.append(Check(f"d{key}", False, None, tols[key][1], tols[key][0], "no gradient returned"))
+            checks.append(kh.Check(f"d{key}", False, None, tols[key][1], tols[key][0], note="no gradient returned"))
             continue
-        checks.append(check_close(f"d{key}", t.grad, leaves[key].grad, *tols[key]))
+        checks.append(kh.check_close(f"d{key}", t.grad, leaves[key].grad, *tols[key]))
     return checks
 
 
-def run_update_case(api: Api, case: UpdateCase, device: torch.device) -> CaseResult:
+def run_update_case(api: Api, case: UpdateCase, device: torch.device) -> kh.CaseResult:
     """causal_conv1d_update against ref_causal_conv1d_update; conv_state must match bitwise."""
     dtype, wdtype = DTYPES[case.dtype], DTYPES[case.wdtype]
     rtol, atol = TOLERANCES[case.dtype]
@@ -652,69 +496,11 @@ def run_update_case(api: Api, case: UpdateCase, device: torch.device) -> CaseRes
         kwargs["cache_seqlens"] = cache_seqlens
 
     state_ref = conv_state.clone()
-    poison_allocator(x)
+    kh.poison_allocator(kh.nbytes(x), x.device)
     out = api.update(x, conv_state, weight, bias, **kwargs)
     ref_out = ref_causal_conv1d_update(x, state_ref, weight, bias, activation, cache_seqlens, indices)
-    checks = [check_close("out", out, ref_out, rtol, atol), check_equal("conv_state", conv_state, state_ref)]
-    return result_from_checks(case.name, checks)
-
-
-def missing_feature(api: Api, case: Case) -> Optional[str]:
-    """Skip reason if the installed version lacks something the case needs."""
-    for feature in case.required_features():
-        if not api.features.get(feature, False):
-            return FEATURE_REASONS[feature]
-    return None
-
-
-def _short_error(exc: BaseException) -> str:
-    """One-line exception text for the JSON."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text[:600]
-
-
-def cuda_context_ok(device: torch.device) -> Optional[str]:
-    """None if the device still works; else the sticky error (e.g. illegal memory access)."""
-    if device.type != "cuda":
-        return None
-    try:
-        torch.cuda.synchronize(device)
-        return None
-    except Exception as exc:  # noqa: BLE001  (any sticky CUDA error)
-        return _short_error(exc)
-
-
-def run_case(api: Api, case: Case, device: torch.device) -> CaseResult:
-    """Run one case, turning a missing feature into a skip and an exception into a failure."""
-    reason = missing_feature(api, case)
-    if reason:
-        return CaseResult(case.name, "skipped", detail=reason)
-    rtol, atol = TOLERANCES[case.dtype]
-    try:
-        if isinstance(case, FnCase):
-            result = run_fn_case(api, case, device)
-        else:
-            result = run_update_case(api, case, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return result
-    except Exception as exc:  # noqa: BLE001  (a kernel error is a test failure)
-        return CaseResult(case.name, "failed", None, atol, rtol, f"raised {_short_error(exc)}")
-
-
-def run_cases(api: Api, cases: Sequence[Case], device: torch.device) -> List[CaseResult]:
-    """Run all cases; stop running (and mark the rest skipped) if the CUDA context breaks."""
-    results: List[CaseResult] = []
-    broken: Optional[str] = None
-    for case in cases:
-        if broken:
-            results.append(CaseResult(case.name, "skipped", detail=f"not run: CUDA context unusable ({broken})"))
-            continue
-        result = run_case(api, case, device)
-        results.append(result)
-        if result.status == "failed" and result.detail.startswith("raised"):
-            broken = cuda_context_ok(device)
-    return results
+    checks = [kh.check_close("out", out, ref_out, rtol, atol), kh.check_equal("conv_state", conv_state, state_ref)]
+    return kh.result_from_checks(case.name, checks)
 
 
 # --------------------------------------------------------------------------- cross-check and speed
@@ -743,35 +529,8 @@ def crosscheck_upstream_refs(api: Api, device: torch.device) -> List[Dict[str, A
             notes.append({"name": "causal_conv1d_update_ref", "max_abs_diff": (ours - theirs).abs().max().item(),
                           "conv_state_equal": torch.equal(our_state, their_state)})
     except Exception as exc:  # noqa: BLE001  (informational)
-        notes.append({"name": "crosscheck", "error": _short_error(exc)})
+        notes.append({"name": "crosscheck", "error": kh.short_error(exc)})
     return notes
-
-
-def median_cuda_ms(fn: Callable[[], Any], warmup: int = 10, iters: int = 50) -> float:
-    """Median wall time of fn on the current stream, by CUDA events, after warm-up."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
-
-
-def _nbytes(*tensors: Optional[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-def _speed_row(name: str, kernel: Callable[[], Any], reference: Callable[[], Any], nbytes: int) -> Dict[str, Any]:
-    """Time kernel and reference; GB/s counts the kernel's minimum bytes read + written."""
-    with torch.no_grad():
-        kernel_ms = median_cuda_ms(kernel)
-        reference_ms = median_cuda_ms(reference)
-    return {"name": name, "kernel_ms": kernel_ms, "reference_ms": reference_ms,
-            "speedup": reference_ms / kernel_ms, "kernel_gbps": nbytes / (kernel_ms * 1e-3) / 1e9, "bytes": nbytes}
 
 
 def bench_fwd(api: Api, device: torch.device, channel_last: bool) -> Dict[str, Any]:
@@ -779,9 +538,9 @@ def bench_fwd(api: Api, device: torch.device, channel_last: bool) -> Dict[str, A
     b, d, n, w = 1, 8192, 4096, 4
     x = _randn_layout((b, d, n), channel_last, torch.bfloat16, device)
     weight = torch.randn(d, w, dtype=torch.bfloat16, device=device)
-    nbytes = _nbytes(x, weight) + x.numel() * x.element_size()  # read x + weight, write out
+    nbytes = kh.nbytes(x, weight) + x.numel() * x.element_size()  # read x + weight, write out
     name = f"fwd_qwen3next_b{b}_d{d}_L{n}_w{w}_bf16_silu_{'channel_last' if channel_last else 'channel_first'}"
-    return _speed_row(name, lambda: api.fn(x, weight, None, activation="silu"),
+    return kh.speed_row(name, lambda: api.fn(x, weight, None, activation="silu"),
                       lambda: ref_causal_conv1d(x, weight, None, activation="silu"), nbytes)
 
 
@@ -792,150 +551,55 @@ def bench_update(api: Api, device: torch.device) -> Dict[str, Any]:
     state = torch.randn(b, d, w - 1, dtype=torch.bfloat16, device=device)
     ref_state = state.clone()
     weight = torch.randn(d, w, dtype=torch.bfloat16, device=device)
-    nbytes = 2 * _nbytes(x, state) + _nbytes(weight)  # read x + state + weight, write out + state
-    return _speed_row(f"update_decode_b{b}_d{d}_w{w}_bf16_silu", lambda: api.update(x, state, weight, None, "silu"),
+    nbytes = 2 * kh.nbytes(x, state) + kh.nbytes(weight)  # read x + state + weight, write out + state
+    return kh.speed_row(f"update_decode_b{b}_d{d}_w{w}_bf16_silu", lambda: api.update(x, state, weight, None, "silu"),
                       lambda: ref_causal_conv1d_update(x, ref_state, weight, None, "silu"), nbytes)
 
 
-def run_benchmarks(api: Api, device: torch.device) -> List[Dict[str, Any]]:
-    """All speed rows; a failing benchmark is recorded, never fatal."""
-    rows = []
-    for name, bench in [("fwd_channel_last", lambda: bench_fwd(api, device, True)),
-                        ("fwd_channel_first", lambda: bench_fwd(api, device, False)),
-                        ("update_decode", lambda: bench_update(api, device))]:
-        try:
-            rows.append(bench())
-        except Exception as exc:  # noqa: BLE001
-            rows.append({"name": name, "kernel_ms": None, "reference_ms": None, "speedup": None,
-                         "kernel_gbps": None, "error": _short_error(exc)})
-        torch.cuda.empty_cache()
-    return rows
+# --------------------------------------------------------------------------- the suite
 
 
-# --------------------------------------------------------------------------- report and CLI
+class CausalConv1dSuite(kh.Suite):
+    package = PACKAGE
+    description = "Correctness and speed checks for an installed causal-conv1d wheel."
+    quick_help = "about 20 cases instead of about 200"
+
+    def load(self) -> Api:
+        self.api = load_api(self.version())
+        return self.api
+
+    def probe(self, api: Api, device: torch.device) -> None:
+        api.fn(torch.randn(1, 64, 16, device=device), torch.randn(64, 4, device=device), None)
+
+    def report_extra(self, api: Api) -> Dict[str, Any]:
+        return {"features": api.features}
+
+    def cases(self, api: Api, quick: bool) -> List[Any]:
+        return build_cases(quick)
+
+    def skip_reason(self, api: Api, case: Any) -> Optional[str]:
+        for feature in case.required_features():
+            if not api.features.get(feature, False):
+                return FEATURE_REASONS[feature]
+        return None
+
+    def run_case(self, api: Api, case: Any, device: torch.device) -> kh.CaseResult:
+        return run_fn_case(api, case, device) if isinstance(case, FnCase) else run_update_case(api, case, device)
+
+    def benchmarks(self, api: Api, device: torch.device, quick: bool) -> List[Tuple[str, Callable[[], Dict]]]:
+        return [("fwd_channel_last", lambda: bench_fwd(api, device, True)),
+                ("fwd_channel_first", lambda: bench_fwd(api, device, False)),
+                ("update_decode", lambda: bench_update(api, device))]
+
+    def run_suite(self, report: Dict[str, Any], args: Any) -> None:
+        super().run_suite(report, args)
+        if report["cases"]:  # informational: our references against the package's own
+            report["reference_crosscheck"] = crosscheck_upstream_refs(self.api, torch.device("cuda"))
 
 
-def new_report(seed: int, quick: bool) -> Dict[str, Any]:
-    """Report skeleton with environment facts that need no GPU."""
-    return {"package": PACKAGE, "version": installed_version(), "torch": torch.__version__, "gpu": None,
-            "capability": None, "seed": seed, "quick": quick, "status": None, "reason": "",
-            "counts": {"passed": 0, "failed": 0, "skipped": 0}, "cases": [], "speed": []}
-
-
-def probe_kernel(api: Api, device: torch.device) -> Optional[str]:
-    """Run one tiny forward; return the reason to skip the run if the wheel has no code for
-    this GPU's architecture. Other errors are left to the cases."""
-    try:
-        x = torch.randn(1, 64, 16, device=device)
-        api.fn(x, torch.randn(64, 4, device=device), None)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    except Exception as exc:  # noqa: BLE001
-        if NO_KERNEL_IMAGE in str(exc).lower():
-            return NO_KERNEL_IMAGE
-    return None
-
-
-def run_suite(report: Dict[str, Any], quick: bool, bench: bool) -> None:
-    """Fill the report: environment, cases, cross-check, speed (status set by finalize)."""
-    if not torch.cuda.is_available():
-        report.update(status="skipped", reason="no CUDA GPU visible to torch")
-        return
-    device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    report.update(gpu=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
-    try:
-        api = load_api(report["version"])
-    except Exception as exc:  # noqa: BLE001  (a wheel that does not import has failed)
-        report.update(status="failed", reason=f"import causal_conv1d failed: {_short_error(exc)}")
-        return
-    report["features"] = api.features
-    skip = probe_kernel(api, device)
-    if skip:
-        report.update(status="skipped", reason=skip)
-        return
-    results = run_cases(api, build_cases(quick), device)
-    report["cases"] = [asdict(r) for r in results]
-    report["reference_crosscheck"] = crosscheck_upstream_refs(api, device)
-    if bench:
-        report["speed"] = run_benchmarks(api, device)
-
-
-def finalize(report: Dict[str, Any]) -> None:
-    """Counts and overall status (a status set earlier, e.g. skipped, is kept)."""
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for case in report["cases"]:
-        counts[case["status"]] += 1
-    report["counts"] = counts
-    if report["status"] is None:
-        if counts["failed"]:
-            report["status"] = "failed"
-            report["reason"] = f"{counts['failed']} case(s) failed"
-        elif counts["passed"]:
-            report["status"] = "passed"
-        else:
-            report["status"] = "skipped"
-            report["reason"] = report["reason"] or "no case ran"
-
-
-def _json_safe(value: Any) -> Any:
-    """Replace NaN/Inf floats (invalid JSON) with None, recursively."""
-    if isinstance(value, float):
-        return _finite_float(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def write_report(report: Dict[str, Any], path: Path) -> None:
-    """Write the JSON report, creating the parent folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")
-
-
-def print_summary(report: Dict[str, Any]) -> None:
-    """One line per failed case, the run's reason if any, then 'N passed, N failed, N skipped'."""
-    for case in report["cases"]:
-        if case["status"] == "failed":
-            print(f"FAILED {case['name']}: {case['detail']}")
-    for row in report.get("speed", []):
-        if row.get("kernel_ms") is not None:
-            print(f"speed {row['name']}: kernel {row['kernel_ms']:.4f} ms, reference {row['reference_ms']:.4f} ms, "
-                  f"x{row['speedup']:.1f}, {row['kernel_gbps']:.0f} GB/s")
-    if report["reason"]:
-        print(f"{report['status']}: {report['reason']}")
-    c = report["counts"]
-    print(f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
-
-
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="where to write the JSON report")
-    parser.add_argument("--quick", action="store_true", help="about 20 cases instead of about 200")
-    parser.add_argument("--no-bench", action="store_true", help="skip the speed measurements")
-    parser.add_argument("--seed", type=int, default=None, help="reuse a recorded seed (default: from the clock)")
-    return parser.parse_args(argv)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI entry point; always writes the report, returns the exit code."""
-    args = parse_args(argv)
-    seed = args.seed if args.seed is not None else time.time_ns() % (2**31 - 1)
-    torch.manual_seed(seed)
-    report = new_report(seed, args.quick)
-    try:
-        run_suite(report, args.quick, not args.no_bench)
-    except BaseException as exc:  # noqa: BLE001  (the report must still be written)
-        report.update(status="failed", reason=f"harness error: {_short_error(exc)}",
-                      traceback=traceback.format_exc()[-4000:])
-    finally:
-        finalize(report)
-        write_report(report, args.out)
-        print_summary(report)
-    return EXIT_CODES[report["status"]]
+def run_cases(api: Api, cases: Sequence[Any], device: torch.device) -> List[kh.CaseResult]:
+    return CausalConv1dSuite().run_cases(api, cases, device)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(CausalConv1dSuite().main())

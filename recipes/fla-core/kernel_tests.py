@@ -21,37 +21,30 @@ the seed is recorded. Exit code: 0 passed, 1 failed, 3 skipped (no CUDA GPU).
 """
 from __future__ import annotations
 
-import argparse
-import concurrent.futures
-import importlib.metadata
 import inspect
-import itertools
-import json
-import math
-import multiprocessing
 import os
 import re
-import statistics
 import sys
-import time
-import traceback
-from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # fla >= 0.5.2 may route calls to other backends (tilelang, FlashQLA, ...); the build farm tests the Triton
-# kernels the wheel ships. The builder's runner sets this too.
+# kernels the wheel ships. The recipe's [test] env sets this too.
 os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
-PACKAGE = "fla-core"
-EXIT_CODES = {"passed": 0, "failed": 1, "skipped": 3}
+try:
+    import kernel_harness as kh  # on PYTHONPATH when the builder runs the suite
+except ImportError:  # run in place from a checkout or an unpacked recipes/ folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_harness"))
+    import kernel_harness as kh
 
-DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PACKAGE = "fla-core"
+DTYPES = kh.DTYPES
 # Upstream's assert_close ratios (tests/ops/test_gdn.py::test_chunk, test_gated_delta.py::test_chunk), which
 # upstream applies to fp16 only. bf16 has 3 fewer mantissa bits (8x the unit roundoff): an fp32 emulation of the
 # chunk kernel's storage precisions (A^-1, w, u, h, v_new, o rounded to the input dtype) gives o/ht ratios of
@@ -153,103 +146,9 @@ def ref_gated_delta_rule(
 # --------------------------------------------------------------------------- comparison
 
 
-@dataclass
-class Check:
-    """One tensor compared with its reference (ratio) or with an earlier run (bitwise)."""
-
-    tensor: str
-    ok: bool
-    ratio: Optional[float]
-    max_abs_err: Optional[float]
-    tol: float
-    note: str = ""
-
-
-@dataclass
-class CaseResult:
-    """One row of the JSON "cases" list."""
-
-    name: str
-    status: str
-    max_ratio: Optional[float] = None
-    detail: str = ""
-    checks: List[Dict[str, Any]] = field(default_factory=list)
-
-
-def _finite_float(value: float) -> Optional[float]:
-    """JSON-safe float: None for NaN/Inf."""
-    return value if math.isfinite(value) else None
-
-
-def err_ratio(got: torch.Tensor, ref: torch.Tensor) -> Tuple[float, float]:
-    """(RMS(got - ref) / RMS(ref), max |got - ref|), upstream's get_err_ratio and get_abs_err."""
-    diff = got.detach().double() - ref.detach().double()
-    rms_diff = diff.square().mean().sqrt().item()
-    rms_ref = ref.detach().double().square().mean().sqrt().item()
-    return rms_diff / (rms_ref + 1e-8), diff.abs().max().item()
-
-
 def ratio_tol(tensor: str, dtype: str) -> float:
     """The ratio a tensor must stay below: upstream's, scaled for bf16."""
     return RATIO_TOL[tensor] * DTYPE_TOL_FACTOR[dtype]
-
-
-def check_ratio(label: str, got: Optional[torch.Tensor], ref: Optional[torch.Tensor], tol: float) -> Check:
-    """Finite, same shape, and ratio < tol (or max abs err <= ABS_PASS)."""
-    if got is None or ref is None:
-        missing = "kernel" if got is None else "reference"
-        return Check(label, False, None, None, tol, f"{missing} returned no tensor")
-    if tuple(got.shape) != tuple(ref.shape):
-        return Check(label, False, None, None, tol, f"shape {tuple(got.shape)} != {tuple(ref.shape)}")
-    nonfinite = int((~torch.isfinite(got.detach().float())).sum().item())
-    if nonfinite:
-        return Check(label, False, None, None, tol, f"{nonfinite}/{got.numel()} non-finite")
-    if got.numel() == 0:
-        return Check(label, True, 0.0, 0.0, tol)
-    ratio, abs_err = err_ratio(got, ref)
-    ok = abs_err <= ABS_PASS or ratio < tol
-    return Check(label, ok, _finite_float(ratio), _finite_float(abs_err), tol,
-                 "" if ok else f"ratio {ratio:.5f} >= {tol}")
-
-
-def check_same(label: str, got: Optional[torch.Tensor], first: Optional[torch.Tensor]) -> Check:
-    """Bitwise equality of two kernel runs on the same inputs (NaN never equals)."""
-    if got is None or first is None:
-        ok = got is None and first is None
-        return Check(label, ok, None, None, 0.0, "" if ok else "returned by one run only")
-    if got.dtype != first.dtype or tuple(got.shape) != tuple(first.shape):
-        return Check(label, False, None, None, 0.0,
-                     f"{got.dtype}{tuple(got.shape)} != {first.dtype}{tuple(first.shape)}")
-    same = torch.equal(got, first)
-    diff = (got.detach().float() - first.detach().float()).abs()
-    err = _finite_float(diff.max().item()) if diff.numel() else 0.0
-    note = "" if same else f"{int((got != first).sum().item())}/{got.numel()} elements differ between two runs"
-    return Check(label, same, None, err, 0.0, note)
-
-
-def result_from_checks(name: str, checks: Sequence[Check]) -> CaseResult:
-    """Fold checks into a case; the headline is the largest ratio."""
-    failing = [c for c in checks if not c.ok]
-    parts = []
-    for c in checks:
-        if c.ratio is not None:
-            value = f"ratio={c.ratio:.2e} (tol {c.tol:g})"
-        else:
-            value = "err=n/a" if c.max_abs_err is None else f"maxdiff={c.max_abs_err:.3g}"
-        parts.append(f"{c.tensor} {'ok' if c.ok else 'FAIL'} {value}{' ' + c.note if c.note else ''}")
-    ratios = [c.ratio for c in checks if c.ratio is not None]
-    return CaseResult(name=name, status="failed" if failing else "passed",
-                      max_ratio=max(ratios) if ratios else None, detail="; ".join(parts),
-                      checks=[asdict(c) for c in checks])
-
-
-def poison_allocator(nbytes: int, device: torch.device) -> None:
-    """Best effort: leave a NaN-filled block in the CUDA caching allocator, so that buffers the kernel
-    allocates next (outputs, gradients, workspaces) start as NaN rather than zeros or stale results."""
-    if device.type != "cuda" or nbytes <= 0:
-        return
-    block = torch.full((min(nbytes, 2 << 30) // 4,), float("nan"), dtype=torch.float32, device=device)
-    del block
 
 
 # --------------------------------------------------------------------------- the package under test
@@ -267,22 +166,6 @@ class Api:
     fla_utils: Any = None
 
 
-def parse_version(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
-    """'0.5.0' or '0.5.0+cu130torch2.14' -> (0, 5, 0); None if unparseable."""
-    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", version or "")
-    return tuple(int(x) for x in match.groups()) if match else None  # type: ignore[return-value]
-
-
-def installed_version() -> Optional[str]:
-    """Version of the installed fla-core distribution, or None."""
-    for name in (PACKAGE, "fla_core"):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def _module_source(module: Any) -> Optional[str]:
     try:
         return inspect.getsource(module)
@@ -293,7 +176,7 @@ def _module_source(module: Any) -> Optional[str]:
 def detect_features(chunk: Callable[..., Any], recurrent: Callable[..., Any], chunk_source: Optional[str],
                     recurrent_source: Optional[str], version: Optional[str]) -> Dict[str, bool]:
     """GVA support from the kernels' sources (they index value heads as HV), else from the version."""
-    ver = parse_version(version)
+    ver = kh.parse_version(version)
     chunk_params = set(inspect.signature(chunk).parameters)
     rec_params = set(inspect.signature(recurrent).parameters)
     gva_chunk = ("HV" in chunk_source) if chunk_source is not None else (ver is not None and ver >= (0, 5, 0))
@@ -350,40 +233,6 @@ def load_api(version: Optional[str]) -> Api:
 # --------------------------------------------------------------------------- case design
 
 
-def covering_rows(levels: Dict[str, List[Any]], fixed: Sequence[str]) -> List[Dict[str, Any]]:
-    """Full product over the `fixed` factors; every other factor is filled greedily (AETG style): first to
-    cover pairs of factor levels not seen yet, then to keep the counts of all pairs even."""
-    names = list(levels)
-    free = [n for n in names if n not in fixed]
-    counts: Counter = Counter()
-    rows: List[Dict[str, Any]] = []
-    for combo in itertools.product(*(levels[n] for n in fixed)):
-        row = dict(zip(fixed, combo))
-        for k, name in enumerate(free):
-            row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
-        counts.update(pairs_of(names, row))
-        rows.append({n: row[n] for n in names})
-    return rows
-
-
-def _best_level(names: List[str], name: str, choices: List[Any], row: Dict[str, Any], counts: Counter,
-                turn: int) -> Any:
-    def score(i: int) -> Tuple[int, int, int]:
-        seen = [counts[_pair(names, name, choices[i], other, value)] for other, value in row.items()]
-        return sum(c == 0 for c in seen), -sum(seen), -((i - turn) % len(choices))
-
-    return choices[max(range(len(choices)), key=score)]
-
-
-def _pair(names: List[str], a: str, va: Any, b: str, vb: Any) -> Tuple[str, Any, str, Any]:
-    return (a, va, b, vb) if names.index(a) < names.index(b) else (b, vb, a, va)
-
-
-def pairs_of(names: List[str], row: Dict[str, Any]) -> set:
-    """All level pairs a row covers."""
-    return {_pair(names, a, row[a], b, row[b]) for a, b in itertools.combinations(names, 2)}
-
-
 @dataclass(frozen=True)
 class GdrCase:
     """One call configuration of chunk_gated_delta_rule or fused_recurrent_gated_delta_rule."""
@@ -432,7 +281,7 @@ def chunk_cases(quick: bool) -> List[GdrCase]:
     else:
         fixed = ["dtype", "shape", "heads", "l2norm"]
     cases = []
-    for row in covering_rows(levels, fixed):
+    for row in kh.covering_rows(levels, fixed):
         batch, seqlen = row.pop("shape")
         cases.append(GdrCase(op="chunk", batch=batch, seqlen=seqlen, **row))
     # What Qwen3-Next training/prefill does, always included: bf16, GVA, state in and out, in-kernel l2norm,
@@ -451,7 +300,7 @@ def recurrent_cases(quick: bool) -> List[GdrCase]:
     else:
         fixed = ["dtype", "shape", "heads"]
     cases = []
-    for row in covering_rows(levels, fixed):
+    for row in kh.covering_rows(levels, fixed):
         batch, seqlen = row.pop("shape")
         if seqlen == 1:
             row["states"] = "h0+ht"  # a decode step always carries the state in and out
@@ -505,10 +354,6 @@ def make_inputs(case: GdrCase, device: torch.device) -> Dict[str, Optional[torch
     }
 
 
-def _nbytes(*tensors: Optional[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
 def run_kernel(api: Api, case: GdrCase, inputs: Dict[str, Optional[torch.Tensor]],
                cotangents: Dict[str, Optional[torch.Tensor]], device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
     """One kernel call (+ backward for chunk) on fresh leaf copies; returns detached results."""
@@ -521,7 +366,7 @@ def run_kernel(api: Api, case: GdrCase, inputs: Dict[str, Optional[torch.Tensor]
         kwargs["use_qk_l2norm_in_kernel"] = True
     fn = api.chunk if case.op.startswith("chunk") else api.recurrent
     state_bytes = case.batch * case.v_heads * HEAD_DIM * HEAD_DIM * 4
-    poison_allocator(4 * _nbytes(*inputs.values()) + 4 * state_bytes, device)
+    kh.poison_allocator(4 * kh.nbytes(*inputs.values()) + 4 * state_bytes, device)
     o, ht = fn(**kwargs)
     results: Dict[str, Optional[torch.Tensor]] = {"o": o.detach().clone(),
                                                   "ht": ht.detach().clone() if ht is not None else None}
@@ -530,13 +375,13 @@ def run_kernel(api: Api, case: GdrCase, inputs: Dict[str, Optional[torch.Tensor]
         if ht is not None:
             tensors.append(ht)
             grads.append(cotangents["dht"])
-        poison_allocator(4 * _nbytes(*inputs.values()) + 4 * state_bytes, device)
+        kh.poison_allocator(4 * kh.nbytes(*inputs.values()) + 4 * state_bytes, device)
         try:
             torch.autograd.backward(tensors, grads)
         except RuntimeError as exc:
             if not upstream_refusal(exc):
                 raise
-            results["backward_refused"] = _short_error(exc)  # type: ignore[assignment]
+            results["backward_refused"] = kh.short_error(exc)  # type: ignore[assignment]
             return results
         for n in GRAD_NAMES:
             if leaves[n] is not None:
@@ -573,7 +418,7 @@ def upstream_refusal(exc: BaseException) -> bool:
     return any(pattern.search(str(exc)) for pattern in UPSTREAM_REFUSALS)
 
 
-def run_gdr_case(api: Api, case: GdrCase, device: torch.device) -> List[CaseResult]:
+def run_gdr_case(api: Api, case: GdrCase, device: torch.device) -> List[kh.CaseResult]:
     """Kernel twice (bitwise equal), then against the fp32 reference (upstream's error ratio).
 
     One result per case; two when fla refused the backward on purpose: the forward (checked) and the backward
@@ -592,115 +437,39 @@ def run_gdr_case(api: Api, case: GdrCase, device: torch.device) -> List[CaseResu
     second = run_kernel(api, case, inputs, cotangents, device)
     second.pop("backward_refused", None)
     ref = run_reference(case, inputs, cotangents)
-    checks: List[Check] = []
+    checks: List[kh.Check] = []
     if first["o"].dtype != dtype:
-        checks.append(Check("o.dtype", False, None, None, 0.0, f"o is {first['o'].dtype}, inputs are {dtype}"))
+        checks.append(kh.Check("o.dtype", False, None, note=f"o is {first['o'].dtype}, inputs are {dtype}"))
     for name in ref:
         if ref[name] is None and first.get(name) is None:
             continue
-        checks.append(check_ratio(name, first.get(name), ref[name], ratio_tol(name, case.dtype)))
+        checks.append(kh.check_ratio(name, first.get(name), ref[name], ratio_tol(name, case.dtype)))
     for name in first:
-        checks.append(check_same(f"repeat:{name}", second.get(name), first[name]))
+        checks.append(kh.check_equal(f"repeat:{name}", second.get(name), first[name], "elements differ between two runs"))
     if refused is None:
-        result = result_from_checks(case.name, checks)
+        result = kh.result_from_checks(case.name, checks)
         if case.note:
             result.detail = f"{case.note}; {result.detail}"
         return [result]
-    forward = result_from_checks(f"{stem}/fwd", checks)
+    forward = kh.result_from_checks(f"{stem}/fwd", checks)
     forward.detail = f"backward refused by fla, forward checked; {forward.detail}"
-    return [forward, CaseResult(f"{stem}/bwd", "skipped", detail=f"refused by fla-core itself: {refused}")]
+    return [forward, kh.CaseResult(f"{stem}/bwd", "skipped", detail=f"refused by fla-core itself: {refused}")]
 
 
-def run_blackwell_flag_case(api: Api, device: torch.device) -> CaseResult:
+def run_blackwell_flag_case(api: Api, device: torch.device) -> kh.CaseResult:
     """fla must classify compute capability 10.x and 12.x as Blackwell (our patch for 0.4.1-0.5.0)."""
     name = "device_flags/IS_NVIDIA_BLACKWELL"
     flag = getattr(api.fla_utils, "IS_NVIDIA_BLACKWELL", None)
     if flag is None:
-        return CaseResult(name, "skipped", detail="this fla-core version has no IS_NVIDIA_BLACKWELL flag")
+        return kh.CaseResult(name, "skipped", detail="this fla-core version has no IS_NVIDIA_BLACKWELL flag")
     major, minor = torch.cuda.get_device_capability(device)
     expected = major in (10, 12)
     ok = bool(flag) == expected
     detail = f"capability {major}.{minor}: IS_NVIDIA_BLACKWELL={flag}, expected {expected}"
-    return CaseResult(name, "passed" if ok else "failed", detail=detail)
-
-
-def _short_error(exc: BaseException) -> str:
-    """One-line exception text for the JSON."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
-
-
-def cuda_context_ok(device: torch.device) -> Optional[str]:
-    """None if the device still works; else the sticky error (e.g. illegal memory access)."""
-    if device.type != "cuda":
-        return None
-    try:
-        torch.cuda.synchronize(device)
-        return None
-    except Exception as exc:  # noqa: BLE001
-        return _short_error(exc)
-
-
-def run_case(api: Api, case: GdrCase, device: torch.device) -> List[CaseResult]:
-    """Run one case, turning an exception into a failure."""
-    if case.l2norm and not api.features.get(f"l2norm_{case.op}", False):
-        return [CaseResult(case.name, "skipped", detail="no use_qk_l2norm_in_kernel parameter in this version")]
-    try:
-        results = run_gdr_case(api, case, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return results
-    except Exception as exc:  # noqa: BLE001  (a kernel error is a test failure)
-        return [CaseResult(case.name, "failed", detail=f"raised {_short_error(exc)}")]
-    finally:
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
-def run_cases(api: Api, cases: Sequence[GdrCase], device: torch.device) -> List[CaseResult]:
-    """Run all cases; stop running (and mark the rest skipped) if the CUDA context breaks."""
-    results: List[CaseResult] = []
-    broken: Optional[str] = None
-    for case in cases:
-        if broken:
-            results.append(CaseResult(case.name, "skipped", detail=f"not run: CUDA context unusable ({broken})"))
-            continue
-        start = time.monotonic()
-        case_results = run_case(api, case, device)
-        seconds = time.monotonic() - start
-        for result in case_results:
-            result.detail += f" [{seconds:.1f}s]"
-            print(f"{result.status:7} {result.name} ({seconds:.1f}s)", flush=True)
-        results += case_results
-        if any(r.status == "failed" and r.detail.startswith("raised") for r in case_results):
-            broken = cuda_context_ok(device)
-    return results
+    return kh.CaseResult(name, "passed" if ok else "failed", detail=detail)
 
 
 # --------------------------------------------------------------------------- speed
-
-
-def median_cuda_ms(fn: Callable[[], Any], warmup: int, iters: int) -> float:
-    """Median wall time of fn on the current stream, by CUDA events, after warm-up."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
-
-
-def _speed_row(name: str, kernel: Callable[[], Any], reference: Callable[[], Any], nbytes: int, *,
-               quick: bool, grad: bool = False) -> Dict[str, Any]:
-    """Time kernel and reference; GB/s counts the kernel's minimum bytes read + written."""
-    with torch.set_grad_enabled(grad):
-        kernel_ms = median_cuda_ms(kernel, warmup=3 if quick else 10, iters=5 if quick else 30)
-        reference_ms = median_cuda_ms(reference, warmup=1, iters=1 if quick else 3)
-    return {"name": name, "kernel_ms": kernel_ms, "reference_ms": reference_ms,
-            "speedup": reference_ms / kernel_ms, "kernel_gbps": nbytes / (kernel_ms * 1e-3) / 1e9, "bytes": nbytes}
 
 
 def _qwen_inputs(api: Api, batch: int, seqlen: int, device: torch.device, op: str,
@@ -734,10 +503,10 @@ def bench_chunk(api: Api, device: torch.device, quick: bool, backward: bool) -> 
             o.backward(do.float())
         return o
 
-    io = _nbytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["v"])  # read inputs, write o
+    io = kh.nbytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["v"])  # read inputs, write o
     nbytes = 2 * io if backward else io  # backward: read do + inputs, write the five gradients (roughly)
     name = f"chunk_{'fwd_bwd' if backward else 'fwd'}_qwen3next_B{b}_T{t}_{heads}_D{HEAD_DIM}_bf16"
-    return _speed_row(name, kernel, reference, nbytes, quick=quick, grad=backward)
+    return _timed_row(name, kernel, reference, nbytes, quick=quick, grad=backward)
 
 
 def bench_recurrent(api: Api, device: torch.device, quick: bool, batch: int, seqlen: int) -> Dict[str, Any]:
@@ -753,230 +522,60 @@ def bench_recurrent(api: Api, device: torch.device, quick: bool, batch: int, seq
         return ref_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"],
                                     output_final_state=with_state, use_qk_l2norm=True)
 
-    nbytes = _nbytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["v"]) + 2 * _nbytes(x["h0"])
+    nbytes = kh.nbytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["v"]) + 2 * kh.nbytes(x["h0"])
     kind = "decode" if seqlen == 1 else "prefill"
     name = f"recurrent_{kind}_B{batch}_T{seqlen}_{heads}_D{HEAD_DIM}_bf16" + ("_state_in_out" if with_state else "")
-    return _speed_row(name, kernel, reference, nbytes, quick=quick)
+    return _timed_row(name, kernel, reference, nbytes, quick=quick)
 
 
-def run_benchmarks(api: Api, device: torch.device, quick: bool) -> List[Dict[str, Any]]:
-    """All speed rows; a failing benchmark is recorded, never fatal."""
-    rows = []
-    benches = [("chunk_fwd", lambda: bench_chunk(api, device, quick, backward=False)),
-               ("chunk_fwd_bwd", lambda: bench_chunk(api, device, quick, backward=True)),
-               ("recurrent_decode", lambda: bench_recurrent(api, device, quick, batch=32, seqlen=1)),
-               ("recurrent_prefill", lambda: bench_recurrent(api, device, quick, batch=1, seqlen=4096))]
-    for name, bench in benches:
-        try:
-            rows.append(bench())
-        except Exception as exc:  # noqa: BLE001
-            rows.append({"name": name, "kernel_ms": None, "reference_ms": None, "speedup": None,
-                         "kernel_gbps": None, "error": _short_error(exc)})
-        torch.cuda.empty_cache()
-    return rows
+def _timed_row(name: str, kernel: Callable[[], Any], reference: Callable[[], Any], nbytes: int, *, quick: bool,
+               grad: bool = False) -> Dict[str, Any]:
+    """The reference is a token-by-token loop: time it once (quick) or three times."""
+    return kh.speed_row(name, kernel, reference, nbytes, grad=grad, warmup=3 if quick else 10,
+                        iters=5 if quick else 30, ref_warmup=1, ref_iters=1 if quick else 3)
 
 
-# --------------------------------------------------------------------------- report and CLI
+# --------------------------------------------------------------------------- the suite
 
 
-def _triton_version() -> Optional[str]:
-    try:
-        return importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
+class FlaSuite(kh.Suite):
+    package = PACKAGE
+    description = "Correctness and speed checks for an installed fla-core wheel (gated delta rule)."
+    quick_help = "about 10 cases instead of about 40"
+    env_vars = ("FLA_DISABLE_BACKEND_DISPATCH", BYPASS_GUARD_ENV)
+    refusals = UPSTREAM_REFUSALS
+
+    def load(self) -> Api:
+        return load_api(self.version())
+
+    def report_extra(self, api: Api) -> Dict[str, Any]:
+        return {"features": api.features, "device_flags": api.flags}
+
+    def cases(self, api: Api, quick: bool) -> List[Any]:
+        return build_cases(quick, api.features)
+
+    def skip_reason(self, api: Api, case: GdrCase) -> Optional[str]:
+        if case.l2norm and not api.features.get(f"l2norm_{case.op}", False):
+            return "no use_qk_l2norm_in_kernel parameter in this version"
         return None
 
+    def run_case(self, api: Api, case: GdrCase, device: torch.device) -> List[kh.CaseResult]:
+        return run_gdr_case(api, case, device)
 
-def new_report(seed: int, quick: bool) -> Dict[str, Any]:
-    """Report skeleton with environment facts that need no GPU."""
-    return {"package": PACKAGE, "version": installed_version(), "torch": torch.__version__,
-            "triton": _triton_version(), "gpu": None, "capability": None, "seed": seed, "quick": quick,
-            "env": {name: os.environ.get(name) for name in ("FLA_DISABLE_BACKEND_DISPATCH", BYPASS_GUARD_ENV)},
-            "status": None, "reason": "", "counts": {"passed": 0, "failed": 0, "skipped": 0}, "cases": [],
-            "speed": []}
+    def group_key(self, case: GdrCase) -> Tuple[Any, ...]:
+        """Cases that share Triton autotune keys (op, dtypes, head counts) go together: a worker compiles and
+        autotunes each kernel once for its group, and groups compile in parallel."""
+        return (case.op, case.dtype, case.qk_heads, case.v_heads, case.g_dtype)
 
+    def preliminary_cases(self, api: Api, device: torch.device) -> List[kh.CaseResult]:
+        return [run_blackwell_flag_case(api, device)]
 
-def use_exact_fp32() -> None:
-    """The reference must be real fp32, not TF32."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-
-
-def group_cases(cases: Sequence[GdrCase]) -> List[List[GdrCase]]:
-    """Cases that share Triton autotune keys (op, dtypes, head counts) go together, in first-seen order: a
-    worker compiles and autotunes each kernel once for its group, and groups compile in parallel."""
-    groups: Dict[Tuple[Any, ...], List[GdrCase]] = {}
-    for case in cases:
-        groups.setdefault((case.op, case.dtype, case.qk_heads, case.v_heads, case.g_dtype), []).append(case)
-    return list(groups.values())
-
-
-def default_jobs(n_groups: int, device: torch.device) -> int:
-    """Worker processes: Triton compiles on one CPU core per process, and each process holds a CUDA context
-    plus its cases' tensors (about 8 GiB at most), so min(groups, cores / 2, GPU GiB / 8, 8)."""
-    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    return max(1, min(n_groups, (os.cpu_count() or 2) // 2, int(gib // 8), 8))
-
-
-def run_group(task: Tuple[int, List[GdrCase], int, str]) -> List[Dict[str, Any]]:
-    """Worker: one group of cases on its own CUDA context; seeded with seed + group index."""
-    index, cases, seed, device_name = task
-    device = torch.device(device_name)
-    torch.manual_seed(seed + index)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    use_exact_fp32()
-    api = load_api(installed_version())
-    return [asdict(r) for r in run_cases(api, cases, device)]
-
-
-def _group_died(cases: Sequence[GdrCase], exc: BaseException) -> List[Dict[str, Any]]:
-    return [asdict(CaseResult(c.name, "failed", detail=f"worker process died: {_short_error(exc)}")) for c in cases]
-
-
-def run_groups(report: Dict[str, Any], out: Optional[Path], groups: List[List[GdrCase]], jobs: int,
-               device: torch.device) -> List[Dict[str, Any]]:
-    """Run the groups, `jobs` at a time in spawned processes (in this process if jobs == 1); after each
-    group the report so far is written to `out`, so a run cut short still leaves its results."""
-    results: Dict[int, List[Dict[str, Any]]] = {}
-    tasks = [(i, group, report["seed"], str(device)) for i, group in enumerate(groups)]
-
-    def done(index: int, rows: List[Dict[str, Any]]) -> None:
-        results[index] = rows
-        print(f"group {len(results)}/{len(groups)} done ({len(rows)} cases)", flush=True)
-        if out is not None:
-            partial = dict(report, cases=report["cases"] + [r for i in sorted(results) for r in results[i]],
-                           status="incomplete",
-                           reason=f"{len(results)} of {len(groups)} case groups finished")
-            write_report(partial, out)
-
-    if jobs <= 1:
-        for task in tasks:
-            done(task[0], run_group(task))
-    else:
-        ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(run_group, task): task for task in tasks}
-            for future in concurrent.futures.as_completed(futures):
-                index, cases = futures[future][0], futures[future][1]
-                try:
-                    done(index, future.result())
-                except Exception as exc:  # noqa: BLE001  (a crashed worker fails its cases, not the run)
-                    done(index, _group_died(cases, exc))
-    return [row for i in sorted(results) for row in results[i]]
-
-
-def run_suite(report: Dict[str, Any], quick: bool, bench: bool, jobs: Optional[int] = None,
-              out: Optional[Path] = None, only: Optional[str] = None) -> None:
-    """Fill the report: environment, cases, speed (status set by finalize)."""
-    if not torch.cuda.is_available():
-        report.update(status="skipped", reason="no CUDA GPU visible to torch")
-        return
-    device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    report.update(gpu=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
-    use_exact_fp32()
-    try:
-        api = load_api(report["version"])
-    except Exception as exc:  # noqa: BLE001  (a wheel that does not import has failed)
-        report.update(status="failed", reason=f"import fla failed: {_short_error(exc)}",
-                      traceback=traceback.format_exc()[-4000:])
-        return
-    report["features"] = api.features
-    report["device_flags"] = api.flags
-    cases = [c for c in build_cases(quick, api.features) if only is None or re.search(only, c.name)]
-    groups = group_cases(cases)
-    jobs = jobs or default_jobs(len(groups), device)
-    report.update(jobs=jobs, only=only)
-    print(f"{len(cases)} cases in {len(groups)} groups, {jobs} worker process(es)", flush=True)
-    report["cases"] = [asdict(run_blackwell_flag_case(api, device))]
-    report["cases"] += run_groups(report, out, groups, jobs, device)
-    if bench and cuda_context_ok(device) is None:
-        report["speed"] = run_benchmarks(api, device, quick)
-
-
-def finalize(report: Dict[str, Any]) -> None:
-    """Counts and overall status (a status set earlier, e.g. skipped, is kept)."""
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for case in report["cases"]:
-        counts[case["status"]] += 1
-    report["counts"] = counts
-    if report["status"] is None:
-        if counts["failed"]:
-            report["status"] = "failed"
-            report["reason"] = f"{counts['failed']} case(s) failed"
-        elif counts["passed"]:
-            report["status"] = "passed"
-            skipped = Counter(c["detail"].split(" [")[0] for c in report["cases"] if c["status"] == "skipped")
-            report["reason"] = "; ".join(f"{n} case(s) skipped: {why}" for why, n in skipped.most_common())
-        else:
-            report["status"] = "skipped"
-            report["reason"] = report["reason"] or "no case ran"
-
-
-def _json_safe(value: Any) -> Any:
-    """Replace NaN/Inf floats (invalid JSON) with None, recursively."""
-    if isinstance(value, float):
-        return _finite_float(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def write_report(report: Dict[str, Any], path: Path) -> None:
-    """Write the JSON report, creating the parent folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")
-
-
-def print_summary(report: Dict[str, Any]) -> None:
-    """One line per failed case, the speed rows, the run's reason if any, then 'N passed, N failed, N skipped'."""
-    for case in report["cases"]:
-        if case["status"] == "failed":
-            print(f"FAILED {case['name']}: {case['detail']}")
-    for row in report.get("speed", []):
-        if row.get("kernel_ms") is not None:
-            print(f"speed {row['name']}: kernel {row['kernel_ms']:.4f} ms, reference {row['reference_ms']:.1f} ms, "
-                  f"x{row['speedup']:.0f}, {row['kernel_gbps']:.0f} GB/s")
-        elif row.get("error"):
-            print(f"speed {row['name']}: {row['error']}")
-    if report["reason"]:
-        print(f"{report['status']}: {report['reason']}")
-    c = report["counts"]
-    print(f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
-
-
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="where to write the JSON report")
-    parser.add_argument("--quick", action="store_true", help="about 10 cases instead of about 40")
-    parser.add_argument("--no-bench", action="store_true", help="skip the speed measurements")
-    parser.add_argument("--seed", type=int, default=None, help="reuse a recorded seed (default: from the clock)")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="worker processes for the correctness cases (default: from CPU cores and GPU memory)")
-    parser.add_argument("--only", default=None, metavar="REGEX", help="run only the cases whose name matches")
-    return parser.parse_args(argv)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """CLI entry point; always writes the report, returns the exit code."""
-    args = parse_args(argv)
-    seed = args.seed if args.seed is not None else time.time_ns() % (2**31 - 1)
-    torch.manual_seed(seed)
-    report = new_report(seed, args.quick)
-    try:
-        run_suite(report, args.quick, not args.no_bench, args.jobs, args.out, args.only)
-    except BaseException as exc:  # noqa: BLE001  (the report must still be written)
-        report.update(status="failed", reason=f"harness error: {_short_error(exc)}",
-                      traceback=traceback.format_exc()[-4000:])
-    finally:
-        finalize(report)
-        write_report(report, args.out)
-        print_summary(report)
-    return EXIT_CODES[report["status"]]
+    def benchmarks(self, api: Api, device: torch.device, quick: bool) -> List[Tuple[str, Callable[[], Dict]]]:
+        return [("chunk_fwd", lambda: bench_chunk(api, device, quick, backward=False)),
+                ("chunk_fwd_bwd", lambda: bench_chunk(api, device, quick, backward=True)),
+                ("recurrent_decode", lambda: bench_recurrent(api, device, quick, batch=32, seqlen=1)),
+                ("recurrent_prefill", lambda: bench_recurrent(api, device, quick, batch=1, seqlen=4096))]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(FlaSuite().main())

@@ -123,7 +123,7 @@ def _inputs(b: int = 2, t: int = 37, h: int = 2, hv: int = 4, d: int = 8, gate: 
 
 
 def _ratio(a: torch.Tensor, b: torch.Tensor) -> float:
-    return kt.err_ratio(a, b)[0]
+    return kt.kh.err_ratio(a, b)[0]
 
 
 # --------------------------------------------------------------------------- the reference
@@ -285,7 +285,7 @@ def test_reference_matches_fla_naive_from_sdists(tmp_path: Path) -> None:
 @pytest.mark.parametrize("quick", [False, True])
 def test_groups_share_autotune_keys_and_keep_every_case(quick: bool) -> None:
     cases = kt.build_cases(quick, {"gva_chunk": True, "gva_recurrent": True})
-    groups = kt.group_cases(cases)
+    groups = kt.FlaSuite().group_cases(cases)
     assert [c for g in groups for c in g] == sorted(cases, key=lambda c: [c in g for g in groups].index(True))
     assert sorted(c.name for g in groups for c in g) == sorted(c.name for c in cases)
     keys = [{(c.op, c.dtype, c.qk_heads, c.v_heads, c.g_dtype) for c in g} for g in groups]
@@ -401,7 +401,7 @@ def _case(**kw: Any) -> Any:
 ])
 def test_harness_passes_a_correct_kernel(small: None, case_kw: Dict[str, Any]) -> None:
     case = _case(**case_kw)
-    [result] = kt.run_case(_api(), case, CPU)
+    [result] = kt.FlaSuite().run_one(_api(), case, CPU)
     assert result.status == "passed", result.detail
     tensors = {c["tensor"] for c in result.checks}
     expected = {"o"} | ({"ht"} if case.states != "none" else set())
@@ -421,7 +421,7 @@ def test_harness_passes_a_correct_kernel(small: None, case_kw: Dict[str, Any]) -
     ("drop_h0_grad", "dh0 FAIL"),
 ])
 def test_harness_catches_planted_faults(small: None, fault: str, needle: str) -> None:
-    [result] = kt.run_case(_api(fault), _case(seqlen=70), CPU)
+    [result] = kt.FlaSuite().run_one(_api(fault), _case(seqlen=70), CPU)
     assert result.status == "failed"
     assert needle in result.detail, result.detail
 
@@ -432,7 +432,7 @@ def test_harness_turns_exceptions_into_failures(small: None) -> None:
 
     api = _api()
     api.chunk = broken
-    [result] = kt.run_case(api, _case(), CPU)
+    [result] = kt.FlaSuite().run_one(api, _case(), CPU)
     assert result.status == "failed" and result.detail.startswith("raised RuntimeError: triton compile error")
 
 
@@ -471,7 +471,7 @@ def test_backward_refused_by_fla_is_skipped_and_forward_still_checked(small: Non
                                                                       message: str) -> None:
     api = _api()
     api.chunk = _backward_raises(message, fault)
-    fwd, bwd = kt.run_case(api, _case(), CPU)
+    fwd, bwd = kt.FlaSuite().run_one(api, _case(), CPU)
     assert fwd.name.endswith("/fwd") and bwd.name.endswith("/bwd")
     assert fwd.status == ("passed" if fault is None else "failed"), fwd.detail
     assert {c["tensor"] for c in fwd.checks} == {"o", "ht", "repeat:o", "repeat:ht"}
@@ -481,7 +481,7 @@ def test_backward_refused_by_fla_is_skipped_and_forward_still_checked(small: Non
 def test_other_backward_errors_still_fail(small: None) -> None:
     api = _api()
     api.chunk = _backward_raises("CUDA error: an illegal memory access was encountered")
-    [result] = kt.run_case(api, _case(), CPU)
+    [result] = kt.FlaSuite().run_one(api, _case(), CPU)
     assert result.status == "failed" and "illegal memory access" in result.detail
 
 
@@ -489,7 +489,7 @@ def test_report_on_a_machine_without_gpu(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     out = tmp_path / "r" / "result.json"
-    code = kt.main(["--out", str(out), "--quick"])
+    code = kt.FlaSuite().main(["--out", str(out), "--quick"])
     data = json.loads(out.read_text())
     assert code == 3 and data["status"] == "skipped" and "no CUDA GPU" in data["reason"]
     assert data["counts"] == {"passed": 0, "failed": 0, "skipped": 0} and data["speed"] == []
@@ -497,16 +497,16 @@ def test_report_on_a_machine_without_gpu(tmp_path: Path) -> None:
 
 
 def test_finalize_and_json_safety(tmp_path: Path) -> None:
-    report = kt.new_report(1, False)
+    report = kt.FlaSuite().new_report(1, False)
     report["cases"] = [{"name": "a", "status": "passed"}, {"name": "b", "status": "failed"},
                        {"name": "c", "status": "skipped"}]
     report["speed"] = [{"name": "x", "kernel_ms": float("nan")}]
-    kt.finalize(report)
+    kt.kh.finalize(report)
     assert report["status"] == "failed" and report["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
-    kt.write_report(report, tmp_path / "r.json")
+    kt.kh.write_report(report, tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text())["speed"][0]["kernel_ms"] is None
-    empty = kt.new_report(1, False)
-    kt.finalize(empty)
+    empty = kt.FlaSuite().new_report(1, False)
+    kt.kh.finalize(empty)
     assert empty["status"] == "skipped" and empty["reason"] == "no case ran"
 
 
@@ -517,15 +517,15 @@ def test_tolerances_follow_upstream_and_scale_for_bf16() -> None:
 
 def test_bitwise_and_ratio_checks() -> None:
     a = torch.randn(4, 5)
-    assert kt.check_same("x", a, a.clone()).ok
+    assert kt.kh.check_equal("x", a, a.clone()).ok
     b = a.clone()
     b[0, 0] += 1e-6
-    assert not kt.check_same("x", b, a).ok
-    assert kt.check_ratio("o", a + 1e-4 * torch.randn_like(a), a, 0.005).ok
-    assert not kt.check_ratio("o", a * 1.05, a, 0.005).ok
-    assert kt.check_ratio("o", a + 1e-7, a, 1e-9).ok  # tiny absolute difference passes, as upstream
-    assert not kt.check_ratio("o", a[:2], a, 0.005).ok
-    assert "kernel returned no tensor" in kt.check_ratio("dh0", None, a, 0.008).note
+    assert not kt.kh.check_equal("x", b, a).ok
+    assert kt.kh.check_ratio("o", a + 1e-4 * torch.randn_like(a), a, 0.005).ok
+    assert not kt.kh.check_ratio("o", a * 1.05, a, 0.005).ok
+    assert kt.kh.check_ratio("o", a + 1e-7, a, 1e-9).ok  # tiny absolute difference passes, as upstream
+    assert not kt.kh.check_ratio("o", a[:2], a, 0.005).ok
+    assert "kernel returned no tensor" in kt.kh.check_ratio("dh0", None, a, 0.008).note
 
 
 FAKE_FLA = {
@@ -555,10 +555,10 @@ import kernel_tests as kt
 if __name__ == "__main__":
     cases = [c for c in kt.build_cases(True, {"gva_chunk": True, "gva_recurrent": True}) if c.seqlen <= 70]
     cases = [kt.replace(c, batch=1) for c in cases]
-    groups = kt.group_cases(cases)
-    report = kt.new_report(7, True)
+    groups = kt.FlaSuite().group_cases(cases)
+    report = kt.FlaSuite().new_report(7, True)
     report["cases"] = [{"name": "device_flags/IS_NVIDIA_BLACKWELL", "status": "passed", "detail": ""}]
-    rows = kt.run_groups(report, Path(sys.argv[1]), groups, 2, torch.device("cpu"))
+    rows = kt.FlaSuite().run_groups(report, Path(sys.argv[1]), cases, 2, None, torch.device("cpu"))
     print(json.dumps({"groups": len(groups), "cases": len(cases), "rows": rows, "driver": str(os.getpid())}))
 """
 

@@ -35,9 +35,7 @@ import contextlib
 import functools
 import importlib
 import importlib.metadata
-import json
 import logging
-import math
 import os
 import sys
 import time
@@ -52,7 +50,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the hub; neve
 
 import torch  # noqa: E402
 
-EXIT_CODES = {"passed": 0, "failed": 1, "skipped": 3}
+try:
+    import kernel_harness as kh  # on PYTHONPATH when the builder runs the check
+except ImportError:  # run in place from a checkout or an unpacked recipes/ folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_harness"))
+    import kernel_harness as kh
 MODELING = "transformers.models.qwen3_next.modeling_qwen3_next"
 # bf16 model; upstream's error ratio RMS(fast - torch) / RMS(torch). A linear-attention layer on identical inputs:
 # CPU stand-ins that compute exactly what the torch fallback computes, but in fp32 where it rounds to bf16
@@ -126,7 +128,7 @@ def install_spies() -> Dict[str, SpyRecord]:
             module = importlib.import_module(module_name)
             original = getattr(module, attr)
         except Exception as exc:  # noqa: BLE001  (missing package, or one that does not import)
-            record.import_error = _short_error(exc)
+            record.import_error = kh.short_error(exc)
             continue
 
         def make(rec: SpyRecord, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -315,13 +317,6 @@ def run_layers(model: Any, layer_inputs: List[torch.Tensor]) -> List[torch.Tenso
         return [layer(x).detach().float().clone() for layer, x in zip(gdn_layers(model), layer_inputs)]
 
 
-def err_ratio(got: torch.Tensor, ref: torch.Tensor) -> Tuple[float, float]:
-    """(RMS(got - ref) / RMS(ref), max |got - ref|), as fla's assert_close."""
-    diff = got.double() - ref.double()
-    return (diff.square().mean().sqrt().item() / (ref.double().square().mean().sqrt().item() + 1e-8),
-            diff.abs().max().item())
-
-
 @dataclass
 class CaseResult:
     name: str
@@ -338,18 +333,10 @@ def compare(name: str, fast: torch.Tensor, ref: torch.Tensor, tol: float) -> Cas
     bad = int((~torch.isfinite(fast)).sum().item())
     if bad:
         return CaseResult(name, "failed", f"{bad}/{fast.numel()} non-finite values on the fast path", tol=tol)
-    ratio, abs_err = err_ratio(fast, ref)
+    ratio, abs_err = kh.err_ratio(fast, ref)
     ok = ratio < tol
     return CaseResult(name, "passed" if ok else "failed", f"ratio {ratio:.2e} (tol {tol}), max abs {abs_err:.3g}",
-                      _finite(ratio), _finite(abs_err), tol)
-
-
-def _finite(x: float) -> Optional[float]:
-    return x if math.isfinite(x) else None
-
-
-def _short_error(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+                      kh.finite_float(ratio), kh.finite_float(abs_err), tol)
 
 
 # --------------------------------------------------------------------------- the check
@@ -420,8 +407,8 @@ def run_check(report: Dict[str, Any], device: torch.device, seed: int, quick: bo
         except ModuleNotFoundError as exc:
             if exc.name is not None and (exc.name == MODELING or MODELING.startswith(exc.name + ".")):
                 tf_logger.removeHandler(messages)
-                report.update(status="skipped", reason=f"transformers {_version('transformers') or '(not installed)'} has no Qwen3-Next "
-                                                       f"({_short_error(exc)})")
+                report.update(status="skipped", reason=f"transformers {kh.installed_version('transformers') or '(not installed)'} has no Qwen3-Next "
+                                                       f"({kh.short_error(exc)})")
                 return
             raise
         report["modeling_imported_before_spies"] = already
@@ -480,50 +467,12 @@ def _cpu_availability_for_development(spies: Dict[str, SpyRecord]) -> None:
 # --------------------------------------------------------------------------- report and CLI
 
 
-def _version(dist: str) -> Optional[str]:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def new_report(seed: int, quick: bool, device: str) -> Dict[str, Any]:
-    return {"check": "qwen3-next fast path", "versions": {d: _version(d) for d in (
+    return {"check": "qwen3-next fast path", "versions": {d: kh.installed_version(d) for d in (
         "transformers", "torch", "triton", "fla-core", "flash-linear-attention", "causal-conv1d", "kernels")},
         "device": device, "gpu": None, "capability": None, "seed": seed, "quick": quick,
         "env": {k: os.environ.get(k) for k in ("FLA_DISABLE_BACKEND_DISPATCH", "HF_HUB_OFFLINE", "USE_HUB_KERNELS")},
         "status": None, "reason": "", "counts": {"passed": 0, "failed": 0, "skipped": 0}, "cases": [], "speed": []}
-
-
-def finalize(report: Dict[str, Any]) -> None:
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for case in report["cases"]:
-        counts[case["status"]] += 1
-    report["counts"] = counts
-    if report["status"] is None:
-        if counts["failed"]:
-            report["status"], report["reason"] = "failed", f"{counts['failed']} case(s) failed"
-        elif counts["passed"]:
-            report["status"] = "passed"
-        else:
-            report["status"], report["reason"] = "skipped", report["reason"] or "no case ran"
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return _finite(value)
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (str, int, bool)) or value is None:
-        return value
-    return repr(value)
-
-
-def write_report(report: Dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n")
 
 
 def print_summary(report: Dict[str, Any]) -> None:
@@ -561,13 +510,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 report.update(gpu=torch.cuda.get_device_name(device), capability=f"{major}.{minor}")
             run_check(report, device, seed, args.quick)
     except BaseException as exc:  # noqa: BLE001  (the report must still be written)
-        report.update(status="failed", reason=f"harness error: {_short_error(exc)}",
+        report.update(status="failed", reason=f"harness error: {kh.short_error(exc)}",
                       traceback=traceback.format_exc()[-4000:])
     finally:
-        finalize(report)
-        write_report(report, args.out)
+        kh.finalize(report)
+        kh.write_report(report, args.out)
         print_summary(report)
-    return EXIT_CODES[report["status"]]
+    return kh.EXIT_CODES[report["status"]]
 
 
 if __name__ == "__main__":
