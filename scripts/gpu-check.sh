@@ -125,7 +125,13 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
         python3 recipes/mamba-ssm/transformers_check.py --out "$OUT/mamba-transformers.json" || status=1
     fi
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|mamba"; exit 2 ;;
+  mamba-tf)
+    # only the transformers check: Mamba2ForCausalLM with our mamba-ssm + causal-conv1d (sm_90) wheels
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mamba-site .carry/mamba/*.whl || exit 1
+    step timeout "${MAMBA_TF_TIMEOUT:-300}" env PYTHONPATH=/tmp/mamba-site TRITON_CACHE_DIR=/tmp/mamba-triton \
+      python3 recipes/mamba-ssm/transformers_check.py --out "$OUT/mamba-transformers.json" || status=1
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|mamba|mamba-tf"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status
