@@ -52,6 +52,7 @@ class BuildOptions:
     keep_workdir: bool = False
     stage: bool = False  # publish into wheelhouse/staging; `builder test` on a GPU machine promotes it
     compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
+    replace: bool = False  # replace a published wheel of the same file name built for another arch set
 
 
 @contextmanager
@@ -262,7 +263,7 @@ def _build_in(
     record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name,
                   compiler_cache=compiler_cache)  # after finalize: not inside the wheel, which stays reproducible
     with timed(timings, "publish"):
-        published = house.publish(final, record)
+        published = house.publish(final, record, replace=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     log.ok(f"{where}: {published} (index: {house.index_url()})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import json
@@ -100,10 +101,11 @@ def test_files_redirects_and_hidden(served: tuple[Wheelhouse, str, io.StringIO])
     house, url, log = served
     name = "Demo_Pkg-1.0+cu130torch2.14-py3-none-any.whl"
     status, headers, body = get(url + "wheels/" + name.replace("+", "%2B"))
-    assert status == 200 and body == (house.wheels / name).read_bytes()
+    assert status == 200 and hashlib.sha256(body).digest() == hashlib.sha256((house.wheels / name).read_bytes()).digest(), \
+        "the served wheel differs"
     assert headers["content-type"] == "application/octet-stream"
     status, _, body = get(url + f"wheels/{name}.metadata")
-    assert status == 200 and body == (house.wheels / f"{name}.metadata").read_bytes()
+    assert status == 200 and body == (house.wheels / f"{name}.metadata").read_bytes(), "the sidecar differs"
     status, headers, _ = get(url + "simple/Demo_Pkg/", SIMPLE_JSON)
     assert status == 301 and headers["location"] == "/simple/demo-pkg/", "PEP 503: normalized names"
     status, headers, _ = get(url + "simple/demo-pkg")
