@@ -335,7 +335,7 @@ class Wheelhouse:
                 entries = [e for e in self._entries() if e.filename != wheel.name]
                 entries.append(Entry(wheel.name, data, sidecar, record, has_log, digest))
                 self._commit(txn, sorted(entries, key=lambda e: e.filename), f"publishing {wheel.name} into")
-        except OSError as e:  # raised by _commit only before its commit point, or here while staging
+        except OSError as e:  # while staging the wheel, sidecar, record or log (_commit raises PublishError)
             txn.abort()
             raise PublishError(f"publishing {wheel.name} into {self.root} failed: {e}; nothing was changed",
                                "free space (or fix the permissions) and run the build again") from e
@@ -355,24 +355,25 @@ class Wheelhouse:
             )
 
     def _commit(self, txn: Transaction, entries: list[Entry], doing: str, rehash: bool = False) -> None:
-        """Stage every page for ``entries`` into ``txn`` and commit it. An OSError before the commit point is
-        re-raised as is (nothing changed; the caller aborts); one after it says what was committed."""
+        """Stage every page for ``entries`` into ``txn`` and commit it. A failure before the commit point leaves
+        everything as it was and says so; one after it says what was committed."""
         try:
             self._stage_pages(txn, entries, rehash)
-        except BaseException:
-            txn.abort()
-            raise
-        try:
             txn.commit()
         except OSError as e:
+            if (self.root / JOURNAL).exists():
+                raise PublishError(
+                    f"{doing} {self.root}: committed, but finishing it failed ({e}); the wheelhouse is complete "
+                    "after the next builder command on it replays the journal",
+                    "free space and run `builder index rebuild`",
+                ) from e
+            txn.abort()
+            raise PublishError(f"{doing} {self.root} failed: {e}; nothing was changed",
+                               "free space (or fix the permissions) and run it again") from e
+        except BaseException:
             if not (self.root / JOURNAL).exists():
                 txn.abort()
-                raise
-            raise PublishError(
-                f"{doing} {self.root}: committed, but finishing it failed ({e}); the wheelhouse is complete only "
-                "after the next builder command on it (or `builder index rebuild`) replays the journal",
-                "free space and run `builder index rebuild`",
-            ) from e
+            raise
 
     def find_record(self, cache_key: str) -> tuple[Path, dict[str, object]] | None:
         """A published wheel built from exactly these inputs (the "unchanged, skip" check), verified: its bytes
@@ -467,10 +468,9 @@ class Wheelhouse:
             entries.append(Entry(entry.filename, wheel, sidecar, entry.record, has_log))
         try:
             self._commit(txn, entries, "rebuilding the index of", rehash=True)
-        except OSError as e:
+        except BaseException:
             txn.abort()
-            raise PublishError(f"rebuilding the index of {self.root} failed: {e}; nothing was changed",
-                               "free space (or fix the permissions) and run it again") from e
+            raise
 
     def labels(self) -> list[str]:
         """The channels (local version labels) of the published wheels."""
@@ -483,10 +483,11 @@ class Wheelhouse:
             try:
                 self._stage_dashboard(txn, self._entries())
                 txn.commit()
-            except OSError:
-                txn.abort()  # the dashboard is a view, not the index: a stale one is rewritten by the next publish
+            except OSError as e:
                 if (self.root / JOURNAL).exists():
-                    raise
+                    raise PublishError(f"refreshing the dashboard of {self.root} failed after its commit: {e}",
+                                       "run `builder index rebuild`") from e
+                txn.abort()  # the dashboard is a view, not the index: a stale one is rewritten by the next publish
 
     # ------------------------------------------------------------------ page generation (caller holds the lock)
 

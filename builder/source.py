@@ -186,13 +186,21 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
         return path, digest
     if ref.kind == "git":
         return _fetch_git(ref, settings)
-    cached = settings.cache("sources") / ref.filename
+    cached = _cache_path(ref, settings)
+    first = _first_fetch_hash(cached)  # a URL source with no recorded sha256: what its first fetch hashed to
+    expected, against = (ref.sha256, "the recorded sha256") if ref.sha256 else (first, "the sha256 of its first fetch")
     if cached.exists():
         digest = sha256_file(cached)
-        if ref.sha256 is None or digest == ref.sha256:
-            log.info(f"source {ref.filename}: cached, sha256 {digest[:12]}… verified")
+        if expected is not None and digest == expected:
+            log.info(f"source {ref.filename}: cached, sha256 {digest[:12]}… matches {against}")
             return cached, digest
-        log.warning(f"cached {ref.filename} has sha256 {digest[:12]}…, expected {ref.sha256[:12]}…; fetching again")
+        if expected is not None:
+            log.warning(f"cached {ref.filename} has sha256 {digest[:12]}…, expected {expected[:12]}… ({against})")
+            if settings.offline:
+                raise ChecksumError(
+                    f"checksum mismatch for the cached {ref.filename}: sha256 is {digest}, expected {expected} "
+                    f"({against})", "the cache was altered: run once online to fetch it again",
+                )
         cached.unlink()
     if settings.offline:
         raise SourceError(f"{ref.filename} is not in the cache and --offline forbids downloading", "run once online")
@@ -206,12 +214,44 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
         raise SourceError(f"download of {ref.location} failed: {e}", "check the network or use --offline") from e
     digest = sha256_file(tmp)
     try:
+        if ref.sha256 is None and first is not None and digest != first:
+            raise ChecksumError(
+                f"{ref.location} changed since its first fetch: sha256 is {digest}, it was {first}",
+                f"check the file; then record its sha256 in the recipe (source.sha256) or remove {cached.parent}",
+            )
         _check_digest(ref, digest, tmp)
     except ChecksumError:
         tmp.unlink(missing_ok=True)
         raise
+    if ref.sha256 is None and first is None:
+        _atomic_write(_first_fetch_file(cached), (digest + "\n").encode())
+        log.warning(f"source {ref.filename}: sha256 {digest} recorded at its first fetch, not verified (the recipe "
+                    "records none; add it to source.sha256 to pin it)")
+    else:
+        log.info(f"source {ref.filename}: sha256 {digest[:12]}… matches {against}")
     tmp.replace(cached)
     return cached, digest
+
+
+def _cache_path(ref: SourceRef, settings: Settings) -> Path:
+    """PyPI sdists by file name (PyPI never reuses one, and its hash is always checked); URL sources by URL, so
+    two URLs with the same file name are two sources."""
+    if ref.kind == "url":
+        key = hashlib.sha256(ref.location.encode()).hexdigest()[:16]
+        return settings.cache("sources", "url", key) / ref.filename
+    return settings.cache("sources") / ref.filename
+
+
+def _first_fetch_file(cached: Path) -> Path:
+    return cached.with_name(f"{cached.name}.first-fetch.sha256")
+
+
+def _first_fetch_hash(cached: Path) -> str | None:
+    try:
+        text = _first_fetch_file(cached).read_text().strip()
+    except OSError:
+        return None
+    return text if len(text) == 64 else None
 
 
 def _check_digest(ref: SourceRef, digest: str, path: Path) -> None:
@@ -231,7 +271,7 @@ def _fetch_git(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
         tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{key}."))
         cmd = ["git", "clone", "--quiet", "--depth", "1", "--branch", str(ref.git_ref), ref.location, str(tmp)]
         log.command(cmd)
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SourceError(f"git clone of {ref.location}@{ref.git_ref} failed: {result.stderr.strip()[-300:]}")

@@ -138,13 +138,14 @@ def test_sigkill_during_download_then_recovery(tmp_path: Path) -> None:
     """)
     try:
         proc = subprocess.Popen([sys.executable, "-c", script])
-        part = cache / "sources" / ".pkg-1.0.tar.gz.part"
+        def part_started() -> bool:
+            return any(p.stat().st_size > 0 for p in (cache / "sources").rglob(".pkg-1.0.tar.gz.part"))
         deadline = time.monotonic() + 30
-        while not (part.exists() and part.stat().st_size > 0) and time.monotonic() < deadline:
+        while not part_started() and time.monotonic() < deadline:
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert not (cache / "sources" / "pkg-1.0.tar.gz").exists(), "a partial download is never under the real name"
+        assert not list((cache / "sources").rglob("pkg-1.0.tar.gz")), "a partial download is never under the real name"
         settings = Settings(cache_dir=cache, wheelhouse=tmp_path / "wh", recipes_dir=tmp_path, patches_dir=tmp_path)
         path, got = fetch(SourceRef("url", url, "pkg-1.0.tar.gz", digest), settings)
         assert got == digest and sha256_file(path) == sha256_file(archive), "the cached archive differs"

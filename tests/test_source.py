@@ -109,11 +109,11 @@ def test_url_download_verified_and_cached(tmp_path: Path) -> None:
     digest = sha256_file(archive)
     ref = SourceRef("url", archive.as_uri(), archive.name, digest)
     cached, got = fetch(ref, settings(tmp_path))
-    assert got == digest and cached.parent == tmp_path / "cache" / "sources"
+    assert got == digest and cached.parent.parent == tmp_path / "cache" / "sources" / "url"
     archive.unlink()  # the cache now serves it, also offline
     assert fetch(ref, settings(tmp_path, offline=True))[1] == digest
-    cached.write_bytes(b"tampered")  # a damaged cache entry is not trusted
-    with pytest.raises(SourceError, match="--offline forbids downloading"):
+    cached.write_bytes(b"tampered")  # a damaged cache entry is not trusted, and offline that is what the error says
+    with pytest.raises(ChecksumError, match="checksum mismatch for the cached pkg-1.0.tar.gz"):
         fetch(ref, settings(tmp_path, offline=True))
 
 
@@ -122,7 +122,38 @@ def test_url_download_with_wrong_hash_leaves_nothing(tmp_path: Path) -> None:
     ref = SourceRef("url", archive.as_uri(), archive.name, "f" * 64)
     with pytest.raises(ChecksumError):
         fetch(ref, settings(tmp_path))
-    assert list((tmp_path / "cache" / "sources").iterdir()) == []
+    assert [p for p in (tmp_path / "cache" / "sources").rglob("*") if p.is_file()] == []
+
+
+def test_url_sources_are_keyed_by_url_and_content(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 case 4: two URLs with the same file name are two sources; with no recorded hash the log says
+    "recorded at its first fetch, not verified", and only later fetches are checked (against that hash)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = make_tar(tmp_path / "a" / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"one")])
+    two = make_tar(tmp_path / "b" / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"two")])
+    path_one, digest_one = fetch(SourceRef("url", one.as_uri(), one.name, None), settings(tmp_path))
+    first_log = capsys.readouterr().err
+    assert "recorded at its first fetch, not verified" in first_log and "verified" not in first_log.replace(
+        "not verified", ""), first_log
+    path_two, digest_two = fetch(SourceRef("url", two.as_uri(), two.name, None), settings(tmp_path))
+    assert digest_one == sha256_file(one) and digest_two == sha256_file(two) and digest_one != digest_two
+    assert path_one != path_two, "the second URL was served the first URL's cached file"
+    capsys.readouterr()
+    again = fetch(SourceRef("url", one.as_uri(), one.name, None), settings(tmp_path, offline=True))
+    assert again[1] == digest_one and "matches the sha256 of its first fetch" in capsys.readouterr().err
+
+
+def test_url_source_that_changed_since_its_first_fetch_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "up").mkdir()
+    archive = make_tar(tmp_path / "up" / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"one")])
+    ref = SourceRef("url", archive.as_uri(), archive.name, None)
+    cached, _ = fetch(ref, settings(tmp_path))
+    make_tar(archive, [file_member("pkg-1.0/setup.py", b"changed upstream")])
+    cached.unlink()  # the cache is lost: the next fetch is checked against the first one's hash
+    with pytest.raises(ChecksumError, match="changed since its first fetch"):
+        fetch(ref, settings(tmp_path))
+    assert not cached.exists()
 
 
 def test_git_source(tmp_path: Path) -> None:
