@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .errors import ChecksumError, SourceError
+from .errors import ChecksumError, RecipeError, SourceError
 from .log import log
 from .recipe import Recipe
 from .settings import Settings
@@ -147,6 +147,8 @@ def source_for(recipe: Recipe, version: str, override: str | None, settings: Set
     if location is None and recipe.source.git is not None:
         location = "git+" + recipe.source.git
     if location is not None:
+        if override is None:
+            check_recipe_path(recipe)
         return _ref_from_location(location, version, recipe, recorded)
     releases = pypi_releases(recipe.source.pypi or recipe.name, settings)
     if version not in releases:
@@ -158,6 +160,13 @@ def source_for(recipe: Recipe, version: str, override: str | None, settings: Set
             "the upstream file changed: check it, then update source.sha256 in the recipe",
         )
     return ref
+
+
+def check_recipe_path(recipe: Recipe) -> None:
+    """A recipe's ``source.path`` must exist; the error names the recipe file and the field."""
+    if recipe.source.path is not None and not recipe.source.path.exists():
+        raise RecipeError(f"{recipe.file}: field 'source.path' names {recipe.source.path}, which does not exist",
+                          "fix the path (relative to the recipe's folder) or give --source")
 
 
 def _ref_from_location(location: str, version: str, recipe: Recipe, recorded: str | None) -> SourceRef:
