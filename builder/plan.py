@@ -33,7 +33,14 @@ from .compat import (
 from .errors import UsageError
 from .recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from .settings import Settings
-from .source import SourceRef, check_recipe_path, local_version, pypi_releases, resolve_version, source_for
+from .source import (
+    SourceRef,
+    check_recipe_path,
+    local_version,
+    pypi_releases,
+    resolve_version,
+    source_for,
+)
 from .toolchain import docker_image_for
 
 # CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
