@@ -336,3 +336,21 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
     assert not torn, f"torn reads: {torn[:3]}"
     assert not [p for p in house.root.rglob(".*") if p.name != ".publish.lock"], "no temp files left"
     print(f"{workers} publishers x {per_worker} wheels in {elapsed:.1f}s; {reads[0]} concurrent page reads, 0 torn")
+
+
+def test_rebuild_copies_no_log_from_outside_the_builders_folders(tmp_path: Path) -> None:
+    """Issue 17 case 9: a record whose build_log names /etc/passwd (or a link to it) gets no copy in logs/."""
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14")
+    house.publish(wheel, {})
+    record_path = house.records / f"{wheel.name}.json"
+    record = json.loads(record_path.read_text())
+    logs = tmp_path / "cache" / "logs"
+    logs.mkdir(parents=True)
+    link = logs / "demo-1.0-0123456789ab.log"  # the builder's naming, but a link to a foreign file
+    link.symlink_to("/etc/passwd")
+    for build_log in ("/etc/passwd", str(link)):
+        record_path.write_text(json.dumps({**record, "build_log": build_log, "package": "demo", "version": "1.0",
+                                           "cache_key": "0123456789abcdef"}))
+        assert run_cli("index", "rebuild", "--wheelhouse", str(house.root)).code == 0
+        assert not (house.logs / f"{wheel.name}.log").exists(), f"{build_log} was copied into logs/"
