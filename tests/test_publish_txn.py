@@ -136,6 +136,7 @@ def test_sigkill_at_every_rename_and_fsync_leaves_the_old_or_the_new_state(tmp_p
         found = house.find_record("new")
         assert (found is not None) == (outcome == "new"), f"kill at step {kill_at}: unchanged check says {found}"
         shutil.rmtree(root)
+    print(f"{case}: killed at {kill_at - 1} steps, then completed: {outcomes}")
     assert kill_at > 15, f"only {kill_at} steps: the hook did not see the publish's renames and fsyncs"
     assert outcomes["old"] and outcomes["new"], outcomes
     assert_consistent(house)
@@ -186,6 +187,7 @@ def test_full_disk_at_every_amount_of_free_space(tmp_path: Path, case: str) -> N
             assert (house.find_record("new") is not None) == (state(house) != before)
             if outcomes["published"] >= 3:
                 break
+        print(f"{case}: {outcomes}, the last at {leave_kib} KiB free")
         assert outcomes["failed, nothing changed"] >= 5 and outcomes["published"], outcomes
         (mount / "filler").unlink()
         house.publish(new_wheel, {"cache_key": "new", "archs": ["90"]})  # space again: the rerun publishes
