@@ -114,7 +114,7 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     house = main_house.staging() if options.stage else main_house
     locks = settings.cache("locks")
     with FileLock(str(locks / f"{key[:32]}.lock")):
-        existing = main_house.find_record(key) or house.find_record(key)
+        existing = main_house.find_record(key) or (house.find_record(key) if options.stage else None)
         if existing and not options.force:
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
             log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
