@@ -12,9 +12,13 @@ Layout::
     wheelhouse/index.html                    the dashboard (builder/dashboard.py)
     wheelhouse/staging/                      a wheelhouse of its own: built, import-tested, awaiting GPU tests
 
-Every file is written to a temp name in its folder and ``os.replace``d, under one lock (``.publish.lock``), and
-every page is regenerated from the wheels and records each time: readers never see a half-written page or wheel,
-concurrent publishers lose nothing, and the pages cannot drift from the wheels.
+Every change (publish, remove, a new record, an index rebuild) is one ``Transaction`` under one lock
+(``.publish.lock``): every file of the new state, pages and dashboard included, is staged under a temp name of the
+builder's own naming (``.NAME.RANDOM.builder-tmp``) and fsynced, then one journal rename (``.publish-journal.json``)
+commits it and the renames follow. A kill or a full disk before the commit leaves the old state (the temps are
+swept by the next operation); after it, the next operation replays the journal (the new state). The pages are
+rendered from the state being committed, so they cannot drift from the wheels; records carry ``wheel_sha256``,
+which the unchanged check (``find_record``) verifies against the published bytes.
 """
 
 from __future__ import annotations
