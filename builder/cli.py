@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(a failed build always keeps them)")
     p.add_argument("--stage", action="store_true",
                    help="publish into wheelhouse/staging (no GPU here); `builder test` on a GPU machine promotes it")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a published wheel of the same file name even when it was built for other archs")
 
     p = sub.add_parser("test", help="import- and kernel-test a wheel here; promote it from staging if it passes")
     p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
@@ -213,6 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         keep_workdir=args.keep_workdir,
         stage=args.stage,
         compiler_cache=args.compiler_cache,
+        replace=args.replace,
     )
     settings = _settings(args)
     _check_cheap_flags(args)

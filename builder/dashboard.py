@@ -50,23 +50,40 @@ class Row:
         return self.sass + self.ptx
 
 
+@dataclass(frozen=True)
+class WheelFacts:
+    """What a row needs of one wheel: read from disk, or (for a publish not yet committed) handed in."""
+
+    filename: str
+    size: int
+    record: dict | None
+    has_log: bool
+
+
 def rows_of(root: Path, wheels: list[Path], *, area: str, prefix: str = "") -> list[Row]:
     """One row per wheel of one wheelhouse area; ``prefix`` makes links relative to the dashboard's folder."""
-    rows = []
+    facts = []
     for wheel in wheels:
         try:
             record = json.loads((root / "records" / f"{wheel.name}.json").read_text())
         except (OSError, ValueError):
-            record = {}
+            record = None
         try:
-            rows.append(_row(wheel, record if isinstance(record, dict) else {}, area, prefix, root))
+            size = wheel.stat().st_size
         except FileNotFoundError:  # taken out of staging by a promotion while we looked
             continue
-    return rows
+        facts.append(WheelFacts(wheel.name, size, record if isinstance(record, dict) else None,
+                                (root / "logs" / f"{wheel.name}.log").exists()))
+    return rows_from(facts, area=area, prefix=prefix)
 
 
-def _row(wheel: Path, record: dict, area: str, prefix: str, root: Path) -> Row:
-    name, version, _, tags = parse_wheel_filename(wheel.name)
+def rows_from(facts: list[WheelFacts], *, area: str, prefix: str = "") -> list[Row]:
+    return [_row(f, area, prefix) for f in facts]
+
+
+def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
+    record = facts.record or {}
+    name, version, _, tags = parse_wheel_filename(facts.filename)
     label = version.local or ""
     match = _LABEL_RE.match(label)
     cuda = str(record.get("cuda") or (f"{match.group(1)}.{match.group(2)}" if match else "—"))
@@ -79,22 +96,22 @@ def _row(wheel: Path, record: dict, area: str, prefix: str, root: Path) -> Row:
     objects = inspect.get("objects") or []
     sass = sorted({a for o in objects for a in o.get("sass", [])}, key=_arch_key)
     ptx = sorted({a for o in objects for a in o.get("ptx", [])}, key=_arch_key)
-    links = {"wheel": f"{prefix}wheels/{wheel.name}", "metadata": f"{prefix}wheels/{wheel.name}.metadata"}
-    if (root / "records" / f"{wheel.name}.json").exists():
-        links["record"] = f"{prefix}records/{wheel.name}.json"
-    if (root / "logs" / f"{wheel.name}.log").exists():
-        links["log"] = f"{prefix}logs/{wheel.name}.log"
+    links = {"wheel": f"{prefix}wheels/{facts.filename}", "metadata": f"{prefix}wheels/{facts.filename}.metadata"}
+    if facts.record is not None:
+        links["record"] = f"{prefix}records/{facts.filename}.json"
+    if facts.has_log:
+        links["log"] = f"{prefix}logs/{facts.filename}.log"
     import_status = str(tests.get("import_status") or "not run")
     kernel_status = str(tests.get("kernel_status") or "not run")
     return Row(
-        filename=wheel.name, package=str(record.get("package") or name), version=str(version.public),
+        filename=facts.filename, package=str(record.get("package") or name), version=str(version.public),
         label=label, cuda=cuda, torch=torch, python=python,
         archs_requested=[str(a) for a in record.get("archs") or []], sass=sass, ptx=ptx, area=area,
         status=_status(area, record, import_status, kernel_status), import_status=import_status,
         kernel_status=kernel_status, kernel_reason=str(tests.get("kernel_reason") or ""),
         counts={k: int(v) for k, v in (tests.get("counts") or {}).items()},
         speed=[s for s in tests.get("speed") or [] if isinstance(s, dict)], gpu=str(tests.get("gpu") or ""),
-        size=wheel.stat().st_size, links=links,
+        size=facts.size, links=links,
     )
 
 

@@ -870,8 +870,11 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
                             python=python.version, torch=python.torch or "", compiler=compilers[cc_key])
         except (BuilderError, _Undecided):
             continue
-        if key in keys:
-            found[farm_target.id] = Unchanged(keys[key], key, round(time.monotonic() - start, 2))
+        # verified like the pipeline's own check: the wheel's bytes match its record and the pages list it
+        verified = house.find_record(key) or (house.staging().find_record(key) if stage else None) \
+            if key in keys else None
+        if verified:
+            found[farm_target.id] = Unchanged(verified[0], key, round(time.monotonic() - start, 2))
     return found
 
 

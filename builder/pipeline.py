@@ -52,6 +52,7 @@ class BuildOptions:
     keep_workdir: bool = False
     stage: bool = False  # publish into wheelhouse/staging; `builder test` on a GPU machine promotes it
     compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
+    replace: bool = False  # replace a published wheel of the same file name built for another arch set
 
 
 @contextmanager
@@ -113,7 +114,7 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     house = main_house.staging() if options.stage else main_house
     locks = settings.cache("locks")
     with FileLock(str(locks / f"{key[:32]}.lock")):
-        existing = main_house.find_record(key) or house.find_record(key)
+        existing = main_house.find_record(key) or (house.find_record(key) if options.stage else None)
         if existing and not options.force:
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
             log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
@@ -262,7 +263,7 @@ def _build_in(
     record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name,
                   compiler_cache=compiler_cache)  # after finalize: not inside the wheel, which stays reproducible
     with timed(timings, "publish"):
-        published = house.publish(final, record)
+        published = house.publish(final, record, replace=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     log.ok(f"{where}: {published} (index: {house.index_url()})")

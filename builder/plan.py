@@ -33,7 +33,14 @@ from .compat import (
 from .errors import UsageError
 from .recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from .settings import Settings
-from .source import SourceRef, local_version, pypi_releases, resolve_version, source_for
+from .source import (
+    SourceRef,
+    check_recipe_path,
+    local_version,
+    pypi_releases,
+    resolve_version,
+    source_for,
+)
 from .toolchain import docker_image_for
 
 # CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
@@ -138,6 +145,8 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     available: list[str] = []
     if target.source is None and recipe.source.path is None and recipe.source.git is None:
         available = list(pypi_releases(recipe.source.pypi or recipe.name, settings))
+    if target.source is None:
+        check_recipe_path(recipe)
     if target.version is None and not available:
         local = target.source or (str(recipe.source.path) if recipe.source.path else None)
         found = local_version(Path(local)) if local and "://" not in local else None

@@ -162,9 +162,16 @@ def find_recipe(name: str, recipes_dir: Path) -> Path:
 def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     """Parse and validate one recipe file."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise RecipeError(f"{path}: recipe file not found") from e
+    except IsADirectoryError as e:
+        raise RecipeError(f"{path}: is a folder, not a recipe file", "a recipe is one TOML file") from e
+    except UnicodeDecodeError as e:
+        raise RecipeError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
+                          "TOML files are UTF-8: re-save it as UTF-8") from e
+    except OSError as e:
+        raise RecipeError(f"{path}: cannot be read ({e.strerror or e})") from e
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{path}: not valid TOML: {e}") from e
     checker = TomlChecker(path)
@@ -304,10 +311,15 @@ def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> Sou
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             checker.fail(f"source.sha256.{version}", "must be 64 lowercase hex digits")
     local = table.get("path")
+    git_ref = table.get("git-ref", "v{version}")
+    try:
+        git_ref.format(version="0")
+    except (KeyError, IndexError, ValueError, AttributeError) as e:
+        checker.fail("source.git-ref", f"is {git_ref!r}: the only placeholder it may hold is {{version}} ({e!r})")
     return SourceSpec(
         pypi=table.get("pypi"),
         git=table.get("git"),
-        git_ref=table.get("git-ref", "v{version}"),
+        git_ref=git_ref,
         path=(path.parent / local).resolve() if local else None,
         sha256=dict(sha256),
     )

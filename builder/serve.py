@@ -9,7 +9,9 @@ Standard library only (``http.server.ThreadingHTTPServer``). Index folders (``si
     text/html, */*, no header              → index.html (served as text/html)
     anything else                          → 406 Not Acceptable
 
-Every response to an index folder says ``Vary: Accept``. Dot-files (the lock, temp files) are never served.
+Every response to an index folder says ``Vary: Accept``. Dot-files (the lock, temp files) are never served, nor
+anything a symlink points to outside the wheelhouse; every request is answered (400 for a NUL byte, 414 for a path
+over 4096 bytes or a segment over 255, 404, 406), never a dropped connection.
 Requests are logged one per line (``"GET /path HTTP/1.1" 200``) to stderr or a given stream.
 """
 
@@ -34,6 +36,8 @@ _LATEST_JSON = "application/vnd.pypi.simple.latest+json"
 _LATEST_HTML = "application/vnd.pypi.simple.latest+html"
 # What we can serve, in our order of preference when a client rates several equally.
 _OFFERS = (SIMPLE_JSON, SIMPLE_HTML, "text/html")
+MAX_PATH = 4096  # a longer request path is answered 414
+MAX_SEGMENT = 255  # a longer path segment cannot name a file (NAME_MAX): 414
 
 
 def negotiate(accept: str | None, query_format: str | None = None) -> str | None:
@@ -84,12 +88,35 @@ class IndexHandler(SimpleHTTPRequestHandler):
         super().__init__(*args, **kwargs)
 
     def send_head(self):  # noqa: ANN201 (the base class's contract: a file object or None)
+        try:
+            return self._send_head()
+        except (OSError, ValueError, RuntimeError) as e:  # an odd path the checks below did not foresee
+            self.send_error(HTTPStatus.BAD_REQUEST, "Bad Request", f"cannot serve this path ({type(e).__name__})")
+            return None
+
+    def _send_head(self):  # noqa: ANN202
+        """Every request gets an answer: 414 for an over-long path or segment, 400 for a NUL byte, 404 for a
+        dot-file or anything that resolves (through symlinks) outside the wheelhouse."""
         parsed = urllib.parse.urlsplit(self.path)
-        parts = [p for p in posixpath.normpath(urllib.parse.unquote(parsed.path)).split("/") if p]
+        decoded = urllib.parse.unquote(parsed.path)
+        if len(self.path) > MAX_PATH or any(len(seg.encode()) > MAX_SEGMENT for seg in decoded.split("/")):
+            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "URI Too Long")
+            return None
+        if "\0" in decoded or "\0" in urllib.parse.unquote(parsed.query):
+            self.send_error(HTTPStatus.BAD_REQUEST, "Bad Request", "the path holds a NUL byte")
+            return None
+        parts = [p for p in posixpath.normpath(decoded).split("/") if p]
         if any(p.startswith(".") for p in parts):
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         fs_path = Path(self.translate_path(self.path))
+        try:
+            confined = self._confined(fs_path)
+        except (OSError, ValueError, RuntimeError):
+            confined = False
+        if not confined:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
         if not fs_path.exists() and self._redirect_to_normalized(parts, parsed):
             return None
         if fs_path.is_dir() and parsed.path.endswith("/") and (fs_path / "index.json").is_file() \
@@ -104,6 +131,16 @@ class IndexHandler(SimpleHTTPRequestHandler):
             page = fs_path / ("index.json" if chosen == SIMPLE_JSON else "index.html")
             return self._send_file(page, chosen if chosen != "text/html" else "text/html; charset=utf-8")
         return super().send_head()
+
+    def _confined(self, fs_path: Path) -> bool:
+        """Whether the path, symlinks resolved, stays inside the served folder and names no dot-file there."""
+        root = Path(self.directory).resolve()
+        if not fs_path.exists() and not fs_path.is_symlink():
+            return True  # nothing there: the normal 404 (or a PEP 503 redirect) follows
+        resolved = fs_path.resolve(strict=True)
+        if not resolved.is_relative_to(root):
+            return False
+        return not any(p.startswith(".") for p in resolved.relative_to(root).parts)
 
     def _send_file(self, path: Path, content_type: str):  # noqa: ANN202
         try:
@@ -144,7 +181,8 @@ class IndexHandler(SimpleHTTPRequestHandler):
     def list_directory(self, path):  # noqa: ANN001, ANN201
         """Folder listings without dot-files (the lock, temp files of a publish in progress)."""
         try:
-            names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+            names = sorted(n for n in os.listdir(path) if not n.startswith(".")
+                           and self._confined(Path(path) / n))  # no name of a link pointing out
         except OSError:
             self.send_error(HTTPStatus.NOT_FOUND, "No permission to list directory")
             return None

@@ -160,7 +160,7 @@ def test_patch_that_no_longer_applies(cli_env: dict[str, str], recipe_tree: Path
     patch.write_text(patch.read_text().replace("-PATCHED = False", "-PATCHED = None"))
     result = run_cli(*tiny(recipe_tree), env=cli_env)
     assert_one_line_error(result, "patch 0001-mark-patched.patch no longer applies to tinyext 0.1.0",
-                          "tinyext/__init__.py: hunk #1 FAILED")
+                          "tinyext/__init__.py: hunk #1 (line ", " of the patch) FAILED")
     assert result.code == 6
     assert "==> build" not in result.stderr  # stopped before compiling
     assert not Path(cli_env["BUILDER_WHEELHOUSE"]).exists()

@@ -3,6 +3,7 @@ wheelhouse valid and unchanged, and the next run recovers by itself."""
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import os
 import signal
@@ -38,8 +39,13 @@ def make_wheel(tmp: Path, name: str, version: str, payload: int = 0) -> Path:
     return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=[], build_record={})
 
 
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Digests, not bytes: a failing comparison reports in a second instead of diffing binary blobs."""
+    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*"))
             if p.is_file() and p.name != ".publish.lock"}
 
 
@@ -70,7 +76,7 @@ def test_sigkill_during_publish_leaves_wheelhouse_unchanged_and_next_run_recover
         assert after[page] == before[page], f"{page} changed although the publish died"
     # the next run takes the (free) lock, sweeps the stale temp files and publishes normally
     house.publish(second, {"cache_key": "b"})
-    assert (house.wheels / second.name).read_bytes() == second.read_bytes()
+    assert digest(house.wheels / second.name) == digest(second), "the published wheel is not the one given"
     assert not [p for p in house.root.rglob(".*") if p.is_file() and p.name != ".publish.lock"]
     assert "second" in (house.simple / "index.html").read_text()
 
@@ -132,16 +138,17 @@ def test_sigkill_during_download_then_recovery(tmp_path: Path) -> None:
     """)
     try:
         proc = subprocess.Popen([sys.executable, "-c", script])
-        part = cache / "sources" / ".pkg-1.0.tar.gz.part"
+        def part_started() -> bool:
+            return any(p.stat().st_size > 0 for p in (cache / "sources").rglob(".pkg-1.0.tar.gz.part"))
         deadline = time.monotonic() + 30
-        while not (part.exists() and part.stat().st_size > 0) and time.monotonic() < deadline:
+        while not part_started() and time.monotonic() < deadline:
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert not (cache / "sources" / "pkg-1.0.tar.gz").exists(), "a partial download is never under the real name"
+        assert not list((cache / "sources").rglob("pkg-1.0.tar.gz")), "a partial download is never under the real name"
         settings = Settings(cache_dir=cache, wheelhouse=tmp_path / "wh", recipes_dir=tmp_path, patches_dir=tmp_path)
         path, got = fetch(SourceRef("url", url, "pkg-1.0.tar.gz", digest), settings)
-        assert got == digest and path.read_bytes() == archive.read_bytes()
+        assert got == digest and sha256_file(path) == sha256_file(archive), "the cached archive differs"
     finally:
         server.shutdown()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -80,7 +81,8 @@ def test_finalize_renames_and_records(tmp_path: Path) -> None:
     assert read_build_record(out) == {"cache_key": "abc"}
     again = finalize_wheel(make_wheel(tmp_path), tmp_path / "again", label="cu130torch2.14",
                            pins=["torch==2.14.1"], build_record={"cache_key": "abc"})
-    assert again.read_bytes() == out.read_bytes(), "finalize must be reproducible"
+    assert hashlib.sha256(again.read_bytes()).hexdigest() == hashlib.sha256(out.read_bytes()).hexdigest(), \
+        "finalize must be reproducible"
 
 
 def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
@@ -161,3 +163,32 @@ def test_the_record_in_the_wheel_names_cache_paths_relative_to_the_cache() -> No
                    "toolchain": {"reason": "pip toolkit at $BUILDER_CACHE_DIR/toolkits/13.0 (cached)"},
                    "source": {"location": "/c/cache-other/src"}, "archs": ["$BUILDER_CACHE_DIR"], "n": 3}
     assert record["build_log"] == "/c/cache/logs/x.log"  # the wheelhouse's copy is not touched
+
+
+def test_patch_failure_names_the_hunks_own_lines(tmp_path: Path) -> None:
+    """Issue 17 case 10: GNU patch's "FAILED at N" is where it tried (with its offset), not the hunk's line; the
+    error gives the hunk's line in the original file and in the patch file (a real GNU patch run)."""
+    import subprocess
+
+    from packaging.specifiers import SpecifierSet
+
+    from builder.errors import PatchError
+    from builder.patch import apply_patches
+    from builder.recipe import PatchSpec
+
+    tree = tmp_path / "src"
+    tree.mkdir()
+    lines = [f"line {i}\n" for i in range(1, 61)]
+    (tree / "setup.py").write_text("".join(lines))
+    changed = tmp_path / "changed.py"
+    changed.write_text("".join(lines).replace("line 3\n", "line three\n").replace("line 41\n", "line forty-one\n"))
+    diff = subprocess.run(["diff", "-u", "--label", "a/setup.py", "--label", "b/setup.py", str(tree / "setup.py"),
+                           str(changed)], capture_output=True, text=True, check=False).stdout
+    patch = tmp_path / "fix.patch"
+    patch.write_text("A description line.\n\n" + diff)
+    (tree / "setup.py").write_text("".join(["extra\n"] * 5 + lines).replace("line 40\n", "line 40 upstream\n"))
+    with pytest.raises(PatchError) as info:
+        apply_patches(tree, (PatchSpec(patch, SpecifierSet(), ""),), "demo", "1.0")
+    header = next(i for i, text in enumerate(patch.read_text().splitlines(), 1) if text.startswith("@@ -38"))
+    assert f"setup.py: hunk #2 (line 38 of the original, line {header} of the patch) FAILED" in info.value.message, \
+        info.value.message

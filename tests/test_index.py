@@ -122,7 +122,8 @@ def test_pep503_html_with_pep658_attributes(house: Wheelhouse) -> None:
         assert attrs["data-core-metadata"] == attrs["data-dist-info-metadata"] == f"sha256={sha256(sidecar)}"
         with zipfile.ZipFile(wheel) as zf:
             inside = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-            assert sidecar.read_bytes() == zf.read(inside), "the sidecar is METADATA byte for byte"
+            assert hashlib.sha256(sidecar.read_bytes()).digest() == hashlib.sha256(zf.read(inside)).digest(), \
+                "the sidecar is METADATA byte for byte"
         assert "Version: 1.0+cu" in sidecar.read_text() and "Requires-Dist: helper==1.1" in sidecar.read_text()
     assert "kernel tests skipped (no CUDA GPU visible)" in text, "the human note after each link stays"
     root = anchors(house.simple / "index.html")
@@ -187,10 +188,12 @@ def test_refuses_wheel_whose_metadata_version_differs(tmp_path: Path) -> None:
 
 
 def test_rebuild_regenerates_everything(house: Wheelhouse, tmp_path: Path) -> None:
-    log = tmp_path / "build.log"
+    log = tmp_path / "cache" / "logs" / "demo-2.0-0123456789ab.log"  # named as the pipeline names it
+    log.parent.mkdir(parents=True)
     log.write_text("nvcc -gencode arch=compute_120,code=sm_120 ...\nbuild ok\n")
     wheel = labelled_wheel(tmp_path, "demo", "2.0", "cu130torch2.14")
-    house.publish(wheel, {"build_log": str(log)})
+    house.publish(wheel, {"build_log": str(log), "package": "demo", "version": "2.0",
+                          "cache_key": "0123456789abcdef"})
     copied = house.logs / f"{wheel.name}.log"
     assert copied.read_text() == log.read_text(), "the build log is copied in at publish time"
     generated = [p for p in house.root.rglob("*") if p.is_file() and p.parts[-2] not in ("records",)
@@ -203,7 +206,8 @@ def test_rebuild_regenerates_everything(house: Wheelhouse, tmp_path: Path) -> No
     assert f"index rebuilt: {house.index_url()} (4 wheels)" in result.stdout
     assert f"channel cu130torch2.14: {house.channel_url('cu130torch2.14')}" in result.stdout
     for path, data in before.items():
-        assert path.read_bytes() == data, f"{path.relative_to(house.root)} differs after rebuild"
+        assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(data).digest(), \
+            f"{path.relative_to(house.root)} differs after rebuild"
     assert house.dashboard.is_file()
     assert not [p for p in house.root.rglob(".*") if p.name != ".publish.lock"], "no temp files left"
 
@@ -332,3 +336,21 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
     assert not torn, f"torn reads: {torn[:3]}"
     assert not [p for p in house.root.rglob(".*") if p.name != ".publish.lock"], "no temp files left"
     print(f"{workers} publishers x {per_worker} wheels in {elapsed:.1f}s; {reads[0]} concurrent page reads, 0 torn")
+
+
+def test_rebuild_copies_no_log_from_outside_the_builders_folders(tmp_path: Path) -> None:
+    """Issue 17 case 9: a record whose build_log names /etc/passwd (or a link to it) gets no copy in logs/."""
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14")
+    house.publish(wheel, {})
+    record_path = house.records / f"{wheel.name}.json"
+    record = json.loads(record_path.read_text())
+    logs = tmp_path / "cache" / "logs"
+    logs.mkdir(parents=True)
+    link = logs / "demo-1.0-0123456789ab.log"  # the builder's naming, but a link to a foreign file
+    link.symlink_to("/etc/passwd")
+    for build_log in ("/etc/passwd", str(link)):
+        record_path.write_text(json.dumps({**record, "build_log": build_log, "package": "demo", "version": "1.0",
+                                           "cache_key": "0123456789abcdef"}))
+        assert run_cli("index", "rebuild", "--wheelhouse", str(house.root)).code == 0
+        assert not (house.logs / f"{wheel.name}.log").exists(), f"{build_log} was copied into logs/"

@@ -104,3 +104,48 @@ def test_project_recipes_all_load() -> None:
         assert version in conv.source.sha256
     # build-time tools upstream declares as install_requires, kept out of users' venvs, with the reason
     assert conv.runtime_drop == ("ninja", "packaging") and "build-time only" in conv.runtime_drop_reason
+
+
+@pytest.mark.parametrize(
+    ("mutation", "needle"),
+    [
+        (lambda t: t.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"\ngit-ref = "v{versoin}"'),
+         "field 'source.git-ref' is 'v{versoin}'"),
+        (lambda t: t.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"\ngit-ref = "v{0}"'),
+         "field 'source.git-ref' is 'v{0}'"),
+        (lambda t: t.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"\ngit-ref = "v{version.x}"'),
+         "field 'source.git-ref'"),
+    ],
+)
+def test_bad_git_ref_names_file_and_field(tmp_path: Path, mutation, needle: str) -> None:
+    path = write(tmp_path, mutation(GOOD))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    assert str(path) in info.value.message and needle in info.value.message, info.value.message
+
+
+def test_unreadable_recipe_files_are_one_line_errors(tmp_path: Path) -> None:
+    from tests.conftest import assert_one_line_error, run_cli
+
+    path = write(tmp_path, GOOD.replace('name = "demo"', 'name = "demo" # caf\xe9'))
+    path.write_bytes(path.read_bytes().replace("\xe9".encode(), b"\xe9"))  # latin-1, not UTF-8
+    with pytest.raises(RecipeError, match=r"not UTF-8 text \(byte 0xe9 at offset \d+\)") as info:
+        load_recipe(path)
+    assert str(path) in info.value.message
+    recipes = tmp_path / "recipes"
+    path.unlink()
+    path.mkdir()  # recipes/demo/recipe.toml is a folder
+    with pytest.raises(RecipeError, match="is a folder, not a recipe file"):
+        load_recipe(path)
+    result = run_cli("plan", "demo", "--recipes", str(recipes), "--version", "1.0", "--cuda", "13.0", "--arch", "90")
+    assert_one_line_error(result, str(path), "is a folder")
+
+
+def test_missing_source_path_names_recipe_and_field(tmp_path: Path) -> None:
+    from tests.conftest import assert_one_line_error, run_cli
+
+    path = write(tmp_path, GOOD.replace('pypi = "demo"', 'path = "../../nowhere"'))
+    for extra in ([], ["--version", "1.0"]):
+        result = run_cli("plan", "demo", "--recipes", str(path.parent.parent), "--cuda", "13.0", "--arch", "90", *extra)
+        assert_one_line_error(result, str(path), "field 'source.path'", "does not exist")
+        assert result.code == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import json
@@ -100,10 +101,11 @@ def test_files_redirects_and_hidden(served: tuple[Wheelhouse, str, io.StringIO])
     house, url, log = served
     name = "Demo_Pkg-1.0+cu130torch2.14-py3-none-any.whl"
     status, headers, body = get(url + "wheels/" + name.replace("+", "%2B"))
-    assert status == 200 and body == (house.wheels / name).read_bytes()
+    assert status == 200 and hashlib.sha256(body).digest() == hashlib.sha256((house.wheels / name).read_bytes()).digest(), \
+        "the served wheel differs"
     assert headers["content-type"] == "application/octet-stream"
     status, _, body = get(url + f"wheels/{name}.metadata")
-    assert status == 200 and body == (house.wheels / f"{name}.metadata").read_bytes()
+    assert status == 200 and body == (house.wheels / f"{name}.metadata").read_bytes(), "the sidecar differs"
     status, headers, _ = get(url + "simple/Demo_Pkg/", SIMPLE_JSON)
     assert status == 301 and headers["location"] == "/simple/demo-pkg/", "PEP 503: normalized names"
     status, headers, _ = get(url + "simple/demo-pkg")
@@ -162,4 +164,60 @@ def test_builder_serve_errors(tmp_path: Path) -> None:
         result = run_cli("serve", "--wheelhouse", str(house.root), "--port", port)
         assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "--port")
     finally:
+        server.server_close()
+
+
+def raw_request(url: str, request_line: str) -> bytes:
+    """Send one raw request line and read the answer (the connection must not just drop)."""
+    import socket
+
+    parts = http.client.urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(f"{request_line}\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/simple/%00", 400),
+    ("/simple/demo-pkg/%00/", 400),
+    ("/wheels/x%00.whl", 400),
+    ("/" + "a/" * 4000, 414),  # issue 17 case 9: 8 KB of segments
+    ("/" + "a" * 300 + "/", 414),
+    ("/" + "a/" * 1500, 404),  # under the limits, longer than PATH_MAX with the root in front
+    ("/simple/../../../../etc/passwd", 404),
+    ("/%2e%2e/%2e%2e/etc/passwd", 404),
+    ("/simple/%ff%fe/", 404),
+])
+def test_every_request_is_answered(served: tuple[Wheelhouse, str, io.StringIO], path: str, status: int) -> None:
+    _, url, _ = served
+    answer = raw_request(url, f"GET {path} HTTP/1.1")
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()) or answer.startswith(f"HTTP/1.0 {status} ".encode()), \
+        answer[:200]
+
+
+def test_symlinks_out_of_the_wheelhouse_are_not_served(tmp_path: Path) -> None:
+    house = Wheelhouse(tmp_path / "wh")
+    name = house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), {}).name
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside\n")
+    (house.wheels / "leak.txt").symlink_to(secret)
+    (house.root / "etc").symlink_to("/etc")
+    (house.wheels / "latest.whl").symlink_to(house.wheels / name)  # a link that stays inside is fine
+    server = make_server(house.root, "127.0.0.1", 0, log_stream=io.StringIO())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = base_url(server)
+        for path in ("wheels/leak.txt", "etc/passwd", "etc/"):
+            status, _, body = get(url + path)
+            assert status == 404 and b"outside" not in body and b"root:" not in body, (path, status)
+        status, _, listing = get(url + "wheels/")
+        assert status == 200 and b"leak.txt" not in listing and name.encode() in listing
+        status, _, body = get(url + "wheels/latest.whl")
+        assert status == 200 and hashlib.sha256(body).hexdigest() == hashlib.sha256(
+            (house.wheels / name).read_bytes()).hexdigest(), "the inside link serves the wheel"
+    finally:
+        server.shutdown()
         server.server_close()

@@ -109,11 +109,11 @@ def test_url_download_verified_and_cached(tmp_path: Path) -> None:
     digest = sha256_file(archive)
     ref = SourceRef("url", archive.as_uri(), archive.name, digest)
     cached, got = fetch(ref, settings(tmp_path))
-    assert got == digest and cached.parent == tmp_path / "cache" / "sources"
+    assert got == digest and cached.parent.parent == tmp_path / "cache" / "sources" / "url"
     archive.unlink()  # the cache now serves it, also offline
     assert fetch(ref, settings(tmp_path, offline=True))[1] == digest
-    cached.write_bytes(b"tampered")  # a damaged cache entry is not trusted
-    with pytest.raises(SourceError, match="--offline forbids downloading"):
+    cached.write_bytes(b"tampered")  # a damaged cache entry is not trusted, and offline that is what the error says
+    with pytest.raises(ChecksumError, match="checksum mismatch for the cached pkg-1.0.tar.gz"):
         fetch(ref, settings(tmp_path, offline=True))
 
 
@@ -122,7 +122,38 @@ def test_url_download_with_wrong_hash_leaves_nothing(tmp_path: Path) -> None:
     ref = SourceRef("url", archive.as_uri(), archive.name, "f" * 64)
     with pytest.raises(ChecksumError):
         fetch(ref, settings(tmp_path))
-    assert list((tmp_path / "cache" / "sources").iterdir()) == []
+    assert [p for p in (tmp_path / "cache" / "sources").rglob("*") if p.is_file()] == []
+
+
+def test_url_sources_are_keyed_by_url_and_content(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 case 4: two URLs with the same file name are two sources; with no recorded hash the log says
+    "recorded at its first fetch, not verified", and only later fetches are checked (against that hash)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = make_tar(tmp_path / "a" / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"one")])
+    two = make_tar(tmp_path / "b" / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"two")])
+    path_one, digest_one = fetch(SourceRef("url", one.as_uri(), one.name, None), settings(tmp_path))
+    first_log = capsys.readouterr().err
+    assert "recorded at its first fetch, not verified" in first_log and "verified" not in first_log.replace(
+        "not verified", ""), first_log
+    path_two, digest_two = fetch(SourceRef("url", two.as_uri(), two.name, None), settings(tmp_path))
+    assert digest_one == sha256_file(one) and digest_two == sha256_file(two) and digest_one != digest_two
+    assert path_one != path_two, "the second URL was served the first URL's cached file"
+    capsys.readouterr()
+    again = fetch(SourceRef("url", one.as_uri(), one.name, None), settings(tmp_path, offline=True))
+    assert again[1] == digest_one and "matches the sha256 of its first fetch" in capsys.readouterr().err
+
+
+def test_url_source_that_changed_since_its_first_fetch_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "up").mkdir()
+    archive = make_tar(tmp_path / "up" / "pkg-1.0.tar.gz", [file_member("pkg-1.0/setup.py", b"one")])
+    ref = SourceRef("url", archive.as_uri(), archive.name, None)
+    cached, _ = fetch(ref, settings(tmp_path))
+    make_tar(archive, [file_member("pkg-1.0/setup.py", b"changed upstream")])
+    cached.unlink()  # the cache is lost: the next fetch is checked against the first one's hash
+    with pytest.raises(ChecksumError, match="changed since its first fetch"):
+        fetch(ref, settings(tmp_path))
+    assert not cached.exists()
 
 
 def test_git_source(tmp_path: Path) -> None:
@@ -140,3 +171,74 @@ def test_git_source(tmp_path: Path) -> None:
     path, commit = fetch(ref, settings(tmp_path))
     assert len(commit) == 40 and (path / "setup.py").exists()
     assert (unpack(path, tmp_path / "work") / "setup.py").exists()
+
+
+@pytest.mark.parametrize("fmt", ["gnu long name", "pax header"])
+def test_oversized_tar_headers_are_refused_before_tarfile_reads_them(tmp_path: Path, fmt: str) -> None:
+    """Issue 17 case 5: tarfile reads a GNU long-name or pax header whole, before any size check; the pre-scan
+    reads only the header's size field. 2 MiB here (the limit is 1 MiB); the issue's 1 GiB one is refused the same
+    way, in the same few milliseconds, since its data is never read."""
+    import time
+
+    archive = tmp_path / "bomb.tar.gz"
+    with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT if fmt == "gnu long name" else tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("pkg/" + "a" * (2 << 20) if fmt == "gnu long name" else "pkg/x")
+        if fmt == "pax header":
+            info.pax_headers = {"comment": "x" * (2 << 20)}
+        tar.addfile(info, io.BytesIO(b""))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    start = time.monotonic()
+    with pytest.raises(SourceError, match=("GNU long-name" if fmt == "gnu long name" else "pax") + r" header of \d+ bytes"):
+        safe_extract_tar(archive, dest)
+    assert time.monotonic() - start < 5
+    assert list(dest.iterdir()) == []
+
+
+def test_a_huge_claimed_header_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A raw GNU long-name header claiming 1 GiB (the data is not even there): refused from the size field."""
+    header = bytearray(512)
+    header[0:13] = b"././@LongLink"
+    header[100:108] = b"0000644\0"
+    header[124:136] = b"%011o\0" % (1 << 30)
+    header[156:157] = b"L"
+    header[257:263] = b"ustar "
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    archive = tmp_path / "claim.tar"
+    archive.write_bytes(bytes(header) + bytes(4096))
+    with pytest.raises(SourceError, match="GNU long-name header of 1073741824 bytes"):
+        safe_extract_tar(archive, tmp_path / "out")
+
+
+@pytest.mark.parametrize("name", [".", "", "./"])
+def test_odd_member_names_are_refused(tmp_path: Path, name: str) -> None:
+    archive = make_tar(tmp_path / "odd.tar.gz", [file_member("pkg/ok.py"), file_member(name)])
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(SourceError, match="empty name|names the top folder"):
+        safe_extract_tar(archive, dest)
+    assert list(dest.iterdir()) == [], "nothing is written from a refused archive"
+
+
+def test_a_top_folder_entry_is_fine(tmp_path: Path) -> None:
+    """``tar -C dir .`` writes a ``./`` directory entry first: that is a normal archive."""
+    top = tarfile.TarInfo("./")
+    top.type = tarfile.DIRTYPE
+    archive = make_tar(tmp_path / "ok.tar.gz", [(top, None), file_member("./pkg-1.0/setup.py", b"print()")])
+    assert (unpack(archive, tmp_path / "out") / "setup.py").is_file()
+
+
+@pytest.mark.parametrize("members", [
+    [("pkg/l1", ".."), ("pkg/l2", "l1/..")],           # issue 17 case 10: each link alone stays inside
+    [("pkg/l1", "l2"), ("pkg/l2", "l1")],              # a loop
+    [("a/b/l1", "../.."), ("a/b/l2", "l1/../x")],
+])
+def test_symlink_chains_leaving_the_tree_are_refused_before_writing(tmp_path: Path, members) -> None:
+    archive = make_tar(tmp_path / "chain.tar.gz", [file_member("pkg/ok.py")] +
+                       [link_member(name, target, tarfile.SYMTYPE) for name, target in members])
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(SourceError, match="through another link"):
+        safe_extract_tar(archive, dest)
+    assert list(dest.iterdir()) == [], "nothing is written from a refused archive"
