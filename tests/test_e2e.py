@@ -183,9 +183,8 @@ def test_sigkill_during_compile_then_rerun_recovers(e2e: dict, tmp_path: Path) -
 
 def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_path: Path) -> None:
     """A forced rebuild (same sources and flags, new build) compiles nothing: ccache, from PyPI or PATH, serves
-    nvcc's and c++'s objects from the builder cache, and the wheel is byte-identical. With the cache, the C++
-    source is named relative to the build folder (CCACHE_BASEDIR); --compiler-cache off names the build folder's
-    absolute path, so those two wheels differ in debug-info strings."""
+    nvcc's and c++'s objects from the builder cache, and the wheel is byte-identical; so is the wheel of a build
+    with --compiler-cache off (no CCACHE_BASEDIR rewriting: every route names the prefix-mapped paths)."""
     first = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
     assert "compiler cache: ccache" in e2e["first"].stderr, e2e["first"].stderr[-2000:]
     cached = run_cli(*e2e["args"], "--force", env={**e2e["env"], "BUILDER_WHEELHOUSE": str(tmp_path / "a")})
@@ -205,12 +204,12 @@ def test_compiler_cache_reuses_every_object_and_changes_no_byte(e2e: dict, tmp_p
         with zipfile.ZipFile(wheel) as zf:
             return zf.read(next(n for n in zf.namelist() if n.endswith(".so")))
 
-    # how the objects' debug info names the C++ source: relative (ccache's base dir) or through the builder's
-    # -ffile-prefix-map (/build/<source folder>); never the builder's cache, in either
-    assert b"../../csrc/binding.cpp" in extension(first)
+    # the objects' debug info names the C++ source through the builder's -ffile-prefix-map (/build/<source folder>)
+    # with and without ccache, never relative to a ccache base dir and never the builder's cache
     plain_so = extension(tmp_path / "b" / "wheels" / WHEEL)
-    assert b"/build/tinyext/csrc/binding.cpp" in plain_so
+    assert b"/build/tinyext/csrc/binding.cpp" in plain_so and b"../../csrc/binding.cpp" not in extension(first)
     assert cache_root not in plain_so and cache_root not in extension(first)
+    assert_same_wheel(tmp_path / "b" / "wheels" / WHEEL, first)
 
 
 def test_the_same_inputs_under_another_cache_give_the_same_bytes(e2e: dict, tmp_path: Path) -> None:
