@@ -228,11 +228,11 @@ def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
     return files
 
 
-class _RangeReader(io.RawIOBase):
-    """A seekable read-only view of a remote file through HTTP range requests (for zipfile)."""
+class _Seekable(io.RawIOBase):
+    """A read-only file of ``size`` bytes whose position is tracked here (subclasses implement read)."""
 
-    def __init__(self, url: str, size: int) -> None:
-        self.url, self.size, self.pos, self.requests = url, size, 0, 0
+    size: int
+    pos: int
 
     def seekable(self) -> bool:
         return True
@@ -246,6 +246,13 @@ class _RangeReader(io.RawIOBase):
     def seek(self, offset: int, whence: int = 0) -> int:
         self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
         return self.pos
+
+
+class _RangeReader(_Seekable):
+    """A seekable read-only view of a remote file through HTTP range requests (for zipfile)."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self.url, self.size, self.pos, self.requests = url, size, 0, 0
 
     def read(self, n: int = -1) -> bytes:
         end = self.size if n < 0 else min(self.size, self.pos + n)
@@ -305,24 +312,11 @@ def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
     return _metadata_from_zip(buffered, wheel.filename), "range read of the wheel's METADATA"
 
 
-class _TailBuffer(io.RawIOBase):
+class _TailBuffer(_Seekable):
     """The last bytes of a remote file held in memory; reads before them go to the range reader."""
 
     def __init__(self, reader: _RangeReader, tail: bytes, start: int) -> None:
-        self.reader, self.tail, self.start, self.pos = reader, tail, start, 0
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.reader.size + offset
-        return self.pos
+        self.reader, self.tail, self.start, self.pos, self.size = reader, tail, start, 0, reader.size
 
     def read(self, n: int = -1) -> bytes:
         end = self.reader.size if n < 0 else min(self.reader.size, self.pos + n)
