@@ -7,7 +7,9 @@ before anything compiles, naming the patch, the file and the failing hunk.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .errors import PatchError
@@ -21,6 +23,22 @@ def apply_patches(root: Path, patches: tuple[PatchSpec, ...], package: str, vers
     for spec in patches:
         _run_patch(root, spec, package, version, dry_run=False)
         log.info(f"applied {spec.name}" + (f" ({spec.summary})" if spec.summary else ""))
+
+
+def check_patches(source: Path, patches: tuple[PatchSpec, ...], package: str, version: str, scratch: Path) -> None:
+    """Dry-run every patch on a scratch extraction right after the source is fetched, so that drift stops the
+    build before the build venv (gigabytes of torch) is made; the real application comes later, as before."""
+    if not patches:
+        return
+    from .source import unpack
+
+    tmp = Path(tempfile.mkdtemp(prefix=".patch-check-", dir=scratch))
+    try:
+        root = unpack(source, tmp / "src")
+        for spec in patches:
+            _run_patch(root, spec, package, version, dry_run=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run_patch(root: Path, spec: PatchSpec, package: str, version: str, *, dry_run: bool) -> None:

@@ -22,7 +22,7 @@ from .errors import InspectError, ToolchainError
 from .finalize import finalize_wheel, portable_record
 from .inspect import WheelReport, inspect_wheel, render_report, verify_archs
 from .log import log, target_prefix
-from .patch import apply_patches
+from .patch import apply_patches, check_patches
 from .plan import Plan, Target, cache_key, make_plan
 from .publish import Wheelhouse
 from .pythonenv import PythonEnv, find_interpreter, fresh_test_env, install_into, managed_env, missing_requirements, probe
@@ -103,6 +103,7 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     with timed(timings, "source"):
         source_path, source_digest = fetch(plan.source, settings)
     log.info(f"source: {source_path.name} sha256 {source_digest}")
+    check_patches(source_path, plan.patches, plan.recipe.name, plan.version, settings.cache("builds"))  # drift: now
     log.step("python")
     with timed(timings, "python"):
         python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)

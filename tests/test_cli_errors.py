@@ -163,6 +163,7 @@ def test_patch_that_no_longer_applies(cli_env: dict[str, str], recipe_tree: Path
                           "tinyext/__init__.py: hunk #1 (line ", " of the patch) FAILED")
     assert result.code == 6
     assert "==> build" not in result.stderr  # stopped before compiling
+    assert "==> python" not in result.stderr  # and before the build venv (gigabytes of torch) is made
     assert not Path(cli_env["BUILDER_WHEELHOUSE"]).exists()
 
 
