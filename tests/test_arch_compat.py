@@ -103,7 +103,9 @@ def test_arch_support_from_a_real_nvcc(tmp_path) -> None:  # type: ignore[no-unt
 
 def test_cuda_13_minors_accept_sm_103_and_sm_121() -> None:
     for cuda in ("13.0", "13.1", "13.2"):
-        check_archs_for_cuda(parse_arch_list("103,121"), Version(cuda))
+        assert check_archs_for_cuda(parse_arch_list("103,121"), Version(cuda)) is None  # raises when refused
+    with pytest.raises(UsageError, match="cannot compile sm_121"):  # and the check does refuse: 12.8 predates sm_121
+        check_archs_for_cuda(parse_arch_list("121"), Version("12.8"))
 
 
 def test_label_follows_the_torch_cuda() -> None:
