@@ -84,7 +84,7 @@ def render_doctor(report: DoctorReport) -> None:
                      + f"; CUDA usable: {'yes' if torch.cuda_available else 'no'}")
     else:
         rows.add_row("torch", "not installed" if not torch.installed else f"fails to import: {torch.error}")
-    gpus = [f"{d.name} (sm_{d.sm})" for d in torch.devices] or [f"{g.name} ({g.sm})" for g in machine.driver.gpus]
+    gpus = [f"{d.name} (sm_{d.sm})" for d in torch.devices] or [f"{g.name} (sm_{g.sm})" for g in machine.driver.gpus]
     rows.add_row("GPUs", ", ".join(gpus) if gpus else
                  f"none visible ({machine.driver.error or 'nvidia-smi lists none'}; torch sees no device)")
     if machine.driver.version:

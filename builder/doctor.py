@@ -9,6 +9,7 @@ wheelhouse fit the env, with the exact commands that install them without touchi
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,9 +18,18 @@ from packaging.version import Version
 
 from .envprobe import EnvReport, PackageReport, PackageSpec, probe_env
 from .errors import BuilderError
-from .fit import EnvFacts, Verdict, WheelhouseReader, best, env_label, judge, runs_on
+from .fit import (
+    EnvFacts,
+    Verdict,
+    WheelhouseReader,
+    best,
+    env_facts,
+    env_label,
+    judge,
+    runs_on,
+)
 from .inspect import find_local_cuobjdump, list_gpu_code
-from .install import install_argv, shell, torch_distribution
+from .install import install_argv
 from .machine import MachineFacts, machine_facts
 from .recipe import Recipe, list_recipes, load_recipe
 from .settings import Settings
@@ -71,16 +81,6 @@ class DoctorReport:
             data["machine"].pop(private, None)
         data["machine"]["builds"] = {cuda: {"possible": ok, "how": how} for cuda, (ok, how) in self.machine._answers.items()}
         return _jsonable(data)
-
-
-def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
-    """What fitting needs: torch's distribution version (what pins and constraints compare: PyPI's torch says
-    ``2.10.0+cu128`` at run time but is installed as 2.10.0), the GPUs torch sees, else those nvidia-smi lists."""
-    gpus = tuple(d.capability[0] * 10 + d.capability[1] for d in env.torch.devices) or tuple(
-        g.cc for g in machine.driver.gpus)
-    torch = (torch_distribution(env.python.executable) or env.torch.version) if env.torch.version else None
-    return EnvFacts(python=env.python.version, tags=frozenset(env.python.tags), torch=torch,
-                    torch_cuda=env.torch.cuda, gpus=gpus)
 
 
 def recipe_packages(settings: Settings) -> list[Recipe]:
@@ -167,9 +167,9 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
         from_flag = "" if root == Path("wheelhouse").resolve().as_uri() + "/" else f" --from {root}"
         commands.append(f"builder install {names} --python {python}{from_flag}")
         wheels = [o.chosen.wheel for o in fitting if o.chosen]
-        commands.append(shell(install_argv(python, wheels, facts)))
+        commands.append(shlex.join(install_argv(python, wheels, facts)))
         if _has_pip(python):
-            commands.append(shell(install_argv(python, wheels, facts, tool="pip")))
+            commands.append(shlex.join(install_argv(python, wheels, facts, tool="pip")))
     kinds = {s.report.distribution: s.kind for s in states}
     for offer in offers:
         if offer.package in missing and offer.chosen is None and facts.torch and facts.torch_cuda:

@@ -67,11 +67,17 @@ class GpuDevice:
         """``"120"`` for compute capability 12.0 (the form ``--arch`` takes)."""
         return f"{self.capability[0]}{self.capability[1]}"
 
+    @property
+    def cc(self) -> int:
+        """Compute capability as one number: 12.0 → 120."""
+        return self.capability[0] * 10 + self.capability[1]
+
 
 @dataclass(frozen=True)
 class TorchInfo:
     installed: bool  # a torch distribution is installed (it may still fail to import: see error)
-    version: str | None  # 2.11.0+cu128
+    version: str | None  # torch.__version__: 2.11.0+cu128 (PyPI's 2.10.0 says 2.10.0+cu128 too)
+    distribution: str | None  # the installed distribution's version, what pins compare: 2.10.0 from PyPI
     cuda: str | None  # torch.version.cuda; None for a CPU build
     file: Path | None
     cuda_available: bool
@@ -250,7 +256,8 @@ def _parse(data: dict[str, Any]) -> EnvReport:
         machine=py["machine"], glibc=py["glibc"], tags=tuple(py["tags"]), tags_source=py["tags_source"],
     )
     torch = TorchInfo(
-        installed=bool(tc["installed"]), version=tc["version"], cuda=tc["cuda"], file=_path(tc["file"]),
+        installed=bool(tc["installed"]), version=tc["version"], distribution=tc.get("distribution"), cuda=tc["cuda"],
+        file=_path(tc["file"]),
         cuda_available=bool(tc["cuda_available"]), device_count=int(tc["device_count"]),
         devices=tuple(GpuDevice(d["index"], d["name"], (d["capability"][0], d["capability"][1]))
                       for d in tc["devices"]),

@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -23,6 +24,10 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from .errors import SourceError
+
+if TYPE_CHECKING:
+    from .envprobe import EnvReport
+    from .machine import MachineFacts
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _LABEL_RE = re.compile(r"^cu(\d{2,3})torch(\d+)\.(\d+)$")
@@ -154,6 +159,15 @@ def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
     return Verdict(wheel, tuple(reasons))
 
 
+def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
+    """What fitting needs of a probed env: torch's distribution version (what pins and constraints compare: PyPI's
+    torch says ``2.10.0+cu128`` at run time but is installed as 2.10.0), the GPUs torch sees, else nvidia-smi's."""
+    gpus = tuple(d.cc for d in env.torch.devices) or tuple(g.cc for g in machine.driver.gpus)
+    torch = (env.torch.distribution or env.torch.version) if env.torch.version else None
+    return EnvFacts(python=env.python.version, tags=frozenset(env.python.tags), torch=torch,
+                    torch_cuda=env.torch.cuda, gpus=gpus)
+
+
 def best(verdicts: list[Verdict]) -> Verdict | None:
     """The fitting wheel to install: the newest version, kernel-tested before untested."""
     fitting = [v for v in verdicts if v.fits]
@@ -177,6 +191,11 @@ class WheelhouseReader:
     @property
     def is_local(self) -> bool:
         return self.root.startswith("file:")
+
+    @property
+    def local_path(self) -> Path | None:
+        """The folder of a ``file://`` wheelhouse (None for a remote one)."""
+        return Path(urllib.request.url2pathname(urllib.parse.urlparse(self.root).path)) if self.is_local else None
 
     def simple_url(self) -> str:
         return self.root + "simple/"

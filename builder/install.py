@@ -24,6 +24,7 @@ from .fit import (
     Verdict,
     WheelhouseReader,
     best,
+    env_facts,
     env_label,
     judge,
     label_cuda,
@@ -143,10 +144,6 @@ def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
                              "this is a bug in builder install; reinstall your torch and report it")
 
 
-def shell(argv: list[str]) -> str:
-    return shlex.join(argv)
-
-
 # ------------------------------------------------------------------------------------------- the command
 
 
@@ -179,7 +176,7 @@ class InstallOutcome:
 
 
 def torch_distribution(python: Path) -> str | None:
-    """torch's distribution version (2.10.0 from PyPI, 2.11.0+cu128 from PyTorch's index): what pins compare."""
+    """torch's installed distribution version, read without importing torch (for the check after installing)."""
     code = "import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')"
     result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
     return result.stdout.strip() or None
@@ -188,7 +185,6 @@ def torch_distribution(python: Path) -> str | None:
 def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     import os
 
-    from .doctor import env_facts
     from .envprobe import probe_env
     from .machine import machine_facts
     from .recipe import expand_name
@@ -201,18 +197,17 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     if facts.torch is None:
         raise InstallError(f"{python} has no torch ({report.torch.error or 'not installed'})",
                            "install the torch you use there first: builder install never chooses torch for you")
-    dist_torch = facts.torch
     reader = WheelhouseReader(request.source)
     choices = choose(names, facts, reader) if _readable(reader) else [Choice(n, (), None) for n in names]
     built: list[str] = []
     missing = [c for c in choices if c.chosen is None]
     if missing and request.build and not request.dry_run:
-        built = _build_missing(missing, facts, dist_torch, report.python.minor, machine, request, settings)
+        built = _build_missing(missing, facts, report.python.minor, machine, request, settings)
         if built:  # a wheel built here is in the local wheelhouse, which may not be the one given with --from
             local = WheelhouseReader(settings.wheelhouse)
             choices = [choose([c.package], facts, local)[0] if c.package in built else c for c in choices]
     wheels = [c.chosen for c in choices if c.chosen is not None]
-    command = shell(install_argv(python, wheels, facts)) if wheels else None
+    command = shlex.join(install_argv(python, wheels, facts)) if wheels else None
     installed: tuple[IndexedWheel, ...] = ()
     if wheels and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
@@ -229,16 +224,10 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
 
 def _readable(reader: WheelhouseReader) -> bool:
     """A local wheelhouse that does not exist yet is empty (a build may fill it); a remote one must answer."""
-    if reader.is_local and not Path(urllib_path(reader.root)).joinpath("simple").is_dir():
+    if reader.local_path is not None and not (reader.local_path / "simple").is_dir():
         return False
     reader.check()
     return True
-
-
-def urllib_path(uri: str) -> str:
-    from urllib.parse import unquote, urlparse
-
-    return unquote(urlparse(uri).path)
 
 
 def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple[Arch, ...]:
@@ -254,22 +243,23 @@ def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple
     return ()
 
 
-def _build_missing(missing: list[Choice], facts: EnvFacts, dist_torch: str, python_minor: str, machine: MachineFacts,
+def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, machine: MachineFacts,
                    request: InstallRequest, settings: Settings) -> list[str]:
     """Build what no wheel fits, where this machine can: against the env's torch version, in a build venv of
     the builder's (the user's env gets nothing but the finished wheel)."""
     from .pipeline import BuildOptions, run_build
-    from .plan import Target, load_target_recipe
+    from .plan import Target
+    from .recipe import find_recipe, load_recipe
     from .settings import default_jobs
 
-    built = []
-    version = Version(dist_torch)
-    index = f"cu{facts.torch_cuda.replace('.', '')}" if version.local and facts.torch_cuda else None
+    built: list[str] = []
+    if facts.torch is None or facts.torch_cuda is None:
+        return built
+    version = Version(facts.torch)
+    index = f"cu{facts.torch_cuda.replace('.', '')}" if version.local else None  # PyTorch's own channel
     for choice in missing:
-        kind = load_target_recipe(Target(package=choice.package, cuda=Version("13.0"), archs=()), settings).kind
-        gpu_code = kind == "cuda-extension"
-        if facts.torch_cuda is None:
-            continue
+        gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind \
+            == "cuda-extension"
         if gpu_code and not machine.can_build(facts.torch_cuda)[0]:
             continue
         archs = _archs(request, facts, required=gpu_code) if gpu_code else ()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from .envprobe import GpuDevice
 from .errors import ToolchainError
 from .settings import Settings
 from .toolchain.base import nvcc_version
@@ -19,20 +20,10 @@ from .toolchain.host import candidate_homes
 
 
 @dataclass(frozen=True)
-class Gpu:
-    name: str
-    cc: int  # compute capability as one number: 9.0 → 90, 12.0 → 120
-
-    @property
-    def sm(self) -> str:
-        return f"sm_{self.cc}"
-
-
-@dataclass(frozen=True)
 class Driver:
     """What nvidia-smi says; ``error`` when it is missing or fails (then nothing else is known)."""
 
-    gpus: tuple[Gpu, ...] = ()
+    gpus: tuple[GpuDevice, ...] = ()
     version: str | None = None
     cuda: str | None = None  # the newest CUDA the driver runs
     error: str | None = None
@@ -77,13 +68,13 @@ def query_driver(timeout_s: float = 20.0) -> Driver:
         return Driver(error=f"nvidia-smi does not run: {e}")
     if listing.returncode != 0:
         return Driver(error=f"nvidia-smi failed: {(listing.stderr or listing.stdout).strip()[-200:]}")
-    gpus: list[Gpu] = []
+    gpus: list[GpuDevice] = []
     version = None
     for line in listing.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3 and re.fullmatch(r"\d+\.\d+", parts[1]):
             major, minor = parts[1].split(".")
-            gpus.append(Gpu(parts[0], int(major) * 10 + int(minor)))
+            gpus.append(GpuDevice(len(gpus), parts[0], (int(major), int(minor))))
             version = parts[2]
     cuda = re.search(r"CUDA Version:\s*(\d+\.\d+)", header.stdout)
     return Driver(tuple(gpus), version, cuda.group(1) if cuda else None)

@@ -82,7 +82,7 @@ def infer_archs(arch: str | None, *, required: bool) -> tuple[Arch, ...]:
     if driver.gpus:
         archs = parse_arch_list(",".join(str(g.cc) for g in driver.gpus))
         log.info(f"--arch {format_arch_list(archs)}: this machine's GPUs "
-                 f"({', '.join(f'{g.name} {g.sm}' for g in driver.gpus)})")
+                 f"({', '.join(f'{g.name} sm_{g.sm}' for g in driver.gpus)})")
         return archs
     if arch is not None:
         raise UsageError(f"--arch native: no GPU visible here ({driver.error or 'nvidia-smi lists none'})",

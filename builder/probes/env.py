@@ -149,8 +149,8 @@ def python_info():
 # ---------------------------------------------------------------- torch
 
 def torch_info():
-    info = {"installed": False, "version": None, "cuda": None, "file": None, "cuda_available": False,
-            "device_count": 0, "devices": [], "arch_list": [], "error": None}
+    info = {"installed": False, "version": None, "distribution": dist_version("torch"), "cuda": None, "file": None,
+            "cuda_available": False, "device_count": 0, "devices": [], "arch_list": [], "error": None}
     try:
         import torch
     except Exception as exc:  # ImportError, but also OSError from a broken libtorch
