@@ -69,7 +69,7 @@ def bench_builder(work: Path, arch: str, jobs: int) -> Dict[str, Any]:
     argv = [sys.executable, "-m", "builder", "build", "causal-conv1d", "--version", VERSION, "--cuda", "13.0",
             "--arch", arch, "--torch", TORCH, "--python", PYTHON, "--toolchain", "host", "--jobs", str(jobs),
             "--no-kernel-tests", "--wheelhouse", str(house)]
-    result = run(argv, env, work / "builder.log")
+    result = run(argv, env, work / "builder.core.log")
     timings = json.loads(re.findall(r"timings: (\{.*\})", result.pop("text"))[-1])
     wheel = next((house / "wheels").glob("causal_conv1d-*.whl"))
     return {**result, "steps_s": timings, "wheel": wheel.name, "wheel_mib": round(wheel.stat().st_size / 2**20, 1),
@@ -77,8 +77,8 @@ def bench_builder(work: Path, arch: str, jobs: int) -> Dict[str, Any]:
 
 
 def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
-    from builder.pythonenv import find_interpreter
-    from builder.uvtool import uv_bin
+    from builder.core.uvtool import uv_bin
+    from builder.stages.pyenv import find_interpreter
 
     venv = work / "upstream-venv"
     subprocess.run([uv_bin(), "venv", "-q", "--python", str(find_interpreter(PYTHON)), str(venv)], check=True)
@@ -109,7 +109,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from builder.settings import default_jobs
+    from builder.core.settings import default_jobs
 
     jobs = default_jobs()
     report: Dict[str, Any] = {"machine": machine(), "jobs": jobs, "version": VERSION, "torch": TORCH}
@@ -125,7 +125,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             report["ratio_upstream_over_builder"] = round(report["upstream"]["wall_s"] / report["builder"]["wall_s"], 2)
         keep = args.out.parent / "logs"
         keep.mkdir(parents=True, exist_ok=True)
-        for name in ("builder.log", "upstream.log"):  # the last 200 lines: enough to see flags and timings
+        for name in ("builder.core.log", "upstream.log"):  # the last 200 lines: enough to see flags and timings
             if (work / name).exists():
                 lines = (work / name).read_text(errors="replace").splitlines()[-200:]
                 (keep / f"build-vs-upstream-{name}").write_text("\n".join(lines) + "\n")

@@ -101,7 +101,7 @@ def bench_provision(env: Dict[str, str], repeats: int) -> Dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from packaging.version import Version
 
-    from builder.settings import Settings
+    from builder.core.settings import Settings
     from builder.toolchain.pip import provision
 
     with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
@@ -125,7 +125,7 @@ def bench_provision(env: Dict[str, str], repeats: int) -> Dict[str, Any]:
 
 def bench_install(house: Path, repeats: int) -> Dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from builder.uvtool import uv_bin
+    from builder.core.uvtool import uv_bin
     from tests.conftest import LOCAL_TORCH_INDEX
 
     times = []

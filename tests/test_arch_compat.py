@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from builder.arch import Arch, check_archs_for_cuda, parse_arch_list, torch_arch_list
-from builder.compat import check_torch_matches_cuda, default_torch, resolve_index
-from builder.errors import UsageError
+from builder.core.errors import UsageError
+from builder.discovery.compat import check_torch_matches_cuda, default_torch, resolve_index
+from builder.model.arch import Arch, check_archs_for_cuda, parse_arch_list, torch_arch_list
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_custom_index_url() -> None:
 
 
 def test_parse_gpu_list() -> None:
-    from builder.arch import parse_gpu_list
+    from builder.model.arch import parse_gpu_list
 
     assert parse_gpu_list("sm_90\nsm_100\nsm_100a\nsm_121\ncompute_90\n") == ((90, 100, 121), (90,))
 
@@ -82,8 +82,8 @@ def test_arch_support_from_a_real_nvcc(tmp_path) -> None:  # type: ignore[no-unt
     """The nvcc on PATH (CUDA 13.0 here) is asked, and the answer is cached; no nvcc: the table answers."""
     import shutil
 
-    from builder.arch import arch_support
-    from builder.settings import Settings
+    from builder.core.settings import Settings
+    from builder.model.arch import arch_support
 
     settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh")
     if not shutil.which("nvcc"):
@@ -109,7 +109,7 @@ def test_cuda_13_minors_accept_sm_103_and_sm_121() -> None:
 
 
 def test_label_follows_the_torch_cuda() -> None:
-    from builder.compat import torch_cuda
+    from builder.discovery.compat import torch_cuda
 
     pypi = resolve_index(None)  # the shipped snapshot: read from PyPI when it was written
     assert str(torch_cuda(pypi, "2.15.0", Version("13.0"))) == "13.2"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.errors import ToolchainError
-from builder.settings import Settings
-from builder.toolchain import docker as docker_toolchain
+from builder.core.errors import ToolchainError
+from builder.core.settings import Settings
+from builder.toolchain import container as docker_toolchain
 from builder.toolchain import host, select
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent.sock", "PATH": "/usr/bin:/bin"}

@@ -14,15 +14,15 @@ import time
 import warnings
 from pathlib import Path
 
-from builder.build import (
+from builder.core.log import elapsed, log, target_prefix
+from builder.stages.compile import (
     CompileProgress,
     build_wheel,
     compile_step,
     console_lines,
     failure_tail,
 )
-from builder.log import elapsed, log, target_prefix
-from builder.pythonenv import probe
+from builder.stages.pyenv import probe
 
 SRC = "/root/.cache/cuda-wheel-builder/builds/causal-conv1d-1.7.0-ee07082d17d7/src/causal_conv1d-1.7.0"
 REAL_LINES = [
@@ -132,7 +132,7 @@ def test_backend_warnings_go_to_the_log_not_the_console(tmp_path: Path, capfd) -
 def test_streamed_long_compile_lines_still_name_their_unit(tmp_path: Path) -> None:
     """nvcc's command lines run past 1000 characters; the translation unit is near the end, so the stream must
     hand over whole lines (it once cut them at 120 characters and the step read just `[1/2] nvcc`)."""
-    from builder.streaming import stream
+    from builder.core.streaming import stream
 
     seen: list[str] = []
     script = f"print({REAL_LINES[3]!r}, flush=True)"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.cachedir import clean, disk_bytes, freed_bytes, usage
-from builder.settings import Settings
+from builder.core.cachedir import clean, disk_bytes, freed_bytes, usage
+from builder.core.settings import Settings
 from tests.conftest import assert_one_line_error, run_cli
 
 MiB = 1024 * 1024

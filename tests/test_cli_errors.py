@@ -187,7 +187,7 @@ def test_recipes_list_and_show(cli_env: dict[str, str]) -> None:
 
 
 def test_help_names_allowed_values_and_hides_test_only_flags(cli_env: dict[str, str]) -> None:
-    from builder.plan import KNOWN_CUDA
+    from builder.stages.plan import KNOWN_CUDA
 
     for command in ("build", "plan"):
         shown = run_cli(command, "--help", env=cli_env)

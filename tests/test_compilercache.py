@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.compilercache import CompilerCache, find_compiler_cache
-from builder.errors import UsageError
-from builder.settings import Settings
+from builder.core.errors import UsageError
+from builder.core.settings import Settings
+from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from tests.conftest import ROOT
 
 
@@ -28,7 +28,7 @@ def test_offline_without_ccache_builds_uncached_in_auto_and_fails_when_asked(tmp
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no ccache on PATH
     assert find_compiler_cache("auto", _settings(tmp_path, offline=True)) is None
-    from builder.errors import ToolchainError
+    from builder.core.errors import ToolchainError
 
     with pytest.raises(ToolchainError, match="--offline forbids downloading"):
         find_compiler_cache("ccache", _settings(tmp_path, offline=True))
@@ -60,7 +60,7 @@ def test_flags_nvcc_reads_from_the_environment_separate_cache_entries(tmp_path: 
 
 
 def test_build_env_drops_variables_that_would_change_output_behind_the_cache_key() -> None:
-    from builder.build import base_env
+    from builder.stages.compile import base_env
 
     env = base_env({"PATH": "/usr/bin", "NVCC_APPEND_FLAGS": "--compress-mode=size", "NVCC_PREPEND_FLAGS": "-G",
                     "PYTORCH_NVCC": "sccache nvcc", "TORCH_CUDA_ARCH_LIST": "8.0", "HOME": "/root"})
@@ -68,7 +68,7 @@ def test_build_env_drops_variables_that_would_change_output_behind_the_cache_key
 
 
 def test_prefix_maps_reach_the_cxx_and_the_nvcc_host_compile_after_the_recipes_flags() -> None:
-    from builder.build import prefix_map_env
+    from builder.stages.compile import prefix_map_env
 
     env = {"CFLAGS": "-O2", "NVCC_APPEND_FLAGS": "--compress-mode=size"}
     out = prefix_map_env(env, [(Path("/cache/builds/x-1/src/pkg"), "/build/pkg"), (Path("/venv/site"), "/site-packages")])

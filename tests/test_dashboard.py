@@ -19,7 +19,7 @@ import pytest
 if __name__ == "__main__":  # run as a script: make `tests.` and `builder` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from builder.publish import Wheelhouse
+from builder.index.store import Wheelhouse
 from tests.test_index import labelled_wheel
 
 H200_SPEED = [

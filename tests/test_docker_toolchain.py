@@ -6,9 +6,9 @@ import docker
 import pytest
 from packaging.version import Version
 
-from builder.errors import ToolchainError
-from builder.settings import Settings
-from builder.toolchain import docker as docker_toolchain
+from builder.core.errors import ToolchainError
+from builder.core.settings import Settings
+from builder.toolchain import container as docker_toolchain
 from builder.toolchain import select
 from builder.toolchain.base import CudaToolkit
 

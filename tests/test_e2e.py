@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.uvtool import uv_bin
-from tests.conftest import local_cuda_path_missing, FIXTURES, LOCAL_TORCH_INDEX, assert_one_line_error, run_cli
+from builder.core.uvtool import uv_bin
+from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, assert_one_line_error, local_cuda_path_missing, run_cli
 
 pytestmark = pytest.mark.e2e
 

@@ -18,11 +18,11 @@ import pytest
 from packaging import tags as ptags
 from packaging.version import Version
 
-from builder.envprobe import GDN_ROLES, EnvReport, PackageSpec, probe_env
-from builder.errors import ToolchainError, UsageError
-from builder.finalize import RECORD_FILE
-from builder.probes import env as env_probe
-from builder.probes import script
+from builder.core.errors import ToolchainError, UsageError
+from builder.stages.finalize import RECORD_FILE
+from builder.user.envprobe import GDN_ROLES, EnvReport, PackageSpec, probe_env
+from builder.user.probes import env as env_probe
+from builder.user.probes import script
 
 PY = Path(sys.executable)
 CAUSAL = PackageSpec("causal-conv1d", ("causal_conv1d", "causal_conv1d_cuda"))
@@ -250,7 +250,7 @@ def test_older_transformers(tmp_path: Path, version: str) -> None:
     """transformers <= 5.14 (plain imports, None when missing), 5.15/5.16 (silent wrappers), 5.17+ (warning
     wrappers): every style is read, all four are the torch fallback here. Installed with uv into a --target folder
     put first on PYTHONPATH (PyPI or uv's cache)."""
-    from builder.uvtool import run_uv
+    from builder.core.uvtool import run_uv
 
     target = tmp_path / "site"
     run_uv(["pip", "install", "--quiet", "--target", str(target), "--python", sys.executable,

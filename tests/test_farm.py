@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from builder import __version__
-from builder.errors import RecipeError, UsageError
-from builder.farm import (
+from builder.core.errors import RecipeError, UsageError
+from builder.core.settings import Settings
+from builder.farm.run import (
     FarmError,
     changed_targets,
     expand,
@@ -21,8 +22,7 @@ from builder.farm import (
     load_farm,
     record_matches,
 )
-from builder.settings import Settings
-from builder.watch import watch
+from builder.farm.watch import watch
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 DEMO = FIXTURES / "farm-demo.toml"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import local_cuda_path_missing, FIXTURES, LOCAL_TORCH_INDEX, run_cli
+from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, local_cuda_path_missing, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -115,10 +115,10 @@ def test_pipeline_unchanged_decision_in_a_worker_is_reported_as_unchanged(
     farm: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without the farm's up-front check the worker's run_build decides: still "unchanged", still no compile."""
-    import builder.farm
-    from builder.cli import main
+    import builder.farm.run
+    from builder.cli.main import main
 
-    monkeypatch.setattr(builder.farm, "find_unchanged", lambda *a, **k: {})
+    monkeypatch.setattr(builder.farm.run, "find_unchanged", lambda *a, **k: {})
     for key, value in farm["env"].items():
         monkeypatch.setenv(key, value)
     log_dir = farm["base"] / "worker"
@@ -143,8 +143,8 @@ def test_matrix_changed_and_watch_read_the_real_record(farm: dict) -> None:
 def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache key names the host C++ compiler: with $CXX pointing at another compiler (a wrapper that reports
     another version) the built target is no longer "unchanged"; with CFLAGS added neither; as before, it is."""
-    from builder.farm import expand, find_unchanged, load_farm
-    from builder.settings import Settings
+    from builder.core.settings import Settings
+    from builder.farm.run import expand, find_unchanged, load_farm
 
     for var, value in farm["env"].items():
         monkeypatch.setenv(var, value)

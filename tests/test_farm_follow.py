@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.farm import FarmError, expand, load_farm
-from builder.settings import Settings
-from builder.torchindex import PYPI_SIMPLE, load_snapshot
-from builder.watch import watch_torch
+from builder.core.settings import Settings
+from builder.discovery.torchindex import PYPI_SIMPLE, load_snapshot
+from builder.farm.run import FarmError, expand, load_farm
+from builder.farm.watch import watch_torch
 from tests.test_torchindex import fixture_index  # noqa: F401 - the fixture
 
 RECIPE = """

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import PublishError
-from builder.finalize import finalize_wheel
-from builder.publish import Wheelhouse
-from builder.settings import Settings
-from builder.source import SourceRef, fetch, sha256_file
+from builder.core.errors import PublishError
+from builder.core.settings import Settings
+from builder.index.store import Wheelhouse
+from builder.stages.finalize import finalize_wheel
+from builder.stages.source import SourceRef, fetch, sha256_file
 from tests.conftest import ROOT
 
 
@@ -57,7 +57,7 @@ def test_sigkill_during_publish_leaves_wheelhouse_unchanged_and_next_run_recover
     script = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        import builder.publish as pub
+        import builder.index.store as pub
         real = os.replace
         def dying_replace(src, dst):
             if str(dst).endswith(".whl"):
@@ -131,8 +131,8 @@ def test_sigkill_during_download_then_recovery(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from builder.settings import Settings
-        from builder.source import SourceRef, fetch
+        from builder.core.settings import Settings
+        from builder.stages.source import SourceRef, fetch
         s = Settings(cache_dir=Path({str(cache)!r}), wheelhouse=Path("/nonexistent"), recipes_dir=Path("."), patches_dir=Path("."))
         fetch(SourceRef("url", {url!r}, "pkg-1.0.tar.gz", {digest!r}), s)
     """)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.finalize import finalize_wheel, labelled_version, read_build_record, read_metadata, rewrite_metadata
-from builder.inspect import SharedObject, WheelReport, verify_archs
-from builder.arch import parse_arch_list
-from builder.patch import describe_failure
-from builder.publish import Wheelhouse
-from builder.testing import kernel_skip_reason, runnable_on
+from builder.index.store import Wheelhouse
+from builder.model.arch import parse_arch_list
+from builder.stages.finalize import finalize_wheel, labelled_version, read_build_record, read_metadata, rewrite_metadata
+from builder.stages.inspection import SharedObject, WheelReport, verify_archs
+from builder.stages.patch import describe_failure
+from builder.stages.testing import kernel_skip_reason, runnable_on
 
 METADATA = """Metadata-Version: 2.1
 Name: demo
@@ -152,7 +152,7 @@ def test_describe_patch_failure() -> None:
 
 
 def test_the_record_in_the_wheel_names_cache_paths_relative_to_the_cache() -> None:
-    from builder.finalize import portable_record
+    from builder.stages.finalize import portable_record
 
     record = {"python": {"python": "/c/cache/venvs/build-1/bin/python"}, "build_log": "/c/cache/logs/x.log",
               "toolchain": {"reason": "pip toolkit at /c/cache/toolkits/13.0 (cached)"},
@@ -172,9 +172,9 @@ def test_patch_failure_names_the_hunks_own_lines(tmp_path: Path) -> None:
 
     from packaging.specifiers import SpecifierSet
 
-    from builder.errors import PatchError
-    from builder.patch import apply_patches
-    from builder.recipe import PatchSpec
+    from builder.core.errors import PatchError
+    from builder.model.recipe import PatchSpec
+    from builder.stages.patch import apply_patches
 
     tree = tmp_path / "src"
     tree.mkdir()

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from builder.errors import SourceError
-from builder.fit import (
+from builder.core.errors import SourceError
+from builder.index.store import Wheelhouse
+from builder.user.fit import (
     EnvFacts,
     WheelhouseReader,
     best,
@@ -18,7 +19,6 @@ from builder.fit import (
     label_cuda,
     runs_on,
 )
-from builder.publish import Wheelhouse
 from tests.conftest import ROOT
 from tests.test_index import labelled_wheel
 

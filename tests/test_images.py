@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import UsageError
-from builder.images import DOCKERFILES, available_cudas, default_base_image, image_spec, short_tag
+from builder.core.errors import UsageError
+from builder.toolchain.images import DOCKERFILES, available_cudas, default_base_image, image_spec, short_tag
 
 
 def test_a_dockerfile_per_cuda_with_the_base_image_as_a_build_argument() -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import PublishError
-from builder.finalize import finalize_wheel
-from builder.publish import Wheelhouse
-from builder.wheelfile import write_wheel
+from builder.core.errors import PublishError
+from builder.core.wheelfile import write_wheel
+from builder.index.store import Wheelhouse
+from builder.stages.finalize import finalize_wheel
 from tests.conftest import ROOT, assert_one_line_error, run_cli
 
 
@@ -257,8 +257,8 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
 from tests.test_index import labelled_wheel
-from builder.publish import Wheelhouse
-from builder.wheelfile import write_wheel
+from builder.index.store import Wheelhouse
+from builder.core.wheelfile import write_wheel
 worker, count, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 house = Wheelhouse(out / "wh")
 wheels = [labelled_wheel(out / f"w{{worker}}", f"pkg{{worker % 3}}", f"{{worker}}.{{i}}",

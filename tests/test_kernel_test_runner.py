@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from builder.testing import run_streaming
+from builder.stages.testing import run_streaming
 
 CHILD_AND_GRANDCHILD = """
 import subprocess, sys, time
@@ -57,7 +57,7 @@ def test_a_hung_suite_is_stopped_with_its_workers(tmp_path: Path) -> None:
 
 def test_status_heartbeat_outside_a_terminal(capsys) -> None:  # type: ignore[no-untyped-def]
     """In CI logs (no terminal) a long step prints its latest line at most once per heartbeat."""
-    from builder.log import log
+    from builder.core.log import log
 
     with log.status("compiling", heartbeat_s=0.0) as update:
         update("[1/3] nvcc binding.cu")
@@ -78,8 +78,8 @@ def _recipe(tmp_path: Path, test_table: str) -> Path:
 def test_kernel_test_env_has_the_harness_and_the_recipes_test_env(tmp_path: Path) -> None:
     """The suite gets one GPU, the shared harness on PYTHONPATH (the builder's own, as this --recipes folder has
     no _harness/), and the recipe's [test] env; nothing is hard-coded for one package any more."""
-    from builder.recipe import load_recipe
-    from builder.testing import HARNESS, kernel_test_env
+    from builder.model.recipe import load_recipe
+    from builder.stages.testing import HARNESS, kernel_test_env
 
     recipe = load_recipe(_recipe(tmp_path, 'env = { DEMO_FLAG = "1" }'))
     env = kernel_test_env(recipe, tmp_path, 3)
@@ -93,7 +93,8 @@ def test_kernel_test_env_has_the_harness_and_the_recipes_test_env(tmp_path: Path
 
 
 def test_fla_recipes_set_the_backend_dispatch_variable_themselves() -> None:
-    from builder.recipe import default_recipes_dir, load_recipe
+    from builder.core.datafiles import default_recipes_dir
+    from builder.model.recipe import load_recipe
 
     for name in ("fla-core", "flash-linear-attention"):
         recipe = load_recipe(default_recipes_dir() / name / "recipe.toml")
@@ -103,8 +104,8 @@ def test_fla_recipes_set_the_backend_dispatch_variable_themselves() -> None:
 def test_test_env_values_must_be_strings(tmp_path: Path) -> None:
     import pytest
 
-    from builder.errors import RecipeError
-    from builder.recipe import load_recipe
+    from builder.core.errors import RecipeError
+    from builder.model.recipe import load_recipe
 
     with pytest.raises(RecipeError, match=r"field 'test.env.N' must be a string, not int"):
         load_recipe(_recipe(tmp_path, "env = { N = 1 }"))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.arch import check_known_bad, parse_arch_list
-from builder.errors import RecipeError, UsageError
-from builder.recipe import load_recipe
+from builder.core.errors import RecipeError, UsageError
+from builder.model.arch import check_known_bad, parse_arch_list
+from builder.model.recipe import load_recipe
 from tests.conftest import ROOT
 
 BASE = """

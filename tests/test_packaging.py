@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.uvtool import uv_bin
+from builder.core.uvtool import uv_bin
 from tests.conftest import FIXTURES, ROOT
 
 RECIPES = ("causal-conv1d", "fla-core", "flash-linear-attention")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import PublishError
-from builder.finalize import finalize_wheel
-from builder.publish import JOURNAL, Wheelhouse, is_builder_temp
+from builder.core.errors import PublishError
+from builder.index.store import JOURNAL, Wheelhouse, is_builder_temp
+from builder.stages.finalize import finalize_wheel
 from tests.conftest import ROOT
 
 LABEL = "cu130torch2.14"
@@ -91,7 +91,7 @@ def assert_consistent(house: Wheelhouse) -> None:
 CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    import builder.publish as pub
+    import builder.index.store as pub
     kill_at, count = int(sys.argv[1]), [0]
     def step(real):
         def hooked(*args, **kwargs):
@@ -247,7 +247,7 @@ def test_replacing_a_wheel_built_for_other_archs_needs_replace(tmp_path: Path) -
 
 
 def test_replace_flag_is_on_build() -> None:
-    from builder.cli import build_parser
+    from builder.cli.main import build_parser
 
     args = build_parser().parse_args(["build", "tinyext", "--replace"])
     assert args.replace is True

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import RecipeError
-from builder.recipe import find_recipe, list_recipes, load_recipe
+from builder.core.errors import RecipeError
+from builder.model.recipe import find_recipe, list_recipes, load_recipe
 from tests.conftest import ROOT
 
 GOOD = """

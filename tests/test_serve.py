@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.publish import SIMPLE_HTML, SIMPLE_JSON, Wheelhouse
-from builder.serve import base_url, make_server, negotiate
+from builder.index.serve import base_url, make_server, negotiate
+from builder.index.store import SIMPLE_HTML, SIMPLE_JSON, Wheelhouse
 from tests.conftest import ROOT, assert_one_line_error, run_cli
 from tests.test_index import labelled_wheel
 

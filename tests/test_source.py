@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import source
-from builder.errors import ChecksumError, SourceError
-from builder.settings import Settings
-from builder.source import SourceRef, fetch, safe_extract_tar, safe_extract_zip, sha256_file, unpack
+from builder.core.errors import ChecksumError, SourceError
+from builder.core.settings import Settings
+from builder.stages import source
+from builder.stages.source import SourceRef, fetch, safe_extract_tar, safe_extract_zip, sha256_file, unpack
 
 
 def make_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.errors import ToolchainError
-from builder.settings import Settings
+from builder.core.errors import ToolchainError
+from builder.core.settings import Settings
 from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.host import find_host_toolkit
 from builder.toolchain.select import select_toolkit
@@ -85,8 +85,8 @@ def test_host_compiler_identity_names_path_version_and_flags(tmp_path: Path) -> 
 
 
 def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path) -> None:
-    from builder.arch import parse_arch_list
-    from builder.plan import Target, cache_key, make_plan
+    from builder.model.arch import parse_arch_list
+    from builder.stages.plan import Target, cache_key, make_plan
     from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
 
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.compat import TorchIndex, check_torch_matches_cuda, default_torch
-from builder.errors import UsageError
-from builder.settings import Settings
-from builder.torchindex import (
+from builder.core.errors import UsageError
+from builder.core.settings import Settings
+from builder.discovery.compat import TorchIndex, check_torch_matches_cuda, default_torch
+from builder.discovery.torchindex import (
     PYPI_SIMPLE,
     cuda_from_label,
     cuda_from_requirements,
@@ -317,10 +317,10 @@ def test_real_plans_for_causal_conv1d(cli_env: dict[str, str]) -> None:
 
 def test_pip_toolchain_refuses_a_minor_pypi_lacks(tmp_path: Path) -> None:
     """The discovered cuda-toolkit list (here a fresh cache entry) decides; nothing is downloaded."""
-    from builder.errors import ToolchainError
-    from builder.plan import validate_cuda
+    from builder.core.errors import ToolchainError
+    from builder.discovery.torchindex import _now
+    from builder.stages.plan import validate_cuda
     from builder.toolchain.pip import provision
-    from builder.torchindex import _now
 
     settings = _settings(tmp_path)
     (settings.cache("index") / "cuda-toolkit-versions.json").write_text(

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.publish import Wheelhouse
-from builder.uvtool import uv_bin
-from builder.wheelfile import write_wheel
+from builder.core.uvtool import uv_bin
+from builder.core.wheelfile import write_wheel
+from builder.index.store import Wheelhouse
 from tests.conftest import ROOT
 from tests.test_index import labelled_wheel
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import ToolchainError
-from builder.toolchain.docker import _shared_mount
-from builder.uvtool import LOW_DISK_BYTES, install_failure, run_uv
+from builder.core.errors import ToolchainError
+from builder.core.uvtool import LOW_DISK_BYTES, install_failure, run_uv
+from builder.toolchain.container import _shared_mount
 
 
 def make_big_wheel(where: Path, size: int) -> Path:
@@ -75,7 +75,7 @@ def test_the_root_cause_survives_a_long_message() -> None:
 
 
 def test_low_free_space_adds_the_disk_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("builder.uvtool.free_bytes", lambda path: LOW_DISK_BYTES // 4)
+    monkeypatch.setattr("builder.core.uvtool.free_bytes", lambda path: LOW_DISK_BYTES // 4)
     err = install_failure("installing torch", "error: failed to copy file", where=tmp_path / "venv")
     assert err.hint is not None and "1.5 GiB free" in err.hint and str(tmp_path / "venv") in err.hint
     # a failure that is not about writing files gets no disk hint, however little is free
@@ -85,7 +85,7 @@ def test_low_free_space_adds_the_disk_hint(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_the_free_space_is_checked_where_the_venv_goes() -> None:
-    from builder.uvtool import _install_target
+    from builder.core.uvtool import _install_target
 
     assert _install_target(["venv", "--quiet", "--python", "/opt/py/bin/python3.12", "/c/venvs/b-1"]) == Path("/c/venvs/b-1")
     assert _install_target(["pip", "install", "--python", "/c/venvs/b-1/bin/python", "torch"]) == Path("/c/venvs/b-1")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.farm import expand, github_matrix, load_farm
-from builder.settings import Settings
+from builder.core.settings import Settings
+from builder.farm.run import expand, github_matrix, load_farm
 from tests.conftest import FIXTURES, ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"

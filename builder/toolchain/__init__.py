@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from .base import CudaToolkit, ToolchainChoice, nvcc_version
-from .select import TOOLCHAINS, docker_image_for, select_toolkit
+from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
+from builder.toolchain.select import TOOLCHAINS, docker_image_for, select_toolkit
 
 __all__ = [
     "CudaToolkit",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..errors import ToolchainError
+from builder.core.errors import ToolchainError
 
 
 @dataclass(frozen=True)

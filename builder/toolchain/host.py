@@ -8,8 +8,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..errors import ToolchainError
-from .base import CudaToolkit, nvcc_version, same_minor
+from builder.core.errors import ToolchainError
+from builder.toolchain.base import CudaToolkit, nvcc_version, same_minor
 
 
 def candidate_homes(env: Mapping[str, str]) -> list[Path]:

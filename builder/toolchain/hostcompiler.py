@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
-from ..errors import ToolchainError
+from builder.core.errors import ToolchainError
 
 # variables that choose or steer the host compiler of a torch extension build
 FLAG_VARS = ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS")

@@ -17,11 +17,11 @@ from pathlib import Path
 from filelock import FileLock
 from packaging.version import Version
 
-from ..errors import ToolchainError
-from ..log import log
-from ..settings import Settings
-from ..uvtool import run_uv
-from .base import CudaToolkit, nvcc_version, same_minor
+from builder.core.errors import ToolchainError
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.core.uvtool import run_uv
+from builder.toolchain.base import CudaToolkit, nvcc_version, same_minor
 
 TOOLKIT_EXTRAS = "nvcc,crt,nvvm,cccl,cudart"
 MARKER = ".builder-toolkit.json"
@@ -69,7 +69,7 @@ def cached_home(cuda: Version, settings: Settings) -> Path | None:
 
 def check_on_pypi(cuda: Version, settings: Settings) -> None:
     """Refuse a CUDA minor that PyPI's cuda-toolkit does not carry (the list is discovered: torchindex.py)."""
-    from ..torchindex import toolkit_versions
+    from builder.discovery.torchindex import toolkit_versions
 
     versions, source = toolkit_versions(settings)
     if versions and f"{cuda.major}.{cuda.minor}" not in versions:

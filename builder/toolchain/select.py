@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from ..compat import resolve_index
-from ..errors import ToolchainError, UsageError
-from ..images import base_present, build_image, find_image, image_spec
-from ..log import log
-from ..settings import Settings
-from . import docker as docker_toolchain
-from . import pip as pip_toolchain
-from .base import ToolchainChoice, nvcc_version
-from .host import candidate_homes, find_host_toolkit
+from builder.core.errors import ToolchainError, UsageError
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.discovery.compat import resolve_index
+from builder.toolchain import container as docker_toolchain
+from builder.toolchain import pip as pip_toolchain
+from builder.toolchain.base import ToolchainChoice, nvcc_version
+from builder.toolchain.host import candidate_homes, find_host_toolkit
+from builder.toolchain.images import base_present, build_image, find_image, image_spec
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
 

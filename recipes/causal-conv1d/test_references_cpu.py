@@ -670,9 +670,9 @@ def upstream_sdist(dist: str, version: str, tmp: Path) -> Path:
     for root in os.environ.get("CAUSAL_CONV1D_SRC", "").split(os.pathsep):
         if root and Path(root).name.endswith(f"-{version}"):
             return Path(root)
-    from builder.errors import SourceError
-    from builder.settings import Settings
-    from builder.source import fetch, pypi_releases, unpack
+    from builder.core.errors import SourceError
+    from builder.core.settings import Settings
+    from builder.stages.source import fetch, pypi_releases, unpack
 
     settings = Settings(cache_dir=tmp / "cache", wheelhouse=tmp / "wh", recipes_dir=tmp, patches_dir=tmp)
     try:

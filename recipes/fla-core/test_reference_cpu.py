@@ -238,9 +238,9 @@ def _upstream_roots(tmp: Path) -> List[Path]:
     given = [Path(p) for p in os.environ.get("FLA_CORE_SRC", "").split(os.pathsep) if p]
     if given:
         return given
-    from builder.errors import SourceError
-    from builder.settings import Settings
-    from builder.source import fetch, pypi_releases, unpack
+    from builder.core.errors import SourceError
+    from builder.core.settings import Settings
+    from builder.stages.source import fetch, pypi_releases, unpack
 
     settings = Settings(cache_dir=tmp / "cache", wheelhouse=tmp / "wh", recipes_dir=tmp, patches_dir=tmp)
     try:

@@ -1,0 +1,341 @@
+"""Farm commands: `builder farm` (build the matrix here), `builder matrix` (list it, or emit it for GitHub
+Actions) and `builder watch` (PyPI versions newer than the wheelhouse's)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from rich.console import Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Column, Table
+from rich.text import Text
+
+from builder.cli.common import out, settings_from_args
+
+STATUS_STYLE = {"built": "green", "unchanged": "cyan", "failed": "bold red"}
+GITHUB_MATRIX_LIMIT = 256  # jobs per matrix
+
+
+def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+    from builder.stages.compilercache import add_compiler_cache_arg
+
+    p = sub.add_parser("farm", help="build the whole farm matrix (farm.toml) here; unchanged targets are skipped")
+    _farm_file_args(p)
+    p.add_argument("--parallel", type=int, default=1, help="targets built at once (default 1)")
+    p.add_argument("--jobs", type=int, help="MAX_JOBS per target (default: cores and memory / --parallel)")
+    p.add_argument("--force", action="store_true", help="rebuild even targets whose inputs are unchanged")
+    p.add_argument("--stage", action="store_true", help="publish into wheelhouse/staging (kernel tests on a GPU later)")
+    p.add_argument("--no-kernel-tests", action="store_true", help="run only the import tests")
+    p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
+    p.add_argument("--log-dir", type=Path, help="one log per target here (default: the cache's farm-logs/<time>)")
+    add_compiler_cache_arg(p)
+    add_common(p)
+
+    p = sub.add_parser("matrix", help="list the farm's targets, or emit them as a GitHub Actions matrix")
+    _farm_file_args(p)
+    p.add_argument("--format", choices=("table", "json", "github"), default="table",
+                   help="github: {\"include\": [...]} on one line, for strategy.matrix")
+    p.add_argument("--changed", action="store_true",
+                   help="only targets that no wheel in the wheelhouse was built from (same inputs)")
+    add_common(p)
+
+    p = sub.add_parser("watch", help="upstream versions on PyPI newer than the wheelhouse holds")
+    _farm_file_args(p)
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    add_common(p)
+    return {"farm": cmd_farm, "matrix": cmd_matrix, "watch": cmd_watch}
+
+
+def _farm_file_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", type=Path, help="farm file (default: farm.toml here or in a parent folder)")
+    p.add_argument("--only", action="append", default=[], metavar="PACKAGE", help="only this package (repeatable)")
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
+    from builder.farm.run import expand, find_farm_file, load_farm
+
+    settings = settings_from_args(args)
+    farm = load_farm(find_farm_file(args.file))
+    return settings, farm, expand(farm, settings, only=args.only)
+
+
+# ---------------------------------------------------------------- builder matrix
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from builder.farm.run import changed_targets, github_matrix
+
+    settings, farm, targets = _load(args)
+    total = len(targets)
+    if args.changed:
+        with _quiet():
+            targets = changed_targets(targets, settings)
+    matrix = github_matrix(farm, targets)
+    if args.format == "github" and len(targets) > GITHUB_MATRIX_LIMIT:
+        from builder.core.errors import UsageError
+
+        raise UsageError(f"{len(targets)} targets: a GitHub Actions matrix holds at most {GITHUB_MATRIX_LIMIT} jobs",
+                         "split the farm with --only PACKAGE, or narrow it")
+    if args.format == "github":
+        _emit(json.dumps(matrix, separators=(",", ":")))
+        return 0
+    if args.format == "json":
+        _emit(json.dumps(matrix["include"], indent=2))
+        return 0
+    table = Table("package", "version", "cuda", "arch", "python", "torch", "toolchain", "GPU runner",
+                  title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
+    for target, row in zip(targets, matrix["include"]):
+        table.add_row(row["package"], row["version"], row["cuda"],
+                      row["arch"] if target.kind == "cuda-extension" else "(any)", row["python"], row["torch"],
+                      target.toolchain, row["runner"])
+    out.print(table)
+    return 0
+
+
+# ---------------------------------------------------------------- builder watch
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from builder.farm.run import check_only, find_farm_file, load_farm
+    from builder.farm.watch import watch, watch_torch
+
+    settings = settings_from_args(args)
+    farm = load_farm(find_farm_file(args.file))
+    wanted = check_only(farm, args.only)
+    rows = watch(farm, settings, only=wanted)
+    if args.format == "json":
+        _emit(json.dumps([r.as_dict() for r in rows], indent=2))
+        return 0
+    headers = ("package", "recipe range", "built", "newer on PyPI (in range)", "above the range", "note")
+    cells = [(r.package, r.versions, ", ".join(r.built) or "none", ", ".join(r.newer) or "-", ", ".join(r.beyond) or "-",
+              r.note) for r in rows]
+    torch_headers = ("torch index", "CUDA", "in farm", "torch on the index", "built", "not built yet", "note", "read from")
+    torch_cells = [(r.index, r.cuda, "yes" if r.in_farm else "no", _short(r.available), ", ".join(r.built) or "none",
+                    ", ".join(r.unbuilt) or "-", r.note, r.source) for r in watch_torch(farm, settings)]
+    if args.format == "markdown":
+        for heads, body in ((headers, cells), (torch_headers, torch_cells)):
+            print("| " + " | ".join(heads) + " |")
+            print("|" + " --- |" * len(heads))
+            for row in body:
+                print("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+            print()
+        return 0
+    table = Table(*headers, title=f"{farm.file} vs {settings.wheelhouse}")
+    for row in cells:
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
+    table = Table(*torch_headers, title="torch releases and CUDA toolkits")
+    for row in torch_cells:
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
+    return 0
+
+
+def _short(versions: tuple[str, ...]) -> str:
+    return ", ".join(versions) if len(versions) <= 4 else f"{versions[0]} … {', '.join(versions[-3:])}"
+
+
+# ---------------------------------------------------------------- builder farm
+
+
+def cmd_farm(args: argparse.Namespace) -> int:
+    from builder.core.errors import UsageError
+    from builder.core.log import log
+    from builder.core.settings import default_jobs
+    from builder.farm.run import find_unchanged
+    from builder.pipeline.run import BuildOptions
+
+    if args.parallel < 1:
+        raise UsageError(f"--parallel {args.parallel}: must be at least 1")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    start = time.monotonic()
+    settings, farm, targets = _load(args)
+    jobs = args.jobs or max(1, default_jobs() // args.parallel)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_dir = (args.log_dir or settings.cache("farm-logs") / stamp).resolve()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    options = BuildOptions(force=args.force, kernel_tests=not args.no_kernel_tests,
+                           require_kernel_tests=args.require_kernel_tests, stage=args.stage,
+                           compiler_cache=args.compiler_cache)
+    log.info(f"farm {farm.file}: {len(targets)} targets, {args.parallel} at a time, MAX_JOBS {jobs}; "
+             f"one log per target in {log_dir}")
+    results: dict[str, dict[str, Any]] = {}
+    check_start = time.monotonic()
+    with _quiet():
+        unchanged = {} if args.force else find_unchanged(targets, settings, stage=args.stage)
+    check_seconds = time.monotonic() - check_start
+    for target in targets:
+        if target.id in unchanged:
+            hit = unchanged[target.id]
+            (log_dir / f"{target.id}.log").write_text(
+                f"unchanged: {hit.wheel.name} was built from the same inputs (cache key {hit.cache_key}); "
+                f"decided in {hit.seconds:.2f}s without starting a build\n")
+            results[target.id] = {"id": target.id, "status": "unchanged", "wheel": str(hit.wheel), "timings": {},
+                                  "error": None, "seconds": hit.seconds}
+    log.info(f"checked {len(targets)} targets against the wheelhouse in {check_seconds:.1f}s: "
+             f"{len(unchanged)} unchanged, {len(targets) - len(unchanged)} to build")
+    todo = [t for t in targets if t.id not in results]
+    if todo:
+        results.update(_run_pool(todo, settings, options, jobs, args.parallel, log_dir, len(targets) - len(todo),
+                                 len(targets)))
+    elapsed = time.monotonic() - start
+    ordered = [results[t.id] for t in targets]
+    for t, r in zip(targets, ordered):
+        r["log"] = str(log_dir / f"{t.id}.log")
+    counts = {s: sum(1 for r in ordered if r["status"] == s) for s in ("built", "unchanged", "failed")}
+    (log_dir / "summary.json").write_text(json.dumps(
+        {"farm": str(farm.file), "seconds": round(elapsed, 1), "check_seconds": round(check_seconds, 2),
+         "counts": counts, "targets": ordered}, indent=2))
+    out.print(_summary_table(targets, ordered))
+    out.print(f"[bold]{len(targets)} targets[/bold]: {counts['built']} built, {counts['unchanged']} unchanged, "
+              f"{counts['failed']} failed in {_duration(elapsed)} (unchanged check {check_seconds:.1f}s); "
+              f"logs and summary.json in {escape(str(log_dir))}")
+    return 1 if counts["failed"] else 0
+
+
+def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int, log_dir: Path, already: int,
+              total: int) -> dict[str, dict[str, Any]]:
+    from builder.core.log import log
+    from builder.farm.run import run_target
+
+    results: dict[str, dict[str, Any]] = {}
+    started: dict[str, float] = {}
+    logs = {t.id: log_dir / f"{t.id}.log" for t in todo}
+    for path in logs.values():
+        path.unlink(missing_ok=True)
+    console = log.console
+    live_display = console.is_terminal
+    context = multiprocessing.get_context("spawn")  # no fork of a process with threads (the live display)
+    pool = ProcessPoolExecutor(max_workers=parallel, mp_context=context, max_tasks_per_child=1)
+    futures: dict[Future, Any] = {
+        pool.submit(run_target, t, settings, options, jobs, str(logs[t.id])): t for t in todo
+    }
+    pool_start = time.monotonic()
+
+    def poll_started() -> None:
+        for t in todo:
+            if t.id not in started and t.id not in results and logs[t.id].exists():
+                started[t.id] = time.monotonic()
+                if not live_display:
+                    console.print(f"start    {t.id}", highlight=False)
+
+    def render() -> Group:
+        done = already + len(results)
+        counts = {s: sum(1 for r in results.values() if r["status"] == s) for s in STATUS_STYLE}
+        head = Text.assemble(
+            (f"[{done}/{total}] ", "bold"), (f"{counts['built']} built", "green"), ", ",
+            (f"{already + counts['unchanged']} unchanged", "cyan"), ", ",
+            (f"{counts['failed']} failed", "red" if counts["failed"] else ""),
+            f" — {_duration(time.monotonic() - pool_start)}",
+        )
+        running = Table("building", "stage", "time", box=None, padding=(0, 2))
+        for t in todo:
+            if t.id in started and t.id not in results:
+                running.add_row(t.id, _stage(logs[t.id]), _duration(time.monotonic() - started[t.id]))
+        queued = sum(1 for t in todo if t.id not in started and t.id not in results)
+        return Group(head, running, Text(f"{queued} queued", style="dim"))
+
+    @contextmanager
+    def display() -> Iterator[Live | None]:
+        if live_display:
+            with Live(render(), console=console, refresh_per_second=2, transient=True) as live:
+                yield live
+        else:
+            yield None
+
+    try:
+        with display() as live:
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                poll_started()
+                for future in finished:
+                    t = futures[future]
+                    try:
+                        result = future.result()
+                    except Exception as e:  # noqa: BLE001 - a worker that died (killed, out of memory)
+                        result = {"id": t.id, "status": "failed", "wheel": None, "timings": {},
+                                  "error": f"worker died: {type(e).__name__}: {e}", "seconds": 0.0}
+                    results[t.id] = result
+                    line = (f"{result['status']:9}{t.id}  {_duration(result['seconds'])}"
+                            + (f"  {result['error']}" if result.get("error") else ""))
+                    if live is not None:
+                        live.console.print(Text(line, style=STATUS_STYLE.get(result["status"], "")))
+                    else:
+                        console.print(line, highlight=False, markup=False)
+                if live is not None:
+                    live.update(render())
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
+
+
+def _stage(log_file: Path) -> str:
+    """The last pipeline stage (``==> build``) in a target's log."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return "starting"
+    stage = "starting"
+    for line in tail.splitlines():
+        if "==> " in line:
+            stage = line.split("==> ", 1)[1].strip()
+    return stage
+
+
+def _summary_table(targets: list, results: list[dict[str, Any]]) -> Table:
+    table = Table(Column("target", overflow="fold"), "status", "time", "compile",
+                  Column("wheel / error", overflow="fold"), title="farm summary")
+    for t, r in zip(targets, results):
+        status = r["status"]
+        detail = Path(r["wheel"]).name if r.get("wheel") and status != "failed" else (r.get("error") or "")
+        build = r.get("timings", {}).get("build")
+        table.add_row(t.id, Text(status, style=STATUS_STYLE.get(status, "")), _duration(r["seconds"]),
+                      _duration(build) if build is not None else "-", Text(detail))
+    return table
+
+
+def _emit(text: str) -> None:
+    """Machine-readable output on stdout; a reader that stops early (``| head``) is not an error."""
+    import sys
+
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    from builder.core.log import log
+
+    before = log.quiet
+    log.quiet = True
+    try:
+        yield
+    finally:
+        log.quiet = before

@@ -1,0 +1,72 @@
+"""Commands about the wheelhouse index: `builder index rebuild` and `builder serve`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from builder.cli.common import out, settings_from_args
+
+
+def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+    p = sub.add_parser("index", help="wheelhouse index maintenance")
+    isub = p.add_subparsers(dest="index_command", required=True)
+    rebuild = isub.add_parser(
+        "rebuild", help="regenerate every page (simple/, channels/, .metadata sidecars, dashboard) from the wheels"
+    )
+    add_common(rebuild)
+
+    serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    add_common(serve)
+    return {"index": cmd_index, "serve": cmd_serve}
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from builder.index.store import Wheelhouse
+
+    house = Wheelhouse(settings_from_args(args).wheelhouse)
+    areas = [house]
+    if (house.root / "staging" / "wheels").is_dir():
+        areas.insert(0, house.staging())
+    for area in areas:
+        area.rebuild_index()
+        count = len(area._wheel_files())
+        out.print(f"index rebuilt: {area.index_url()} ({count} wheel{'s' if count != 1 else ''})")
+    for label in house.labels():
+        out.print(f"  channel {label}: {house.channel_url(label)}")
+    out.print(f"dashboard: {house.dashboard.resolve().as_uri()}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from builder.core.errors import UsageError
+    from builder.core.log import log
+    from builder.index.serve import base_url, make_server
+    from builder.index.store import Wheelhouse
+
+    house = Wheelhouse(settings_from_args(args).wheelhouse)
+    if not (house.simple / "index.html").is_file():
+        raise UsageError(f"no index in {house.root}",
+                         "build a wheel first, or run `builder index rebuild` (give --wheelhouse for another folder)")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be 0-65535")
+    try:
+        server = make_server(house.root, args.host, args.port)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}",
+                         "pick another --port (0 picks a free one) or --host") from e
+    url = base_url(server)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(f"listening on {args.host}: anyone who can reach this machine can read the wheelhouse")
+    out.print(f"serving {house.root} at {url} (index: {url}simple/, dashboard: {url}) — Ctrl-C stops", markup=False)
+    out.file.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

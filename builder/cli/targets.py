@@ -1,0 +1,292 @@
+"""The commands on one target or wheel: build, test, plan, recipes, inspect."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.table import Table
+
+from builder.cli.common import out, settings_from_args
+from builder.core.errors import BuilderError, UsageError
+from builder.core.settings import Settings, default_jobs
+from builder.model.recipe import expand_name, list_recipes, load_recipe
+from builder.stages.compilercache import add_compiler_cache_arg
+from builder.stages.plan import KNOWN_CUDA, Plan, Target, load_target_recipe, make_plan, validate_cuda
+from builder.toolchain import TOOLCHAINS
+from builder.user.targetenv import check_python_flag
+
+
+def _target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("package", help="recipe name, e.g. causal-conv1d")
+    parser.add_argument("--version", help="upstream version (default: newest the recipe supports)")
+    parser.add_argument("--cuda", metavar="X.Y",
+                        help=f"CUDA version: one of {', '.join(KNOWN_CUDA)}; default with --python PATH: that env's "
+                        "torch's CUDA. 12.x needs Docker or a host CUDA install (PyPI has no CUDA 12 compiler); 12.9 "
+                        "needs --torch-index cu129; `builder torch-table` shows the torch builds per CUDA")
+    parser.add_argument("--arch", help="GPU archs: 120, 90,120, 120+ptx (+ptx also embeds PTX) or native (this "
+                        "machine's GPUs; the default when a GPU is present); required for CUDA extensions "
+                        "(causal-conv1d), not needed for pure-Python recipes (fla)")
+    parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
+    parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
+    parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
+    parser.add_argument("--toolchain", choices=TOOLCHAINS, default="auto", help="where nvcc comes from")
+    parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
+    parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
+    # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
+    parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
+
+
+def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+    """The commands on one target or wheel: build, test, plan, recipes, inspect."""
+    p = sub.add_parser("build", help="build, verify, test and publish one wheel")
+    _target_args(p)
+    add_compiler_cache_arg(p)
+    add_common(p)
+    p.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
+    p.add_argument("--no-kernel-tests", action="store_true", help="run only the import test")
+    p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
+    p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
+    p.add_argument("--keep-workdir", action="store_true", help="keep the extracted, patched sources, the raw wheel and the test venv "
+                   "(a failed build always keeps them)")
+    p.add_argument("--stage", action="store_true",
+                   help="publish into wheelhouse/staging (no GPU here); `builder test` on a GPU machine promotes it")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a published wheel of the same file name even when it was built for other archs")
+
+    p = sub.add_parser("test", help="import- and kernel-test a wheel here; promote it from staging if it passes")
+    p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
+    p.add_argument("--python", help="interpreter whose torch to use (offline GPU machines); default: fresh venv")
+    p.add_argument("--require-kernel-tests", action="store_true", help="treat skipped kernel tests as failure")
+    p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
+    p.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
+    p.add_argument("--no-promote", action="store_true", help="test a staged wheel without promoting it")
+    p.add_argument("--with", dest="with_wheels", action="append", type=Path, default=[], metavar="WHEEL",
+                   help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
+    add_common(p)
+
+    p = sub.add_parser("plan", help="show what a build would do, without building")
+    _target_args(p)
+    add_common(p)
+
+    p = sub.add_parser("recipes", help="list recipes, or show one resolved for a target")
+    add_common(p)
+    rsub = p.add_subparsers(dest="recipes_command")
+    show = rsub.add_parser("show", help="show one recipe, resolved for a target")
+    show.add_argument("name")
+    show.add_argument("--version")
+    show.add_argument("--cuda", default="13.0")
+    show.add_argument("--arch", default="120")
+    show.add_argument("--python", default="3.12")
+    show.add_argument("--torch")
+    show.add_argument("--torch-index")
+    add_common(show)
+
+    p = sub.add_parser("inspect", help="list the GPU code, tags and pins of a wheel")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("--json", action="store_true")
+    add_common(p)
+
+    return COMMANDS
+
+
+def _target(args: argparse.Namespace) -> Target:
+    from builder.user.targetenv import infer_archs, infer_cuda
+
+    _check_cheap_flags(args)
+    cuda = validate_cuda(infer_cuda(args.cuda, args.python), settings_from_args(args))
+    pure = _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args)
+    archs = infer_archs(args.arch, required=not pure)
+    jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
+    return Target(
+        package=args.package if hasattr(args, "package") else args.name,
+        version=args.version,
+        cuda=cuda,
+        archs=archs,
+        python=args.python,
+        torch=args.torch,
+        torch_index=args.torch_index,
+        toolchain=getattr(args, "toolchain", "auto"),
+        source=getattr(args, "source", None),
+        jobs=jobs,
+        test_patches=tuple(getattr(args, "test_patch", []) or ()),
+    )
+
+
+def _check_cheap_flags(args: argparse.Namespace) -> None:
+    """Flags whose mistakes need no network or toolchain to see: checked before any work (plan reads PyPI)."""
+    from packaging.version import InvalidVersion, Version
+
+    from builder.discovery.compat import resolve_index
+
+    resolve_index(args.torch_index)
+    if getattr(args, "jobs", None) is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    for flag, value in (("--torch", args.torch), ("--version", args.version)):
+        if value is None:
+            continue
+        try:
+            Version(value)
+        except InvalidVersion as e:
+            raise UsageError(f"{flag} {value!r} is not a version", f"e.g. {flag} "
+                             + ("2.11.0" if flag == "--torch" else "1.7.0")) from e
+    python = args.python
+    if "/" not in python and python[:1].isdigit() and not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
+        raise UsageError(f"--python {python!r} is neither a Python version nor a path", "e.g. --python 3.12 or "
+                         "--python /path/to/venv/bin/python")
+
+
+def _is_pure_python(package: str, args: argparse.Namespace) -> bool:
+    """Pure-Python recipes (fla) compile no GPU code, so --arch may be left out for them."""
+    from builder.model.recipe import find_recipe
+
+    try:
+        settings = settings_from_args(args)
+        names = expand_name(package, settings.recipes_dir)
+        return all(load_recipe(find_recipe(n, settings.recipes_dir), settings.patches_dir).kind == "pure-python"
+                   for n in names)
+    except BuilderError:
+        return False
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from builder.pipeline.run import BuildOptions, run_build
+
+    start = time.monotonic()
+    options = BuildOptions(
+        force=args.force,
+        kernel_tests=not args.no_kernel_tests,
+        require_kernel_tests=args.require_kernel_tests,
+        quick_kernel_tests=args.quick,
+        keep_workdir=args.keep_workdir,
+        stage=args.stage,
+        compiler_cache=args.compiler_cache,
+        replace=args.replace,
+    )
+    settings = settings_from_args(args)
+    _check_cheap_flags(args)
+    check_python_flag(args.python)  # also for docker: the import and kernel tests run on a host interpreter
+    targets = []
+    for package in expand_name(args.package, settings.recipes_dir):
+        args.package = package
+        targets.append(_target(args))  # every flag of every target checked before the first build starts
+    for target in targets:
+        result = run_build(target, settings, options)
+        elapsed = time.monotonic() - start
+        tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
+        out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")
+        if isinstance(tests, dict) and tests:
+            out.print(f"tests: import {tests.get('import_status')}, kernel {tests.get('kernel_status')}"
+                      + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else ""))
+        out.print(f"timings: {json.dumps(result.timings)}")
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from builder.index.store import Wheelhouse
+    from builder.pipeline.promote import TestOptions, resolve_wheels, test_wheel
+
+    settings = settings_from_args(args)
+    options = TestOptions(python=args.python, require_kernel_tests=args.require_kernel_tests, quick=args.quick,
+                          bench=not args.no_bench, promote=not args.no_promote,
+                          with_wheels=tuple(args.with_wheels))
+    for wheel in resolve_wheels(args.wheel, Wheelhouse(settings.wheelhouse)):
+        report = test_wheel(wheel, settings, options)
+        out.print(f"[bold]{wheel.name}[/bold]: {report.summary()}")
+        for row in report.speed:
+            out.print(f"  speed {row.get('name')}: {_speed_text(row)}", markup=False)
+    return 0
+
+
+def _speed_text(row: dict) -> str:  # type: ignore[type-arg]
+    """'kernel 1.337 ms, reference 755.2 ms, x565' or the benchmark's error."""
+    if row.get("error") or not isinstance(row.get("kernel_ms"), (int, float)):
+        return f"not measured: {row.get('error', 'no number')}"
+    return (f"kernel {row['kernel_ms']:.3f} ms, reference {row['reference_ms']:.1f} ms, x{row['speedup']:.1f}"
+            + (f", {row['kernel_gbps']:.0f} GB/s" if isinstance(row.get("kernel_gbps"), (int, float)) else ""))
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    plan = make_plan(_target(args), settings)
+    _print_plan(plan.describe(buildable_here(plan, settings)))
+    return 0  # a plan, also when this machine cannot build it: the row says so
+
+
+def buildable_here(plan: Plan, settings: Settings) -> str:
+    """The plan's "buildable here" row: yes and with what, or no, why and the ways forward. Probes only
+    (interpreter lookup, engine ping, nvcc --version, the toolkit cache): nothing is provisioned or pulled."""
+    from builder.toolchain.select import probe_build_here
+
+    try:
+        check_python_flag(plan.target.python)
+    except UsageError as e:
+        return f"no: {e.message}"
+    if plan.recipe.kind != "cuda-extension":
+        return "yes: pure Python, no CUDA compiler needed"
+    return probe_build_here(plan.target.toolchain, plan.cuda, settings, os.environ).text()
+
+
+def _print_plan(rows: list[tuple[str, str]]) -> None:
+    table = Table(show_header=False, box=None)
+    for key, value in rows:
+        table.add_row(key, value)
+    out.print(table)
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if args.recipes_command == "show":
+        args.package = args.name
+        target = _target(args)
+        recipe = load_target_recipe(target, settings)
+        out.print(f"[bold]{recipe.name}[/bold]  ({recipe.file})")
+        out.print(f"  kind: {recipe.kind}; supported versions: {recipe.versions}")
+        out.print(f"  imports: {', '.join(recipe.imports)}; kernel tests: {recipe.kernel_tests or 'none'}")
+        for patch in recipe.patches:
+            out.print(f"  patch {patch.name} for {patch.versions}{' (test only)' if patch.test_only else ''}: {patch.summary}")
+        out.print("resolved for this target:")
+        plan = make_plan(target, settings)
+        _print_plan(plan.describe(buildable_here(plan, settings)))
+        return 0
+    table = Table("recipe", "kind", "versions", "patches", "summary")
+    for path in list_recipes(settings.recipes_dir):
+        recipe = load_recipe(path, settings.patches_dir)
+        table.add_row(recipe.name, recipe.kind, str(recipe.versions), str(len(recipe.patches)), recipe.summary)
+    out.print(table)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from builder.stages.inspection import inspect_wheel, render_report
+
+    if not args.wheel.is_file():
+        raise UsageError(f"{args.wheel}: no such wheel file")
+    report = inspect_wheel(args.wheel, settings_from_args(args))
+    published = args.wheel.resolve().parent.parent / "records" / f"{args.wheel.name}.json"
+    tests = json.loads(published.read_text()).get("tests") if published.exists() else None
+    if args.json:
+        print(json.dumps({**report.as_dict(), "tests": tests}, indent=2))
+        return 0
+    out.print(render_report(report), markup=False)
+    if tests:
+        out.print(f"  tests (wheelhouse record): import {tests.get('import_status')}; kernel {tests.get('kernel_status')}"
+                  + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else "")
+                  + (f" {tests.get('counts')}" if tests.get("counts") else ""), markup=False)
+        for row in tests.get("speed") or []:
+            out.print(f"  speed {row.get('name')}: x{row.get('speedup')} vs torch reference", markup=False)
+    return 0
+
+
+COMMANDS = {
+    "build": cmd_build,
+    "plan": cmd_plan,
+    "test": cmd_test,
+    "recipes": cmd_recipes,
+    "inspect": cmd_inspect,
+}

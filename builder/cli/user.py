@@ -1,0 +1,150 @@
+"""The user's side: ``builder doctor`` (what an env has and needs) and ``builder install`` (the fitting wheels into it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+from builder.cli.common import out, settings_from_args
+from builder.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from builder.user.doctor import DoctorReport
+from builder.core.log import log
+
+
+def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+    p = sub.add_parser("doctor", help="diagnose a Python env: torch, GPUs, compilers, kernels, what fits and how to "
+                       "install it")
+    p.add_argument("--python", help="the env's interpreter or venv folder (default: the active venv, else python3)")
+    p.add_argument("--from", dest="source", help="wheelhouse to match against: a folder or URL (default ./wheelhouse)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_common(p)
+
+    p = sub.add_parser("install", help="install the fitting wheels into an env, never changing its torch")
+    p.add_argument("packages", nargs="+", metavar="PACKAGE", help="recipe names, e.g. causal-conv1d fla-core (or fla)")
+    p.add_argument("--python", help="the env's interpreter or venv folder (default: the active venv)")
+    p.add_argument("--from", dest="source", help="wheelhouse to install from: a folder or URL (default ./wheelhouse)")
+    p.add_argument("--arch", help="GPU archs for a wheel built when none fits (default: this machine's GPUs)")
+    p.add_argument("--no-build", action="store_true", help="never build; stop with the ways forward when nothing fits")
+    p.add_argument("--dry-run", action="store_true", help="show what would be installed and the command")
+    add_common(p)
+    return {"doctor": cmd_doctor, "install": cmd_install}
+
+
+def default_python(given: str | None) -> Path:
+    """``--python`` as given, else the active venv (VIRTUAL_ENV, CONDA_PREFIX), else python3 on PATH."""
+    if given:  # a path, a venv folder, or a command on PATH (python3)
+        found = shutil.which(given) if "/" not in given else None
+        return Path(found) if found else Path(given)
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if os.environ.get(var):
+            return Path(os.environ[var]) / "bin" / "python"
+    found = shutil.which("python3") or shutil.which("python")
+    if found is None:
+        raise UsageError("no active Python env and no python3 on PATH", "pass --python /path/to/venv/bin/python")
+    return Path(found)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from builder.user.doctor import diagnose
+
+    settings = settings_from_args(args)
+    python = default_python(args.python)
+    source = args.source or (str(settings.wheelhouse) if settings.wheelhouse.is_dir() else None)
+    with log.status(f"probing {python} (imports torch and transformers)"):
+        report = diagnose(python, settings, source)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0
+    render_doctor(report)
+    return 0
+
+
+def render_doctor(report: DoctorReport) -> None:
+    env, machine = report.env, report.machine
+    py = env.python
+    rows = Table(show_header=False, box=None, title=f"builder doctor: {report.python}", title_justify="left")
+    rows.add_row("Python", f"{py.version} ({'venv ' + str(py.prefix) if py.is_venv else py.executable})"
+                 + (f", glibc {py.glibc}" if py.glibc else ""))
+    torch = env.torch
+    if torch.version:
+        rows.add_row("torch", f"{torch.version}: " + (f"a CUDA {torch.cuda} build" if torch.cuda else "a CPU build")
+                     + f"; CUDA usable: {'yes' if torch.cuda_available else 'no'}")
+    else:
+        rows.add_row("torch", "not installed" if not torch.installed else f"fails to import: {torch.error}")
+    gpus = [f"{d.name} (sm_{d.sm})" for d in torch.devices] or [f"{g.name} (sm_{g.sm})" for g in machine.driver.gpus]
+    rows.add_row("GPUs", ", ".join(gpus) if gpus else
+                 f"none visible ({machine.driver.error or 'nvidia-smi lists none'}; torch sees no device)")
+    if machine.driver.version:
+        rows.add_row("driver", f"{machine.driver.version}, runs CUDA <= {machine.driver.cuda or '?'}")
+    compilers = ", ".join(f"nvcc {c.version} at {c.home}" for c in machine.compilers) or "no nvcc / CUDA_HOME"
+    rows.add_row("compilers", compilers + f"; container engine: {machine.engine or 'none answers'}")
+    if torch.cuda:
+        can, how = machine.can_build(torch.cuda)
+        rows.add_row("build here", f"CUDA {torch.cuda} wheels: " + (f"yes, with {how}" if can else f"no: {how}"))
+    out.print(rows)
+
+    table = Table("package", "installed", "imports", "GPU code", title="CUDA-extension packages the recipes know",
+                  title_justify="left")
+    for state in report.packages:
+        pkg = state.report
+        failed = [i for i in pkg.imports if not i.ok]
+        imports = "-" if not pkg.installed else ("ok" if not failed else f"FAILS: {failed[0].module}: {failed[0].error}")
+        table.add_row(pkg.distribution, pkg.version or "no", imports, state.gpu_code.verdict)
+    out.print(table)
+
+    tf = env.transformers
+    if not tf.installed:
+        out.print("transformers: not installed" + (f" ({tf.error})" if tf.error and "No module" not in tf.error else ""),
+                  markup=False)
+    else:
+        out.print(f"transformers {tf.version}: what its GatedDeltaNet functions are bound to after import", markup=False)
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for model in tf.models:
+            lines = ((f"modeling module fails to import: {model.error}",) if model.error else
+                     tuple(f"{f.role:34} {f.text}" for f in model.functions))
+            groups.setdefault(lines, []).append(model.module.rsplit(".", 1)[-1].removeprefix("modeling_"))
+        for lines, models in groups.items():
+            out.print(f"  {', '.join(models)}:", markup=False)
+            for line in lines:
+                out.print(f"    {line}", markup=False)
+    if report.wheelhouse and report.wheelhouse_error:
+        out.print(f"wheelhouse: {report.wheelhouse_error}", markup=False)
+    elif report.wheelhouse:
+        out.print(f"wheelhouse {report.wheelhouse}:", markup=False)
+        for offer in report.offers:
+            chosen = f"fits: {offer.chosen.wheel.filename}" if offer.chosen else "nothing fits"
+            out.print(f"  {offer.package}: {chosen if offer.verdicts else 'no wheels'}", markup=False)
+            for verdict in offer.verdicts:
+                if not verdict.fits:
+                    out.print(f"    not {verdict.wheel.filename}: {'; '.join(verdict.reasons)}", markup=False)
+    else:
+        out.print("wheelhouse: none given (--from PATH|URL) and no ./wheelhouse here")
+    for line in report.advice:
+        out.print(f"- {line}", markup=False)
+    if report.commands:
+        out.print("install what fits (torch stays as it is):")
+        for command in report.commands:
+            out.print(f"    {command}", markup=False)
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from builder.user.install import InstallRequest, install
+
+    settings = settings_from_args(args)
+    python = default_python(args.python)
+    request = InstallRequest(packages=tuple(args.packages), python=python,
+                             source=args.source or str(settings.wheelhouse), arch=args.arch,
+                             build=not args.no_build, dry_run=args.dry_run)
+    outcome = install(request, settings)
+    for line in outcome.summary():
+        out.print(line, markup=False)
+    return 0

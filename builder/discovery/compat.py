@@ -1,0 +1,177 @@
+"""Which torch builds exist for which CUDA version on which index: read from the indexes (torchindex.py).
+
+A C++/CUDA extension must be compiled with the same CUDA major.minor that its torch was built with, and it
+runs only with that torch. PyPI carries exactly one CUDA flavour per torch release; PyTorch's own indexes carry
+one flavour per index (``.../whl/cu128``), with a ``+cu128`` local label on every wheel. Nothing here is a
+hand-kept table: every answer comes from a ``Listing`` (index, cache or the shipped snapshot) and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from builder.core.errors import UsageError
+from builder.core.settings import Settings
+from builder.discovery.torchindex import PYPI_SIMPLE, PYTORCH_CHANNELS, PYTORCH_INDEX, Listing, discover
+
+__all__ = [
+    "PYPI_SIMPLE",
+    "PYTORCH_INDEX",
+    "TorchIndex",
+    "check_torch_matches_cuda",
+    "cuda_flavour",
+    "default_torch",
+    "known_indexes",
+    "resolve_index",
+    "table_rows",
+]
+
+# The indexes known by name: PyPI and PyPI's-style names for PyTorch's channels.
+KNOWN_INDEXES: dict[str, str] = {
+    "pypi": PYPI_SIMPLE,
+    **{f"pytorch-{c}": PYTORCH_INDEX.format(flavour=c) for c in PYTORCH_CHANNELS},
+}
+
+
+@dataclass(frozen=True)
+class TorchIndex:
+    """A package index that serves torch, and the torch releases it has per CUDA version (as discovered)."""
+
+    name: str
+    url: str
+    listing: Listing | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def torch_by_cuda(self) -> dict[str, tuple[str, ...]]:
+        return self.listing.torch_by_cuda() if self.listing else {}
+
+    @property
+    def source(self) -> str:
+        """index / cache / snapshot / none: where this index's table came from."""
+        return self.listing.source if self.listing else "none"
+
+    def cuda_of(self, torch: str) -> str | None:
+        release = self.listing.release(torch) if self.listing else None
+        return release.cuda if release else None
+
+
+def known_indexes(settings: Settings | None) -> list[TorchIndex]:
+    return [TorchIndex(name, url, discover(name, url, settings)) for name, url in KNOWN_INDEXES.items()]
+
+
+def resolve_index(spec: str | None, settings: Settings | None = None) -> TorchIndex:
+    """``None``/``pypi`` → PyPI; a known name; ``cu128``; or any URL (discovered too where it can be read).
+
+    ``settings=None`` answers from the shipped snapshot only (no cache, no network): for validation."""
+    name = "pypi" if spec in (None, "pypi") else spec if spec in KNOWN_INDEXES else (
+        f"pytorch-{spec}" if f"pytorch-{spec}" in KNOWN_INDEXES else None)
+    if name is None:
+        for known, url in KNOWN_INDEXES.items():
+            if spec is not None and spec.rstrip("/") == url:
+                name = known
+    if name is not None:
+        return TorchIndex(name, KNOWN_INDEXES[name], discover(name, KNOWN_INDEXES[name], settings))
+    assert spec is not None
+    if "://" not in spec and not spec.startswith("/"):
+        raise UsageError(
+            f"--torch-index: {spec!r} is neither a URL nor a known index",
+            f"known: {', '.join(KNOWN_INDEXES)}",
+        )
+    url = (spec if "://" in spec else f"file://{spec}").rstrip("/")
+    return TorchIndex("custom", url, discover("custom", url, settings) if settings is not None else None)
+
+
+def cuda_flavour(cuda: Version | str) -> str:
+    """``12.8`` → ``cu128`` (the spelling of PyTorch's indexes and of our local labels)."""
+    v = Version(str(cuda))
+    return f"cu{v.major}{v.minor}"
+
+
+def _key(cuda: Version) -> str:
+    return f"{cuda.major}.{cuda.minor}"
+
+
+def default_torch(index: TorchIndex, cuda: Version) -> str:
+    """The newest torch on ``index`` built for ``cuda``; a clear error when there is none."""
+    versions = index.torch_by_cuda.get(_key(cuda))
+    if not versions:
+        where = ", ".join(f"{c}: {v[0]}–{v[-1]}" for c, v in index.torch_by_cuda.items()) or "nothing known"
+        raise UsageError(
+            f"no torch build for CUDA {_key(cuda)} is known on index {index.name} ({where}; read from "
+            f"{index.source})",
+            "pass --torch X.Y.Z (and --torch-index for PyTorch's cuXYZ index), or another --cuda",
+        )
+    return max(versions, key=Version)
+
+
+def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: Version, settings: Settings | None = None) -> None:
+    """Refuse a torch whose CUDA differs from the requested one on an index we can classify."""
+    found = index.cuda_of(str(Version(torch).public))
+    key = _key(cuda)
+    if found is not None and found != key:
+        public = str(Version(torch).public)
+        alternatives = [i for i in known_indexes(settings) if public in i.torch_by_cuda.get(key, ())]
+        other = default_torch_or_none(index, cuda)
+        hint = (f"use --torch-index {alternatives[0].name}{_hearsay(alternatives[0], public)}" if alternatives
+                else f"use --cuda {found}") + (
+            f", or omit --torch to get {other}" if other else f", or --cuda {found}" if alternatives else "")
+        raise UsageError(f"torch {torch} on {index.name} is a CUDA {found} build, not CUDA {key}", hint)
+
+
+def check_torch_has_python(index: TorchIndex, torch: str, python: str) -> None:
+    """Refuse a Python older than every wheel of the torch release (where the index's wheel names say)."""
+    release = index.listing.release(torch) if index.listing else None
+    if release is None or not release.pythons:
+        return
+    try:
+        wanted = Version(python)
+    except InvalidVersion:
+        return
+    key = f"{wanted.major}.{wanted.minor}"
+    oldest = min(Version(p.rstrip("t")) for p in release.pythons)
+    # Older than the release's oldest: refused here. A newer one is left to the interpreter lookup (which says
+    # when there is no such interpreter) and to uv (a torch without wheels for it fails to install).
+    if key not in release.pythons and Version(key) < oldest:
+        raise UsageError(f"torch {torch} on {index.name} has no wheel for Python {key}",
+                         f"it has {', '.join(release.pythons)}: pass --python one of those")
+
+
+def _hearsay(index: TorchIndex, torch: str) -> str:
+    """' (per release notes)' where the index's row was not read from the index itself."""
+    release = index.listing.release(torch) if index.listing else None
+    return " (per PyTorch's release notes; not read from that index)" if release and release.evidence.startswith(
+        "release notes") else ""
+
+
+def default_torch_or_none(index: TorchIndex, cuda: Version) -> str | None:
+    try:
+        return default_torch(index, cuda)
+    except UsageError:
+        return None
+
+
+def torch_cuda(index: TorchIndex, torch: str, fallback: Version) -> Version:
+    """The CUDA the given torch was built with on ``index`` (``fallback`` where the index does not say)."""
+    found = index.cuda_of(torch)
+    return Version(found) if found and found[:1].isdigit() else fallback
+
+
+def table_rows(settings: Settings | None = None) -> list[tuple[str, str, str, str]]:
+    """(index, cuda, torch versions, source) rows, for ``builder torch-table`` and the docs."""
+    rows = []
+    for index in known_indexes(settings):
+        source = source_text(index)
+        for cuda, versions in index.torch_by_cuda.items():
+            rows.append((index.name, cuda, ", ".join(versions), source))
+    return rows
+
+
+def source_text(index: TorchIndex) -> str:
+    listing = index.listing
+    if listing is None:
+        return "none"
+    where = {"index": index.url, "cache": f"cache of {index.url}", "snapshot": "shipped snapshot"}.get(
+        listing.source, listing.source)
+    return f"{where}, read {listing.read_at}" + (f" ({listing.note})" if listing.note else "")

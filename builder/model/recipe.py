@@ -1,0 +1,393 @@
+"""Strict loading of recipe files (recipes/<name>/recipe.toml) into frozen ``Recipe`` objects.
+
+Every problem names the file and the dotted field; an unknown key also names the key it most likely meant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.core.datafiles import default_patches_dir
+from builder.core.errors import BuilderError, RecipeError, UsageError
+from builder.model.arch import KnownBad, parse_arch_list
+
+KINDS = ("cuda-extension", "pure-python")
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """A unified diff for upstream sources, applied only to versions inside ``versions``."""
+
+    path: Path
+    versions: SpecifierSet
+    summary: str
+    test_only: bool = False  # applied only when asked (planted faults for kernel-test checks)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where sources come from: a PyPI sdist (default), a git URL, or a local path or archive."""
+
+    pypi: str | None = None
+    git: str | None = None
+    git_ref: str = "v{version}"
+    path: Path | None = None
+    sha256: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    file: Path
+    summary: str
+    kind: str
+    versions: SpecifierSet
+    default_version: str | None
+    source: SourceSpec
+    build_env: dict[str, str]
+    build_requires: tuple[str, ...]
+    patches: tuple[PatchSpec, ...]
+    imports: tuple[str, ...]
+    kernel_tests: Path | None
+    kernel_tests_timeout_s: int
+    test_requires: tuple[str, ...]
+    runtime_requires: tuple[str, ...]
+    test_env: dict[str, str] = field(default_factory=dict)  # [test] env: set for the kernel tests
+    # upstream Requires-Dist names the wheel does not need at run time (build-time tools), and why
+    runtime_drop: tuple[str, ...] = ()
+    runtime_drop_reason: str = ""
+    known_bad: tuple[KnownBad, ...] = ()  # [[known-bad]]: (arch, CUDA) combinations the plan refuses
+
+    @property
+    def directory(self) -> Path:
+        return self.file.parent
+
+    def patches_for(self, version: str, include_test_only: tuple[str, ...] = ()) -> tuple[PatchSpec, ...]:
+        v = Version(version)
+        return tuple(
+            p
+            for p in self.patches
+            if p.versions.contains(v, prereleases=True) and (not p.test_only or p.name in include_test_only)
+        )
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.file.read_bytes()).hexdigest()
+
+
+# The schema: section → {key: expected type}. It is also the registry of legal names (for "did you mean").
+_TOP = {
+    "name": str,
+    "summary": str,
+    "kind": str,
+    "versions": str,
+    "default-version": str,
+    "source": dict,
+    "build": dict,
+    "patch": list,
+    "test": dict,
+    "runtime": dict,
+    "known-bad": list,
+}
+_SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
+_BUILD = {"env": dict, "requires": list}
+_PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
+_TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
+DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
+_RUNTIME = {"requires": list, "drop": list, "drop-reason": str}
+_KNOWN_BAD = {"archs": list, "cuda": str, "versions": str, "reason": str, "instead": str}
+
+
+def list_recipes(recipes_dir: Path) -> list[Path]:
+    return sorted(recipes_dir.glob("*/recipe.toml"))
+
+
+def load_aliases(recipes_dir: Path) -> dict[str, list[str]]:
+    """``recipes/aliases.toml``: a name that stands for several recipes (``fla`` → fla-core, flash-linear-attention)."""
+    path = recipes_dir / "aliases.toml"
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+    for key, members in data.items():
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise RecipeError(f"{path}: field '{key}' must be a list of recipe names")
+    return {canonicalize_name(k): list(v) for k, v in data.items()}
+
+
+def expand_name(name: str, recipes_dir: Path) -> list[str]:
+    return load_aliases(recipes_dir).get(canonicalize_name(name), [name])
+
+
+def find_recipe(name: str, recipes_dir: Path) -> Path:
+    """The recipe file for a package name (PEP 503-normalised), or a RecipeError suggesting close names."""
+    wanted = canonicalize_name(name)
+    files = {canonicalize_name(p.parent.name): p for p in list_recipes(recipes_dir)}
+    if wanted in files:
+        return files[wanted]
+    close = difflib.get_close_matches(wanted, list(files), n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known recipes: {', '.join(sorted(files)) or 'none'}"
+    raise RecipeError(f"no recipe for package {name!r} in {recipes_dir}", hint)
+
+
+def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
+    """Parse and validate one recipe file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise RecipeError(f"{path}: recipe file not found") from e
+    except IsADirectoryError as e:
+        raise RecipeError(f"{path}: is a folder, not a recipe file", "a recipe is one TOML file") from e
+    except UnicodeDecodeError as e:
+        raise RecipeError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
+                          "TOML files are UTF-8: re-save it as UTF-8") from e
+    except OSError as e:
+        raise RecipeError(f"{path}: cannot be read ({e.strerror or e})") from e
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+    checker = TomlChecker(path)
+    checker.keys(data, _TOP, "")
+    name = checker.required(data, "name", "")
+    kind = data.get("kind", "cuda-extension")
+    if kind not in KINDS:
+        raise RecipeError(f"{path}: field 'kind' is {kind!r}", f"use one of {', '.join(KINDS)}")
+    versions = checker.specifier(data.get("versions", ""), "versions")
+    default_version = data.get("default-version")
+    if default_version is not None:
+        checker.version(default_version, "default-version")
+
+    source = _load_source(checker, data.get("source", {}), path)
+    build = data.get("build", {})
+    checker.keys(build, _BUILD, "build")
+    env = build.get("env", {})
+    for key, value in env.items():
+        if not isinstance(value, str):
+            checker.fail(f"build.env.{key}", f"must be a string, not {type(value).__name__}")
+    patches_root = (patches_dir or default_patches_dir(path.parent.parent)) / path.parent.name
+    patches = tuple(
+        _load_patch(checker, item, f"patch[{i}]", patches_root) for i, item in enumerate(data.get("patch", []))
+    )
+    test = data.get("test", {})
+    checker.keys(test, _TEST, "test")
+    kernel_tests = test.get("kernel-tests")
+    kernel_path = path.parent / kernel_tests if kernel_tests else None
+    if kernel_path is not None and not kernel_path.is_file():
+        checker.fail("test.kernel-tests", f"file {kernel_path} does not exist")
+    timeout_s = test.get("kernel-tests-timeout", DEFAULT_KERNEL_TESTS_TIMEOUT_S)
+    if timeout_s <= 0:
+        checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
+    test_env = test.get("env", {})
+    for key, value in test_env.items():
+        if not isinstance(value, str):
+            checker.fail(f"test.env.{key}", f"must be a string, not {type(value).__name__}")
+    runtime = data.get("runtime", {})
+    checker.keys(runtime, _RUNTIME, "runtime")
+    drop = _load_drop(checker, runtime)
+    return Recipe(
+        name=name,
+        file=path,
+        summary=data.get("summary", ""),
+        kind=kind,
+        versions=versions,
+        default_version=default_version,
+        source=source,
+        build_env=dict(env),
+        build_requires=tuple(checker.str_list(build, "requires", "build")),
+        patches=patches,
+        imports=tuple(checker.str_list(test, "imports", "test")),
+        kernel_tests=kernel_path,
+        kernel_tests_timeout_s=timeout_s,
+        test_requires=tuple(checker.str_list(test, "requires", "test")),
+        test_env=dict(test_env),
+        runtime_requires=tuple(checker.str_list(runtime, "requires", "runtime")),
+        runtime_drop=drop,
+        runtime_drop_reason=runtime.get("drop-reason", ""),
+        known_bad=tuple(_load_known_bad(checker, item, f"known-bad[{i}]")
+                        for i, item in enumerate(data.get("known-bad", []))),
+    )
+
+
+def _load_known_bad(checker: TomlChecker, item: Any, where: str) -> KnownBad:
+    """``[[known-bad]] archs = ["103"], cuda = ">=13", reason = "...", instead = "100+ptx"`` (versions optional)."""
+    if not isinstance(item, dict):
+        checker.fail(where, "must be a table ([[known-bad]])")
+    checker.keys(item, _KNOWN_BAD, where)
+    archs = checker.str_list(item, "archs", where)
+    if not archs:
+        checker.fail(f"{where}.archs", "is required: the SASS archs that give wrong code, e.g. ['103']")
+    for i, arch in enumerate(archs):
+        try:
+            parsed = parse_arch_list(arch)
+        except UsageError:
+            parsed = ()
+        if len(parsed) != 1 or parsed[0].ptx:
+            checker.fail(f"{where}.archs[{i}]", f"is not one SASS arch: {arch!r}", "e.g. '103' or '103a'")
+    reason = checker.required(item, "reason", where).strip()
+    if not reason:
+        checker.fail(f"{where}.reason", "is empty: say what goes wrong (and where it was reported)")
+    instead = item.get("instead")
+    if instead is not None:
+        try:
+            parse_arch_list(instead)
+        except UsageError:
+            checker.fail(f"{where}.instead", f"is not an arch list: {instead!r}", "e.g. '100+ptx'")
+    versions = item.get("versions")
+    return KnownBad(
+        archs=tuple(archs),
+        cuda=checker.specifier(checker.required(item, "cuda", where), f"{where}.cuda"),
+        reason=reason,
+        instead=instead,
+        versions=checker.specifier(versions, f"{where}.versions") if versions is not None else None,
+    )
+
+
+def _load_drop(checker: TomlChecker, runtime: dict[str, Any]) -> tuple[str, ...]:
+    """``[runtime] drop``: project names removed from the wheel's Requires-Dist, with a required ``drop-reason``.
+
+    torch cannot be dropped (finalize pins it), and a name cannot be both dropped and required."""
+    names = checker.str_list(runtime, "drop", "runtime")
+    for i, name in enumerate(names):
+        if not _NAME.fullmatch(name):
+            checker.fail(f"runtime.drop[{i}]", f"must be a bare project name (no version or marker), not {name!r}")
+        if canonicalize_name(name) == "torch":
+            checker.fail(f"runtime.drop[{i}]", "cannot drop torch", "the wheel is pinned to the torch it was built with")
+    if names and not runtime.get("drop-reason", "").strip():
+        checker.fail("runtime.drop-reason", "is required with runtime.drop",
+                     "say why the wheel does not need them at run time, e.g. 'build-time only: not imported by …'")
+    required = {canonicalize_name(_requirement_name(r)) for r in checker.str_list(runtime, "requires", "runtime")}
+    both = sorted({canonicalize_name(n) for n in names} & required)
+    if both:
+        checker.fail("runtime.drop", f"names {', '.join(both)}, which runtime.requires also lists")
+    return tuple(canonicalize_name(n) for n in names)
+
+
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def _requirement_name(text: str) -> str:
+    try:
+        return Requirement(text).name
+    except InvalidRequirement:
+        return text
+
+
+def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> SourceSpec:
+    checker.keys(table, _SOURCE, "source")
+    given = [k for k in ("pypi", "git", "path") if k in table]
+    if len(given) > 1:
+        checker.fail("source", f"give only one of pypi, git, path (found {', '.join(given)})")
+    sha256 = table.get("sha256", {})
+    for version, digest in sha256.items():
+        checker.version(version, f"source.sha256.{version}")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            checker.fail(f"source.sha256.{version}", "must be 64 lowercase hex digits")
+    local = table.get("path")
+    git_ref = table.get("git-ref", "v{version}")
+    try:
+        git_ref.format(version="0")
+    except (KeyError, IndexError, ValueError, AttributeError) as e:
+        checker.fail("source.git-ref", f"is {git_ref!r}: the only placeholder it may hold is {{version}} ({e!r})")
+    return SourceSpec(
+        pypi=table.get("pypi"),
+        git=table.get("git"),
+        git_ref=git_ref,
+        path=(path.parent / local).resolve() if local else None,
+        sha256=dict(sha256),
+    )
+
+
+def _load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path) -> PatchSpec:
+    if not isinstance(item, dict):
+        checker.fail(where, "must be a table ([[patch]])")
+    checker.keys(item, _PATCH, where)
+    file = checker.required(item, "file", where)
+    patch_path = patches_root / file
+    if not patch_path.is_file():
+        checker.fail(f"{where}.file", f"patch {patch_path} does not exist")
+    return PatchSpec(
+        path=patch_path,
+        versions=checker.specifier(checker.required(item, "versions", where), f"{where}.versions"),
+        summary=item.get("summary", ""),
+        test_only=item.get("test-only", False),
+    )
+
+
+_TYPE_NAMES = {str: "string", list: "list", dict: "table", int: "integer", bool: "boolean"}
+
+
+class TomlChecker:
+    """Validation helpers for TOML files (recipes, farm.toml): every error names the file and the dotted field.
+
+    ``error`` is the BuilderError subclass raised; a schema maps each legal key to a type or a tuple of types, and
+    is also the registry of names for "did you mean".
+    """
+
+    error: type[BuilderError] = RecipeError
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, field_name: str, problem: str, hint: str | None = None) -> NoReturn:
+        raise self.error(f"{self.path}: field '{field_name}' {problem}", hint)
+
+    def keys(self, table: Any, schema: dict[str, type | tuple[type, ...]], where: str) -> None:
+        if not isinstance(table, dict):
+            self.fail(where or "(top level)", "must be a table")
+        for key, value in table.items():
+            dotted = f"{where}.{key}" if where else key
+            if key not in schema:
+                close = difflib.get_close_matches(key, list(schema), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(schema)}"
+                raise self.error(f"{self.path}: unknown field '{dotted}'", hint)
+            types = schema[key] if isinstance(schema[key], tuple) else (schema[key],)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+                article = "an" if wanted[0] in "aeiou" else "a"
+                self.fail(dotted, f"must be {article} {wanted}, not {type(value).__name__}")
+
+    def required(self, table: dict[str, Any], key: str, where: str) -> Any:
+        if key not in table:
+            self.fail(f"{where}.{key}" if where else key, "is required")
+        return table[key]
+
+    def str_list(self, table: dict[str, Any], key: str, where: str) -> list[str]:
+        values = table.get(key, [])
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                self.fail(f"{where}.{key}[{i}]", f"must be a string, not {type(value).__name__}")
+        return list(values)
+
+    def specifier(self, text: str, field_name: str) -> SpecifierSet:
+        try:
+            spec = SpecifierSet(text)
+        except InvalidSpecifier as e:
+            raise self.error(
+                f"{self.path}: field '{field_name}' is not a version range: {text!r}",
+                "use a PEP 440 specifier such as '>=1.5.2,<=1.7.0'",
+            ) from e
+        return spec
+
+    def version(self, text: str, field_name: str) -> None:
+        try:
+            Version(text)
+        except InvalidVersion as e:
+            raise self.error(f"{self.path}: field '{field_name}' is not a version: {text!r}") from e

@@ -1,0 +1,133 @@
+"""`builder test`: test an existing wheel on this machine and, when it lives in the staging area and passes,
+promote it into the published index. This is the second half of the two-stage farm flow: CPU builders build and
+import-test into staging; GPU machines kernel-test and promote."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from builder.core.errors import TestFailed, ToolchainError, UsageError
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.discovery.compat import resolve_index
+from builder.index.store import Wheelhouse
+from builder.model.recipe import find_recipe, load_recipe
+from builder.stages.inspection import inspect_wheel, render_report
+from builder.stages.pyenv import find_interpreter, fresh_test_env, probe
+from builder.stages.testing import TestReport, import_test, kernel_tests
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestOptions:
+    __test__ = False  # not a pytest class
+
+    python: str | None = None  # an interpreter whose torch is used (offline GPU machines); None: fresh venv
+    require_kernel_tests: bool = False
+    quick: bool = False
+    bench: bool = True
+    promote: bool = True
+    with_wheels: tuple[Path, ...] = ()  # installed beside the wheel (e.g. causal-conv1d + fla for the fast-path check)
+
+
+def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
+    """A wheel path, or a package name: its wheels in staging (first) or in the published index."""
+    path = Path(spec)
+    if path.suffix == ".whl":
+        if not path.is_file():
+            raise UsageError(f"{spec}: no such wheel file")
+        return [path]
+    from packaging.utils import canonicalize_name
+
+    wanted = canonicalize_name(spec)
+    for area in (house.staging(), house):
+        found = [w for w in sorted(area.wheels.glob("*.whl")) if canonicalize_name(parse_wheel_filename(w.name)[0]) == wanted]
+        if found:
+            return found
+    raise UsageError(f"no wheel of {spec!r} in {house.staging().wheels} or {house.wheels}")
+
+
+def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestReport:
+    """Inspect, import-test and kernel-test one wheel; record the result; promote it from staging if it passed."""
+    name, version, _, tags = parse_wheel_filename(wheel.name)
+    recipe = load_recipe(find_recipe(str(name), settings.recipes_dir), settings.patches_dir)
+    report = inspect_wheel(wheel, settings)
+    log.info(render_report(report))
+    record = dict(report.record or {})
+    torch = _torch_pin(report.requires)
+    house = Wheelhouse(settings.wheelhouse)
+    staging = house.staging()
+    tests = TestReport()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-test-", dir=settings.cache("tests")))
+    try:
+        test_env = _test_env(wheel, options, torch, record, tags, workdir)
+        import_test(test_env, recipe.imports, tests)
+        kernel_tests(test_env, recipe, report, tests, workdir, quick=options.quick, bench=options.bench)
+        if options.require_kernel_tests and tests.kernel_status != "passed":
+            raise TestFailed(
+                f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
+                "run on a GPU that can execute one of the wheel's archs; nothing was promoted",
+            )
+    except TestFailed:
+        _save(record, tests, wheel, house, staging)
+        raise
+    finally:
+        shutil.rmtree(workdir / "test-venv", ignore_errors=True)
+    record["tests"] = tests.as_dict()
+    if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
+        published = house.publish(wheel, record)
+        staging.remove(wheel.name)
+        log.ok(f"promoted into the published index: {published}")
+    else:
+        if staging.contains(wheel):
+            log.warning(f"not promoted: kernel tests {tests.kernel_status}"
+                        + (f" ({tests.kernel_reason})" if tests.kernel_reason else "") + "; it stays in staging")
+        _save(record, tests, wheel, house, staging)
+    return tests
+
+
+def _save(record: dict[str, object], tests: TestReport, wheel: Path, house: Wheelhouse, staging: Wheelhouse) -> None:
+    record["tests"] = tests.as_dict()
+    for area in (staging, house):
+        if area.contains(wheel):
+            area.write_record(wheel.name, record)
+
+
+def _torch_pin(requires: tuple[str, ...]) -> str:
+    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored)."""
+    from packaging.requirements import Requirement
+
+    for text in requires:
+        req = Requirement(text)
+        if req.name == "torch" and req.marker is None:
+            pins = [s.version for s in req.specifier if s.operator == "=="]
+            if pins:
+                return pins[0]
+    raise UsageError("the wheel pins no torch== version; was it built by this tool?")
+
+
+def _test_env(wheel: Path, options: TestOptions, torch: str, record: dict[str, object], tags: frozenset, workdir: Path):
+    if options.python is not None:
+        given = probe(Path(shutil.which(options.python) or options.python), need_torch=True)
+        if Version(given.torch or "0").public != Version(torch).public:
+            raise ToolchainError(
+                f"--python {options.python}: its torch is {given.torch}, the wheel needs torch=={torch}",
+                "give an interpreter with the torch the wheel was built against",
+            )
+        return fresh_test_env(given.python, torch, resolve_index(None), wheel, _extra(options), workdir, torch_from=given)
+    interpreter = next((t.interpreter for t in tags if t.interpreter.startswith("cp")), "cp312")
+    version = f"{interpreter[2]}.{interpreter[3:]}"
+    index = resolve_index(str(record.get("torch_index")) if record.get("torch_index") else None)
+    return fresh_test_env(find_interpreter(version), torch, index, wheel, _extra(options), workdir)
+
+
+def _extra(options: TestOptions) -> tuple[str, ...]:
+    for path in options.with_wheels:
+        if not path.is_file():
+            raise UsageError(f"--with {path}: no such wheel file")
+    return tuple(str(p.resolve()) for p in options.with_wheels)

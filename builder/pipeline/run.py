@@ -1,0 +1,297 @@
+"""Chains the stages in one direction: plan → toolchain → python → source → patch → build → finalize →
+inspect → test → publish. Nothing reaches the wheelhouse unless every stage before publish succeeded."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from builder import __version__
+from builder.core.errors import InspectError, ToolchainError
+from builder.core.log import log, target_prefix
+from builder.core.settings import Settings
+from builder.index.store import Wheelhouse
+from builder.model.arch import torch_arch_list
+from builder.stages.compile import base_env, build_wheel, prefix_map_env
+from builder.stages.compilercache import find_compiler_cache
+from builder.stages.finalize import finalize_wheel, portable_record
+from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs
+from builder.stages.patch import apply_patches, check_patches
+from builder.stages.plan import Plan, Target, cache_key, make_plan
+from builder.stages.pyenv import (
+    PythonEnv,
+    find_interpreter,
+    fresh_test_env,
+    install_into,
+    managed_env,
+    missing_requirements,
+    probe,
+)
+from builder.stages.source import fetch, unpack
+from builder.stages.testing import TestReport, import_test, kernel_tests
+from builder.toolchain import CudaToolkit, select_toolkit
+from builder.toolchain.container import ContainerToolchain
+from builder.toolchain.hostcompiler import host_compiler
+
+
+@dataclass
+class BuildResult:
+    plan: Plan
+    wheel: Path | None = None
+    status: str = "pending"  # built | unchanged | failed
+    timings: dict[str, float] = field(default_factory=dict)
+    record: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    force: bool = False
+    kernel_tests: bool = True
+    require_kernel_tests: bool = False
+    quick_kernel_tests: bool = False
+    keep_workdir: bool = False
+    stage: bool = False  # publish into wheelhouse/staging; `builder test` on a GPU machine promotes it
+    compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
+    replace: bool = False  # replace a published wheel of the same file name built for another arch set
+
+
+@contextmanager
+def timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[stage] = round(time.monotonic() - start, 2)
+
+
+def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
+    environ = dict(os.environ if env is None else env)
+    with timed(timings := {}, "plan"):
+        plan = make_plan(target, settings)
+    result = BuildResult(plan, timings=timings)
+    with target_prefix(f"{plan.recipe.name}-{plan.version}"):
+        log.step("plan")
+        for key, value in plan.describe():
+            log.info(f"  {key:13} {value}")
+        _build_planned(plan, settings, options, environ, result)
+    return result
+
+
+def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult) -> None:
+    timings = result.timings
+    toolkit: CudaToolkit | None = None
+    container: ContainerToolchain | None = None
+    if plan.recipe.kind == "cuda-extension":
+        log.step("toolchain")
+        with timed(timings, "toolchain"):
+            choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ)
+            toolkit = choice.toolkit
+            container = choice.container  # type: ignore[assignment]
+        assert toolkit is not None
+        log.info(f"toolchain: {toolkit.describe()} — {toolkit.reason}")
+    with ExitStack() as stack:
+        if container is not None:
+            stack.enter_context(container)
+        _build_with(plan, settings, options, environ, result, toolkit, container)
+
+
+def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
+                toolkit: CudaToolkit | None, container: ContainerToolchain | None) -> None:
+    timings = result.timings
+    # the source first: a bad checksum or URL fails in seconds, before gigabytes of torch are installed
+    log.step("source")
+    with timed(timings, "source"):
+        source_path, source_digest = fetch(plan.source, settings)
+    log.info(f"source: {source_path.name} sha256 {source_digest}")
+    check_patches(source_path, plan.patches, plan.recipe.name, plan.version, settings.cache("builds"))  # drift: now
+    log.step("python")
+    with timed(timings, "python"):
+        python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
+    torch = python.torch or ""
+    compiler = compiler_identity(plan, environ, toolkit, container)
+    key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
+                    python=python.version, torch=torch, compiler=compiler)
+    main_house = Wheelhouse(settings.wheelhouse)
+    house = main_house.staging() if options.stage else main_house
+    locks = settings.cache("locks")
+    with FileLock(str(locks / f"{key[:32]}.lock")):
+        existing = main_house.find_record(key) or (house.find_record(key) if options.stage else None)
+        if existing and not options.force:
+            result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
+            log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
+                   "nothing to do (--force rebuilds)")
+            return
+        workdir = settings.cache("builds") / f"{plan.recipe.name}-{plan.version}-{key[:12]}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        try:
+            _build_in(plan, settings, options, environ, result, workdir, toolkit, python, base_python,
+                      source_path, source_digest, key, house, container, compiler)
+        finally:
+            if not options.keep_workdir and result.status == "built":
+                # what a published build no longer needs: the sources, the raw wheel, the import-test venv
+                # (hard links into uv's cache, but a full copy where the cache lives on another disk)
+                for name in ("src", "dist", "test-venv"):
+                    shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+def compiler_identity(plan: Plan, environ: Mapping[str, str], toolkit: CudaToolkit | None,
+                      container: ContainerToolchain | None) -> dict[str, str] | None:
+    """The host C/C++ compiler a host-side CUDA build will use (None for pure Python and container builds)."""
+    if toolkit is None or container is not None:
+        return None
+    return host_compiler({**base_env(dict(environ)), **plan.env})
+
+
+def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
+    requirements = ["build", "setuptools>=64", "wheel", "packaging", *plan.recipe.build_requires]
+    if plan.target.python_is_path:
+        given = Path(plan.target.python)
+        resolved = Path(shutil.which(str(given)) or given)
+        env = probe(resolved, need_torch=True)
+        if env.torch_cuda and plan.recipe.kind == "cuda-extension":
+            cuda = plan.cuda
+            if env.torch_cuda.split(".")[:2] != [str(cuda.major), str(cuda.minor)]:
+                raise ToolchainError(
+                    f"--python {given}: its torch {env.torch} is a CUDA {env.torch_cuda} build, not CUDA {cuda}",
+                    f"use --cuda {env.torch_cuda} or an interpreter whose torch matches",
+                )
+        missing = missing_requirements(env, requirements)
+        if missing:
+            install_into(env, missing, find_links=Path(os.environ["BUILDER_FIND_LINKS"]) if os.environ.get("BUILDER_FIND_LINKS") else None)
+        log.info(f"python: {env.python} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
+        return env, resolved
+    base = find_interpreter(plan.target.python)
+    assert plan.torch is not None
+    return managed_env(base, plan.torch, plan.index, requirements, settings), base
+
+
+def _container_env(plan: Plan, settings: Settings, container: ContainerToolchain) -> tuple[PythonEnv, Path]:
+    """Docker toolchain: the build venv (pinned torch) is made inside the image; the import and kernel tests
+    run on the host, so they need a host interpreter of the same Python version."""
+    if plan.target.python_is_path:
+        raise ToolchainError(f"--python {plan.target.python}: with --toolchain docker the build's Python comes from "
+                             "the image", "give a version instead, e.g. --python 3.12")
+    requirements = ["build", "setuptools>=64", "wheel", "packaging", *plan.recipe.build_requires]
+    assert plan.torch is not None
+    env = container.managed_env(plan.target.python, plan.torch, plan.index.url, requirements,
+                                settings.cache("venvs"), settings.cache("docker"))
+    return env, find_interpreter(env.version)
+
+
+def _build_in(
+    plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
+    workdir: Path, toolkit: CudaToolkit | None, python: PythonEnv, base_python: Path,
+    source_path: Path, source_digest: str, key: str, house: Wheelhouse, container: ContainerToolchain | None = None,
+    compiler: dict[str, str] | None = None,
+) -> None:
+    timings = result.timings
+    torch = python.torch or ""
+    log.step("patch")
+    with timed(timings, "patch"):
+        root = unpack(source_path, workdir / "src")
+        apply_patches(root, plan.patches, plan.recipe.name, plan.version)
+    log.step("build")
+    # in a container the build starts from the image's environment, none of the host's variables
+    env = base_env(environ) if container is None else container.base_env(settings.cache("docker"))
+    env.update(plan.env)
+    if toolkit is not None:
+        env.update(toolkit.build_env(env.get("PATH", "/usr/bin:/bin")))
+        env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(plan.target.archs)
+    env["MAX_JOBS"] = str(plan.target.jobs)
+    env.setdefault("SOURCE_DATE_EPOCH", "315532800")
+    log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
+    ccache = None
+    if toolkit is not None and container is None:
+        ccache = find_compiler_cache(options.compiler_cache, settings)
+        if ccache is not None:
+            env.update(ccache.build_env(toolkit.cuda_home, workdir / "ccache-stats.log", env))
+            log.info(f"compiler cache: {ccache.describe()}")
+    if toolkit is not None:  # after the compiler cache: the maps differ per build folder, their output does not
+        env.update(prefix_map_env(env, [(root, f"/build/{root.name}"), (python.purelib, "/site-packages"),
+                                        (toolkit.cuda_home, "/cuda")]))
+    with timed(timings, "build"):
+        if container is None:
+            raw = build_wheel(root, python, env, workdir / "dist", log_file)
+        else:  # sources and outputs travel by bind mounts; the compile runs with the network off
+            mounts = {workdir: False, settings.cache("venvs"): True, settings.cache("docker"): False}
+            raw = container.build_wheel(root, python, env, workdir / "dist", log_file, mounts=mounts)
+    compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None
+    if compiler_cache is not None:
+        log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
+    log.step("finalize")
+    label = plan.label(torch) if torch else None
+    pins = [f"torch=={torch.split('+')[0]}"] if torch else []
+    pins += list(plan.recipe.runtime_requires)
+    record: dict[str, object] = {
+        "builder_version": __version__,
+        "cache_key": key,
+        "package": plan.recipe.name,
+        "version": plan.version,
+        "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
+        "source": {"kind": plan.source.kind, "location": plan.source.location, "sha256": source_digest},
+        "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
+        "cuda": str(plan.cuda),
+        "archs": [str(a) for a in plan.target.archs] if toolkit else [],
+        "toolchain": toolkit.record() if toolkit else {"kind": "none (pure Python)"},
+        "host_compiler": compiler,
+        "python": python.record(),
+        "torch_index": plan.index.url,
+        "host": {"machine": platform.machine(), "system": platform.platform()},
+        "build_log": str(log_file),
+    }
+    if plan.recipe.runtime_drop:  # absent otherwise, so records (and wheels) of other recipes stay as they were
+        record["runtime_dropped"] = {"names": list(plan.recipe.runtime_drop), "reason": plan.recipe.runtime_drop_reason}
+    with timed(timings, "finalize"):
+        final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
+                               build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
+    log.info(f"wheel: {final.name}")
+    log.step("inspect")
+    with timed(timings, "inspect"):
+        report = inspect_wheel(final, settings, (toolkit.cuda_home,) if toolkit else ())
+    log.info(render_report(report))
+    if toolkit is not None:
+        problems = verify_archs(report, plan.target.archs)
+        if problems:
+            raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
+        log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
+    log.step("test")
+    tests = TestReport()
+    with timed(timings, "test"):
+        companions = settings.wheelhouse / ("staging/wheels" if options.stage else "wheels")
+        _run_tests(plan, options, python, base_python, final, report, tests, workdir, main_wheels=companions)
+    log.step("publish")
+    record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name,
+                  compiler_cache=compiler_cache)  # after finalize: not inside the wheel, which stays reproducible
+    with timed(timings, "publish"):
+        published = house.publish(final, record, replace=options.replace)
+    result.wheel, result.record, result.status = published, record, "built"
+    where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
+    log.ok(f"{where}: {published} (index: {house.index_url()})")
+
+
+def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
+               report: WheelReport, tests: TestReport, workdir: Path, *, main_wheels: Path | None = None) -> None:
+    from builder.core.errors import TestFailed
+
+    torch_from = None if python.managed else python
+    test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
+                              plan.recipe.test_requires, workdir, torch_from=torch_from,
+                              find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
+    import_test(test_env, plan.recipe.imports, tests)
+    if options.kernel_tests and not options.stage:
+        kernel_tests(test_env, plan.recipe, report, tests, workdir, quick=options.quick_kernel_tests)
+    else:
+        tests.kernel_status = "skipped"
+        tests.kernel_reason = "staged: kernel tests run at promotion" if options.stage else "--no-kernel-tests"
+    if options.require_kernel_tests and tests.kernel_status != "passed" and not options.stage:
+        raise TestFailed(f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
+                         "run on a GPU that can execute one of the wheel's archs; nothing was published")

@@ -1,0 +1,207 @@
+"""The build stage: pypa/build's ProjectBuilder, no isolation, against the pinned torch of the build env.
+
+The PEP 517 hooks run in the build env's interpreter; their output goes to one log file per target, whose tail
+is shown when the build fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import build as pypa_build
+import pyproject_hooks
+
+from builder.core.errors import BuildFailed
+from builder.core.log import log
+from builder.core.streaming import stream
+from builder.stages.pyenv import PythonEnv
+
+TAIL_LINES = 25
+
+
+class LoggingRunner:
+    """A pyproject_hooks runner that streams hook output into ``log_file`` with our build env merged in."""
+
+    def __init__(self, log_file: Path, env: Mapping[str, str]) -> None:
+        self.log_file = log_file
+        self.env = dict(env)
+        self.on_line: Callable[[str], None] = lambda line: None  # progress display hook
+
+    def __call__(self, cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
+        env = {**self.env, **(extra_environ or {})}
+        with self.log_file.open("a") as out:
+            out.write(f"+ {' '.join(cmd)}\n")
+            out.flush()
+            code, _ = stream(cmd, out=out, on_line=self.on_line, cwd=cwd, env=env)
+        if code != 0:
+            raise subprocess.CalledProcessError(code, cmd)
+
+
+def build_wheel(source_root: Path, python: PythonEnv, env: Mapping[str, str], outdir: Path, log_file: Path) -> Path:
+    """Build one wheel; returns its path. On failure raises BuildFailed with the log's tail."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_text(f"# build of {source_root} with {python.python}\n")
+    runner = LoggingRunner(log_file, env)
+    interesting = ("CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")
+    log.info("build env: " + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
+    log.command([str(python.python), "-m", "build", "--wheel", "--no-isolation", str(source_root)])
+    start = time.monotonic()
+    # pypa/build re-raises the backend's warnings (NumPy's init warning, setuptools' license and deprecation
+    # banners) as BuildBackendWarning in this process: they go into the log file, not the console
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            log.info(f"build log: {log_file}")
+            with log.status("compiling", each_change=True) as update:
+                runner.on_line = CompileProgress(update)
+                project = pypa_build.ProjectBuilder(source_root, python_executable=str(python.python), runner=runner)
+                wheel = project.build("wheel", str(outdir))
+        except (pypa_build.BuildException, pypa_build.BuildBackendException, subprocess.CalledProcessError,
+                pyproject_hooks.BackendUnavailable) as e:
+            _log_warnings(caught, log_file)
+            text = log_file.read_text(errors="replace")
+            log.error(failure_tail(text, log_file))
+            raise BuildFailed(f"build failed after {time.monotonic() - start:.0f}s: {_summary(text) or e}",
+                              f"full log: {log_file}") from e
+        _log_warnings(caught, log_file)
+    log.ok(f"built {Path(wheel).name} in {time.monotonic() - start:.0f}s")
+    return Path(wheel)
+
+
+def _log_warnings(caught: list[warnings.WarningMessage], log_file: Path) -> None:
+    if caught:
+        with log_file.open("a") as out:
+            out.write("# warnings raised in the builder process during the build (backend warnings):\n")
+            out.writelines(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in caught)
+
+
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)$")
+_SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+_COMPILERS = re.compile(r"^(nvcc|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|.*-g\+\+|.*-gcc)(-\d+)?$")
+_WRAPPERS = ("ccache", "sccache")
+
+
+def compile_step(line: str) -> str | None:
+    """A compile command as a short step: ``[3/4] nvcc causal_conv1d_bwd.cu``, ``[4/4] link x.so`` or
+    ``c++ binding.cpp`` (setuptools without ninja); setuptools' ``running build_ext`` passes as it
+    is; None for anything else (warnings, notes, upstream noise)."""
+    line = line.strip()
+    if line == "running build_ext":  # setuptools' other stages take no time worth a line
+        return line
+    match = _NINJA_STEP.match(line)
+    words = (match.group(3) if match else line).split()
+    while words and Path(words[0]).name in _WRAPPERS:
+        words = words[1:]
+    if not words or not (match or _COMPILERS.match(Path(words[0]).name)):
+        return None
+    prefix = f"[{match.group(1)}/{match.group(2)}] " if match else ""
+    tool = Path(words[0]).name
+    sources = [w for w in words[1:] if w.endswith(_SOURCE_SUFFIXES) and not w.startswith("-")]
+    if sources:  # the translation unit (torch's ninja lines say `-c -c SRC`, so not simply the word after -c)
+        return f"{prefix}{tool} {Path(sources[-1]).name}"
+    if "-o" in words[:-1]:
+        return f"{prefix}link {Path(words[words.index('-o') + 1]).name}"
+    return f"{prefix}{tool}" if match else None
+
+
+class CompileProgress:
+    """Turns the build's output lines into progress: only a new compile step (or setuptools stage) reaches
+    ``update``; warnings and upstream noise stay in the log file."""
+
+    def __init__(self, update: Callable[[str], None]) -> None:
+        self.update = update
+        self.current = ""
+
+    def __call__(self, line: str) -> None:
+        step = compile_step(line)
+        if step is not None and step != self.current:
+            self.current = step
+            self.update(step)
+
+
+# Upstream output that tells a user nothing about their build: kept in the log file, left out of the console.
+_NOISE = (
+    re.compile(r"Failed to initialize NumPy"),
+    re.compile(r"(SetuptoolsDeprecationWarning|_DeprecatedConfig|InformationOnly|SetuptoolsWarning):"),
+    re.compile(r"BuildBackendWarning: (License classifiers are deprecated|.*is deprecated)"),
+    re.compile(r"^\s*\*{20,}\s*$"),
+)
+
+
+def console_lines(lines: list[str]) -> list[str]:
+    """``lines`` without upstream noise: NumPy's init warning (and the source line Python prints under it) and
+    setuptools' deprecation/license banners (a warning line, then a ``!!`` … ``!!`` block of ``****`` rules)."""
+    kept: list[str] = []
+    in_banner = skip_next = False
+    for line in lines:
+        if line.strip() == "!!":
+            in_banner = not in_banner
+            continue
+        if in_banner:
+            continue
+        if skip_next and line.startswith((" ", "\t")):
+            skip_next = False
+            continue
+        skip_next = False
+        if any(p.search(line) for p in _NOISE):
+            skip_next = "Warning:" in line or "NumPy" in line  # Python's warning format shows the source line next
+            continue
+        kept.append(line)
+    return kept
+
+
+def failure_tail(text: str, log_file: Path) -> str:
+    """The last TAIL_LINES lines of a failed build's log for the console, upstream noise left out."""
+    lines = text.splitlines()
+    clean = console_lines(lines)
+    note = " (upstream noise left out; the file has everything)" if len(clean) != len(lines) else ""
+    return f"--- last {TAIL_LINES} lines of {log_file}{note} ---\n" + "\n".join(clean[-TAIL_LINES:])
+
+
+_COMPILER_ERROR = re.compile(r"(fatal error|error:|error #|: error|nvcc fatal)", re.IGNORECASE)
+
+
+def _summary(text: str) -> str:
+    """The most telling line of a failed build log: the first compiler error, else the last error line."""
+    lines = [l.strip() for l in console_lines(text.splitlines()) if l.strip() and not l.startswith("+ ")]
+    for line in lines:
+        if _COMPILER_ERROR.search(line) and "Traceback" not in line and not line.startswith("File "):
+            return line[:300]
+    for line in reversed(lines):
+        if "error" in line.lower():
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def base_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment builds start from: ours, less variables that would redirect the build or change its
+    output behind the cache key's back (nvcc's NVCC_APPEND/PREPEND_FLAGS: a recipe's [build] env sets those)."""
+    source = dict(os.environ if env is None else env)
+    for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "TORCH_CUDA_ARCH_LIST",
+                "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "PYTORCH_NVCC"):
+        source.pop(var, None)
+    return source
+
+
+def prefix_map_env(env: Mapping[str, str], maps: Sequence[tuple[Path, str]]) -> dict[str, str]:
+    """CFLAGS and NVCC_APPEND_FLAGS that rename the build's own folders inside the objects.
+
+    Without them the wheel names the builder's cache: ``__FILE__`` in TORCH_CHECK of the sources and torch's
+    headers, and DWARF's compile directory, carry the absolute build folder and build venv, so the same inputs
+    built under another cache path gave another wheel (and told users where our cache was). GCC's
+    ``-ffile-prefix-map`` rewrites both; setuptools passes CFLAGS to the C++ compile (torch takes compiler_so),
+    nvcc gets it for its host compiler through NVCC_APPEND_FLAGS. Appended to what a recipe sets."""
+    # CFLAGS is split on whitespace and nvcc's -Xcompiler on commas: such a path cannot be passed, stays unmapped
+    flags = [f"-ffile-prefix-map={old}={new}" for old, new in maps if not re.search(r"[\s,]", str(old))]
+    if not flags:
+        return {}
+    cflags = " ".join([env.get("CFLAGS", ""), *flags]).strip()
+    nvcc = " ".join([env.get("NVCC_APPEND_FLAGS", ""), *(f"-Xcompiler={f}" for f in flags)]).strip()
+    return {"CFLAGS": cflags, "NVCC_APPEND_FLAGS": nvcc}

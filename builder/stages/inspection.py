@@ -1,0 +1,194 @@
+"""The inspect stage: which SASS (sm_XX) and PTX (compute_XX) each shared object in a wheel carries.
+
+Uses ``cuobjdump --list-elf/--list-ptx`` (from the toolkit, PATH, or provisioned once from PyPI's
+nvidia-cuda-cuobjdump) and ``readelf -d`` for the shared libraries each object needs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+from packaging.utils import parse_wheel_filename
+
+from builder.core.errors import InspectError
+from builder.core.settings import Settings
+from builder.core.uvtool import run_uv
+from builder.core.wheelfile import read_entries
+from builder.model.arch import Arch
+from builder.stages.finalize import read_build_record, read_metadata
+
+_SM_RE = re.compile(r"\.sm_(\d+[af]?)\.(?:cubin|ptx)")
+
+
+@dataclass(frozen=True)
+class SharedObject:
+    path: str
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    needed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WheelReport:
+    wheel: str
+    name: str
+    version: str
+    tags: tuple[str, ...]
+    requires: tuple[str, ...]
+    objects: tuple[SharedObject, ...]
+    record: dict[str, object] | None = field(default=None, compare=False)
+
+    @property
+    def sass(self) -> set[str]:
+        return {a for o in self.objects for a in o.sass}
+
+    @property
+    def ptx(self) -> set[str]:
+        return {a for o in self.objects for a in o.ptx}
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["record"] = self.record
+        return data
+
+
+def find_cuobjdump(settings: Settings, hints: tuple[Path, ...] = ()) -> Path:
+    """A cuobjdump binary; provisioned from PyPI into the tool cache when none is on this machine."""
+    for home in hints:
+        if (home / "bin" / "cuobjdump").exists():
+            return home / "bin" / "cuobjdump"
+    if found := shutil.which("cuobjdump"):
+        return Path(found)
+    for candidate in sorted(Path("/usr/local").glob("cuda*/bin/cuobjdump")):
+        return candidate
+    tools = settings.cache("tools")
+    target = tools / "cuobjdump"
+    binary = target / "nvidia" / "cu13" / "bin" / "cuobjdump"
+    with FileLock(str(tools / "cuobjdump.lock")):
+        if not binary.exists():
+            if settings.offline:
+                raise InspectError("cuobjdump not found and --offline forbids fetching it", "put cuobjdump on PATH")
+            shutil.rmtree(target, ignore_errors=True)
+            run_uv(["pip", "install", "--quiet", "--target", str(target), "nvidia-cuda-cuobjdump"],
+                   what="fetching cuobjdump")
+    return binary
+
+
+def find_local_cuobjdump(settings: Settings, extra: tuple[Path, ...] = ()) -> Path | None:
+    """A cuobjdump already on this machine (PATH, /usr/local/cuda*, the builder's cache, a triton package's copy
+    under ``extra`` site-packages), or None: for reports that must not download anything."""
+    if found := shutil.which("cuobjdump"):
+        return Path(found)
+    candidates = [*sorted(Path("/usr/local").glob("cuda*/bin/cuobjdump")),
+                  settings.cache_dir / "tools" / "cuobjdump" / "nvidia" / "cu13" / "bin" / "cuobjdump",
+                  *sorted(settings.cache_dir.glob("toolkits/*/**/bin/cuobjdump")),
+                  *(site / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump" for site in extra)]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def list_gpu_code(cuobjdump: Path, path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(SASS, PTX) one shared object carries: (sm_120,), (compute_120,)."""
+    found = _inspect_object(cuobjdump, path.name, path)
+    return found.sass, found.ptx
+
+
+def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ...] = ()) -> WheelReport:
+    name, version, _, tags = parse_wheel_filename(wheel.name)
+    entries = read_entries(wheel)
+    objects: list[SharedObject] = []
+    so_names = sorted(n for n in entries if re.search(r"\.so(\.\d+)*$", n))
+    if so_names:
+        cuobjdump = find_cuobjdump(settings, toolkit_homes)
+        with tempfile.TemporaryDirectory() as tmp:
+            for so in so_names:
+                local = Path(tmp) / Path(so).name
+                local.write_bytes(entries[so])
+                objects.append(_inspect_object(cuobjdump, so, local))
+    requires = tuple(
+        line.split(":", 1)[1].strip() for line in read_metadata(wheel).splitlines() if line.startswith("Requires-Dist:")
+    )
+    return WheelReport(
+        wheel=wheel.name,
+        name=str(name),
+        version=str(version),
+        tags=tuple(sorted(str(t) for t in tags)),
+        requires=requires,
+        objects=tuple(objects),
+        record=read_build_record(wheel),
+    )
+
+
+def _inspect_object(cuobjdump: Path, name: str, path: Path) -> SharedObject:
+    sass = _list(cuobjdump, "--list-elf", path)
+    ptx = _list(cuobjdump, "--list-ptx", path)
+    return SharedObject(
+        path=name,
+        sass=tuple(sorted({f"sm_{a}" for a in sass}, key=_arch_key)),
+        ptx=tuple(sorted({f"compute_{a}" for a in ptx}, key=_arch_key)),
+        needed=_needed(path),
+    )
+
+
+def _list(cuobjdump: Path, flag: str, path: Path) -> list[str]:
+    result = subprocess.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True)
+    text = result.stdout + result.stderr
+    if result.returncode != 0 and "does not contain device code" not in text:
+        raise InspectError(f"cuobjdump {flag} {path.name} failed: {text.strip()[-200:]}")
+    return _SM_RE.findall(result.stdout)
+
+
+def _needed(path: Path) -> tuple[str, ...]:
+    if not shutil.which("readelf"):
+        return ()
+    result = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True)
+    return tuple(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", result.stdout))
+
+
+def _arch_key(name: str) -> tuple[int, str]:
+    digits = re.search(r"(\d+)([af]?)$", name)
+    return (int(digits.group(1)), digits.group(2)) if digits else (0, name)
+
+
+def verify_archs(report: WheelReport, archs: tuple[Arch, ...]) -> list[str]:
+    """Problems with the GPU code in a built wheel: a requested arch missing, or one that was not asked for."""
+    problems: list[str] = []
+    if not report.objects or not report.sass | report.ptx:
+        return [f"{report.wheel} contains no GPU code at all"]
+    wanted_sass = {a.sm for a in archs}
+    wanted_ptx = {a.compute for a in archs if a.ptx}
+    for obj in report.objects:
+        if not obj.sass and not obj.ptx:
+            continue  # a host-only helper library
+        missing = sorted(wanted_sass - set(obj.sass)) + sorted(wanted_ptx - set(obj.ptx))
+        if missing:
+            problems.append(f"{obj.path} lacks {', '.join(missing)} (has {', '.join(obj.sass + obj.ptx)})")
+        extra = sorted(set(obj.sass) - wanted_sass) + sorted(set(obj.ptx) - wanted_ptx)
+        if extra:
+            problems.append(f"{obj.path} carries {', '.join(extra)}, which was not requested")
+    return problems
+
+
+def render_report(report: WheelReport) -> str:
+    lines = [f"{report.wheel}", f"  tags: {', '.join(report.tags)}"]
+    lines += [f"  requires: {r}" for r in report.requires]
+    for obj in report.objects:
+        lines.append(f"  {obj.path}")
+        lines.append(f"    SASS: {' '.join(obj.sass) or '-'}")
+        lines.append(f"    PTX:  {' '.join(obj.ptx) or '-'}")
+        if obj.needed:
+            lines.append(f"    needs: {' '.join(obj.needed)}")
+    if not report.objects:
+        lines.append("  no shared objects (pure Python)")
+    if report.record:
+        rec = report.record
+        lines.append(f"  built by: cuda-wheel-builder {rec.get('builder_version')}, toolchain {rec.get('toolchain', {})}")
+        tests = rec.get("tests")
+        if tests:
+            lines.append(f"  tests: {tests}")
+    return "\n".join(lines)

@@ -1,0 +1,207 @@
+"""The plan stage: a target (what the user asked for) resolved against its recipe into a ``Plan``.
+
+Resolves the upstream version and its source, the patches that apply to it, the torch pin and index, the local
+version label and the docker image a container build would use. Nothing is downloaded but index metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from builder import __version__
+from builder.core.errors import UsageError
+from builder.core.settings import Settings
+from builder.discovery.compat import (
+    TorchIndex,
+    check_torch_has_python,
+    check_torch_matches_cuda,
+    cuda_flavour,
+    default_torch,
+    resolve_index,
+    torch_cuda,
+)
+from builder.model.arch import (
+    Arch,
+    check_archs_for_cuda,
+    check_known_bad,
+    format_arch_list,
+    torch_arch_list,
+)
+from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
+from builder.stages.source import (
+    SourceRef,
+    check_recipe_path,
+    local_version,
+    pypi_releases,
+    resolve_version,
+    source_for,
+)
+from builder.toolchain import docker_image_for
+
+# CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
+# CUDA 13+ is every minor that PyPI's cuda-toolkit carries (discovered; the shipped snapshot without settings).
+CUDA_12 = ("12.6", "12.8", "12.9")
+
+
+def known_cuda(settings: Settings | None = None) -> tuple[str, ...]:
+    from builder.discovery.torchindex import toolkit_versions
+
+    return CUDA_12 + toolkit_versions(settings)[0]
+
+
+KNOWN_CUDA = known_cuda()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """What the user asked for, validated but not yet resolved."""
+
+    package: str
+    version: str | None = None
+    cuda: Version
+    archs: tuple[Arch, ...]
+    python: str = "3.12"  # a version (3.12) or a path to an interpreter
+    torch: str | None = None
+    torch_index: str | None = None
+    toolchain: str = "auto"
+    source: str | None = None
+    jobs: int = 1
+    test_patches: tuple[str, ...] = ()
+
+    @property
+    def python_is_path(self) -> bool:
+        return "/" in self.python or not self.python[:1].isdigit()
+
+
+@dataclass(frozen=True)
+class Plan:
+    target: Target
+    recipe: Recipe
+    version: str
+    source: SourceRef
+    patches: tuple[PatchSpec, ...]
+    torch: str | None  # None: taken from the interpreter given with --python
+    index: TorchIndex
+    image: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> Version:
+        return self.target.cuda
+
+    def label(self, torch: str) -> str:
+        """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them).
+        The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan)."""
+        t = Version(torch)
+        return f"{cuda_flavour(torch_cuda(self.index, str(t.public), self.cuda))}torch{t.major}.{t.minor}"
+
+    def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
+        """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
+        from toolchain.select.probe_build_here) adds a row after the toolchain."""
+        torch = self.torch or f"from {self.target.python}"
+        rows = [
+            ("package", f"{self.recipe.name} {self.version} ({self.recipe.kind})"),
+            ("source", f"{self.source.kind}: {self.source.location}"
+             + (f" sha256 {self.source.sha256[:16]}…" if self.source.sha256 else "")),
+            ("patches", ", ".join(p.name for p in self.patches) or "none"),
+            ("cuda", str(self.cuda)),
+            ("archs", format_arch_list(self.target.archs) + f"  (TORCH_CUDA_ARCH_LIST={torch_arch_list(self.target.archs)})"),
+            ("python", self.target.python),
+            ("torch", f"{torch} from {self.index.name} ({self.index.url}; table from {self.index.source})"),
+            ("label", self.label(self.torch) if self.torch else f"cu{self.cuda.major}{self.cuda.minor}torch<from interpreter>"),
+            ("toolchain", self.target.toolchain),
+            ("docker image", self.image),
+        ]
+        if buildable_here is not None:
+            rows.insert(rows.index(("toolchain", self.target.toolchain)) + 1, ("buildable here", buildable_here))
+        return rows
+
+
+def validate_cuda(text: str, settings: Settings | None = None) -> Version:
+    known = known_cuda(settings)
+    try:
+        cuda = Version(text)
+    except Exception as e:
+        raise UsageError(f"--cuda {text!r} is not a version", f"use one of {', '.join(known)}") from e
+    if f"{cuda.major}.{cuda.minor}" not in known:
+        raise UsageError(f"--cuda {text}: unknown CUDA version",
+                         f"use one of {', '.join(known)} (13.x: the cuda-toolkit releases on PyPI)")
+    return cuda
+
+
+def load_target_recipe(target: Target, settings: Settings) -> Recipe:
+    return load_recipe(find_recipe(target.package, settings.recipes_dir), settings.patches_dir)
+
+
+def make_plan(target: Target, settings: Settings) -> Plan:
+    recipe = load_target_recipe(target, settings)
+    if recipe.kind == "cuda-extension":
+        check_archs_for_cuda(target.archs, target.cuda, settings)
+    available: list[str] = []
+    if target.source is None and recipe.source.path is None and recipe.source.git is None:
+        available = list(pypi_releases(recipe.source.pypi or recipe.name, settings))
+    if target.source is None:
+        check_recipe_path(recipe)
+    if target.version is None and not available:
+        local = target.source or (str(recipe.source.path) if recipe.source.path else None)
+        found = local_version(Path(local)) if local and "://" not in local else None
+        if found is None and recipe.default_version is None:
+            raise UsageError(f"cannot tell which version of {recipe.name} the source holds", "pass --version")
+        available = [found] if found else []
+    version = resolve_version(recipe, target.version, available)
+    if recipe.kind == "cuda-extension":
+        check_known_bad(recipe.name, recipe.known_bad, target.archs, target.cuda, version)
+    source = source_for(recipe, version, target.source, settings)
+    for name in target.test_patches:
+        if name not in {p.name for p in recipe.patches if p.test_only}:
+            raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
+    patches = recipe.patches_for(version, target.test_patches)
+    index = resolve_index(target.torch_index, settings)
+    torch: str | None = None
+    if not target.python_is_path:
+        torch = target.torch or default_torch(index, target.cuda)
+        check_torch_matches_cuda(index, torch, target.cuda, settings)
+        check_torch_has_python(index, torch, target.python)
+    return Plan(
+        target=target,
+        recipe=recipe,
+        version=version,
+        source=source,
+        patches=patches,
+        torch=torch,
+        index=index,
+        image=docker_image_for(target.cuda),
+        env=dict(recipe.build_env),
+    )
+
+
+def cache_key(plan: Plan, *, source_digest: str, toolkit: dict[str, str] | None, python: str, torch: str,
+              compiler: dict[str, str] | None = None) -> str:
+    """A hash over every input that can change the wheel; equal keys mean nothing needs building. ``compiler``
+    is the host C/C++ compiler of a host-side CUDA build (toolchain/hostcompiler.py)."""
+    inputs: dict[str, object] = {
+        "builder": __version__,
+        "recipe": plan.recipe.sha256(),
+        "patches": [(p.name, p.sha256()) for p in plan.patches],
+        "source": source_digest,
+        # a container build's image tag hashes its Dockerfile and base image: a new compiler there is a new tag
+        "toolkit": {k: v for k, v in (toolkit or {}).items() if k in ("kind", "nvcc", "image")},
+        "python": python,
+        "torch": torch,
+        "index": plan.index.url,
+        "archs": [str(a) for a in plan.target.archs] if plan.recipe.kind == "cuda-extension" else [],
+        "cuda": str(plan.cuda),
+        "env": plan.env,
+    }
+    if compiler is not None:  # absent for pure-Python and container builds, whose keys stay as they were
+        inputs["compiler"] = compiler
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def recipe_path_for_display(plan: Plan) -> Path:
+    return plan.recipe.file

@@ -1,0 +1,198 @@
+"""The test stage: import test in a clean venv, then the recipe's kernel tests on a GPU that can run the wheel.
+
+A kernel test that cannot run is reported as ``skipped`` with the reason; it never counts as passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from builder.core.datafiles import default_recipes_dir
+from builder.core.errors import TestFailed
+from builder.core.log import log
+from builder.core.streaming import stream
+from builder.model.recipe import Recipe
+from builder.stages.inspection import WheelReport
+from builder.stages.pyenv import PythonEnv
+
+_GPU_PROBE = r"""
+import json, torch
+gpus = []
+if torch.cuda.is_available():
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        gpus.append({"index": i, "name": torch.cuda.get_device_name(i), "capability": major * 10 + minor})
+print(json.dumps(gpus))
+"""
+
+
+@dataclass
+class TestReport:
+    __test__ = False  # not a pytest class
+
+    import_status: str = "not run"
+    import_detail: str = ""
+    kernel_status: str = "not run"
+    kernel_reason: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    speed: list[dict[str, object]] = field(default_factory=list)
+    gpu: str | None = None
+    torch: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return "failed" in (self.import_status, self.kernel_status)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        kernel = self.kernel_status + (f" ({self.kernel_reason})" if self.kernel_reason else "")
+        return f"import {self.import_status}; kernel tests {kernel}"
+
+
+def import_test(env: PythonEnv, modules: tuple[str, ...], report: TestReport) -> None:
+    """Import torch first (extensions need its libraries loaded), then each module the recipe names."""
+    code = "import importlib, sys\nimport torch\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    code += "print('imported', ', '.join(sys.argv[1:]))\n"
+    argv = [str(env.python), "-c", code, *modules]
+    log.command([str(env.python), "-c", f"import torch; import {', '.join(modules)}"])
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=_clean_env())
+    report.torch = env.torch
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        report.import_status, report.import_detail = "failed", last
+        raise TestFailed(f"import test failed in a clean venv: {last}", "nothing was published")
+    report.import_status, report.import_detail = "passed", result.stdout.strip()
+    log.ok(f"import test passed: {', '.join(modules)} (torch {env.torch})")
+
+
+def visible_gpus(env: PythonEnv) -> list[dict[str, object]]:
+    result = subprocess.run([str(env.python), "-c", _GPU_PROBE], capture_output=True, text=True, env=_clean_env())
+    if result.returncode != 0:
+        return []
+    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def runnable_on(capability: int, sass: set[str], ptx: set[str]) -> bool:
+    """SASS sm_XY runs on the same major with minor >= Y ('a'/'f' variants only on the exact arch);
+    PTX compute_XY is JIT-compiled for any capability >= XY."""
+    for arch in sass:
+        digits = arch.removeprefix("sm_")
+        number = int(digits.rstrip("af"))
+        if digits[-1] in "af":
+            if number == capability:
+                return True
+        elif number // 10 == capability // 10 and number <= capability:
+            return True
+    return any(int(a.removeprefix("compute_").rstrip("af")) <= capability for a in ptx)
+
+
+def kernel_skip_reason(gpus: list[dict[str, object]], report: WheelReport) -> tuple[str | None, int | None]:
+    """(reason to skip, GPU index to use). The reason names the wheel's archs and the GPUs seen."""
+    built = ", ".join(sorted(report.sass | report.ptx)) or "no GPU code"
+    if not gpus:
+        return f"no CUDA GPU visible to torch on this machine; wheel has {built}", None
+    for gpu in gpus:
+        if not report.objects or runnable_on(int(gpu["capability"]), report.sass, report.ptx):  # type: ignore[arg-type]
+            return None, int(gpu["index"])  # type: ignore[arg-type]
+    seen = "; ".join(f"GPU {g['index']} is sm_{g['capability']} ({g['name']})" for g in gpus)
+    return f"wheel has {built}; {seen}", None
+
+
+def kernel_tests(
+    env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, report: TestReport, workdir: Path, *, quick: bool,
+    bench: bool = True,
+) -> None:
+    """Run the recipe's kernel tests where a GPU can run the wheel; record passed / failed / skipped."""
+    if recipe.kernel_tests is None:
+        report.kernel_status, report.kernel_reason = "skipped", "the recipe has no kernel tests"
+        return
+    reason, gpu_index = kernel_skip_reason(visible_gpus(env), wheel_report)
+    if reason is not None:
+        report.kernel_status, report.kernel_reason = "skipped", reason
+        log.warning(f"kernel tests skipped: {reason}")
+        return
+    out = workdir / "kernel-tests.json"
+    argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
+    argv += ["--quick"] if quick else []
+    argv += [] if bench else ["--no-bench"]
+    run_env = kernel_test_env(recipe, workdir, gpu_index)
+    log.command(argv)
+    returncode, last_line = run_streaming(argv, workdir, run_env, workdir / "kernel-tests.log",
+                                            recipe.kernel_tests_timeout_s, "running kernel tests on the GPU")
+    if returncode is None:
+        report.kernel_status = "failed"
+        report.kernel_reason = f"ran past {recipe.kernel_tests_timeout_s} s"
+        raise TestFailed(
+            f"kernel tests ran past {recipe.kernel_tests_timeout_s} s and were stopped",
+            f"log: {workdir / 'kernel-tests.log'}; raise [test] kernel-tests-timeout in {recipe.file} if the "
+            "suite is just slow; nothing was published",
+        )
+    data = json.loads(out.read_text()) if out.exists() else {}
+    report.gpu = data.get("gpu")
+    report.counts = data.get("counts", {})
+    report.speed = data.get("speed", [])
+    status = data.get("status") or ("failed" if returncode else "passed")
+    if (returncode not in (0, 3) and status != "failed") or status not in ("passed", "failed", "skipped"):
+        status = "failed"
+    report.kernel_status = status
+    report.kernel_reason = data.get("reason", "") or ("" if status == "passed" else last_line or "no output")
+    if status == "failed":
+        raise TestFailed(
+            f"kernel tests failed: {report.counts.get('failed', '?')} case(s) ({report.kernel_reason})",
+            f"log: {workdir / 'kernel-tests.log'}; nothing was published",
+        )
+    if status == "passed":
+        log.ok(f"kernel tests passed on {report.gpu}: {report.counts}")
+        if report.kernel_reason:  # passed with some cases skipped: say which and why
+            log.warning(report.kernel_reason)
+    else:
+        log.warning(f"kernel tests skipped: {report.kernel_reason}")
+
+
+HARNESS = "kernel_harness.py"
+
+
+def kernel_test_env(recipe: Recipe, workdir: Path, gpu_index: int) -> dict[str, str]:
+    """The suite's environment: one GPU, its own Triton cache, the harness importable, the recipe's [test] env."""
+    env = _clean_env()
+    env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    env["TRITON_CACHE_DIR"] = str(workdir / "triton-cache")
+    env["PYTHONPATH"] = str(harness_dir(recipe))
+    env.update(recipe.test_env)  # e.g. fla's FLA_DISABLE_BACKEND_DISPATCH=1
+    return env
+
+
+def harness_dir(recipe: Recipe) -> Path:
+    """The folder holding the shared kernel-test harness the suites import: ``_harness/`` beside the recipe's
+    folder, else the builder's own recipes' (a --recipes folder without one still gets the harness)."""
+    beside = recipe.directory.parent / "_harness"
+    return beside if (beside / HARNESS).is_file() else default_recipes_dir() / "_harness"
+
+
+def run_streaming(argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, timeout_s: float,
+                  what: str) -> tuple[int | None, str]:
+    """Run argv with its output streamed into log_file and the latest line shown as progress.
+
+    Returns (exit code, last output line); exit code None when it ran past timeout_s and was killed
+    (with its whole process group: kernel-test scripts may start worker processes).
+    """
+    with log_file.open("w") as out, log.status(what) as update:
+        code, last = stream(argv, out=out, on_line=update, cwd=cwd, env=env, timeout_s=timeout_s)
+    if code is None:
+        with log_file.open("a") as out:
+            out.write(f"\n# stopped by the builder after {timeout_s:g} s\n")
+    return code, last
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(var, None)
+    return env

@@ -1,0 +1,162 @@
+"""Build images for the docker toolchain: one per CUDA version, from ``dockerfiles/cuda-X.Y.Dockerfile``.
+
+The tag encodes the CUDA version and a hash of the Dockerfile plus its build arguments
+(``cuda-wheel-builder:cuda12.8-<12 hex>``), so an edited Dockerfile or another base image gives another tag and
+a stale image is never reused. Images carry labels naming their CUDA, Dockerfile hash and base image, so the
+toolchain can also find an image built from the current Dockerfile on a substitute base (``--base-image``).
+Everything goes through the docker SDK (Docker, or podman's Docker-API service).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from builder.core.datafiles import data_dir
+from builder.core.errors import ToolchainError, UsageError
+
+REPOSITORY = "cuda-wheel-builder"
+DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
+LABEL_CUDA = "org.cuda-wheel-builder.cuda"
+LABEL_DOCKERFILE = "org.cuda-wheel-builder.dockerfile-sha256"
+LABEL_BASE = "org.cuda-wheel-builder.base-image"
+LABEL_KEY = "org.cuda-wheel-builder.key"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What one image is built from: a Dockerfile and its build arguments; ``tag`` follows from both."""
+
+    cuda: str
+    dockerfile: Path
+    buildargs: dict[str, str]
+
+    @property
+    def dockerfile_sha256(self) -> str:
+        return hashlib.sha256(self.dockerfile.read_bytes()).hexdigest()
+
+    @property
+    def key(self) -> str:
+        text = self.dockerfile.read_bytes() + json.dumps(self.buildargs, sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()[:12]
+
+    @property
+    def tag(self) -> str:
+        return f"{REPOSITORY}:cuda{self.cuda}-{self.key}"
+
+    @property
+    def base_image(self) -> str:
+        return self.buildargs.get("BASE_IMAGE") or default_base_image(self.dockerfile)
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL_CUDA: self.cuda, LABEL_DOCKERFILE: self.dockerfile_sha256, LABEL_BASE: self.base_image,
+                LABEL_KEY: self.key}
+
+
+def available_cudas(dockerfiles: Path = DOCKERFILES) -> list[str]:
+    return sorted(p.name.removeprefix("cuda-").removesuffix(".Dockerfile") for p in dockerfiles.glob("cuda-*.Dockerfile"))
+
+
+def default_base_image(dockerfile: Path) -> str:
+    for line in dockerfile.read_text().splitlines():
+        if line.startswith("ARG BASE_IMAGE="):
+            return line.split("=", 1)[1].strip()
+    return ""
+
+
+def image_spec(cuda: Version | str, base_image: str | None = None, dockerfiles: Path = DOCKERFILES) -> ImageSpec:
+    key = cuda if isinstance(cuda, str) else f"{cuda.major}.{cuda.minor}"
+    dockerfile = dockerfiles / f"cuda-{key}.Dockerfile"
+    if not dockerfile.is_file():
+        raise UsageError(f"no Dockerfile for CUDA {key} ({dockerfile} missing)",
+                         f"available: {', '.join(available_cudas(dockerfiles)) or 'none'}")
+    return ImageSpec(key, dockerfile, {"BASE_IMAGE": base_image} if base_image else {})
+
+
+def _sdk_error(what: str, e: Exception) -> str:
+    text = str(getattr(e, "explanation", None) or e).strip().splitlines()
+    return f"{what}: {text[-1] if text else type(e).__name__}"[:400]
+
+
+def find_image(client: Any, spec: ImageSpec, *, any_base: bool = True) -> Any | None:
+    """The image for ``spec``: its exact tag, else (``any_base``) the newest one built from the same Dockerfile
+    for the same CUDA on another base image (a local stand-in); None if there is none."""
+    import docker
+
+    try:
+        return client.images.get(spec.tag)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.DockerException as e:
+        raise ToolchainError(_sdk_error("cannot query images on the container engine", e)) from e
+    if not any_base:
+        return None
+    candidates = [i for i in list_images(client)
+                  if i.labels.get(LABEL_CUDA) == spec.cuda and i.labels.get(LABEL_DOCKERFILE) == spec.dockerfile_sha256]
+    candidates.sort(key=lambda i: i.attrs.get("Created", ""), reverse=True)
+    return candidates[0] if candidates else None
+
+
+def base_present(client: Any, spec: ImageSpec) -> bool:
+    """Whether the base image is already on the engine (so building needs no registry)."""
+    import docker
+
+    try:
+        client.images.get(spec.base_image)
+        return True
+    except docker.errors.DockerException:
+        return False
+
+
+def list_images(client: Any) -> list[Any]:
+    import docker
+
+    try:
+        images = client.images.list(filters={"label": LABEL_CUDA})
+    except docker.errors.DockerException as e:
+        raise ToolchainError(_sdk_error("cannot list images on the container engine", e)) from e
+    return [i for i in images if any(short_tag(t).startswith(f"{REPOSITORY}:") for t in i.tags)]
+
+
+def short_tag(tag: str) -> str:
+    """``docker.io/library/x:t`` and ``localhost/x:t`` (podman's spellings) as ``x:t``."""
+    for prefix in ("docker.io/library/", "localhost/"):
+        if tag.startswith(prefix):
+            return tag[len(prefix):]
+    return tag
+
+
+def build_image(client: Any, spec: ImageSpec, log_line: Any = None) -> Any:
+    """Build and tag ``spec`` through the SDK; build output goes to ``log_line``; a one-line ToolchainError on failure."""
+    import docker
+
+    try:
+        stream = client.api.build(
+            path=str(spec.dockerfile.parent), dockerfile=spec.dockerfile.name, tag=spec.tag, buildargs=spec.buildargs,
+            labels=spec.labels(), rm=True, forcerm=True, decode=True, network_mode="host",
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                raise ToolchainError(f"building {spec.tag} from {spec.dockerfile.name} failed: "
+                                     f"{str(chunk['error']).strip().splitlines()[-1][:300]}",
+                                     f"is the base image {spec.base_image} present or pullable?")
+            text = str(chunk.get("stream") or chunk.get("status") or "").rstrip()
+            if text and log_line is not None:
+                log_line(text)
+        image = client.images.get(spec.tag)
+    except docker.errors.DockerException as e:
+        raise ToolchainError(_sdk_error(f"building {spec.tag} failed", e),
+                             f"is the base image {spec.base_image} present or pullable?") from e
+    return image
+
+
+def image_ref(image: Any) -> dict[str, str]:
+    """Tag and content ID (and registry digest when there is one) of an image, for build records."""
+    tags = [short_tag(t) for t in image.tags]
+    digests = list(image.attrs.get("RepoDigests") or [])
+    return {"image": tags[0] if tags else "", "image_id": str(image.id), "image_digest": digests[0] if digests else ""}

@@ -1,0 +1,207 @@
+"""``builder doctor``: one command for the whole diagnosis of a Python env that should run CUDA kernels.
+
+What the env holds (envprobe: Python, torch, its GPUs, the recipes' packages, what transformers' GatedDeltaNet
+functions are bound to), what the machine has (machine: driver, compilers, engine), whether each installed package
+carries GPU code the GPUs can run (cuobjdump where one is at hand, else the build record), and which wheels of a
+wheelhouse fit the env, with the exact commands that install them without touching torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from builder.core.errors import BuilderError
+from builder.core.settings import Settings
+from builder.model.recipe import Recipe, list_recipes, load_recipe
+from builder.stages.inspection import find_local_cuobjdump, list_gpu_code
+from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, probe_env
+from builder.user.fit import (
+    EnvFacts,
+    Verdict,
+    WheelhouseReader,
+    best,
+    env_facts,
+    env_label,
+    judge,
+    runs_on,
+)
+from builder.user.install import install_argv
+from builder.user.machine import MachineFacts, machine_facts
+
+
+@dataclass(frozen=True)
+class GpuCode:
+    """What GPU code one installed package carries and whether this machine's GPUs can run it."""
+
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    source: str  # "cuobjdump", "build record", "none" (pure Python), "unknown"
+    verdict: str  # one phrase for the table
+
+
+@dataclass(frozen=True)
+class PackageState:
+    report: PackageReport
+    kind: str  # the recipe's kind: cuda-extension / pure-python
+    gpu_code: GpuCode
+
+
+@dataclass(frozen=True)
+class WheelOffer:
+    """What a wheelhouse has for one package, judged against the env."""
+
+    package: str
+    verdicts: tuple[Verdict, ...]
+    chosen: Verdict | None
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    python: Path
+    env: EnvReport
+    machine: MachineFacts
+    facts: EnvFacts
+    packages: tuple[PackageState, ...]
+    wheelhouse: str | None  # its root URL
+    wheelhouse_error: str | None
+    offers: tuple[WheelOffer, ...]
+    commands: tuple[str, ...]  # what to run next, in order
+    advice: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["facts"]["tags"] = []  # the env's own tag list is already under env.python
+        for private in ("settings", "env", "_answers"):
+            data["machine"].pop(private, None)
+        data["machine"]["builds"] = {cuda: {"possible": ok, "how": how} for cuda, (ok, how) in self.machine._answers.items()}
+        return _jsonable(data)
+
+
+def recipe_packages(settings: Settings) -> list[Recipe]:
+    return [load_recipe(path, settings.patches_dir) for path in list_recipes(settings.recipes_dir)]
+
+
+def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> DoctorReport:
+    recipes = recipe_packages(settings)
+    env = probe_env(python, [PackageSpec.from_recipe(r) for r in recipes])
+    machine = machine_facts(os.environ, settings)
+    facts = env_facts(env, machine)
+    cuobjdump = find_local_cuobjdump(settings, (env.python.purelib,))
+    states = tuple(PackageState(env.package(r.name), r.kind, _gpu_code(env.package(r.name), r.kind, facts, cuobjdump))
+                   for r in recipes)
+    offers: list[WheelOffer] = []
+    error = root = None
+    if wheelhouse is not None:
+        reader = WheelhouseReader(wheelhouse)
+        root = reader.root
+        try:
+            reader.check()
+            for recipe in recipes:
+                verdicts = tuple(judge(w, facts) for w in reader.wheels(recipe.name))
+                offers.append(WheelOffer(recipe.name, verdicts, best(list(verdicts))))
+        except BuilderError as e:
+            error = e.one_line()
+    commands, advice = _next_steps(python, env, machine, facts, states, offers, root)
+    return DoctorReport(python, env, machine, facts, states, root, error, tuple(offers), commands, advice)
+
+
+def _gpu_code(package: PackageReport, kind: str, facts: EnvFacts, cuobjdump: Path | None) -> GpuCode:
+    if not package.installed:
+        return GpuCode((), (), "none", "-")
+    if kind != "cuda-extension" or not package.shared_objects:
+        return GpuCode((), (), "none", "no GPU code of its own (Triton compiles at run time)"
+                       if kind != "cuda-extension" else "no shared objects found")
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    source = "unknown"
+    if cuobjdump is not None:
+        try:
+            for so in package.shared_objects:
+                s, p = list_gpu_code(cuobjdump, so)
+                sass.update(s)
+                ptx.update(p)
+            source = "cuobjdump"
+        except (BuilderError, OSError, subprocess.SubprocessError):
+            sass, ptx = set(), set()
+    if source == "unknown" and package.build_record and isinstance(package.build_record.get("archs"), list):
+        for arch in package.build_record["archs"]:
+            text = str(arch)
+            sass.add(f"sm_{text.removesuffix('+ptx')}")
+            if text.endswith("+ptx"):
+                ptx.add(f"compute_{text.removesuffix('+ptx')}")
+        source = "build record"
+    code = ", ".join(sorted(sass) + sorted(ptx)) or "no device code"
+    if source == "unknown":
+        return GpuCode((), (), source, "unknown (no cuobjdump here, no build record)")
+    if not facts.gpus:
+        return GpuCode(tuple(sorted(sass)), tuple(sorted(ptx)), source, f"{code} (no GPU here to run it)")
+    bad = [cc for cc in facts.gpus if not runs_on(tuple(sass), tuple(ptx), cc)]
+    verdict = f"{code}: runs on " + ", ".join(f"sm_{cc}" for cc in facts.gpus) if not bad else \
+        f"{code}: NOT runnable on " + ", ".join(f"sm_{cc}" for cc in bad)
+    return GpuCode(tuple(sorted(sass)), tuple(sorted(ptx)), source, verdict)
+
+
+def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvFacts,
+                states: tuple[PackageState, ...], offers: list[WheelOffer], root: str | None,
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    commands: list[str] = []
+    advice: list[str] = []
+    if not env.torch.installed:
+        advice.append("torch is not installed in this env: install the torch you use first (builder install "
+                      "never chooses torch for you)")
+    elif env.torch.cuda is None:
+        advice.append(f"torch {env.torch.version} is a CPU build: no CUDA kernel can run here; install a CUDA torch")
+    elif not facts.gpus:
+        advice.append("no GPU is visible (torch sees none, nvidia-smi lists none): kernels can be installed and "
+                      "imported here, but not run")
+    missing = [s.report.distribution for s in states if not s.report.imports_ok]
+    fitting = [o for o in offers if o.chosen is not None and o.package in missing]
+    if fitting and root is not None:
+        names = " ".join(o.package for o in fitting)
+        from_flag = "" if root == Path("wheelhouse").resolve().as_uri() + "/" else f" --from {root}"
+        commands.append(f"builder install {names} --python {python}{from_flag}")
+        wheels = [o.chosen.wheel for o in fitting if o.chosen]
+        commands.append(shlex.join(install_argv(python, wheels, facts)))
+        if _has_pip(python):
+            commands.append(shlex.join(install_argv(python, wheels, facts, tool="pip")))
+    kinds = {s.report.distribution: s.kind for s in states}
+    for offer in offers:
+        if offer.package in missing and offer.chosen is None and facts.torch and facts.torch_cuda:
+            can, how = machine.can_build(facts.torch_cuda)
+            if kinds.get(offer.package) != "cuda-extension":
+                can, how = True, "no compiler at all (pure Python)"
+            label = env_label(facts.torch, facts.torch_cuda)
+            if can:
+                advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse; this machine can build one "
+                              f"with {how}: builder install {offer.package} --python {python} (builds it)")
+            else:
+                advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse, and {how}; "
+                              f"`builder install {offer.package} --python {python}` lists the ways forward")
+    for model in env.transformers.models:
+        fallback = [f.role for f in model.functions if f.kind != "kernel"]
+        if fallback:
+            short = model.module.rsplit(".", 1)[-1]
+            advice.append(f"transformers {env.transformers.version}: {short} runs the torch fallback for "
+                          f"{len(fallback)} of {len(model.functions)} GatedDeltaNet functions ({', '.join(fallback)})")
+    return tuple(commands), tuple(advice)
+
+
+def _has_pip(python: Path) -> bool:
+    result = subprocess.run([str(python), "-c", "import pip"], capture_output=True, check=False)
+    return result.returncode == 0
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (Path, Version)):
+        return str(value)
+    return value

@@ -1,0 +1,300 @@
+"""What a user's Python environment holds, asked from inside it: ``probe_env(python, packages) -> EnvReport``.
+
+The questions run in that environment's own interpreter (``builder/probes/env.py``, stdlib only), because the
+answers (which torch, which GPUs it sees, which function transformers bound) exist only there. The probe's JSON is
+parsed here, in ``_parse``, and nowhere else; everything past this module sees frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.utils import canonicalize_name
+
+from builder.core.errors import ToolchainError, UsageError
+from builder.stages.finalize import RECORD_FILE
+from builder.user.probes import script
+
+DEFAULT_TIMEOUT_S = 300.0  # importing torch and transformers from a cold disk can take a minute
+GDN_ROLES = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")
+BindingKind = Literal["kernel", "hub kernel", "torch fallback", "absent"]
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """A distribution to ask about and the modules that must import for it to count as working."""
+
+    distribution: str
+    imports: tuple[str, ...] = ()
+
+    @classmethod
+    def from_recipe(cls, recipe: Any) -> PackageSpec:
+        """From a ``builder.model.recipe.Recipe``: its name and its ``[test] imports``."""
+        return cls(recipe.name, tuple(recipe.imports))
+
+
+@dataclass(frozen=True)
+class PythonInfo:
+    version: str  # 3.12.3
+    minor: str  # 3.12
+    executable: Path
+    implementation: str  # cpython
+    is_venv: bool
+    prefix: Path
+    base_prefix: Path
+    purelib: Path
+    platlib: Path
+    machine: str  # x86_64
+    glibc: str | None  # 2.36; None on musl or non-Linux
+    tags: tuple[str, ...]  # wheel tags this interpreter accepts, best first (cp312-cp312-manylinux_2_36_x86_64, ...)
+    tags_source: Literal["packaging", "computed"]  # packaging.tags in that env, or the probe's own computation
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    name: str
+    capability: tuple[int, int]
+
+    @property
+    def sm(self) -> str:
+        """``"120"`` for compute capability 12.0 (the form ``--arch`` takes)."""
+        return f"{self.capability[0]}{self.capability[1]}"
+
+    @property
+    def cc(self) -> int:
+        """Compute capability as one number: 12.0 → 120."""
+        return self.capability[0] * 10 + self.capability[1]
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    installed: bool  # a torch distribution is installed (it may still fail to import: see error)
+    version: str | None  # torch.__version__: 2.11.0+cu128 (PyPI's 2.10.0 says 2.10.0+cu128 too)
+    distribution: str | None  # the installed distribution's version, what pins compare: 2.10.0 from PyPI
+    cuda: str | None  # torch.version.cuda; None for a CPU build
+    file: Path | None
+    cuda_available: bool
+    device_count: int
+    devices: tuple[GpuDevice, ...]
+    arch_list: tuple[str, ...]  # torch.cuda.get_arch_list(): sm_90, compute_90, ... (empty for a CPU build)
+    error: str | None  # import or CUDA query failure, short
+
+    @property
+    def importable(self) -> bool:
+        return self.version is not None and self.file is not None
+
+
+@dataclass(frozen=True)
+class ImportCheck:
+    module: str
+    ok: bool
+    file: Path | None
+    error: str | None  # "ImportError: ...undefined symbol: ..." (the last few hundred characters)
+    messages: tuple[str, ...] = ()  # warnings and log records (WARNING and up) emitted while importing it
+
+
+@dataclass(frozen=True)
+class PackageReport:
+    distribution: str
+    installed: bool
+    version: str | None  # 1.7.0+cu130torch2.11
+    local: str | None  # cu130torch2.11
+    location: Path | None
+    requires_torch: tuple[str, ...]  # its Requires-Dist lines on torch, as written
+    shared_objects: tuple[Path, ...]  # absolute paths of its *.so files (for cuobjdump)
+    build_record: Mapping[str, object] | None  # our record (finalize.RECORD_FILE) in its .dist-info, if built here
+    imports: tuple[ImportCheck, ...]
+
+    @property
+    def imports_ok(self) -> bool:
+        return self.installed and all(i.ok for i in self.imports)
+
+    @property
+    def built_by_us(self) -> bool:
+        return self.build_record is not None
+
+
+@dataclass(frozen=True)
+class KernelBinding:
+    """What one of transformers' GatedDeltaNet functions is really bound to after import."""
+
+    role: str  # causal_conv1d_fn, causal_conv1d_update, chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    kind: BindingKind
+    text: str  # "kernel (causal-conv1d 1.7.0+cu130torch2.11: causal_conv1d....causal_conv1d_fn from /...py)"
+    module: str | None
+    qualname: str | None
+    file: Path | None
+    package: str | None  # the distribution a kernel comes from
+    package_version: str | None
+    attribute: str | None  # the modeling module's name that holds it
+    wrapper: str | None  # "use_kernel_func_from_hub_with_fallback" (5.15+) or None (older: plain import)
+    fallback_warning: str | None  # torch fallback only: "at first call" (5.17+), "none (silent)", "at layer init"
+
+
+@dataclass(frozen=True)
+class ModelKernels:
+    module: str  # transformers.models.qwen3_next.modeling_qwen3_next
+    error: str | None  # the modeling module failed to import
+    layer_class: str | None  # Qwen3NextGatedDeltaNet
+    functions: tuple[KernelBinding, ...]  # in GDN_ROLES order; empty when the module failed to import
+    is_fast_path_available: bool | None  # the module's own flag (transformers <= 5.14), else None
+    fast_path: bool  # all four bound to kernels
+    import_messages: tuple[str, ...]  # warnings and log records emitted while importing it
+
+    def function(self, role: str) -> KernelBinding:
+        return next(f for f in self.functions if f.role == role)
+
+
+@dataclass(frozen=True)
+class HubKernels:
+    kernels_version: str | None
+    usable: bool  # transformers accepts the installed `kernels` (only used with use_kernels=True)
+    enabled_by_env: bool | None  # USE_HUB_KERNELS
+
+
+@dataclass(frozen=True)
+class TransformersInfo:
+    installed: bool
+    version: str | None
+    error: str | None
+    hub_kernels: HubKernels | None
+    models: tuple[ModelKernels, ...]  # the GatedDeltaNet modeling modules this transformers has
+    missing_models: tuple[str, ...]  # those it does not have (names differ across 5.x)
+    import_messages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    python: PythonInfo
+    torch: TorchInfo
+    packages: tuple[PackageReport, ...]
+    transformers: TransformersInfo
+    errors: tuple[str, ...]  # probe sections that crashed (a bug or a hostile package), others still filled in
+
+    def package(self, distribution: str) -> PackageReport:
+        """The report on ``distribution`` (any spelling: causal_conv1d, Causal-Conv1d); KeyError if not asked."""
+        want = canonicalize_name(distribution)
+        for p in self.packages:
+            if canonicalize_name(p.distribution) == want:
+                return p
+        raise KeyError(distribution)
+
+
+def probe_env(
+    python: Path,
+    packages: Iterable[PackageSpec] = (),
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+) -> EnvReport:
+    """Run the env probe with ``python`` (an interpreter, or a venv folder) and return what it found.
+
+    ``env`` is the probe's environment (default: this process's), so PYTHONPATH and CUDA_VISIBLE_DEVICES count.
+    Raises UsageError when ``python`` does not exist, ToolchainError when it cannot run the probe at all.
+    """
+    interpreter = resolve_interpreter(python)
+    spec = {"packages": [{"distribution": p.distribution, "imports": list(p.imports)} for p in packages],
+            "record_file": RECORD_FILE}
+    argv = [str(interpreter), str(script("env")), json.dumps(spec)]
+    try:
+        result = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout,
+                                env=dict(os.environ if env is None else env))
+    except subprocess.TimeoutExpired as e:
+        raise ToolchainError(f"Python {interpreter} did not finish the environment probe within {timeout:.0f} s",
+                             "check that importing torch works there; a hung CUDA driver is a common cause") from e
+    except OSError as e:
+        raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}",
+                             "pass --python with a working interpreter (VENV/bin/python)") from e
+    if result.returncode != 0:
+        raise ToolchainError(f"Python {interpreter} failed the environment probe (exit {result.returncode}): "
+                             f"{_last_line(result.stderr)}", "check that this interpreter starts: PY -c pass")
+    try:
+        return _parse(json.loads(result.stdout))
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ToolchainError(f"Python {interpreter}: the environment probe's answer is unreadable ({e!r}); "
+                             f"stderr: {_last_line(result.stderr)}") from e
+
+
+def resolve_interpreter(python: Path) -> Path:
+    """``python`` itself, or ``python/bin/python`` for a venv folder; UsageError when neither exists."""
+    if python.is_dir():
+        candidate = python / "bin" / "python"
+        if candidate.exists():
+            return candidate
+        raise UsageError(f"--python {python}: a folder without bin/python", "give a venv folder or its bin/python")
+    if not python.exists():
+        raise UsageError(f"--python {python}: no such interpreter", "give a venv folder or its bin/python")
+    return python
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][-300:] if lines else "(no output)"
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _parse(data: dict[str, Any]) -> EnvReport:
+    """The probe's JSON → EnvReport; the only place that knows its field names."""
+    missing = [k for k in ("python", "torch", "packages", "transformers") if data.get(k) is None]
+    if missing:
+        raise ValueError(f"sections {missing} missing; probe errors: {data.get('errors')}")
+    py, tc, tf = data["python"], data["torch"], data["transformers"]
+    python = PythonInfo(
+        version=py["version"], minor=py["minor"], executable=Path(py["executable"]),
+        implementation=py["implementation"], is_venv=bool(py["is_venv"]), prefix=Path(py["prefix"]),
+        base_prefix=Path(py["base_prefix"]), purelib=Path(py["purelib"]), platlib=Path(py["platlib"]),
+        machine=py["machine"], glibc=py["glibc"], tags=tuple(py["tags"]), tags_source=py["tags_source"],
+    )
+    torch = TorchInfo(
+        installed=bool(tc["installed"]), version=tc["version"], distribution=tc.get("distribution"), cuda=tc["cuda"],
+        file=_path(tc["file"]),
+        cuda_available=bool(tc["cuda_available"]), device_count=int(tc["device_count"]),
+        devices=tuple(GpuDevice(d["index"], d["name"], (d["capability"][0], d["capability"][1]))
+                      for d in tc["devices"]),
+        arch_list=tuple(tc["arch_list"]), error=tc["error"],
+    )
+    packages = tuple(
+        PackageReport(
+            distribution=p["distribution"], installed=bool(p["installed"]), version=p["version"], local=p["local"],
+            location=_path(p["location"]), requires_torch=tuple(p["requires_torch"]),
+            shared_objects=tuple(Path(s) for s in p["shared_objects"]), build_record=p["build_record"],
+            imports=tuple(ImportCheck(i["module"], bool(i["ok"]), _path(i["file"]), i["error"], tuple(i["messages"]))
+                          for i in p["imports"]),
+        )
+        for p in data["packages"]
+    )
+    hub = tf.get("hub_kernels")
+    transformers = TransformersInfo(
+        installed=bool(tf["installed"]), version=tf["version"], error=tf["error"],
+        hub_kernels=HubKernels(hub["kernels_version"], bool(hub["usable"]), hub["enabled_by_env"]) if hub else None,
+        models=tuple(_model(m) for m in tf["models"] if m["exists"]),
+        missing_models=tuple(m["module"] for m in tf["models"] if not m["exists"]),
+        import_messages=tuple(tf["import_messages"]),
+    )
+    return EnvReport(python, torch, packages, transformers, tuple(data["errors"]))
+
+
+def _model(m: dict[str, Any]) -> ModelKernels:
+    functions = tuple(
+        KernelBinding(
+            role=role, kind=f["kind"], text=f["text"], module=f["module"], qualname=f["qualname"],
+            file=_path(f["file"]), package=f["package"], package_version=f["package_version"],
+            attribute=f["attribute"], wrapper=f["wrapper"], fallback_warning=f["fallback_warning"],
+        )
+        for role in GDN_ROLES if (f := m["functions"].get(role)) is not None
+    )
+    return ModelKernels(
+        module=m["module"], error=m["error"], layer_class=m["layer_class"], functions=functions,
+        is_fast_path_available=m["is_fast_path_available"], fast_path=bool(m["fast_path"]),
+        import_messages=tuple(m["import_messages"]),
+    )

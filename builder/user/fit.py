@@ -1,0 +1,297 @@
+"""Which published wheels fit a user's environment: read a wheelhouse as a client would, decide per wheel.
+
+A wheelhouse is read through its own pages (PEP 691 JSON, PEP 658 ``.metadata`` sidecars, the per-wheel records),
+from a local folder or a URL alike, so ``doctor`` and ``install`` see exactly what uv and pip would see. A wheel fits
+an environment when its Python tags are accepted there, its torch pin holds the torch that is installed, its local
+label names that torch's CUDA, and (for GPU code, when a GPU is known) it carries SASS or PTX the GPU can run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from builder.core.errors import SourceError
+
+if TYPE_CHECKING:
+    from builder.user.envprobe import EnvReport
+    from builder.user.machine import MachineFacts
+
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+_LABEL_RE = re.compile(r"^cu(\d{2,3})torch(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvFacts:
+    """What fitting needs to know about an environment."""
+
+    python: str  # full version, 3.12.1
+    tags: frozenset[str]  # e.g. cp312-cp312-manylinux_2_36_x86_64, py3-none-any
+    torch: str | None  # 2.10.0, 2.11.0+cu128; None when torch is not installed
+    torch_cuda: str | None  # 12.8; None for a CPU torch
+    gpus: tuple[int, ...] = ()  # compute capabilities: 90, 120
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexedWheel:
+    """One wheel as the wheelhouse's pages list it, plus what its sidecar and record say."""
+
+    filename: str
+    project: str
+    version: Version
+    label: str | None
+    url: str
+    wheelhouse: str  # the root URL of the wheelhouse that lists it (its channels are under it)
+    requires_python: str | None
+    requires: tuple[str, ...]  # Requires-Dist lines of its METADATA
+    sass: tuple[str, ...] | None  # sm_120 …; None when the wheelhouse keeps no record of it
+    ptx: tuple[str, ...] | None
+    kernel_tests: str | None  # passed / skipped / failed, from the record
+
+    @property
+    def torch_pin(self) -> SpecifierSet | None:
+        for line in self.requires:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate()):
+                return req.specifier
+        return None
+
+    @property
+    def index_url(self) -> str:
+        """The index to install it from: its channel (or the combined index for an unlabelled wheel)."""
+        return f"{self.wheelhouse}channels/{self.label}/simple/" if self.label else f"{self.wheelhouse}simple/"
+
+    @property
+    def has_gpu_code(self) -> bool:
+        return bool(self.sass or self.ptx)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    wheel: IndexedWheel
+    reasons: tuple[str, ...]  # why it does not fit; empty when it fits
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+def cuda_flavour(cuda: str) -> str:
+    """``12.8`` → ``cu128`` (PyTorch's spelling, and the start of our labels)."""
+    major, minor = cuda.split(".")[:2]
+    return f"cu{major}{minor}"
+
+
+def label_cuda(label: str | None) -> str | None:
+    """``cu128torch2.10`` → ``12.8``; None for a label of another shape."""
+    match = _LABEL_RE.match(label or "")
+    return f"{match.group(1)[:-1]}.{match.group(1)[-1]}" if match else None
+
+
+def env_label(torch: str, torch_cuda: str) -> str:
+    """The channel an environment's wheels live in: torch 2.10.0 with CUDA 12.8 → ``cu128torch2.10``."""
+    v = Version(torch)
+    return f"{cuda_flavour(torch_cuda)}torch{v.major}.{v.minor}"
+
+
+def runs_on(sass: tuple[str, ...], ptx: tuple[str, ...], cc: int) -> bool:
+    """Whether a GPU of compute capability ``cc`` (120) can run this code.
+
+    SASS for X.y runs on X.z with z >= y (arch-specific ``a`` SASS only on X.y itself); PTX for XY is compiled by
+    the driver for any GPU of XY or newer.
+    """
+    for name in sass:
+        match = re.fullmatch(r"sm_(\d+)(\w?)", name)
+        if not match:
+            continue
+        number, suffix = int(match.group(1)), match.group(2)
+        if suffix == "a" and number == cc:
+            return True
+        if suffix != "a" and number // 10 == cc // 10 and number % 10 <= cc % 10:
+            return True
+    for name in ptx:
+        match = re.fullmatch(r"compute_(\d+)(\w?)", name)
+        if match and not match.group(2) and int(match.group(1)) <= cc:
+            return True
+    return False
+
+
+def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
+    """Every reason ``wheel`` cannot be installed into ``env`` without changing its torch (none: it fits)."""
+    reasons: list[str] = []
+    _, _, _, tags = parse_wheel_filename(wheel.filename)
+    if not {str(t) for t in tags} & env.tags:
+        reasons.append(f"built for {', '.join(sorted({t.interpreter for t in tags}))}, not Python {env.python}")
+    if wheel.requires_python and not SpecifierSet(wheel.requires_python).contains(env.python, prereleases=True):
+        reasons.append(f"requires Python {wheel.requires_python}")
+    pin = wheel.torch_pin
+    if pin is not None:
+        if env.torch is None:
+            reasons.append(f"needs torch{pin}; no torch is installed")
+        elif not pin.contains(Version(env.torch), prereleases=True):
+            reasons.append(f"pins torch{pin}, the env has torch {env.torch}")
+    wheel_cuda = label_cuda(wheel.label)
+    if wheel_cuda is not None and env.torch is not None:
+        if env.torch_cuda is None:
+            reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is a CPU build")
+        elif cuda_flavour(env.torch_cuda) != cuda_flavour(wheel_cuda):
+            reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is CUDA {env.torch_cuda}")
+    if env.gpus and wheel.sass is not None and wheel.has_gpu_code:
+        for cc in env.gpus:
+            if not runs_on(wheel.sass, wheel.ptx or (), cc):
+                code = ", ".join([*wheel.sass, *(wheel.ptx or ())])
+                reasons.append(f"carries {code}, nothing an sm_{cc} GPU can run")
+    return Verdict(wheel, tuple(reasons))
+
+
+def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
+    """What fitting needs of a probed env: torch's distribution version (what pins and constraints compare: PyPI's
+    torch says ``2.10.0+cu128`` at run time but is installed as 2.10.0), the GPUs torch sees, else nvidia-smi's."""
+    gpus = tuple(d.cc for d in env.torch.devices) or tuple(g.cc for g in machine.driver.gpus)
+    torch = (env.torch.distribution or env.torch.version) if env.torch.version else None
+    return EnvFacts(python=env.python.version, tags=frozenset(env.python.tags), torch=torch,
+                    torch_cuda=env.torch.cuda, gpus=gpus)
+
+
+def best(verdicts: list[Verdict]) -> Verdict | None:
+    """The fitting wheel to install: the newest version, kernel-tested before untested."""
+    fitting = [v for v in verdicts if v.fits]
+    if not fitting:
+        return None
+    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.wheel.kernel_tests == "passed",
+                                       v.wheel.filename))
+
+
+class WheelhouseReader:
+    """A wheelhouse (its root: the folder holding ``simple/``, ``channels/``, ``records/``), local or remote."""
+
+    def __init__(self, location: str | Path, timeout_s: float = 20.0) -> None:
+        text = str(location)
+        if "://" not in text:
+            path = Path(text).expanduser().resolve()
+            text = path.as_uri()
+        self.root = text.rstrip("/") + "/"
+        self.timeout_s = timeout_s
+
+    @property
+    def is_local(self) -> bool:
+        return self.root.startswith("file:")
+
+    @property
+    def local_path(self) -> Path | None:
+        """The folder of a ``file://`` wheelhouse (None for a remote one)."""
+        return Path(urllib.request.url2pathname(urllib.parse.urlparse(self.root).path)) if self.is_local else None
+
+    def simple_url(self) -> str:
+        return self.root + "simple/"
+
+    def channel_url(self, label: str) -> str:
+        return f"{self.root}channels/{label}/simple/"
+
+    def check(self) -> None:
+        """Fail with one clear message when the wheelhouse cannot be read at all."""
+        self._json(self.simple_url(), required=True)
+
+    def projects(self) -> list[str]:
+        page = self._json(self.simple_url(), required=True) or {}
+        return [str(p["name"]) for p in page.get("projects", []) if isinstance(p, dict) and "name" in p]
+
+    def wheels(self, project: str) -> list[IndexedWheel]:
+        """The wheels listed for ``project`` (empty when the wheelhouse has none)."""
+        name = canonicalize_name(project)
+        page = self._json(f"{self.simple_url()}{name}/", required=False)
+        if not page:
+            return []
+        found = []
+        for entry in page.get("files", []):
+            filename = str(entry.get("filename", ""))
+            if not filename.endswith(".whl"):
+                continue
+            try:
+                _, version, _, _ = parse_wheel_filename(filename)
+            except Exception:  # noqa: BLE001, S112 (a foreign, oddly named file in an index: not ours to judge)
+                continue
+            url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
+            found.append(self._indexed(filename, name, version, url, entry))
+        return found
+
+    def _indexed(self, filename: str, project: str, version: Version, url: str, entry: dict) -> IndexedWheel:
+        metadata = self._text(url + ".metadata") if entry.get("core-metadata") or entry.get("dist-info-metadata") else None
+        requires: tuple[str, ...] = ()
+        if metadata:
+            requires = tuple(HeaderParser().parsestr(metadata).get_all("Requires-Dist") or ())
+        record = self._json(f"{self.root}records/{filename}.json", required=False)
+        sass = ptx = None
+        kernel = None
+        if isinstance(record, dict):
+            inspect = record.get("inspect") if isinstance(record.get("inspect"), dict) else {}
+            objects = inspect.get("objects") if isinstance(inspect, dict) else None
+            if isinstance(objects, list):
+                sass = tuple(sorted({a for o in objects if isinstance(o, dict) for a in o.get("sass", [])}))
+                ptx = tuple(sorted({a for o in objects if isinstance(o, dict) for a in o.get("ptx", [])}))
+            tests = record.get("tests")
+            if isinstance(tests, dict):
+                kernel = str(tests.get("kernel_status")) if tests.get("kernel_status") else None
+        return IndexedWheel(
+            filename=filename, project=project, version=version, label=version.local, url=url, wheelhouse=self.root,
+            requires_python=str(entry["requires-python"]) if entry.get("requires-python") else None,
+            requires=requires, sass=sass, ptx=ptx, kernel_tests=kernel,
+        )
+
+    # ---------------------------------------------------------------- transport: file:// and http(s):// alike
+
+    def _json(self, url: str, *, required: bool) -> dict | None:
+        if url.startswith("file:") and url.endswith("/"):
+            url += "index.json"
+        data = self._fetch(url, accept=SIMPLE_JSON, required=required)
+        if data is None:
+            return None
+        try:
+            value = json.loads(data)
+        except ValueError as e:
+            if required:
+                raise SourceError(f"wheelhouse {self.root}: {url} is not a PEP 691 JSON page ({e})",
+                                  "point at the wheelhouse root (the folder that holds simple/ and channels/)") from e
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _text(self, url: str) -> str | None:
+        data = self._fetch(url, accept="*/*", required=False)
+        return data.decode("utf-8", "replace") if data is not None else None
+
+    def _fetch(self, url: str, *, accept: str, required: bool) -> bytes | None:
+        """The bytes at ``url``; None for a page that does not exist (unless ``required``)."""
+        request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cuda-wheel-builder"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.read()
+        except urllib.error.HTTPError as e:
+            missing, cause = e.code == 404, f"answered HTTP {e.code}"
+        except urllib.error.URLError as e:  # file:// misses arrive as URLError(FileNotFoundError)
+            missing = isinstance(e.reason, (FileNotFoundError, NotADirectoryError, IsADirectoryError))
+            cause = f"is unreachable ({e.reason})"
+        except (TimeoutError, OSError) as e:
+            missing, cause = False, f"is unreachable ({e})"
+        if missing and not required:
+            return None
+        if missing:
+            raise SourceError(f"wheelhouse {self.root} has no index pages ({url} is missing)",
+                              "point --from at a wheelhouse root (e.g. ./wheelhouse or http://host:8000/); "
+                              "`builder index rebuild` regenerates missing pages")
+        raise SourceError(f"wheelhouse {self.root} {cause}",
+                          "check the path or URL, or start `builder serve` there")

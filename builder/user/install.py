@@ -1,0 +1,272 @@
+"""``builder install``: the fitting wheels from a wheelhouse into a user's environment, never touching its torch.
+
+Per package the newest wheel that fits the env (fit.py) is installed from its channel, pinned exactly
+(``pkg==1.7.0+cu130torch2.14``), with the env's own torch as a constraint, so no resolver can swap torch. When
+nothing fits, a wheel is built here if this machine can compile for the env's CUDA; otherwise the command stops
+with the concrete ways forward. torch is checked again afterwards.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from builder.core.errors import InstallError, ToolchainError
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.core.uvtool import install_failure, uv_bin
+from builder.model.arch import Arch, format_arch_list
+from builder.user.fit import (
+    EnvFacts,
+    IndexedWheel,
+    Verdict,
+    WheelhouseReader,
+    best,
+    env_facts,
+    env_label,
+    judge,
+    label_cuda,
+)
+from builder.user.machine import MachineFacts
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One requested package: every wheel the wheelhouse has for it, judged, and the one to install (or None)."""
+
+    package: str
+    verdicts: tuple[Verdict, ...]
+    chosen: IndexedWheel | None
+
+
+def choose(packages: list[str], env: EnvFacts, reader: WheelhouseReader) -> list[Choice]:
+    choices = []
+    for package in packages:
+        verdicts = tuple(judge(w, env) for w in reader.wheels(package))
+        picked = best(list(verdicts))
+        choices.append(Choice(package, verdicts, picked.wheel if picked else None))
+    return choices
+
+
+def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, constraints: Path | None = None,
+                 *, tool: str = "uv") -> list[str]:
+    """The install command: each wheel's channel as an extra index, exact pins, torch held where it is."""
+    indexes: list[str] = []
+    for wheel in wheels:
+        if wheel.index_url not in indexes:
+            indexes.append(wheel.index_url)
+    pins = [f"{w.project}=={w.version}" for w in wheels]
+    hold = [f"torch=={env.torch}"] if env.torch else []
+    index_args = [a for url in indexes for a in ("--extra-index-url", url)]
+    if tool == "pip":
+        return [str(python), "-m", "pip", "install", *index_args, *pins, *hold]
+    head = [uv_bin() if tool == "uv-internal" else "uv", "pip", "install", "--python", str(python), *index_args]
+    if constraints is not None:
+        return [*head, "--constraint", str(constraints), *pins]
+    return [*head, *pins, *hold]
+
+
+def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False) -> None:
+    """Install ``wheels`` with uv, the env's torch given as a constraint (a requirement it already meets)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints = Path(tmp) / "hold-torch.txt"
+        constraints.write_text(f"torch=={env.torch}\n" if env.torch else "")
+        argv = install_argv(python, wheels, env, constraints, tool="uv-internal")
+        if offline:
+            argv.insert(3, "--offline")
+        log.command(argv)
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise install_failure(f"installing {', '.join(w.filename for w in wheels)}", result.stderr,
+                              where=python.parent.parent)
+    for line in result.stderr.splitlines():
+        if line.strip() and not line.startswith(("Using Python", "Resolved", "Prepared", "Audited")):
+            log.info(f"  {line.strip()}")
+
+
+def torch_for_this_machine(choices: list[Choice], machine: MachineFacts, env: EnvFacts) -> tuple[str, str] | None:
+    """A torch (version, CUDA) this machine can build for, preferring one the wheelhouse already serves
+    for the same Python: the way forward when the env's own CUDA cannot be compiled here."""
+    seen: list[tuple[Version, str]] = []
+    for choice in choices:
+        for verdict in choice.verdicts:
+            pin, cuda = verdict.wheel.torch_pin, label_cuda(verdict.wheel.label)
+            if pin is None or cuda is None or not machine.can_build(cuda)[0]:
+                continue
+            exact = [s.version for s in pin if s.operator in ("==", "===") and "*" not in s.version]
+            if exact and not any("built for" in r or "requires Python" in r for r in verdict.reasons):
+                seen.append((Version(exact[0]), cuda))
+    if seen:
+        version, cuda = max(seen)
+        return str(version), cuda
+    return None
+
+
+def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, machine: MachineFacts,
+                 reader: WheelhouseReader, python: Path, archs: tuple[Arch, ...]) -> InstallError:
+    """The refusal when nothing fits and this machine cannot build: what would carry it, what works here."""
+    names = " ".join(c.package for c in missing)
+    cuda = env.torch_cuda or "cpu"
+    label = env_label(env.torch, env.torch_cuda) if env.torch and env.torch_cuda else None
+    _, why = machine.can_build(cuda) if env.torch_cuda else (False, "the env's torch is a CPU build")
+    arch_text = format_arch_list(archs) if archs else "<your GPU's arch, e.g. 120>"
+    torch_public = Version(env.torch).public if env.torch else "?"
+    index_flag = f" --torch-index cu{cuda.replace('.', '')}" if env.torch and Version(env.torch).local else ""
+    hints = []
+    if label:
+        hints.append(f"on a machine with Docker or a CUDA {cuda} toolkit: `builder build {missing[0].package} "
+                     f"--cuda {cuda} --arch {arch_text} --torch {torch_public}{index_flag}`; its wheel lands in channel "
+                     f"{reader.channel_url(label)} and this command then installs it")
+    alternative = torch_for_this_machine(choices, machine, env)
+    from_flag = "" if reader.root == WheelhouseReader("wheelhouse").root else f" --from {reader.root}"
+    if alternative:
+        torch, alt_cuda = alternative
+        hints.append(f"or use torch {torch} (a CUDA {alt_cuda} build: the wheelhouse serves it and this machine builds "
+                     f"for it), in this env or a new one: `uv pip install --python {python} torch=={torch}` then "
+                     f"`builder install {names} --python {python}{from_flag}`")
+    return InstallError(
+        f"no {names} wheel fits {python} (torch {env.torch}, CUDA {cuda}, Python {env.python}) and this machine "
+        f"cannot build one: {why}",
+        extra=tuple(f"hint: {h}" for h in hints) + tuple(
+            f"{c.package} in {reader.root}: " + ("; ".join(f"{v.wheel.filename}: {', '.join(v.reasons)}"
+                                                           for v in c.verdicts) or "no wheels") for c in missing),
+    )
+
+
+def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
+    if before.torch != after_torch:
+        raise ToolchainError(f"torch changed from {before.torch} to {after_torch} during the install",
+                             "this is a bug in builder install; reinstall your torch and report it")
+
+
+# ------------------------------------------------------------------------------------------- the command
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallRequest:
+    packages: tuple[str, ...]
+    python: Path
+    source: str  # wheelhouse root: a folder or URL
+    arch: str | None = None  # for a wheel built here when none fits
+    build: bool = True
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class InstallOutcome:
+    python: Path
+    installed: tuple[IndexedWheel, ...]
+    built: tuple[str, ...]
+    command: str | None
+    torch: str | None
+
+    def summary(self) -> list[str]:
+        lines = [f"built here: {name}" for name in self.built]
+        if self.command and not self.installed:
+            lines.append(f"would run: {self.command}")
+        lines += [f"installed: {w.filename}" for w in self.installed]
+        if self.torch:
+            lines.append(f"torch {self.torch} in {self.python}: unchanged")
+        return lines
+
+
+def torch_distribution(python: Path) -> str | None:
+    """torch's installed distribution version, read without importing torch (for the check after installing)."""
+    code = "import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')"
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+    return result.stdout.strip() or None
+
+
+def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
+    import os
+
+    from builder.model.recipe import expand_name
+    from builder.user.envprobe import probe_env
+    from builder.user.machine import machine_facts
+
+    names = [n for p in request.packages for n in expand_name(p, settings.recipes_dir)]
+    report = probe_env(request.python)
+    python = report.python.executable
+    machine = machine_facts(os.environ, settings)
+    facts = env_facts(report, machine)
+    if facts.torch is None:
+        raise InstallError(f"{python} has no torch ({report.torch.error or 'not installed'})",
+                           "install the torch you use there first: builder install never chooses torch for you")
+    reader = WheelhouseReader(request.source)
+    choices = choose(names, facts, reader) if _readable(reader) else [Choice(n, (), None) for n in names]
+    built: list[str] = []
+    missing = [c for c in choices if c.chosen is None]
+    if missing and request.build and not request.dry_run:
+        built = _build_missing(missing, facts, report.python.minor, machine, request, settings)
+        if built:  # a wheel built here is in the local wheelhouse, which may not be the one given with --from
+            local = WheelhouseReader(settings.wheelhouse)
+            choices = [choose([c.package], facts, local)[0] if c.package in built else c for c in choices]
+    wheels = [c.chosen for c in choices if c.chosen is not None]
+    command = shlex.join(install_argv(python, wheels, facts)) if wheels else None
+    installed: tuple[IndexedWheel, ...] = ()
+    if wheels and not request.dry_run:
+        log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
+        run_install(python, wheels, facts, offline=settings.offline)
+        installed = tuple(wheels)
+        check_torch_unchanged(facts, torch_distribution(python))
+    still = [c for c in choices if c.chosen is None]
+    if still:
+        error = ways_forward(still, choices, facts, machine, reader, python, _archs(request, facts, required=False))
+        done = f"installed {', '.join(w.filename for w in installed)}; " if installed else ""
+        raise InstallError(done + error.message, error.hint, extra=error.extra)
+    return InstallOutcome(python, installed, tuple(built), command, facts.torch)
+
+
+def _readable(reader: WheelhouseReader) -> bool:
+    """A local wheelhouse that does not exist yet is empty (a build may fill it); a remote one must answer."""
+    if reader.local_path is not None and not (reader.local_path / "simple").is_dir():
+        return False
+    reader.check()
+    return True
+
+
+def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple[Arch, ...]:
+    from builder.model.arch import parse_arch_list
+
+    if request.arch:
+        return parse_arch_list(request.arch)
+    if facts.gpus:
+        return parse_arch_list(",".join(str(cc) for cc in facts.gpus))
+    if required:
+        raise InstallError("no GPU here to take the wheel's arch from",
+                           "pass --arch, e.g. --arch 120 (RTX 50xx / RTX PRO 6000), --arch 90 (H100/H200)")
+    return ()
+
+
+def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, machine: MachineFacts,
+                   request: InstallRequest, settings: Settings) -> list[str]:
+    """Build what no wheel fits, where this machine can: against the env's torch version, in a build venv of
+    the builder's (the user's env gets nothing but the finished wheel)."""
+    from builder.core.settings import default_jobs
+    from builder.model.recipe import find_recipe, load_recipe
+    from builder.pipeline.run import BuildOptions, run_build
+    from builder.stages.plan import Target
+
+    built: list[str] = []
+    if facts.torch is None or facts.torch_cuda is None:
+        return built
+    version = Version(facts.torch)
+    index = f"cu{facts.torch_cuda.replace('.', '')}" if version.local else None  # PyTorch's own channel
+    for choice in missing:
+        gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind \
+            == "cuda-extension"
+        if gpu_code and not machine.can_build(facts.torch_cuda)[0]:
+            continue
+        archs = _archs(request, facts, required=gpu_code) if gpu_code else ()
+        log.step(f"no {choice.package} wheel fits; building one here (CUDA {facts.torch_cuda}, torch {version.public})")
+        target = Target(package=choice.package, cuda=Version(facts.torch_cuda), archs=archs, python=python_minor,
+                        torch=version.public, torch_index=index, jobs=default_jobs())
+        result = run_build(target, settings, BuildOptions())
+        built.append(choice.package)
+        log.ok(f"{result.status}: {result.wheel}")
+    return built

@@ -1,0 +1,91 @@
+"""Targets inferred from where they will run: ``--cuda`` from the torch of ``--python PATH``, ``--arch`` from
+the GPUs of this machine. Explicit flags win, and are checked against the env they name."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from builder.core.errors import ToolchainError, UsageError
+from builder.core.log import log
+from builder.model.arch import Arch, format_arch_list, parse_arch_list
+from builder.stages.pyenv import probe
+from builder.user.machine import query_driver
+
+
+def is_path(python: str) -> bool:
+    return "/" in python or not python[:1].isdigit()
+
+
+def resolve_python(python: str) -> Path:
+    """``--python PATH`` (or a command on PATH) as an interpreter that exists, else a usage error (exit 2)."""
+    check_python_flag(python)
+    return Path(shutil.which(python) or python)
+
+
+def check_python_flag(python: str) -> None:
+    """``--python`` names an interpreter that exists here (a build needs one; ``plan`` only reports it).
+
+    A version is looked up like the build would (PATH, pyenv, uv-managed); a path must exist. Whether that
+    interpreter has torch is checked by the build itself (importing torch takes seconds)."""
+    from builder.stages.pyenv import find_interpreter
+
+    if "/" in python or not python[:1].isdigit():
+        if not Path(shutil.which(python) or python).is_file():
+            raise UsageError(f"--python {python}: no such interpreter", "give a path to a python executable, "
+                             "e.g. /path/to/venv/bin/python, or a version such as 3.12")
+        return
+    try:
+        find_interpreter(python)
+    except ToolchainError as e:
+        raise UsageError(e.message, e.hint) from e
+
+
+
+
+def infer_cuda(cuda: str | None, python: str) -> str:
+    """``--cuda`` as given (checked against an interpreter's torch), or that torch's CUDA."""
+    if not is_path(python):
+        if cuda is None:
+            raise UsageError("--cuda is required with --python VERSION",
+                             "e.g. --cuda 13.0, or --python /path/to/venv/bin/python to take it from that env's torch")
+        return cuda
+    interpreter = resolve_python(python)
+    try:
+        env = probe(interpreter)
+    except ToolchainError as e:
+        raise UsageError(e.message, e.hint) from e
+    if env.torch is None:
+        if cuda is not None:
+            return cuda
+        raise UsageError(f"--python {python}: torch is not installed there, so its CUDA is unknown",
+                         "install the torch the wheel is for into that env, or pass --cuda")
+    if env.torch_cuda is None:
+        raise UsageError(f"--python {python}: its torch {env.torch} is a CPU build; a CUDA extension needs a CUDA torch",
+                         "install a CUDA build of torch there (e.g. torch 2.14.1 from PyPI is CUDA 13.0)")
+    have = ".".join(env.torch_cuda.split(".")[:2])
+    if cuda is not None and ".".join(cuda.split(".")[:2]) != have:
+        raise UsageError(f"--cuda {cuda} but the torch {env.torch} in {python} is a CUDA {have} build",
+                         f"use --cuda {have} (or leave --cuda out), or an env whose torch is CUDA {cuda}")
+    if cuda is None:
+        log.info(f"--cuda {have}: the CUDA of torch {env.torch} in {python}")
+    return cuda or have
+
+
+def infer_archs(arch: str | None, *, required: bool) -> tuple[Arch, ...]:
+    """``--arch`` as given; ``native`` (or nothing, when a GPU is present) → this machine's GPUs."""
+    if arch is not None and arch.strip().lower() != "native":
+        return parse_arch_list(arch)
+    if arch is None and not required:
+        return ()
+    driver = query_driver()
+    if driver.gpus:
+        archs = parse_arch_list(",".join(str(g.cc) for g in driver.gpus))
+        log.info(f"--arch {format_arch_list(archs)}: this machine's GPUs "
+                 f"({', '.join(f'{g.name} sm_{g.sm}' for g in driver.gpus)})")
+        return archs
+    if arch is not None:
+        raise UsageError(f"--arch native: no GPU visible here ({driver.error or 'nvidia-smi lists none'})",
+                         "name the archs, e.g. --arch 120 (RTX 50xx / RTX PRO 6000), --arch 90 (H100/H200)")
+    raise UsageError("--arch is required (no GPU here to take it from)",
+                     "e.g. --arch 120 (RTX 50xx / RTX PRO 6000 Blackwell), --arch 90 (H100/H200), --arch 121 (GB10)")
