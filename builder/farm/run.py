@@ -792,11 +792,13 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
     fails) is left to the worker, whose run_build decides again with the same key.
     """
     from builder.index.store import Wheelhouse
-    from builder.pipeline.run import _python_env, compiler_identity
+    from builder.pipeline.run import compiler_identity
     from builder.stages.plan import cache_key, make_plan
+    from builder.stages.pyenv import python_for
     from builder.stages.source import fetch
     from builder.toolchain import select_toolkit
-    from builder.toolchain.select import container_engine_answers
+    from builder.toolchain.local import LocalRunner
+    from builder.toolchain.select import may_use_container
 
     house = Wheelhouse(settings.wheelhouse)
     keys: dict[str, Path] = {}
@@ -819,25 +821,17 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
     compilers: dict[str, dict[str, str] | None] = {}  # host compiler per recipe env (a recipe may set CXX)
     found: dict[str, Unchanged] = {}
     environ = dict(os.environ)
-    engine: list[bool] = []  # memo: does a container engine answer here?
+    container: dict[str, bool] = {}  # memo per toolchain name: may it build in a container here?
 
     def toolkit_for(toolchain: str, cuda: Version, offline: Settings) -> Any:
-        # A container build's toolkit and Python live in the image: leave those targets to the worker. "auto"
-        # picks the container when an engine answers, so it is decided here only when none does.
-        if toolchain == "docker":
+        # A container build's toolkit and Python live in the image: leave those targets to the worker.
+        if toolchain not in container:
+            container[toolchain] = may_use_container(toolchain, environ)
+        if container[toolchain]:
             raise _Undecided
-        if toolchain == "auto":
-            if not engine:
-                engine.append(container_engine_answers(environ) is not None)
-            if engine[0]:
-                raise _Undecided
         choice = select_toolkit(toolchain, cuda, offline, environ)
-        container = getattr(choice, "container", None)
-        if container is not None:
-            close = getattr(container, "close", None)
-            if close is not None:
-                close()
-            raise _Undecided
+        if choice.host is not None:
+            choice.host.close()
         return choice.toolkit
 
     for farm_target in targets:
@@ -858,14 +852,14 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
                     continue
             env_key = (plan.target.python, plan.torch, plan.index.url, plan.recipe.build_requires)
             if env_key not in envs:
-                envs[env_key] = _python_env(plan, offline)[0]
+                envs[env_key] = python_for(plan, offline)[0]
             python = envs[env_key]
             src_key = (plan.source.kind, plan.source.location)
             if src_key not in sources:
                 sources[src_key] = fetch(plan.source, offline)
             cc_key = json.dumps(sorted(plan.env.items())) if toolkit is not None else ""
             if cc_key not in compilers:
-                compilers[cc_key] = compiler_identity(plan, environ, toolkit, None)
+                compilers[cc_key] = compiler_identity(plan, environ, LocalRunner(toolkit))
             key = cache_key(plan, source_digest=sources[src_key][1], toolkit=toolkit.record() if toolkit else None,
                             python=python.version, torch=python.torch or "", compiler=compilers[cc_key])
         except (BuilderError, _Undecided):
