@@ -8,7 +8,9 @@ from packaging.version import Version
 
 from builder.core.settings import Settings
 from builder.model.arch import parse_arch_list
+from builder.stages.inputs import target_inputs
 from builder.stages.plan import Target, make_plan
+from builder.stages.pyenv import PythonEnv
 from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
 
 # Computed on main (52c90c2) with stages.plan.cache_key before the inputs were given their own type: the same
@@ -28,12 +30,17 @@ def tinyext_plan(tmp_path: Path):
                      settings)
 
 
-def test_cache_key_values_are_the_ones_main_computed(tmp_path: Path) -> None:
-    from builder.stages.plan import cache_key
+def build_venv(version: str, torch: str | None) -> PythonEnv:
+    """A build venv's identity as the probe reports it (no interpreter is run: only version and torch count)."""
+    return PythonEnv(python=Path("/venv/bin/python"), version=version, torch=torch, torch_cuda="13.0",
+                     purelib=Path("/venv/lib/python3.11/site-packages"), managed=True)
 
+
+def test_cache_key_values_are_the_ones_main_computed(tmp_path: Path) -> None:
     plan = tinyext_plan(tmp_path)
     toolkit = {"kind": "host", "nvcc": "13.0.88", "cuda_home": "/x"}
-    args = dict(source_digest="0" * 64, toolkit=toolkit, python="3.11.7", torch="2.14.1+cu130")
-    assert cache_key(plan, **args) == PINNED["host"]
-    assert cache_key(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"}) == PINNED["host+compiler"]
-    assert cache_key(plan, source_digest="1" * 64, toolkit=None, python="3.11.7", torch="2.14.1") == PINNED["no toolkit"]
+    args = dict(source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"))
+    assert target_inputs(plan, **args).cache_key() == PINNED["host"]
+    assert target_inputs(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"}).cache_key() == PINNED["host+compiler"]
+    pure = target_inputs(plan, source_digest="1" * 64, toolkit=None, python=build_venv("3.11.7", "2.14.1"))
+    assert pure.cache_key() == PINNED["no toolkit"]

@@ -25,7 +25,8 @@ from builder.stages.compilercache import find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
 from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs
 from builder.stages.patch import apply_patches, check_patches
-from builder.stages.plan import Plan, Target, cache_key, make_plan
+from builder.stages.inputs import target_inputs
+from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import (
     PythonEnv,
     find_interpreter,
@@ -115,10 +116,9 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     log.step("python")
     with timed(timings, "python"):
         python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
-    torch = python.torch or ""
     compiler = compiler_identity(plan, environ, toolkit, container)
-    key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
-                    python=python.version, torch=torch, compiler=compiler)
+    key = target_inputs(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
+                        python=python, compiler=compiler).cache_key()
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
     locks = settings.cache("locks")
