@@ -62,7 +62,6 @@ KNOWN: set[str] = {
     "builder.toolchain.container imports builder.stages.pyenv",
     "builder.toolchain.container imports builder.stages.compile",
     "builder.stages.plan imports builder.stages.source",
-    "builder.farm.run imports _python_env",
     "builder.toolchain.container imports _PROBE",
     "builder.toolchain.container imports _RELEASE_RE",
     "builder.toolchain.container imports _summary",

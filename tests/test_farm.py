@@ -13,15 +13,9 @@ import pytest
 from builder import __version__
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
-from builder.farm.run import (
-    FarmError,
-    changed_targets,
-    expand,
-    github_matrix,
-    identity,
-    load_farm,
-    record_matches,
-)
+from builder.farm.expand import expand, github_matrix
+from builder.farm.spec import FarmError, load_farm
+from builder.farm.unchanged import changed_targets, known_inputs, record_matches
 from builder.farm.watch import watch
 from tests.conftest import FIXTURES, ROOT, run_cli
 
@@ -340,12 +334,12 @@ def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path)
 def _record_for(target, ident, **over) -> dict:
     record = {
         "builder_version": __version__, "cache_key": "k" * 64, "package": target.package, "version": target.version,
-        "recipe": {"file": "recipe.toml", "sha256": ident.recipe_sha256},
-        "source": {"kind": "path", "location": "x", "sha256": ident.source_sha256},
+        "recipe": {"file": "recipe.toml", "sha256": ident.recipe},
+        "source": {"kind": "path", "location": "x", "sha256": ident.source},
         "patches": [{"file": n, "sha256": s, "versions": ">=0.1,<1"} for n, s in ident.patches],
         "cuda": target.cuda, "archs": target.archs.split(","), "toolchain": {"kind": "host", "nvcc": "13.0.88"},
         "python": {"python": "/x/bin/python", "version": "3.11", "torch": "2.14.1+cu130", "torch_cuda": "13.0"},
-        "torch_index": ident.index_url,
+        "torch_index": ident.index,
     }
     record.update(over)
     return record
@@ -363,8 +357,8 @@ def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) 
     targets = expand(load_farm(DEMO), settings)
     assert changed_targets(targets, settings) == targets  # empty wheelhouse: everything
     first, second = targets[0], targets[1]
-    ident = identity(first, settings)
-    assert ident.source_sha256 and len(ident.patches) == 1 and ident.index_url == "https://pypi.org/simple"
+    ident = known_inputs(first, settings)
+    assert ident.source and len(ident.patches) == 1 and ident.index == "https://pypi.org/simple"
     _publish_fake(tmp_path / "wheelhouse", "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl",
                   _record_for(first, ident))
     changed = changed_targets(targets, settings)
@@ -374,7 +368,7 @@ def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) 
                  {"source": {"sha256": "1" * 64}}, {"python": {"version": "3.12.1", "torch": "2.14.1"}},
                  {"archs": ["120"]}, {"torch_index": "file:///opt/pypi-more/simple"}, {"cuda": "12.8"}):
         assert not record_matches(_record_for(first, ident, **over), first, ident), over
-    assert not record_matches(_record_for(first, ident), second, identity(second, settings))  # Python 3.12
+    assert not record_matches(_record_for(first, ident), second, known_inputs(second, settings))  # Python 3.12
 
 
 # ---------------------------------------------------------------- builder watch

@@ -115,10 +115,10 @@ def test_pipeline_unchanged_decision_in_a_worker_is_reported_as_unchanged(
     farm: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without the farm's up-front check the worker's run_build decides: still "unchanged", still no compile."""
-    import builder.farm.run
+    import builder.farm.unchanged
     from builder.cli.main import main
 
-    monkeypatch.setattr(builder.farm.run, "find_unchanged", lambda *a, **k: {})
+    monkeypatch.setattr(builder.farm.unchanged, "find_unchanged", lambda *a, **k: {})
     for key, value in farm["env"].items():
         monkeypatch.setenv(key, value)
     log_dir = farm["base"] / "worker"
@@ -144,7 +144,9 @@ def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monk
     """The cache key names the host C++ compiler: with $CXX pointing at another compiler (a wrapper that reports
     another version) the built target is no longer "unchanged"; with CFLAGS added neither; as before, it is."""
     from builder.core.settings import Settings
-    from builder.farm.run import expand, find_unchanged, load_farm
+    from builder.farm.expand import expand
+    from builder.farm.spec import load_farm
+    from builder.farm.unchanged import find_unchanged
 
     for var, value in farm["env"].items():
         monkeypatch.setenv(var, value)

@@ -12,7 +12,8 @@ import pytest
 
 from builder.core.settings import Settings
 from builder.discovery.torchindex import PYPI_SIMPLE, load_snapshot
-from builder.farm.run import FarmError, expand, load_farm
+from builder.farm.expand import expand
+from builder.farm.spec import FarmError, load_farm
 from builder.farm.watch import watch_torch
 from tests.test_torchindex import fixture_index  # noqa: F401 - the fixture
 

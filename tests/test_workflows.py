@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from builder.core.settings import Settings
-from builder.farm.run import expand, github_matrix, load_farm
+from builder.farm.expand import expand, github_matrix
+from builder.farm.spec import load_farm
 from tests.conftest import FIXTURES, ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"

@@ -15,7 +15,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.datafiles import default_patches_dir
 from builder.core.settings import Settings
-from builder.farm.run import Farm, Releases, pypi_versions, versions_in_range, wheelhouse_records
+from builder.farm.expand import Releases, pypi_versions, versions_in_range
+from builder.farm.spec import Farm
+from builder.farm.unchanged import wheelhouse_records
 from builder.model.recipe import find_recipe, load_recipe
 
 

@@ -23,9 +23,9 @@ from builder.model.arch import torch_arch_list
 from builder.stages.compile import base_env, build_wheel, prefix_map_env
 from builder.stages.compilercache import find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
+from builder.stages.inputs import target_inputs
 from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs
 from builder.stages.patch import apply_patches, check_patches
-from builder.stages.inputs import target_inputs
 from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import (
     PythonEnv,
@@ -149,6 +149,11 @@ def compiler_identity(plan: Plan, environ: Mapping[str, str], toolkit: CudaToolk
     if toolkit is None or container is not None:
         return None
     return host_compiler({**base_env(dict(environ)), **plan.env})
+
+
+def python_env_for(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
+    """The host build venv of ``plan`` and its base interpreter (the farm's up-front check resolves it offline)."""
+    return _python_env(plan, settings)
 
 
 def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
