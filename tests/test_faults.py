@@ -21,6 +21,7 @@ import pytest
 from builder.core.errors import PublishError
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from builder.stages.source import SourceRef, fetch, sha256_file
 from tests.conftest import ROOT
@@ -36,7 +37,7 @@ def make_wheel(tmp: Path, name: str, version: str, payload: int = 0) -> Path:
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
         zf.writestr(f"{info}/RECORD", "")
-    return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=[], build_record={})
+    return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=[], build_record=BuildRecord())
 
 
 def digest(path: Path) -> str:

@@ -22,6 +22,7 @@ import pytest
 from builder.core.errors import PublishError
 from builder.core.wheelfile import write_wheel
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from tests.conftest import ROOT, assert_one_line_error, run_cli
 
@@ -53,7 +54,7 @@ def labelled_wheel(folder: Path, name: str, version: str, label: str | None, *, 
     if label is None:
         return raw
     return finalize_wheel(raw, folder / "final" / f"{label}-{tag}", label=label, pins=list(pins),
-                          build_record={"label": label})
+                          build_record=BuildRecord(extra={"label": label}))
 
 
 def sha256(path: Path) -> str:

@@ -23,6 +23,7 @@ import pytest
 
 from builder.core.errors import PublishError
 from builder.index.store import JOURNAL, Wheelhouse, is_builder_temp
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from tests.conftest import ROOT
 
@@ -44,7 +45,7 @@ def make_wheel(tmp: Path, name: str, version: str, *, key: str, payload: int = 0
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
         zf.writestr(f"{info}/RECORD", "")
-    return finalize_wheel(raw, tmp / f"final-{key}{tag}", label=LABEL, pins=[], build_record={"cache_key": key})
+    return finalize_wheel(raw, tmp / f"final-{key}{tag}", label=LABEL, pins=[], build_record=BuildRecord(cache_key=key))
 
 
 def state(house: Wheelhouse) -> dict[str, str]:

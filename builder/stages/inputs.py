@@ -134,22 +134,23 @@ def target_inputs(
 
 def recorded_inputs(record: Mapping[str, Any]) -> TargetInputs:
     """The inputs a build record (in a wheel, or records/*.json, also those written before this type) names.
-    The recipe's build env is not recorded (the recipe's sha256 covers it): UNKNOWN."""
+    A field the record does not carry is UNKNOWN: the recipe's build env (its sha256 covers it), and any input
+    newer than the record (``agrees`` then says the record was built from other inputs)."""
     toolchain = record.get("toolchain") or {}
     python = record.get("python") or {}
     compiler = record.get("host_compiler")
     pure = not record.get("archs") and str(toolchain.get("kind", "")).startswith("none")
-    return TargetInputs(
-        builder=str(record.get("builder_version")),
-        recipe=str((record.get("recipe") or {}).get("sha256")),
-        patches=tuple((str(p["file"]), str(p["sha256"])) for p in record.get("patches") or []),
-        source=str((record.get("source") or {}).get("sha256")),
-        toolkit=() if pure else _pairs({k: v for k, v in toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
-        python=str(python.get("version")),
-        torch=str(python.get("torch") or ""),
-        index=str(record.get("torch_index")),
-        archs=tuple(str(a) for a in record.get("archs") or []),
-        cuda=str(record.get("cuda")),
-        env=UNKNOWN,  # type: ignore[arg-type]
-        compiler=_pairs(compiler) if compiler else None,
-    )
+    known: dict[str, Any] = {
+        "builder": str(record.get("builder_version")),
+        "recipe": str((record.get("recipe") or {}).get("sha256")),
+        "patches": tuple((str(p["file"]), str(p["sha256"])) for p in record.get("patches") or []),
+        "source": str((record.get("source") or {}).get("sha256")),
+        "toolkit": () if pure else _pairs({k: v for k, v in toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
+        "python": str(python.get("version")),
+        "torch": str(python.get("torch") or ""),
+        "index": str(record.get("torch_index")),
+        "archs": tuple(str(a) for a in record.get("archs") or []),
+        "cuda": str(record.get("cuda")),
+        "compiler": _pairs(compiler) if compiler else None,
+    }
+    return TargetInputs(**{f.name: known.get(f.name, UNKNOWN) for f in fields(TargetInputs)})
