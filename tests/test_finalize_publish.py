@@ -89,7 +89,7 @@ def test_finalize_renames_and_records(tmp_path: Path) -> None:
 def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
     wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=[], build_record=BuildRecord())
-    house.publish(wheel, {"cache_key": "k1"})
+    house.publish(wheel, BuildRecord.from_json({"cache_key": "k1"}))
     page = (tmp_path / "wh" / "simple" / "demo" / "index.html").read_text()
     assert f"../../wheels/{wheel.name}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page
     assert '<a href="demo/">demo</a>' in (tmp_path / "wh" / "simple" / "index.html").read_text()
@@ -100,9 +100,9 @@ def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
 def test_staging_promotion_moves_wheel(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
     wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="x", pins=[], build_record=BuildRecord())
-    staged = house.staging().publish(wheel, {"cache_key": "k"})
+    staged = house.staging().publish(wheel, BuildRecord.from_json({"cache_key": "k"}))
     assert house.staging().contains(staged) and not house.contains(staged)
-    house.publish(staged, {"cache_key": "k", "tests": {"kernel_status": "passed"}})
+    house.publish(staged, BuildRecord.from_json({"cache_key": "k", "tests": {"kernel_status": "passed"}}))
     house.staging().remove(staged.name)
     assert not staged.exists() and (house.wheels / wheel.name).exists()
     assert json.loads((house.records / f"{wheel.name}.json").read_text())["tests"]["kernel_status"] == "passed"

@@ -45,6 +45,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import BuilderError, PublishError
 from builder.core.log import log
 from builder.core.wheelfile import dist_info_dir
+from builder.model.records import BuildRecord
 from builder.stages.source import sha256_file
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
@@ -115,7 +116,7 @@ class Entry:
     filename: str
     data: Path  # where the wheel's bytes are now: its published path, or a staged temp file
     metadata: Path  # its METADATA sidecar (likewise)
-    record: dict | None
+    record: BuildRecord | None
     has_log: bool
     sha256: str | None = None  # known already (a wheel being published); else hashed or read from the pages
 
@@ -265,9 +266,11 @@ class Wheelhouse:
     def contains(self, wheel: Path) -> bool:
         return wheel.resolve().parent == self.wheels.resolve()
 
-    def record_of(self, wheel_name: str) -> dict[str, object] | None:
+    def record_of(self, wheel_name: str) -> BuildRecord | None:
+        """The wheel's record (records/<wheel>.json), also one written by an older builder; None if it has none."""
         path = self.records / f"{wheel_name}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        data = json.loads(path.read_text()) if path.exists() else None
+        return BuildRecord.from_json(data) if isinstance(data, dict) else None
 
     def remove(self, wheel_name: str) -> None:
         """Take a wheel, its sidecar, record and log out (after promotion), in one transaction with the pages."""
@@ -280,7 +283,7 @@ class Wheelhouse:
             self._commit(txn, entries, f"removing {wheel_name} from")
         self._refresh_parent()
 
-    def write_record(self, wheel_name: str, record: dict[str, object]) -> None:
+    def write_record(self, wheel_name: str, record: BuildRecord) -> None:
         """Replace a wheel's record (new test results) and the pages that show it, in one transaction."""
         with self.lock():
             self._recover()
@@ -288,9 +291,9 @@ class Wheelhouse:
             entries = []
             for entry in self._entries():
                 if entry.filename == wheel_name:
-                    record = {**record, "wheel_sha256": entry.record.get("wheel_sha256")} \
-                        if entry.record and entry.record.get("wheel_sha256") and "wheel_sha256" not in record else record
-                    txn.put_bytes(self.records / f"{wheel_name}.json", _record_bytes(record))
+                    if entry.record and entry.record.wheel_sha256 and not record.wheel_sha256:
+                        record = record.with_(wheel_sha256=entry.record.wheel_sha256)
+                    txn.put_bytes(self.records / f"{wheel_name}.json", record.file_bytes())
                     entry = Entry(entry.filename, entry.data, entry.metadata, record, entry.has_log)
                 entries.append(entry)
             self._commit(txn, entries, f"writing the record of {wheel_name} into")
@@ -306,7 +309,7 @@ class Wheelhouse:
     def channel_url(self, label: str) -> str:
         return (self.channels / label / "simple").resolve().as_uri()
 
-    def publish(self, wheel: Path, record: dict[str, object], *, replace: bool = False) -> Path:
+    def publish(self, wheel: Path, record: BuildRecord, *, replace: bool = False) -> Path:
         """Copy ``wheel`` in with its metadata sidecar, record and build log, and regenerate every page, as one
         transaction (see ``Transaction``): afterwards the wheelhouse is either as it was or holds the wheel,
         listed everywhere with its hash. The record gains ``wheel_sha256``, what the unchanged check verifies.
@@ -318,7 +321,7 @@ class Wheelhouse:
         metadata = check_wheel(wheel)
         log_source = _log_source(wheel, record)
         digest = sha256_file(wheel)
-        record = {**record, "wheel_sha256": digest}
+        record = record.with_(wheel_sha256=digest)
         dest = self.wheels / wheel.name
         txn = Transaction(self.root)
         try:
@@ -331,7 +334,7 @@ class Wheelhouse:
                 same_file = dest.exists() and wheel.resolve() == dest.resolve()
                 data = dest if same_file else txn.put_copy(dest, wheel)
                 sidecar = txn.put_bytes(self.wheels / f"{wheel.name}.metadata", metadata)
-                txn.put_bytes(self.records / f"{wheel.name}.json", _record_bytes(record))
+                txn.put_bytes(self.records / f"{wheel.name}.json", record.file_bytes())
                 has_log = (self.logs / f"{wheel.name}.log").exists()
                 if log_source is not None and log_source.resolve() != (self.logs / f"{wheel.name}.log").resolve():
                     txn.put_copy(self.logs / f"{wheel.name}.log", log_source)
@@ -346,11 +349,11 @@ class Wheelhouse:
         self._refresh_parent()
         return dest
 
-    def _check_arch_set(self, wheel_name: str, record: dict[str, object]) -> None:
+    def _check_arch_set(self, wheel_name: str, record: BuildRecord) -> None:
         old = self._read_record(wheel_name) if (self.wheels / wheel_name).exists() else None
-        if not old or "archs" not in old or "archs" not in record:
+        if not old or not old.archs or not record.archs:  # pure Python, or a record without archs
             return
-        before, after = sorted(map(str, old["archs"] or [])), sorted(map(str, record["archs"] or []))
+        before, after = sorted(old.archs), sorted(record.archs)
         if before != after:
             raise PublishError(
                 f"refusing to replace {self.wheels / wheel_name}: it was built for {', '.join(before) or 'no arch'}, "
@@ -379,7 +382,7 @@ class Wheelhouse:
                 txn.abort()
             raise
 
-    def find_record(self, cache_key: str) -> tuple[Path, dict[str, object]] | None:
+    def find_record(self, cache_key: str) -> tuple[Path, BuildRecord] | None:
         """A published wheel built from exactly these inputs (the "unchanged, skip" check), verified: its bytes
         match the record's ``wheel_sha256`` (or, for records older than that field, the wheel's own embedded
         cache key), and the pages list it with its hash, else the pages are rebuilt. A record whose wheel does
@@ -389,12 +392,12 @@ class Wheelhouse:
         with self.lock():
             self._recover()
             for path in sorted(self.records.glob("*.whl.json")):
+                wheel = self.wheels / path.name.removesuffix(".json")
                 try:
-                    record = json.loads(path.read_text())
+                    record = self.record_of(wheel.name)
                 except (OSError, json.JSONDecodeError):
                     continue
-                wheel = self.wheels / path.name.removesuffix(".json")
-                if not isinstance(record, dict) or record.get("cache_key") != cache_key or not wheel.exists():
+                if record is None or record.cache_key != cache_key or not wheel.exists():
                     continue
                 digest = sha256_file(wheel)
                 problem = _mismatch(wheel, record, digest)
@@ -507,12 +510,11 @@ class Wheelhouse:
         return [Entry(w.name, w, self.wheels / f"{w.name}.metadata", self._read_record(w.name),
                       (self.logs / f"{w.name}.log").is_file()) for w in self._wheel_files()]
 
-    def _read_record(self, wheel_name: str) -> dict[str, object] | None:
+    def _read_record(self, wheel_name: str) -> BuildRecord | None:
         try:
-            record = self.record_of(wheel_name)
+            return self.record_of(wheel_name)
         except (OSError, json.JSONDecodeError):
             return None
-        return record if isinstance(record, dict) else None
 
     def _infos(self, entries: list[Entry], txn: Transaction, rehash: bool = False) -> list[WheelInfo]:
         """Index facts per wheel; hashes are reused from the previous JSON pages while size and mtime match."""
@@ -586,13 +588,9 @@ class Wheelhouse:
             self.parent.refresh_dashboard()
 
 
-def _record_bytes(record: dict[str, object]) -> bytes:
-    return json.dumps(record, indent=2, sort_keys=True).encode()
-
-
-def _mismatch(wheel: Path, record: dict[str, object], digest: str) -> str | None:
+def _mismatch(wheel: Path, record: BuildRecord, digest: str) -> str | None:
     """Why ``record`` does not describe the bytes of ``wheel`` (None when it does)."""
-    expected = record.get("wheel_sha256")
+    expected = record.wheel_sha256
     if expected is not None:
         return None if expected == digest else f"the wheel's sha256 is {digest}, the record says {expected}"
     try:  # a record from before wheel_sha256: the cache key finalize wrote into the wheel itself
@@ -601,12 +599,12 @@ def _mismatch(wheel: Path, record: dict[str, object], digest: str) -> str | None
             embedded = json.loads(zf.read(inner)) if inner else None
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         return f"the wheel is unreadable ({e})"
-    if isinstance(embedded, dict) and embedded.get("cache_key") not in (None, record.get("cache_key")):
+    if isinstance(embedded, dict) and embedded.get("cache_key") not in (None, record.cache_key):
         return "the wheel was built from other inputs than its record says"
     return None
 
 
-def _own_log(source: Path, root: Path, record: dict[str, object] | None) -> bool:
+def _own_log(source: Path, root: Path, record: BuildRecord | None) -> bool:
     """Only a log of the builder's own naming is copied in: ``<package>-<version>-<key[:12]>.log`` in a folder
     named logs (the cache's), or the copy in a wheelhouse's logs/. A record naming /etc/passwd as its build_log,
     or a symlink out of the folder, gets no copy."""
@@ -618,9 +616,10 @@ def _own_log(source: Path, root: Path, record: dict[str, object] | None) -> bool
         return False
     if source.parent.resolve() == (root / "logs").resolve() == resolved.parent:
         return True
-    record = record or {}
-    key = str(record.get("cache_key") or "")
-    expected = f"{record.get('package')}-{record.get('version')}-{key[:12]}.log"
+    if record is None:
+        return False
+    key = record.cache_key
+    expected = f"{record.package}-{record.version}-{key[:12]}.log"
     return bool(key) and resolved.parent.name == "logs" and resolved.name == expected == source.name
 
 
@@ -662,8 +661,8 @@ def _stage_simple(txn: Transaction, simple: Path, infos: list[WheelInfo], wheels
         txn.trees += [d for d in simple.iterdir() if d.is_dir() and d.name not in projects]
 
 
-def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, object]:
-    entry: dict[str, object] = {
+def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, str | int | bool | dict[str, str]]:
+    entry: dict[str, str | int | bool | dict[str, str]] = {
         "filename": info.filename,
         "url": f"{wheels_href}{info.filename}",
         "hashes": {"sha256": info.sha256},
@@ -678,19 +677,15 @@ def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, object]:
     return entry
 
 
-def _tests_summary(record: dict[str, object] | None) -> str:
-    tests = record.get("tests") if record else None
-    if not isinstance(tests, dict):
-        return ""
-    kernel = str(tests.get("kernel_status", "not run"))
-    reason = tests.get("kernel_reason")
-    return f"import {tests.get('import_status')}; kernel tests {kernel}" + (f" ({reason})" if reason else "")
+def _tests_summary(record: BuildRecord | None) -> str:
+    tests = record.tests if record else None
+    return tests.summary() if tests is not None else ""
 
 
-def _log_source(wheel: Path, record: dict[str, object] | None) -> Path | None:
+def _log_source(wheel: Path, record: BuildRecord | None) -> Path | None:
     """The build log to copy in: the record's build_log, else the copy in the wheelhouse the wheel comes from."""
-    build_log = record.get("build_log") if isinstance(record, dict) else None
-    if isinstance(build_log, str) and build_log and Path(build_log).is_file():
+    build_log = record.build_log if record is not None else ""
+    if build_log and Path(build_log).is_file():
         return Path(build_log)
     beside = wheel.parent.parent / "logs" / f"{wheel.name}.log"
     return beside if beside.is_file() else None

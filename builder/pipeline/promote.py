@@ -76,7 +76,7 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
     record = record.with_(tests=tests)
     if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
-        published = house.publish(wheel, record.to_json())
+        published = house.publish(wheel, record)
         staging.remove(wheel.name)
         log.ok(f"promoted into the published index: {published}")
     else:
@@ -90,7 +90,7 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
 def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhouse) -> None:
     for area in (staging, house):
         if area.contains(wheel):
-            area.write_record(wheel.name, record.to_json())
+            area.write_record(wheel.name, record)
 
 
 def _torch_pin(requires: tuple[str, ...]) -> str:

@@ -133,7 +133,7 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     with FileLock(str(locks / f"{key[:32]}.lock")):
         existing = main_house.find_record(key) or (house.find_record(key) if options.stage else None)
         if existing and not options.force:
-            result.wheel, result.record, result.status = existing[0], BuildRecord.from_json(existing[1]), "unchanged"
+            result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
             log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
                    "nothing to do (--force rebuilds)")
             return
@@ -268,7 +268,7 @@ def _build_in(
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
                           compiler_cache=compiler_cache)
     with timed(timings, "publish"):
-        published = house.publish(final, record.to_json(), replace=options.replace)
+        published = house.publish(final, record, replace=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     log.ok(f"{where}: {published} (index: {house.index_url()})")
