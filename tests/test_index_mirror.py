@@ -23,8 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.settings import Settings
+from builder.farm.run import expand, identity, load_farm
 from builder.index.store import Wheelhouse, is_builder_temp
-from tests.conftest import ROOT, assert_one_line_error, run_cli
+from tests.conftest import FIXTURES, ROOT, assert_one_line_error, run_cli
+from tests.test_farm import _record_for
+from tests.test_index import labelled_wheel
 from tests.test_publish_txn import assert_consistent, make_wheel
 
 PACKAGES = (("alpha", "1.0", "key-a10"), ("alpha", "1.1", "key-a11"), ("beta", "0.3", "key-b03"))
@@ -99,6 +103,29 @@ def test_pull_restores_the_published_index_and_the_unchanged_check_reads_it(serv
         wheel, record = found
         assert record["wheel_sha256"] == sha(wheel) == sha(server.house.wheels / wheel.name)
     assert house.find_record("key-never-built") is None
+
+
+def test_the_nightly_plan_check_reads_the_pulled_copy(server: Server, tmp_path: Path) -> None:
+    """`builder matrix --changed` (the nightly plan's check) against the pulled copy: the target a published wheel
+    was built from is not rebuilt; against an empty wheelhouse (an evicted cache, no pull) every target would be."""
+    demo = FIXTURES / "farm-demo.toml"
+    env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache")}
+    settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=server.house.root)
+    first = expand(load_farm(demo), settings)[0]
+    wheel = labelled_wheel(tmp_path, first.package, first.version, "cu130torch2.14", tag="cp311-cp311-linux_x86_64")
+    server.house.publish(wheel, _record_for(first, identity(first, settings)))
+
+    def changed(wheelhouse: Path) -> list[str]:
+        result = run_cli("matrix", "--file", str(demo), "--changed", "--format", "github",
+                         "--wheelhouse", str(wheelhouse), env=env)
+        assert result.code == 0, result.stderr
+        return [t["id"] for t in json.loads(result.stdout)["include"]]
+
+    evicted = changed(tmp_path / "evicted")
+    assert first.id in evicted and len(evicted) == 8, evicted
+    assert pull(server.url, tmp_path / "pulled").code == 0
+    unchanged = changed(tmp_path / "pulled")
+    assert first.id not in unchanged and len(unchanged) == 7, unchanged
 
 
 def test_a_rerun_downloads_no_wheel(server: Server, tmp_path: Path) -> None:
