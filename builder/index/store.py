@@ -44,9 +44,9 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import BuilderError, PublishError
+from builder.core.fsutil import sha256_file
 from builder.core.log import log
 from builder.core.wheelfile import dist_info_dir
-from builder.stages.source import sha256_file
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
