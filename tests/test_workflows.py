@@ -167,6 +167,8 @@ def test_plan_and_publish_pull_the_published_index_before_using_it(nightly: dict
     plan = nightly["jobs"]["plan"]["steps"]
     pull = _step_index(plan, "builder index pull")
     assert "--delete" in plan[pull]["run"] and "--missing-ok" in plan[pull]["run"]  # a first run must work
+    # ... but only for the URL the Pages API names: a hand-set WHEELHOUSE_URL that answers 404 is an error
+    assert 'missing_ok=""' in plan[pull]["run"] and "--delete $missing_ok" in plan[pull]["run"]
     assert pull < _step_index(plan, "matrix --format github") and pull < _step_index(plan, "builder watch")
     assert "vars.WHEELHOUSE_URL" in plan[pull]["env"]["WHEELHOUSE_URL"] and "repos/$REPO/pages" in plan[pull]["run"]
     publish = nightly["jobs"]["publish"]["steps"]
