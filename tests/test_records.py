@@ -82,3 +82,12 @@ def test_farm_outcome_json_is_the_summary_entry_main_wrote() -> None:
     assert failed.to_json() == {"id": "t", "status": "failed", "wheel": None, "timings": {}, "error": "boom",
                                 "exit_code": 3, "seconds": 1.5, "log": "/l/t.log"}
     assert "exit_code" not in FarmOutcome(id="t", status="built", wheel="w.whl").to_json()
+
+
+def test_a_partial_record_is_written_back_with_its_own_keys() -> None:
+    """Records of older builders (or hand-made ones) keep their keys: no defaults are added on a rewrite."""
+    old = {"cache_key": "k", "package": "demo", "tests": {"kernel_status": "passed"}}
+    record = BuildRecord.from_json(old)
+    assert record.to_json() == old and record.tests is not None and record.tests.import_status == "not run"
+    assert record.with_(wheel_sha256="ab").to_json() == {**old, "wheel_sha256": "ab"}
+    assert BuildRecord.from_json({}).to_json() == {} and BuildRecord.from_json({}) == BuildRecord()

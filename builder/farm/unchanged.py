@@ -62,7 +62,7 @@ def _offline_plan(target: FarmTarget, settings: Settings) -> Plan:
 
 def known_inputs(target: FarmTarget, settings: Settings) -> TargetInputs:
     """The target's inputs without a toolkit or build venv: those parts (and a git source's digest) UNKNOWN."""
-    from builder.stages.source import sha256_file, tree_digest
+    from builder.core.fsutil import sha256_file, tree_digest
 
     plan = _offline_plan(target, settings)
     digest: Any = plan.source.sha256 or UNKNOWN

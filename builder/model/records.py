@@ -59,6 +59,7 @@ class TestReport:
     speed: tuple[Mapping[str, Any], ...] = ()  # one row per benchmark the suite wrote (name, speedup, ...)
     gpu: str | None = None
     torch: str | None = None
+    read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)  # see BuildRecord
 
     @property
     def failed(self) -> bool:
@@ -69,9 +70,10 @@ class TestReport:
         return f"import {self.import_status}; kernel tests {kernel}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"import_status": self.import_status, "import_detail": self.import_detail,
-                "kernel_status": self.kernel_status, "kernel_reason": self.kernel_reason, "counts": dict(self.counts),
-                "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
+        out = {"import_status": self.import_status, "import_detail": self.import_detail,
+               "kernel_status": self.kernel_status, "kernel_reason": self.kernel_reason, "counts": dict(self.counts),
+               "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
+        return _as_read(self, out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TestReport:
@@ -79,7 +81,8 @@ class TestReport:
                    import_detail=str(data.get("import_detail") or ""),
                    kernel_status=str(data.get("kernel_status", "not run")),
                    kernel_reason=str(data.get("kernel_reason") or ""), counts=dict(data.get("counts") or {}),
-                   speed=tuple(dict(r) for r in data.get("speed") or ()), gpu=data.get("gpu"), torch=data.get("torch"))
+                   speed=tuple(dict(r) for r in data.get("speed") or ()), gpu=data.get("gpu"), torch=data.get("torch"),
+                   read_keys=frozenset(data))
 
 
 # ---------------------------------------------------------------- the build record
@@ -149,6 +152,9 @@ class BuildRecord:
     compiler_cache: Mapping[str, int] | None = None
     wheel_sha256: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
+    # and any the builder set since, not with every default, so records of older builders keep their bytes
+    read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)
 
     def with_(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
@@ -172,11 +178,11 @@ class BuildRecord:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
                 out[name] = value.to_json() if isinstance(value, TestReport) else _plain(value)
-        return out
+        return _as_read(self, out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildRecord:
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "read_keys"}
         recipe, source, dropped = data.get("recipe"), data.get("source"), data.get("runtime_dropped")
         tests = data.get("tests")
         return cls(
@@ -198,7 +204,7 @@ class BuildRecord:
             timings=data.get("timings"), tests=TestReport.from_json(tests) if isinstance(tests, Mapping) else None,
             inspect=data.get("inspect"), wheel=data.get("wheel"), compiler_cache=data.get("compiler_cache"),
             wheel_sha256=data.get("wheel_sha256"),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),
         )
 
     def wheel_bytes(self) -> bytes:
@@ -208,6 +214,16 @@ class BuildRecord:
     def file_bytes(self) -> bytes:
         """records/<wheel>.json in the wheelhouse (index/store.py)."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True).encode()
+
+
+def _as_read(record: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` less the keys a read record did not have and whose value is still the default."""
+    if record.read_keys is None:
+        return out
+    default = type(record)()
+    return {k: v for k, v in out.items()
+            if k in record.read_keys or k not in {f.name for f in dataclasses.fields(record)}
+            or getattr(record, k) != getattr(default, k)}
 
 
 def _plain(value: Any) -> Any:
