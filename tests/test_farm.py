@@ -17,6 +17,7 @@ from builder.farm.expand import expand, github_matrix
 from builder.farm.spec import FarmError, load_farm
 from builder.farm.unchanged import changed_targets, known_inputs, record_matches
 from builder.farm.watch import watch
+from builder.model.records import BuildRecord
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 DEMO = FIXTURES / "farm-demo.toml"
@@ -331,7 +332,7 @@ def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path)
 # ---------------------------------------------------------------- what the wheelhouse holds: matrix --changed
 
 
-def _record_for(target, ident, **over) -> dict:
+def _record_for(target, ident, **over) -> BuildRecord:
     record = {
         "builder_version": __version__, "cache_key": "k" * 64, "package": target.package, "version": target.version,
         "recipe": {"file": "recipe.toml", "sha256": ident.recipe},
@@ -342,14 +343,15 @@ def _record_for(target, ident, **over) -> dict:
         "torch_index": ident.index,
     }
     record.update(over)
-    return record
+    return BuildRecord.from_json(record)
 
 
-def _publish_fake(house: Path, wheel_name: str, record: dict) -> None:
+def _publish_fake(house: Path, wheel_name: str, record: BuildRecord | dict) -> None:
     (house / "wheels").mkdir(parents=True, exist_ok=True)
     (house / "records").mkdir(parents=True, exist_ok=True)
     (house / "wheels" / wheel_name).write_bytes(b"not really a wheel")
-    (house / "records" / f"{wheel_name}.json").write_text(json.dumps(record))
+    (house / "records" / f"{wheel_name}.json").write_bytes(record.file_bytes() if isinstance(record, BuildRecord)
+                                                          else json.dumps(record).encode())
 
 
 def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ def test_the_nightly_plan_check_reads_the_pulled_copy(server: Server, tmp_path: 
     settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=server.house.root)
     first = expand(load_farm(demo), settings)[0]
     wheel = labelled_wheel(tmp_path, first.package, first.version, "cu130torch2.14", tag="cp311-cp311-linux_x86_64")
-    server.house.publish(wheel, BuildRecord.from_json(_record_for(first, known_inputs(first, settings))))
+    server.house.publish(wheel, _record_for(first, known_inputs(first, settings)))
 
     def changed(wheelhouse: Path) -> list[str]:
         result = run_cli("matrix", "--file", str(demo), "--changed", "--format", "github",

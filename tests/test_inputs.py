@@ -10,6 +10,7 @@ from packaging.version import Version
 
 from builder.core.settings import Settings
 from builder.model.arch import parse_arch_list
+from builder.model.records import BuildRecord
 from builder.stages.inputs import UNKNOWN, TargetInputs, recorded_inputs, target_inputs
 from builder.stages.plan import Target, make_plan
 from builder.stages.pyenv import PythonEnv
@@ -73,7 +74,7 @@ def test_recorded_inputs_of_a_record_give_back_its_cache_key(tmp_path: Path) -> 
     toolkit = {"kind": "host", "nvcc": "13.0.88", "cuda_home": "/x"}
     inputs = target_inputs(plan, source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"),
                            compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"})
-    recorded = recorded_inputs(record_of(plan, inputs, toolkit))
+    recorded = recorded_inputs(BuildRecord.from_json(record_of(plan, inputs, toolkit)))
     assert recorded.env is UNKNOWN and inputs.agrees(recorded)
     assert dataclasses.replace(recorded, env=inputs.env).cache_key() == inputs.cache_key() == PINNED["host+compiler"]
     assert not inputs.agrees(dataclasses.replace(recorded, compiler=(("cxx", "/usr/bin/c++: g++ 13.1.0"),)))
@@ -101,7 +102,7 @@ def test_a_new_input_changes_the_key_and_what_matrix_changed_compares(tmp_path: 
     toolkit = {"kind": "host", "nvcc": "13.0.88"}
     parts = dict(source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"))
     before = target_inputs(plan, **parts)
-    record = record_of(plan, before, toolkit)
+    record = BuildRecord.from_json(record_of(plan, before, toolkit))
     partial = dict(source_digest="0" * 64, toolkit=UNKNOWN, python=UNKNOWN, compiler=UNKNOWN)  # a CPU runner's
     assert target_inputs(plan, **partial).agrees(recorded_inputs(record))
     add_new_input(monkeypatch, "one")

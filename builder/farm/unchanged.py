@@ -24,28 +24,28 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import BuilderError, SourceError
 from builder.core.settings import Settings
 from builder.farm.spec import FarmTarget, is_interpreter_path
+from builder.model.records import BuildRecord
 from builder.stages.inputs import UNKNOWN, TargetInputs, recorded_inputs, target_inputs
 from builder.stages.plan import Plan, make_plan
 
 
-def wheelhouse_records(root: Path, *, staging: bool = True) -> list[dict[str, Any]]:
+def wheelhouse_records(root: Path, *, staging: bool = True) -> list[BuildRecord]:
     """Every readable build record of wheels that exist (published, and staged unless ``staging=False``)."""
     from builder.index.store import Wheelhouse
 
     house = Wheelhouse(root)
-    areas = [house, house.staging()] if staging else [house]
     records = []
-    for area in areas:
+    for area in [house, house.staging()] if staging else [house]:
         if not area.records.is_dir():
             continue
         for path in sorted(area.records.glob("*.whl.json")):
-            wheel = area.wheels / path.name.removesuffix(".json")
+            name = path.name.removesuffix(".json")
             try:
-                record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+                record = area.record_of(name)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
-            if isinstance(record, dict) and wheel.exists():
-                records.append({**record, "_wheel": str(wheel)})
+            if record is not None and (area.wheels / name).exists():
+                records.append(record)
     return records
 
 
@@ -76,15 +76,14 @@ def known_inputs(target: FarmTarget, settings: Settings) -> TargetInputs:
                          compiler=UNKNOWN if cuda_ext else None)
 
 
-def record_matches(record: dict[str, Any], target: FarmTarget, inputs: TargetInputs) -> bool:
+def record_matches(record: BuildRecord, target: FarmTarget, inputs: TargetInputs) -> bool:
     """Same wheel (package, version, Python minor, torch) built from inputs that agree with ``inputs``."""
     try:
-        python = record.get("python") or {}
         same_wheel = (
-            canonicalize_name(str(record.get("package"))) == canonicalize_name(target.package)
-            and Version(str(record.get("version"))) == Version(target.version)
-            and _python_matches(str(python.get("version")), target.python)
-            and Version(str(python.get("torch"))).public == Version(target.torch).public
+            canonicalize_name(record.package) == canonicalize_name(target.package)
+            and Version(record.version) == Version(target.version)
+            and _python_matches(str(record.python.get("version")), target.python)
+            and Version(str(record.python.get("torch"))).public == Version(target.torch).public
         )
         return same_wheel and inputs.agrees(recorded_inputs(record))
     except (InvalidVersion, KeyError, TypeError, AttributeError):
@@ -99,9 +98,9 @@ def _python_matches(recorded: str, wanted: str) -> bool:
 
 def changed_targets(targets: list[FarmTarget], settings: Settings) -> list[FarmTarget]:
     """The targets that no wheelhouse record matches (``record_matches``)."""
-    by_package: dict[str, list[dict[str, Any]]] = {}
+    by_package: dict[str, list[BuildRecord]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
-        by_package.setdefault(canonicalize_name(str(record.get("package"))), []).append(record)
+        by_package.setdefault(canonicalize_name(record.package), []).append(record)
     changed = []
     for target in targets:
         candidates = by_package.get(canonicalize_name(target.package), [])
@@ -129,18 +128,8 @@ class Unchanged:
 
 
 def _published_keys(house: Any, stage: bool) -> set[str]:
-    keys: set[str] = set()
-    for area in ([house, house.staging()] if stage else [house]):
-        if not area.records.is_dir():
-            continue
-        for path in area.records.glob("*.whl.json"):
-            try:
-                key = json.loads(path.read_text()).get("cache_key")
-            except (OSError, json.JSONDecodeError, AttributeError):
-                continue
-            if key and (area.wheels / path.name.removesuffix(".json")).exists():
-                keys.add(key)
-    return keys
+    areas = [house, house.staging()] if stage else [house]
+    return {r.cache_key for area in areas for r in wheelhouse_records(area.root, staging=False) if r.cache_key}
 
 
 class _Resolver:

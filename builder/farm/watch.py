@@ -42,7 +42,7 @@ def watch(farm: Farm, settings: Settings, *, only: Iterable[str] = (), releases:
     built: dict[str, set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
         try:
-            built.setdefault(canonicalize_name(str(record.get("package"))), set()).add(Version(str(record.get("version"))))
+            built.setdefault(canonicalize_name(record.package), set()).add(Version(record.version))
         except InvalidVersion:
             continue
     rows: list[WatchRow] = []
@@ -124,8 +124,8 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     built: dict[tuple[str, str], set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
         try:
-            torch = Version(str((record.get("python") or {}).get("torch"))).public
-            built.setdefault((str(record.get("torch_index")), _cuda_key(str(record.get("cuda")))), set()).add(
+            torch = Version(str(record.python.get("torch"))).public
+            built.setdefault((record.torch_index, _cuda_key(record.cuda)), set()).add(
                 Version(torch))
         except (InvalidVersion, AttributeError):
             continue

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from builder import __version__
+from builder.model.records import BuildRecord
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv
 
@@ -132,25 +133,22 @@ def target_inputs(
     )
 
 
-def recorded_inputs(record: Mapping[str, Any]) -> TargetInputs:
+def recorded_inputs(record: BuildRecord) -> TargetInputs:
     """The inputs a build record (in a wheel, or records/*.json, also those written before this type) names.
     A field the record does not carry is UNKNOWN: the recipe's build env (its sha256 covers it), and any input
     newer than the record (``agrees`` then says the record was built from other inputs)."""
-    toolchain = record.get("toolchain") or {}
-    python = record.get("python") or {}
-    compiler = record.get("host_compiler")
-    pure = not record.get("archs") and str(toolchain.get("kind", "")).startswith("none")
+    pure = not record.archs and str(record.toolchain.get("kind", "")).startswith("none")
     known: dict[str, Any] = {
-        "builder": str(record.get("builder_version")),
-        "recipe": str((record.get("recipe") or {}).get("sha256")),
-        "patches": tuple((str(p["file"]), str(p["sha256"])) for p in record.get("patches") or []),
-        "source": str((record.get("source") or {}).get("sha256")),
-        "toolkit": () if pure else _pairs({k: v for k, v in toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
-        "python": str(python.get("version")),
-        "torch": str(python.get("torch") or ""),
-        "index": str(record.get("torch_index")),
-        "archs": tuple(str(a) for a in record.get("archs") or []),
-        "cuda": str(record.get("cuda")),
-        "compiler": _pairs(compiler) if compiler else None,
+        "builder": record.builder_version,
+        "recipe": record.recipe.sha256 if record.recipe else "",
+        "patches": tuple((p.file, p.sha256) for p in record.patches),
+        "source": (record.source.sha256 if record.source else None) or "",
+        "toolkit": () if pure else _pairs({k: v for k, v in record.toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
+        "python": str(record.python.get("version")),
+        "torch": str(record.python.get("torch") or ""),
+        "index": record.torch_index,
+        "archs": record.archs,
+        "cuda": record.cuda,
+        "compiler": _pairs(record.host_compiler) if record.host_compiler else None,
     }
     return TargetInputs(**{f.name: known.get(f.name, UNKNOWN) for f in fields(TargetInputs)})
