@@ -16,7 +16,7 @@ from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel, labelled_version, read_build_record, read_metadata, rewrite_metadata
 from builder.stages.inspection import SharedObject, WheelReport, verify_archs
 from builder.stages.patch import describe_failure
-from builder.stages.testing import kernel_skip_reason, runnable_on
+from builder.stages.testing import VisibleGpu, kernel_skip_reason, runnable_on
 
 METADATA = """Metadata-Version: 2.1
 Name: demo
@@ -139,11 +139,11 @@ def test_runnable_on(capability: int, sass: set[str], ptx: set[str], ok: bool) -
 
 
 def test_kernel_skip_reason_names_wheel_and_gpu() -> None:
-    reason, index = kernel_skip_reason([{"index": 0, "capability": 90, "name": "NVIDIA H200"}], so(("sm_120",)))
+    reason, index = kernel_skip_reason([VisibleGpu(0, "NVIDIA H200", 90)], so(("sm_120",)))
     assert index is None and reason == "wheel has sm_120; GPU 0 is sm_90 (NVIDIA H200)"
     reason, index = kernel_skip_reason([], so(("sm_120",)))
     assert "no CUDA GPU visible" in reason and "sm_120" in reason
-    assert kernel_skip_reason([{"index": 1, "capability": 90, "name": "H"}], so(("sm_90",))) == (None, 1)
+    assert kernel_skip_reason([VisibleGpu(1, "H", 90)], so(("sm_90",))) == (None, 1)
 
 
 def test_describe_patch_failure() -> None:

@@ -82,11 +82,21 @@ def run_tests(env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, workdir
     return report
 
 
-def visible_gpus(env: PythonEnv) -> list[dict[str, object]]:
+@dataclass(frozen=True)
+class VisibleGpu:
+    """A GPU as the test venv's torch sees it (``capability``: 90 for sm_90)."""
+
+    index: int
+    name: str
+    capability: int
+
+
+def visible_gpus(env: PythonEnv) -> list[VisibleGpu]:
     result = subprocess.run([str(env.python), "-c", _GPU_PROBE], capture_output=True, text=True, env=_clean_env())
     if result.returncode != 0:
         return []
-    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+    return [VisibleGpu(int(g["index"]), str(g["name"]), int(g["capability"]))
+            for g in json.loads(result.stdout.strip().splitlines()[-1])]
 
 
 def runnable_on(capability: int, sass: set[str], ptx: set[str]) -> bool:
@@ -103,15 +113,15 @@ def runnable_on(capability: int, sass: set[str], ptx: set[str]) -> bool:
     return any(int(a.removeprefix("compute_").rstrip("af")) <= capability for a in ptx)
 
 
-def kernel_skip_reason(gpus: list[dict[str, object]], report: WheelReport) -> tuple[str | None, int | None]:
+def kernel_skip_reason(gpus: list[VisibleGpu], report: WheelReport) -> tuple[str | None, int | None]:
     """(reason to skip, GPU index to use). The reason names the wheel's archs and the GPUs seen."""
     built = ", ".join(sorted(report.sass | report.ptx)) or "no GPU code"
     if not gpus:
         return f"no CUDA GPU visible to torch on this machine; wheel has {built}", None
     for gpu in gpus:
-        if not report.objects or runnable_on(int(gpu["capability"]), report.sass, report.ptx):  # type: ignore[arg-type]
-            return None, int(gpu["index"])  # type: ignore[arg-type]
-    seen = "; ".join(f"GPU {g['index']} is sm_{g['capability']} ({g['name']})" for g in gpus)
+        if not report.objects or runnable_on(gpu.capability, report.sass, report.ptx):
+            return None, gpu.index
+    seen = "; ".join(f"GPU {g.index} is sm_{g.capability} ({g.name})" for g in gpus)
     return f"wheel has {built}; {seen}", None
 
 
