@@ -16,8 +16,9 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import check_torch_matches_cuda, default_torch, resolve_index
-from builder.farm.spec import Farm, FarmEntry, FarmError, FarmTarget
-from builder.model.arch import check_archs_for_cuda, format_arch_list, parse_arch_list, supported_archs
+from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
+from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
+from builder.model.cuda import CudaVersion
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 
 DEFAULT_FARM_FILE = "farm.toml"
@@ -158,7 +159,7 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
         torches = entry.torch
         if not torches:
             try:
-                torches = newest_torches(index, Version(cuda), entry.torch_newest)
+                torches = newest_torches(index, cuda.version, entry.torch_newest)
             except UsageError as e:
                 raise FarmError(f"{farm.file}: field '{entry.where}.torch' is needed for CUDA {cuda}: {e.message}",
                                 "give torch = ['X.Y.Z'] (here or in [defaults])") from e
@@ -188,36 +189,36 @@ def newest_torches(index: Any, cuda: Version, count: int) -> tuple[str, ...]:
     return tuple(str(by_minor[k]) for k in sorted(by_minor, reverse=True)[:count])
 
 
-def _arch_lists(arch_lists: tuple[str, ...], cuda: str, trim: bool, settings: Settings | None) -> list[str]:
+def _arch_lists(arch_lists: tuple[Archs, ...], cuda: CudaVersion, trim: bool,
+                settings: Settings | None) -> list[Archs]:
     """Each arch list as given, or (``archs-where-supported``) without the archs this CUDA cannot compile."""
     if not trim:
         return list(arch_lists)
-    known = supported_archs(Version(cuda), settings)
-    out: list[str] = []
+    known = supported_archs(cuda.version, settings)
+    out: list[Archs] = []
     for archs in arch_lists:
-        kept = tuple(a for a in parse_arch_list(archs) if known is None or a.number in known)
-        text = format_arch_list(kept) if kept else ""
-        if text and text not in out:
-            out.append(text)
+        kept = tuple(a for a in archs if known is None or a.number in known)
+        if kept and kept not in out:
+            out.append(kept)
     return out
 
 
-def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: str, archs: str, torch: str,
+def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: CudaVersion, archs: Archs, torch: str,
                 settings: Settings | None = None) -> None:
     """Every combination the farm names must be buildable; the ones that are not are excluded explicitly."""
     try:
-        check_torch_matches_cuda(index, torch, Version(cuda), settings)
+        check_torch_matches_cuda(index, torch, cuda.version, settings)
     except UsageError as e:
         raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with torch {torch}: {e.message}",
-                        f"add [[exclude]] package = {entry.name!r}, cuda = {cuda!r}, torch = {torch!r}") from e
+                        f"add [[exclude]] package = {entry.name!r}, cuda = {str(cuda)!r}, torch = {torch!r}") from e
     if cuda_ext:
         try:
-            check_archs_for_cuda(parse_arch_list(archs), Version(cuda), settings)
+            check_archs_for_cuda(archs, cuda.version, settings)
         except UsageError as e:
-            raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with archs {archs}: "
+            raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with archs {format_arch_list(archs)}: "
                             f"{e.message.removeprefix('--arch ')}",
                             f"set archs-where-supported = true, or add [[exclude]] package = {entry.name!r}, "
-                            f"cuda = {cuda!r}, arch = {archs!r}") from e
+                            f"cuda = {str(cuda)!r}, arch = {format_arch_list(archs)!r}") from e
 
 
 # ---------------------------------------------------------------- GitHub matrix
@@ -233,8 +234,8 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
             "package": t.package,
             "version": t.version,
             "kind": t.kind,
-            "cuda": t.cuda,
-            "arch": t.archs,
+            "cuda": str(t.cuda),
+            "arch": format_arch_list(t.archs),
             "python": t.python,
             "torch": t.torch,
             "torch_index": t.torch_index or "",

@@ -20,13 +20,15 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
-from builder.model.arch import format_arch_list, parse_arch_list
+from builder.model.arch import Arch, format_arch_list, parse_arch_list
+from builder.model.cuda import CudaVersion
 from builder.model.recipe import TomlChecker
 from builder.stages.plan import KNOWN_CUDA, Target
 from builder.toolchain import TOOLCHAINS
 
 DEFAULT_FARM_FILE = "farm.toml"
 DEFAULT_RUNNER = "gpu-sm{arch}"
+Archs = tuple[Arch, ...]  # one target's arch list, sorted (model/arch.parse_arch_list)
 
 
 
@@ -67,8 +69,8 @@ class FarmEntry:
     sources: dict[str, str] = field(default_factory=dict)  # per version
     recipes: Path | None = None  # None: the project's (or --recipes)
     toolchain: str = "auto"
-    cuda: tuple[str, ...] = ()
-    archs: tuple[str, ...] = ()  # each a normalised arch list: "120", "90,120+ptx"
+    cuda: tuple[CudaVersion, ...] = ()
+    archs: tuple[Archs, ...] = ()  # each one target's arch list: (120,), (90, 120+ptx)
     python: tuple[str, ...] = ("3.12",)
     torch: tuple[str, ...] = ()  # empty → the newest torch built for each CUDA on the index
     torch_index: str | None = None
@@ -89,17 +91,18 @@ class Exclusion:
     where: str
     package: str | None = None
     version: SpecifierSet | None = None
-    cuda: str | None = None
-    arch: str | None = None
+    cuda: CudaVersion | None = None
+    arch: Archs | None = None
     python: str | None = None
     torch: str | None = None
 
-    def matches(self, package: str, version: str, cuda: str, archs: str, python: str, torch: str | None) -> bool:
+    def matches(self, package: str, version: str, cuda: CudaVersion, archs: Archs, python: str,
+                torch: str | None) -> bool:
         if self.package is not None and canonicalize_name(self.package) != canonicalize_name(package):
             return False
         if self.version is not None and not self.version.contains(Version(version), prereleases=True):
             return False
-        if self.cuda is not None and cuda_minor(self.cuda) != cuda_minor(cuda):
+        if self.cuda is not None and not self.cuda.same_line(cuda):
             return False
         if self.arch is not None and self.arch != archs:
             return False
@@ -119,14 +122,14 @@ class Farm:
     def directory(self) -> Path:
         return self.file.parent
 
-    def runner_for(self, archs: str) -> str:
+    def runner_for(self, archs: Archs) -> str:
         """The GPU test runner label: the newest arch of the list that [runners] names, else the default
         template filled with the newest arch (a wheel with SASS for 90 and 120 is tested on an sm_120 runner)."""
-        numbers = sorted({int(m.group(0)) for a in archs.split(",") if (m := re.match(r"\d+", a))}, reverse=True)
+        numbers = sorted({a.number for a in archs}, reverse=True)
         for number in numbers:
             if str(number) in self.runners:
                 return self.runners[str(number)]
-        newest = str(numbers[0]) if numbers else archs
+        newest = str(numbers[0]) if numbers else format_arch_list(archs)
         return self.runners.get("default", DEFAULT_RUNNER).format(arch=newest)
 
     def package_names(self) -> list[str]:
@@ -140,8 +143,8 @@ class FarmTarget:
     package: str
     version: str
     kind: str
-    cuda: str
-    archs: str  # normalised arch list
+    cuda: CudaVersion
+    archs: Archs
     python: str
     torch: str
     torch_index: str | None
@@ -154,11 +157,11 @@ class FarmTarget:
     @property
     def id(self) -> str:
         """A name safe for files and artifact names: tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1."""
-        cuda = "cu" + self.cuda.replace(".", "")
+        cuda = "cu" + str(self.cuda).replace(".", "")
         python = self.python if not is_interpreter_path(self.python) else Path(self.python).name
         parts = [canonicalize_name(self.package), self.version, cuda]
         if self.kind == "cuda-extension":
-            parts.append("sm" + self.archs.replace(",", "_").replace("+ptx", "ptx"))
+            parts.append("sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx"))
         parts += [f"py{python}", f"torch{self.torch}"]
         return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
@@ -167,15 +170,15 @@ class FarmTarget:
         """What the wheel's file name is made of: targets equal here would overwrite each other's wheel."""
         torch = Version(self.torch)
         tag = self.python if self.kind == "cuda-extension" else "py3-none-any"
-        return (canonicalize_name(self.package), str(Version(self.version)), cuda_minor(self.cuda),
+        return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
                 f"{torch.major}.{torch.minor}", tag)
 
     def to_target(self, jobs: int) -> Target:
         return Target(
             package=self.package,
             version=self.version,
-            cuda=Version(self.cuda),
-            archs=parse_arch_list(self.archs),
+            cuda=self.cuda.version,
+            archs=self.archs,
             python=self.python,
             torch=self.torch,
             torch_index=self.torch_index,
@@ -282,20 +285,22 @@ class _Checker(TomlChecker):
             out["toolchain"] = table["toolchain"]
         if "cuda" in table:
             values = self.strings(table["cuda"], at("cuda"))
+            versions = []
             for i, value in enumerate(values):
                 try:
-                    ok = cuda_minor(value) in KNOWN_CUDA
+                    versions.append(CudaVersion.parse(value))
+                    ok = versions[-1].line in KNOWN_CUDA
                 except InvalidVersion:
                     ok = False
                 if not ok:
                     self.fail(f"{at('cuda')}[{i}]", f"is not a known CUDA version: {value!r}",
                               f"use one of {', '.join(KNOWN_CUDA)}")
-            out["cuda"] = values
+            out["cuda"] = tuple(versions)
         if "archs" in table:
-            normalised = []
+            normalised: list[Archs] = []
             for i, value in enumerate(self.strings(table["archs"], at("archs"))):
                 try:
-                    normalised.append(format_arch_list(parse_arch_list(value)))
+                    normalised.append(parse_arch_list(value))
                 except UsageError as e:
                     self.fail(f"{at('archs')}[{i}]", f"is not an arch list: {value!r}",
                               "each item is one target's archs: '120', '90,120' or '120+ptx'")
@@ -395,7 +400,7 @@ class _Checker(TomlChecker):
             values["version"] = spec
         if "arch" in table:
             try:
-                values["arch"] = format_arch_list(parse_arch_list(table["arch"]))
+                values["arch"] = parse_arch_list(table["arch"])
             except UsageError as e:
                 raise FarmError(f"{self.path}: field '{where}.arch' is not an arch list: {table['arch']!r}") from e
         if "cuda" in table:
@@ -408,11 +413,6 @@ class _Checker(TomlChecker):
             if key in table:
                 values[key] = table[key]
         return Exclusion(where=where, **values)
-
-
-def cuda_minor(text: str) -> str:
-    v = Version(text)
-    return f"{v.major}.{v.minor}"
 
 
 def is_interpreter_path(python: str) -> bool:

@@ -18,6 +18,7 @@ from builder.core.settings import Settings
 from builder.farm.expand import Releases, pypi_versions, versions_in_range
 from builder.farm.spec import Farm
 from builder.farm.unchanged import wheelhouse_records
+from builder.model.cuda import CudaVersion
 from builder.model.recipe import find_recipe, load_recipe
 
 
@@ -120,12 +121,12 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     for entry in farm.entries:
         key = entry.torch_index or "pypi"
         specs[key] = entry.torch_index
-        wanted.setdefault(key, set()).update(_cuda_key(c) for c in entry.cuda)
+        wanted.setdefault(key, set()).update(c.line for c in entry.cuda)
     built: dict[tuple[str, str], set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
         try:
             torch = Version(str(record.python.get("torch"))).public
-            built.setdefault((record.torch_index, _cuda_key(record.cuda)), set()).add(
+            built.setdefault((record.torch_index, CudaVersion.parse(record.cuda).line), set()).add(
                 Version(torch))
         except (InvalidVersion, AttributeError):
             continue
@@ -162,9 +163,6 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     return rows
 
 
-def _cuda_key(text: str) -> str:
-    v = Version(text)
-    return f"{v.major}.{v.minor}"
 
 
 def _cuda_order(cuda: str) -> tuple[int, Version]:
