@@ -28,7 +28,8 @@ PINNED = {
 
 def tinyext_plan(tmp_path: Path):
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
-    return make_plan(Target(package="tinyext", version="0.1.0", cuda=Version("13.0"), archs=parse_arch_list("90,120+ptx"),
+    archs = parse_arch_list("90,120+ptx")
+    return make_plan(Target(package="tinyext", version="0.1.0", cuda=Version("13.0"), archs=archs,
                             python="3.11", torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX), toolchain="host"),
                      settings)
 
@@ -44,7 +45,8 @@ def test_cache_key_values_are_the_ones_main_computed(tmp_path: Path) -> None:
     toolkit = {"kind": "host", "nvcc": "13.0.88", "cuda_home": "/x"}
     args = dict(source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"))
     assert target_inputs(plan, **args).cache_key() == PINNED["host"]
-    assert target_inputs(plan, **args, compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"}).cache_key() == PINNED["host+compiler"]
+    compiler = {"cxx": "/usr/bin/c++: g++ 12.2.0"}
+    assert target_inputs(plan, **args, compiler=compiler).cache_key() == PINNED["host+compiler"]
     pure = target_inputs(plan, source_digest="1" * 64, toolkit=None, python=build_venv("3.11.7", "2.14.1"))
     assert pure.cache_key() == PINNED["no toolkit"]
 

@@ -56,7 +56,8 @@ def test_the_pipeline_record_is_the_one_main_wrote_into_the_wheel(tmp_path: Path
 
     plan = tinyext_plan(tmp_path)
     python = build_venv("3.11.7", "2.14.1+cu130")
-    toolkit = CudaToolkit(kind="host", cuda_home=Path("/usr/local/cuda"), version=Version("13.0.88"), reason="host nvcc")
+    toolkit = CudaToolkit(kind="host", cuda_home=Path("/usr/local/cuda"), version=Version("13.0.88"),
+                          reason="host nvcc")
     compiler = {"cxx": "/usr/bin/c++: g++ 13.3.0"}
     log_file = tmp_path / "x.log"
     record = build_record(plan, key="k" * 64, source_digest="0" * 64, toolkit=toolkit, compiler=compiler,

@@ -203,8 +203,8 @@ def _arch_lists(arch_lists: tuple[Archs, ...], cuda: CudaVersion, trim: bool,
     return out
 
 
-def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: CudaVersion, archs: Archs, torch: str,
-                settings: Settings | None = None) -> None:
+def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: CudaVersion, archs: Archs,
+                torch: str, settings: Settings | None = None) -> None:
     """Every combination the farm names must be buildable; the ones that are not are excluded explicitly."""
     try:
         check_torch_matches_cuda(index, torch, cuda.version, settings)

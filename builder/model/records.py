@@ -169,7 +169,8 @@ class BuildRecord:
             builder_version=self.builder_version, cache_key=self.cache_key, package=self.package,
             version=self.version, recipe=_plain(self.recipe), source=_plain(self.source),
             patches=[_plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
-            toolchain=dict(self.toolchain), host_compiler=None if self.host_compiler is None else dict(self.host_compiler),
+            toolchain=dict(self.toolchain),
+            host_compiler=None if self.host_compiler is None else dict(self.host_compiler),
             python=dict(self.python), torch_index=self.torch_index, host=dict(self.host), build_log=self.build_log,
         )
         if self.runtime_dropped is not None:
