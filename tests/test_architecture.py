@@ -27,8 +27,8 @@ LAYERS = [
     "cli",
 ]
 # Stage modules in the order the pipeline runs them (the cache key is computed between pyenv and patch).
-STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "compilercache", "compile", "finalize", "inspection",
-               "testing"]
+STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compile", "finalize",
+               "inspection", "testing"]
 
 
 def module_name(path: Path) -> str:

@@ -86,7 +86,13 @@ def test_host_compiler_identity_names_path_version_and_flags(tmp_path: Path) -> 
 
 def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path) -> None:
     from builder.model.arch import parse_arch_list
-    from builder.stages.plan import Target, cache_key, make_plan
+    from builder.stages.inputs import target_inputs
+    from builder.stages.plan import Target, make_plan
+    from tests.test_inputs import build_venv
+
+    def cache_key(plan, *, python: str, torch: str, **parts) -> str:
+        return target_inputs(plan, python=build_venv(python, torch), **parts).cache_key()
+
     from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
 
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")

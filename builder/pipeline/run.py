@@ -20,16 +20,30 @@ from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
+from builder.model.records import (
+    BuildRecord,
+    FileDigest,
+    PatchDigest,
+    RuntimeDropped,
+    SourceDigest,
+    TestReport,
+)
 from builder.stages.compile import base_env, build_wheel, prefix_map_env
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
-from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs
+from builder.stages.inputs import target_inputs
+from builder.stages.inspection import (
+    WheelReport,
+    inspect_wheel,
+    render_report,
+    verify_archs,
+)
 from builder.stages.patch import apply_patches, check_patches
-from builder.stages.plan import Plan, Target, cache_key, make_plan
+from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import PythonEnv, fresh_test_env, python_for
 from builder.stages.source import fetch, unpack
-from builder.stages.testing import TestReport, import_test, kernel_tests
-from builder.toolchain import select_toolkit
+from builder.stages.testing import KernelTestPlan, run_tests
+from builder.toolchain import CudaToolkit, select_toolkit
 from builder.toolchain.base import BuildHost, WheelRequest
 from builder.toolchain.local import LOCAL
 
@@ -40,7 +54,7 @@ class BuildResult:
     wheel: Path | None = None
     status: str = "pending"  # built | unchanged | failed
     timings: dict[str, float] = field(default_factory=dict)
-    record: dict[str, object] = field(default_factory=dict)
+    record: BuildRecord | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,10 +133,9 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     log.step("python")
     with timed(timings, "python"):
         python, base_python = python_for(plan, settings, host)
-    torch = python.torch or ""
     compiler = compiler_identity(plan, environ, host)
-    key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
-                    python=python.version, torch=torch, compiler=compiler)
+    key = target_inputs(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
+                        python=python, compiler=compiler).cache_key()
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
     locks = settings.cache("locks")
@@ -153,6 +166,11 @@ def compiler_identity(plan: Plan, environ: Mapping[str, str], host: BuildHost) -
     if host.toolkit is None:
         return None
     return host.host_compiler({**base_env(dict(environ)), **plan.env})
+
+
+def python_env_for(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
+    """The host build venv of ``plan`` and its base interpreter (the farm's up-front check resolves it offline)."""
+    return python_for(plan, settings)
 
 
 def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: Mapping[str, str],
@@ -203,25 +221,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     label = plan.label(torch) if torch else None
     pins = [f"torch=={torch.split('+')[0]}"] if torch else []
     pins += list(plan.recipe.runtime_requires)
-    record: dict[str, object] = {
-        "builder_version": __version__,
-        "cache_key": key,
-        "package": plan.recipe.name,
-        "version": plan.version,
-        "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
-        "source": {"kind": plan.source.kind, "location": plan.source.location, "sha256": inputs.source_digest},
-        "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
-        "cuda": str(plan.cuda),
-        "archs": [str(a) for a in plan.target.archs] if toolkit else [],
-        "toolchain": host.record(),
-        "host_compiler": inputs.compiler,
-        "python": python.record(),
-        "torch_index": plan.index.url,
-        "host": {"machine": platform.machine(), "system": platform.platform()},
-        "build_log": str(log_file),
-    }
-    if plan.recipe.runtime_drop:  # absent otherwise, so records (and wheels) of other recipes stay as they were
-        record["runtime_dropped"] = {"names": list(plan.recipe.runtime_drop), "reason": plan.recipe.runtime_drop_reason}
+    record = build_record(plan, key=key, source_digest=inputs.source_digest, toolkit=toolkit,
+                          compiler=inputs.compiler, python=python, log_file=log_file)
     with timed(timings, "finalize"):
         final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
                                build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
@@ -236,13 +237,13 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
             raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
         log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
     log.step("test")
-    tests = TestReport()
     with timed(timings, "test"):
         companions = settings.wheelhouse / ("staging/wheels" if options.stage else "wheels")
-        _run_tests(plan, options, python, inputs.test_python, final, report, tests, workdir, main_wheels=companions)
+        tests = test_stage(plan, options, python, inputs.test_python, final, report, workdir, main_wheels=companions)
     log.step("publish")
-    record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name,
-                  compiler_cache=compiler_cache)  # after finalize: not inside the wheel, which stays reproducible
+    # after finalize: not inside the wheel, which stays reproducible
+    record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
+                          compiler_cache=compiler_cache)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
@@ -250,20 +251,34 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     log.ok(f"{where}: {published} (index: {house.index_url()})")
 
 
-def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
-               report: WheelReport, tests: TestReport, workdir: Path, *, main_wheels: Path | None = None) -> None:
-    from builder.core.errors import TestFailed
+def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolkit | None,
+                 compiler: dict[str, str] | None, python: PythonEnv, log_file: Path) -> BuildRecord:
+    """The build record as finalize writes it into the wheel (model/records.py serialises it)."""
+    drop = plan.recipe.runtime_drop  # absent otherwise, so records (and wheels) of other recipes stay as they were
+    return BuildRecord(
+        builder_version=__version__, cache_key=key, package=plan.recipe.name, version=plan.version,
+        recipe=FileDigest(file=plan.recipe.file.name, sha256=plan.recipe.sha256()),
+        source=SourceDigest(kind=plan.source.kind, location=plan.source.location, sha256=source_digest),
+        patches=tuple(PatchDigest(file=p.name, sha256=p.sha256(), versions=str(p.versions)) for p in plan.patches),
+        cuda=str(plan.cuda), archs=tuple(str(a) for a in plan.target.archs) if toolkit else (),
+        toolchain=toolkit.record() if toolkit else {"kind": "none (pure Python)"}, host_compiler=compiler,
+        python=python.record(), torch_index=plan.index.url,
+        host={"machine": platform.machine(), "system": platform.platform()}, build_log=str(log_file),
+        runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,
+    )
 
+
+def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
+               report: WheelReport, workdir: Path, *, main_wheels: Path | None = None) -> TestReport:
     torch_from = None if python.managed else python
     test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
                               plan.recipe.test_requires, workdir, torch_from=torch_from,
                               find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
-    import_test(test_env, plan.recipe.imports, tests)
-    if options.kernel_tests and not options.stage:
-        kernel_tests(test_env, plan.recipe, report, tests, workdir, quick=options.quick_kernel_tests)
-    else:
-        tests.kernel_status = "skipped"
-        tests.kernel_reason = "staged: kernel tests run at promotion" if options.stage else "--no-kernel-tests"
-    if options.require_kernel_tests and tests.kernel_status != "passed" and not options.stage:
-        raise TestFailed(f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
-                         "run on a GPU that can execute one of the wheel's archs; nothing was published")
+    skip = None
+    if options.stage:
+        skip = "staged: kernel tests run at promotion"
+    elif not options.kernel_tests:
+        skip = "--no-kernel-tests"
+    kernel = KernelTestPlan(skip=skip, quick=options.quick_kernel_tests,
+                            required=options.require_kernel_tests and not options.stage)
+    return run_tests(test_env, plan.recipe, report, workdir, kernel)

@@ -21,6 +21,7 @@ from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
 from builder.core.wheelfile import read_entries
 from builder.model.arch import Arch
+from builder.model.records import BuildRecord
 from builder.stages.finalize import read_build_record, read_metadata
 
 _SM_RE = re.compile(r"\.sm_(\d+[af]?)\.(?:cubin|ptx)")
@@ -42,7 +43,7 @@ class WheelReport:
     tags: tuple[str, ...]
     requires: tuple[str, ...]
     objects: tuple[SharedObject, ...]
-    record: dict[str, object] | None = field(default=None, compare=False)
+    record: BuildRecord | None = field(default=None, compare=False)
 
     @property
     def sass(self) -> set[str]:
@@ -54,7 +55,7 @@ class WheelReport:
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
-        data["record"] = self.record
+        data["record"] = self.record.to_json() if self.record is not None else None
         return data
 
 
@@ -187,8 +188,7 @@ def render_report(report: WheelReport) -> str:
         lines.append("  no shared objects (pure Python)")
     if report.record:
         rec = report.record
-        lines.append(f"  built by: cuda-wheel-builder {rec.get('builder_version')}, toolchain {rec.get('toolchain', {})}")
-        tests = rec.get("tests")
-        if tests:
-            lines.append(f"  tests: {tests}")
+        lines.append(f"  built by: cuda-wheel-builder {rec.builder_version}, toolchain {dict(rec.toolchain)}")
+        if rec.tests:
+            lines.append(f"  tests: {rec.tests.to_json()}")
     return "\n".join(lines)
