@@ -22,6 +22,7 @@ from builder.core.uvtool import run_uv
 from builder.core.wheelfile import read_entries
 from builder.model.arch import Arch
 from builder.stages.finalize import read_build_record, read_metadata
+from builder.stages.repair import PortabilityReport, portability_report
 
 _SM_RE = re.compile(r"\.sm_(\d+[af]?)\.(?:cubin|ptx)")
 
@@ -43,6 +44,7 @@ class WheelReport:
     requires: tuple[str, ...]
     objects: tuple[SharedObject, ...]
     record: dict[str, object] | None = field(default=None, compare=False)
+    portability: PortabilityReport | None = field(default=None, compare=False)  # shown, not stored in records
 
     @property
     def sass(self) -> set[str]:
@@ -55,6 +57,7 @@ class WheelReport:
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["record"] = self.record
+        data.pop("portability", None)
         return data
 
 
@@ -121,6 +124,7 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
         requires=requires,
         objects=tuple(objects),
         record=read_build_record(wheel),
+        portability=portability_report(wheel) if so_names and shutil.which("readelf") else None,
     )
 
 
@@ -185,6 +189,8 @@ def render_report(report: WheelReport) -> str:
             lines.append(f"    needs: {' '.join(obj.needed)}")
     if not report.objects:
         lines.append("  no shared objects (pure Python)")
+    if report.portability is not None:
+        lines.append(report.portability.render())
     if report.record:
         rec = report.record
         lines.append(f"  built by: cuda-wheel-builder {rec.get('builder_version')}, toolchain {rec.get('toolchain', {})}")

@@ -48,7 +48,7 @@ class PortabilityReport:
                      if any(fnmatch.fnmatch(Path(v).name, pat) for pat in FORBIDDEN_VENDORED))
 
     def render(self) -> str:
-        floor = "none (no compiled objects)" if self.glibc_floor is None else "glibc %d.%d" % self.glibc_floor
+        floor = "none (no compiled objects)" if self.glibc_floor is None else "glibc {}.{}".format(*self.glibc_floor)
         return "\n".join([f"  platform: {' '.join(self.platforms)}", f"  glibc floor: {floor}",
                           f"  vendored: {' '.join(self.vendored) or 'nothing'}"])
 

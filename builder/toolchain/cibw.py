@@ -104,7 +104,8 @@ def check_request(req: CibwRequest) -> None:
 
 
 def _torch_index_args(req: CibwRequest) -> list[str]:
-    return ["--index-url", PYPI] + ([] if req.torch_index.rstrip("/") == PYPI else ["--extra-index-url", req.torch_index])
+    extra = [] if req.torch_index.rstrip("/") == PYPI else ["--extra-index-url", req.torch_index]
+    return ["--index-url", PYPI, *extra]
 
 
 def prefetch_argv(req: CibwRequest) -> list[str]:
@@ -176,7 +177,7 @@ def cibuildwheel_argv(req: CibwRequest) -> list[str]:
 def process_env(req: CibwRequest) -> dict[str, str]:
     """cibuildwheel's own environment: what it needs to run the engine, the settings, the passed build env."""
     host = {k: os.environ[k] for k in _HOST_VARS if k in os.environ}
-    return {**host, **req.engine_env, **req.build_env, **cibw_settings(req)}
+    return {**host, "PYTHONUNBUFFERED": "1", **req.engine_env, **req.build_env, **cibw_settings(req)}
 
 
 def command_line(req: CibwRequest) -> str:
@@ -220,6 +221,7 @@ def build_with_cibuildwheel(req: CibwRequest) -> CibwResult:
         assert proc.stdout is not None
         for text in proc.stdout:
             out.write(text)
+            out.flush()
             if text.startswith(("    + ", "Repairing", "Building", "Running", "✓")):
                 update(text.strip()[:120])
         code = proc.wait()
@@ -233,8 +235,8 @@ def build_with_cibuildwheel(req: CibwRequest) -> CibwResult:
 
 
 def _last_error(log_file: Path) -> str:
-    lines = [l.strip() for l in log_file.read_text(errors="replace").splitlines() if l.strip()]
-    for l in reversed(lines):
-        if l.lower().startswith(("error", "cibuildwheel: error")) or "Error:" in l:
-            return l[:300]
+    lines = [t.strip() for t in log_file.read_text(errors="replace").splitlines() if t.strip()]
+    for text in reversed(lines):
+        if text.lower().startswith(("error", "cibuildwheel: error")) or "Error:" in text:
+            return text[:300]
     return lines[-1][:300] if lines else "no output"
