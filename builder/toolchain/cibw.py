@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -149,7 +151,9 @@ def cibw_settings(req: CibwRequest) -> dict[str, str]:
         "CUDA_HOME": CONTAINER_CUDA_HOME,
         "PATH": f"{CONTAINER_CUDA_HOME}/bin:$PATH",
         "UV_CACHE_DIR": str(req.uv_cache),
-        "UV_LINK_MODE": "copy",  # the cache is a bind mount: uv cannot hard-link across it
+        # the cache is a bind mount (uv cannot hard-link across it) and the container is thrown away after one
+        # build, so torch's 5 GiB are linked into the interpreter, not copied; the cache must outlive the build only
+        "UV_LINK_MODE": "symlink",
         "UV_NO_PROGRESS": "1",
     }
     return {
@@ -190,10 +194,18 @@ def prefetch(req: CibwRequest) -> float:
     req.wheels_dir.mkdir(parents=True, exist_ok=True)
     req.uv_cache.mkdir(parents=True, exist_ok=True)
     argv = prefetch_argv(req)
+    # one marker per set of pins: the same request later reuses what was fetched (no index is asked again)
+    key = hashlib.sha256(json.dumps(argv[1:]).encode()).hexdigest()[:16]
+    marker = req.wheels_dir / f".fetched-{key}"
+    if marker.exists():
+        log.info(f"torch=={req.torch} and the build requirements: already in {req.wheels_dir}")
+        return 0.0
     log.command(argv)
     start = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
+    if result.returncode == 0:
+        marker.write_text(shlex.join(argv) + "\n")
+    else:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
         raise ToolchainError(f"fetching torch=={req.torch} for CPython {req.python} failed: {tail}",
                              f"is torch {req.torch} for cp{req.tag[2:]} manylinux x86_64 on {req.torch_index}?")
@@ -206,7 +218,11 @@ def build_with_cibuildwheel(req: CibwRequest) -> CibwResult:
     if shutil.which(req.engine, path=req.engine_env.get("PATH") or os.environ.get("PATH")) is None:
         raise ToolchainError(f"cibuildwheel needs the {req.engine} command, which is not on PATH",
                              f"install {req.engine}, or build with --toolchain pip/host")
-    fetched = prefetch(req)
+    from filelock import FileLock
+
+    req.cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(req.cache_dir / "prefetch.lock")):  # builds sharing the cache fetch one at a time
+        fetched = prefetch(req)
     req.out_dir.mkdir(parents=True, exist_ok=True)
     req.log_file.parent.mkdir(parents=True, exist_ok=True)
     before = set(req.out_dir.glob("*.whl"))
