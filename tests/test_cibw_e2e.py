@@ -100,6 +100,9 @@ def two_builds(engine_conf: Path, standin_image: str, tmp_path_factory: pytest.T
         results[run] = (req, build_with_cibuildwheel(req), time.monotonic() - start)
         print(f"\n[cibw e2e] {run} build: {results[run][2]:.0f}s (prefetch {results[run][1].prefetch_seconds:.0f}s, "
               f"cibuildwheel {results[run][1].build_seconds:.0f}s): {results[run][1].wheel.name}")
+        steps = [line.strip() for line in req.log_file.read_text().splitlines()
+                 if line.lstrip().startswith(("Prepared ", "Installed ", "✓ ", "+ sh -c", "+ python -m build"))]
+        print("\n".join(f"[cibw e2e]   {line[:160]}" for line in steps))
     print(f"[cibw e2e] command line: {results['first'][1].command_line}")
     return {"base": base, **results}
 
