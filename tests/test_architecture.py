@@ -61,7 +61,6 @@ def layer_of(module: str) -> int | None:
 KNOWN: set[str] = {
     "builder.toolchain.container imports builder.stages.pyenv",
     "builder.toolchain.container imports builder.stages.compile",
-    "builder.stages.plan imports builder.stages.source",
     "builder.farm.run imports _python_env",
     "builder.toolchain.container imports _PROBE",
     "builder.toolchain.container imports _RELEASE_RE",

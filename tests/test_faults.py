@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import PublishError
+from builder.core.fsutil import sha256_file
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
 from builder.stages.finalize import finalize_wheel
-from builder.stages.source import SourceRef, fetch, sha256_file
+from builder.stages.resolve import SourceRef
+from builder.stages.source import fetch
 from tests.conftest import ROOT
 
 
@@ -132,7 +134,8 @@ def test_sigkill_during_download_then_recovery(tmp_path: Path) -> None:
         import sys; sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
         from builder.core.settings import Settings
-        from builder.stages.source import SourceRef, fetch
+        from builder.stages.resolve import SourceRef
+        from builder.stages.source import fetch
         s = Settings(cache_dir=Path({str(cache)!r}), wheelhouse=Path("/nonexistent"), recipes_dir=Path("."), patches_dir=Path("."))
         fetch(SourceRef("url", {url!r}, "pkg-1.0.tar.gz", {digest!r}), s)
     """)

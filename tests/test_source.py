@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ChecksumError, SourceError
+from builder.core.fsutil import sha256_file
 from builder.core.settings import Settings
 from builder.stages import source
-from builder.stages.source import SourceRef, fetch, safe_extract_tar, safe_extract_zip, sha256_file, unpack
+from builder.stages.resolve import SourceRef
+from builder.stages.source import fetch, safe_extract_tar, safe_extract_zip, unpack
 
 
 def make_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:

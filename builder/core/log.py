@@ -62,45 +62,49 @@ class Log:
         shows it is alive); with ``each_change`` every new detail is printed at once too (one line per compile
         step: the caller passes only step changes).
         """
-        prefix = _prefix.get()
-        start = time.monotonic()
-        detail = ""
-        done = threading.Event()
-
-        def line() -> str:
-            short = detail if len(detail) <= DETAIL_CHARS else detail[:DETAIL_CHARS - 1] + "…"
-            return f"{text}: {short}" if short else text
-
         if self.console.is_terminal and not self.quiet:
-            with self.console.status(escape(prefix + text)) as spinner:
-                def show() -> None:
-                    spinner.update(escape(f"{prefix}{line()}  {elapsed(time.monotonic() - start)}"))
+            with self._spinner(text) as update:
+                yield update
+        else:
+            with self._plain_status(text, heartbeat_s, each_change) as update:
+                yield update
 
-                def tick() -> None:
-                    while not done.wait(1.0):
-                        show()
+    @contextmanager
+    def _spinner(self, text: str) -> Iterator[Callable[[str], None]]:
+        """A terminal's status line whose clock ticks every second."""
+        prefix, start, detail, done = _prefix.get(), time.monotonic(), "", threading.Event()
+        with self.console.status(escape(prefix + text)) as spinner:
+            def show() -> None:
+                spinner.update(escape(f"{prefix}{_status_line(text, detail)}  {elapsed(time.monotonic() - start)}"))
 
-                def update(new: str) -> None:
-                    nonlocal detail
-                    detail = new
+            def tick() -> None:
+                while not done.wait(1.0):
                     show()
 
-                ticker = threading.Thread(target=tick, daemon=True)
-                ticker.start()
-                try:
-                    yield update
-                finally:
-                    done.set()
-                    ticker.join()
-            return
+            def update(new: str) -> None:
+                nonlocal detail
+                detail = new
+                show()
+
+            ticker = threading.Thread(target=tick, daemon=True)
+            ticker.start()
+            try:
+                yield update
+            finally:
+                done.set()
+                ticker.join()
+
+    @contextmanager
+    def _plain_status(self, text: str, heartbeat_s: float, each_change: bool) -> Iterator[Callable[[str], None]]:
+        """Plain lines for logs: the text once, then a line per change (each_change) or heartbeat."""
+        start, detail, done, lock = time.monotonic(), "", threading.Event(), threading.Lock()
         self.info(text)
         printed = time.monotonic()
-        lock = threading.Lock()
 
         def emit() -> None:
             nonlocal printed
             printed = time.monotonic()
-            self.info(f"{line()} ({elapsed(printed - start)})")
+            self.info(f"{_status_line(text, detail)} ({elapsed(printed - start)})")
 
         def update(new: str) -> None:
             nonlocal detail
@@ -123,6 +127,11 @@ class Log:
         finally:
             done.set()
             beat.join()
+
+
+def _status_line(text: str, detail: str) -> str:
+    short = detail if len(detail) <= DETAIL_CHARS else detail[:DETAIL_CHARS - 1] + "…"
+    return f"{text}: {short}" if short else text
 
 
 DETAIL_CHARS = 120  # a status detail longer than this is cut (raw output lines; compile steps are short)

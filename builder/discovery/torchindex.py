@@ -49,6 +49,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
 
@@ -423,11 +424,11 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         try:
             listing = read_index(name, url, known=_known(cached, snapshot))
         except (OSError, urllib.error.URLError, ValueError) as e:
-            _atomic_write(unreachable, _now())
+            atomic_write(unreachable, _now())
             log.warning(f"torch index {url} not readable ({e}); using "
                         + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
-            _atomic_write(path, json.dumps(_to_json(listing), indent=1))
+            atomic_write(path, json.dumps(_to_json(listing), indent=1))
             unreachable.unlink(missing_ok=True)
             return listing
     if cached is not None:
@@ -477,12 +478,6 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
     return Listing(name, url, ordered, "index", now)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _cuda_sort(cuda: str) -> tuple[int, Version]:
     return (1, Version(cuda)) if cuda[:1].isdigit() else (0, Version("0"))
 
@@ -523,7 +518,7 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
                         + ("the cached list" if cached else "the shipped snapshot"))
         else:
             now = _now()
-            _atomic_write(path, json.dumps({"versions": list(versions), "read_at": now}))
+            atomic_write(path, json.dumps({"versions": list(versions), "read_at": now}))
             return versions, f"{PYPI_SIMPLE}/{TOOLKIT_PROJECT} at {now}"
     if cached:
         return tuple(cached["versions"]), f"cache of {cached['read_at']}"
@@ -586,5 +581,5 @@ def write_snapshot_file(listings: list[Listing], toolkits: tuple[str, ...], path
             "written_at": _now(), "indexes": [_to_json(listing) for listing in listings],
             "cuda_toolkit": {"versions": list(toolkits), "read_at": _now(), "url": f"{PYPI_SIMPLE}/{TOOLKIT_PROJECT}"}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps(data, indent=1) + "\n")
+    atomic_write(path, json.dumps(data, indent=1) + "\n")
     return path

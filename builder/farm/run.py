@@ -446,7 +446,7 @@ Releases = Callable[[str, Settings], Iterable[str]]
 
 
 def pypi_versions(name: str, settings: Settings) -> list[str]:
-    from builder.stages.source import pypi_releases
+    from builder.stages.resolve import pypi_releases
 
     return list(pypi_releases(name, settings))
 
@@ -523,7 +523,7 @@ def _versions(farm: Farm, entry: FarmEntry, recipe: Recipe, settings: Settings, 
     if entry.source is not None or not _from_pypi(entry, recipe):
         if entry.newest is not None:
             raise fail("newest", "needs a PyPI source", f"{recipe.name} builds from a local path or git; pin 'versions'")
-        from builder.stages.source import local_version
+        from builder.stages.resolve import local_version
 
         location = entry.source or (str(recipe.source.path) if recipe.source.path else None)
         found = local_version(Path(location)) if location and "://" not in location and not location.startswith("git+") else None
@@ -553,7 +553,7 @@ def _valid(text: str) -> bool:
 
 
 def _check_local_source(fail: Callable[..., FarmError], field_name: str, location: str, version: str) -> None:
-    from builder.stages.source import local_version
+    from builder.stages.resolve import local_version
 
     path = Path(location)
     if not path.exists():
@@ -705,8 +705,8 @@ class Identity:
 
 def identity(target: FarmTarget, settings: Settings) -> Identity:
     from builder.core.errors import SourceError
+    from builder.core.fsutil import sha256_file, tree_digest
     from builder.stages.plan import make_plan
-    from builder.stages.source import sha256_file, tree_digest
 
     target_settings = target.settings(settings)
     try:  # the release list expand() fetched is in the cache: no request per target

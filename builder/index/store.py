@@ -29,10 +29,11 @@ import os
 import shutil
 import time
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import BinaryIO
 
 from filelock import FileLock
 from packaging.utils import (
@@ -43,9 +44,9 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import BuilderError, PublishError
+from builder.core.fsutil import sha256_file
 from builder.core.log import log
 from builder.core.wheelfile import dist_info_dir
-from builder.stages.source import sha256_file
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -72,22 +73,24 @@ def wheel_label(filename: str) -> str | None:
     return parse_wheel_filename(filename)[1].local
 
 
-def check_wheel(wheel: Path) -> bytes:
-    """The wheel's METADATA bytes, after checking that its Name and Version agree with the file name."""
+def check_wheel(wheel: Path, filename: str | None = None) -> bytes:
+    """The wheel's METADATA bytes, after checking that its Name and Version agree with the file name (``filename``
+    when the bytes are in a temp file)."""
+    shown = filename or wheel.name
     try:
-        name, version, _, _ = parse_wheel_filename(wheel.name)
+        name, version, _, _ = parse_wheel_filename(shown)
     except InvalidWheelFilename as e:
-        raise PublishError(f"refusing to publish {wheel.name}: not a valid wheel file name ({e})") from e
+        raise PublishError(f"refusing to publish {shown}: not a valid wheel file name ({e})") from e
     try:
         with zipfile.ZipFile(wheel) as zf:  # read METADATA alone: wheels can be hundreds of MB
             names = {info.filename: b"" for info in zf.infolist() if not info.is_dir()}
-            data = zf.read(f"{dist_info_dir(names, wheel.name)}/METADATA")
+            data = zf.read(f"{dist_info_dir(names, shown)}/METADATA")
     except KeyError:
-        raise PublishError(f"refusing to publish {wheel.name}: it has no .dist-info/METADATA") from None
+        raise PublishError(f"refusing to publish {shown}: it has no .dist-info/METADATA") from None
     except BuilderError as e:
-        raise PublishError(f"refusing to publish {wheel.name}: {e.message}") from e
+        raise PublishError(f"refusing to publish {shown}: {e.message}") from e
     except (zipfile.BadZipFile, OSError) as e:
-        raise PublishError(f"refusing to publish {wheel.name}: not a readable wheel ({e})") from e
+        raise PublishError(f"refusing to publish {shown}: not a readable wheel ({e})") from e
     headers = HeaderParser().parsestr(data.decode("utf-8", "replace"))
     meta_name, meta_version = headers.get("Name"), headers.get("Version")
     try:
@@ -96,13 +99,13 @@ def check_wheel(wheel: Path) -> bytes:
         parsed = None
     if parsed != version:
         raise PublishError(
-            f"refusing to publish {wheel.name}: its METADATA says Version: {meta_version} "
+            f"refusing to publish {shown}: its METADATA says Version: {meta_version} "
             f"but the file name says {version}",
             "rebuild it so that both agree (finalize_wheel rewrites the name and METADATA together)",
         )
     if canonicalize_name(meta_name or "") != canonicalize_name(name):
         raise PublishError(
-            f"refusing to publish {wheel.name}: its METADATA says Name: {meta_name} but the file name says {name}",
+            f"refusing to publish {shown}: its METADATA says Name: {meta_name} but the file name says {name}",
             "rebuild it so that both agree",
         )
     return data
@@ -118,6 +121,28 @@ class Entry:
     record: dict | None
     has_log: bool
     sha256: str | None = None  # known already (a wheel being published); else hashed or read from the pages
+
+
+@dataclass(frozen=True)
+class Restored:
+    """One wheel of a published wheelhouse as ``builder index pull`` restores it: what its pages say (sha256,
+    size, upload time) and the small files beside it, already fetched and verified (builder/index/mirror.py)."""
+
+    filename: str
+    sha256: str
+    size: int
+    mtime_ns: int | None  # the page's upload-time: kept, so the re-rendered pages say what the published ones say
+    metadata: bytes
+    record: dict | None
+    log: bytes | None
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    fetched: tuple[str, ...]
+    kept: tuple[str, ...]
+    removed: tuple[str, ...]
+    extra: tuple[str, ...]  # local wheels the published index does not hold, left in place (delete=False)
 
 
 class Transaction:
@@ -153,6 +178,18 @@ class Transaction:
         self.moves.append((tmp, final))
         with open(source, "rb") as src, open(tmp, "xb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.chmod(tmp, 0o644)
+        return tmp
+
+    def put_stream(self, final: Path, write: Callable[[BinaryIO], None]) -> Path:
+        """A temp file for ``final`` filled by ``write`` (a download): fsynced, committed like the others."""
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_path(final)
+        self.moves.append((tmp, final))
+        with open(tmp, "xb") as dst:
+            write(dst)
             dst.flush()
             os.fsync(dst.fileno())
         os.chmod(tmp, 0o644)
@@ -378,6 +415,75 @@ class Wheelhouse:
             if not (self.root / JOURNAL).exists():
                 txn.abort()
             raise
+
+    def restore(self, wheels: list[Restored], download: Callable[[Restored, BinaryIO], None], *,
+                delete: bool = False) -> RestoreResult:
+        """Make this wheelhouse hold ``wheels`` (a published index, ``builder index pull``) in one transaction.
+
+        A wheel already here with the published sha256 is kept; any other is written by ``download`` (which
+        verifies what it writes) into a temp file of the transaction, so a kill or a refused download leaves the
+        old state. Sidecars, records and logs are written likewise; the pages are rendered from the new state.
+        Local wheels the published index does not hold are removed with ``delete``, else kept."""
+        published = {w.filename for w in wheels}
+        txn = Transaction(self.root)
+        fetched, kept = [], []
+        try:
+            with self.lock():
+                self._recover()
+                present = {e.filename: e for e in self._entries()}
+                entries = []
+                for wheel in wheels:
+                    final = self.wheels / wheel.filename
+                    old = present.get(wheel.filename)
+                    if old and old.data.stat().st_size == wheel.size and sha256_file(old.data) == wheel.sha256:
+                        data = old.data
+                        kept.append(wheel.filename)
+                    else:
+                        data = txn.put_stream(final, lambda f, w=wheel: download(w, f))
+                        fetched.append(wheel.filename)
+                    if wheel.mtime_ns is not None:
+                        os.utime(data, ns=(wheel.mtime_ns, wheel.mtime_ns))
+                    if check_wheel(data, wheel.filename) != wheel.metadata:
+                        raise PublishError(f"refusing to restore {wheel.filename}: its .metadata sidecar is not "
+                                           "the wheel's METADATA", "run `builder index rebuild` where it is published")
+                    entries.append(self._restored_entry(txn, wheel, data))
+                extra = sorted(set(present) - published)
+                if delete:
+                    for name in extra:
+                        txn.deletes += [self.wheels / name, self.wheels / f"{name}.metadata",
+                                        self.records / f"{name}.json", self.logs / f"{name}.log"]
+                else:
+                    entries += [present[name] for name in extra]
+                self._commit(txn, sorted(entries, key=lambda e: e.filename), "restoring the published index into")
+        except OSError as e:
+            txn.abort()
+            raise PublishError(f"restoring the published index into {self.root} failed: {e}; nothing was changed",
+                               "free space (or fix the permissions) and pull again") from e
+        except BaseException:
+            if not (self.root / JOURNAL).exists():
+                txn.abort()
+            raise
+        return RestoreResult(tuple(fetched), tuple(kept), tuple(extra) if delete else (),
+                             () if delete else tuple(extra))
+
+    def _restored_entry(self, txn: Transaction, wheel: Restored, data: Path) -> Entry:
+        """Stage the sidecar, record and log of a restored wheel where they differ from what is here."""
+        sidecar = self.wheels / f"{wheel.filename}.metadata"
+        if not sidecar.is_file() or sidecar.read_bytes() != wheel.metadata:
+            sidecar = txn.put_bytes(sidecar, wheel.metadata)
+        record_path = self.records / f"{wheel.filename}.json"
+        if wheel.record is not None:
+            record_bytes = _record_bytes(wheel.record)
+            if not record_path.is_file() or record_path.read_bytes() != record_bytes:
+                txn.put_bytes(record_path, record_bytes)
+        else:
+            txn.deletes.append(record_path)
+        log_path = self.logs / f"{wheel.filename}.log"
+        if wheel.log is None:
+            txn.deletes.append(log_path)
+        elif not log_path.is_file() or log_path.read_bytes() != wheel.log:
+            txn.put_bytes(log_path, wheel.log)
+        return Entry(wheel.filename, data, sidecar, wheel.record, wheel.log is not None, wheel.sha256)
 
     def find_record(self, cache_key: str) -> tuple[Path, dict[str, object]] | None:
         """A published wheel built from exactly these inputs (the "unchanged, skip" check), verified: its bytes

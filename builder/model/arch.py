@@ -22,6 +22,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.core.errors import UsageError
+from builder.core.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from builder.core.settings import Settings
@@ -146,9 +147,7 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
     if cache is not None:
         known[key] = {"sass": list(sass), "ptx": list(ptx), "source": source,
                       "release": release.group(1) if release else None}
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(known, indent=1))
-        os.replace(tmp, cache)
+        atomic_write(cache, json.dumps(known, indent=1))
     return ArchSupport(sass, ptx, source)
 
 

@@ -149,10 +149,10 @@ def find_recipe(name: str, recipes_dir: Path) -> Path:
     raise RecipeError(f"no recipe for package {name!r} in {recipes_dir}", hint)
 
 
-def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
-    """Parse and validate one recipe file."""
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The recipe file's TOML; every way it can fail is one RecipeError naming the file."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise RecipeError(f"{path}: recipe file not found") from e
     except IsADirectoryError as e:
@@ -164,6 +164,11 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         raise RecipeError(f"{path}: cannot be read ({e.strerror or e})") from e
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{path}: not valid TOML: {e}") from e
+
+
+def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
+    """Parse and validate one recipe file."""
+    data = _read_toml(path)
     checker = TomlChecker(path)
     checker.keys(data, _TOP, "")
     name = checker.required(data, "name", "")
@@ -178,27 +183,15 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     source = _load_source(checker, data.get("source", {}), path)
     build = data.get("build", {})
     checker.keys(build, _BUILD, "build")
-    env = build.get("env", {})
-    for key, value in env.items():
-        if not isinstance(value, str):
-            checker.fail(f"build.env.{key}", f"must be a string, not {type(value).__name__}")
+    env = _string_table(checker, build, "build")
     patches_root = (patches_dir or default_patches_dir(path.parent.parent)) / path.parent.name
     patches = tuple(
         _load_patch(checker, item, f"patch[{i}]", patches_root) for i, item in enumerate(data.get("patch", []))
     )
     test = data.get("test", {})
     checker.keys(test, _TEST, "test")
-    kernel_tests = test.get("kernel-tests")
-    kernel_path = path.parent / kernel_tests if kernel_tests else None
-    if kernel_path is not None and not kernel_path.is_file():
-        checker.fail("test.kernel-tests", f"file {kernel_path} does not exist")
-    timeout_s = test.get("kernel-tests-timeout", DEFAULT_KERNEL_TESTS_TIMEOUT_S)
-    if timeout_s <= 0:
-        checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
-    test_env = test.get("env", {})
-    for key, value in test_env.items():
-        if not isinstance(value, str):
-            checker.fail(f"test.env.{key}", f"must be a string, not {type(value).__name__}")
+    kernel_path, timeout_s = _kernel_tests(checker, test, path)
+    test_env = _string_table(checker, test, "test")
     runtime = data.get("runtime", {})
     checker.keys(runtime, _RUNTIME, "runtime")
     drop = _load_drop(checker, runtime)
@@ -224,6 +217,27 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         known_bad=tuple(_load_known_bad(checker, item, f"known-bad[{i}]")
                         for i, item in enumerate(data.get("known-bad", []))),
     )
+
+
+def _string_table(checker: TomlChecker, section: dict[str, Any], where: str) -> dict[str, str]:
+    """``[build] env`` / ``[test] env``: names to string values."""
+    env = section.get("env", {})
+    for key, value in env.items():
+        if not isinstance(value, str):
+            checker.fail(f"{where}.env.{key}", f"must be a string, not {type(value).__name__}")
+    return dict(env)
+
+
+def _kernel_tests(checker: TomlChecker, test: dict[str, Any], path: Path) -> tuple[Path | None, float]:
+    """``[test] kernel-tests`` (a file beside the recipe) and its timeout in seconds."""
+    kernel_tests = test.get("kernel-tests")
+    kernel_path = path.parent / kernel_tests if kernel_tests else None
+    if kernel_path is not None and not kernel_path.is_file():
+        checker.fail("test.kernel-tests", f"file {kernel_path} does not exist")
+    timeout_s = test.get("kernel-tests-timeout", DEFAULT_KERNEL_TESTS_TIMEOUT_S)
+    if timeout_s <= 0:
+        checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
+    return kernel_path, timeout_s
 
 
 def _load_known_bad(checker: TomlChecker, item: Any, where: str) -> KnownBad:

@@ -33,7 +33,7 @@ from builder.model.arch import (
     torch_arch_list,
 )
 from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
-from builder.stages.source import (
+from builder.stages.resolve import (
     SourceRef,
     check_recipe_path,
     local_version,

@@ -1,10 +1,9 @@
-"""The source stage: find upstream versions, fetch an sdist / git checkout / local path into a cache,
+"""The source stage: fetch an sdist / git checkout / local path (a SourceRef from stages/resolve.py) into a cache,
 verify its sha256, and extract it so that no member can land outside the target directory."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import stat
 import subprocess
@@ -14,171 +13,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
-
-from builder.core.errors import ChecksumError, RecipeError, SourceError
+from builder.core.errors import ChecksumError, SourceError
+from builder.core.fsutil import atomic_write, sha256_file, tree_digest
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.model.recipe import Recipe
+from builder.stages.resolve import SourceRef
 
-PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 MAX_UNPACKED_BYTES = 2 * 1024**3  # a decompression bomb stops here
 MAX_MEMBERS = 100_000
-
-
-@dataclass(frozen=True)
-class SourceRef:
-    """One resolved source: ``kind`` is pypi, url, git or path; ``sha256`` is what the file must hash to."""
-
-    kind: str
-    location: str
-    filename: str
-    sha256: str | None
-    git_ref: str | None = None
-
-
-# ---------------------------------------------------------------- version discovery
-
-
-def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
-    """Versions on PyPI that have an sdist, with its URL and sha256; cached for ``--offline``."""
-    cache_file = settings.cache("index") / f"{canonicalize_name(name)}.json"
-    data = None
-    if not settings.offline:
-        try:
-            with urllib.request.urlopen(PYPI_JSON.format(name=name), timeout=60) as response:
-                data = json.load(response)
-            _atomic_write(cache_file, json.dumps(data).encode())
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                raise SourceError(f"{name!r} is not on PyPI") from e
-            log.warning(f"PyPI answered {e.code}; using the cached release list")
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            log.warning(f"PyPI unreachable ({e}); using the cached release list")
-    if data is None:
-        if not cache_file.exists():
-            raise SourceError(
-                f"no cached release list for {name!r} and PyPI is not used (offline or unreachable)",
-                "run once online (without --offline) to fill the cache",
-            )
-        data = json.loads(cache_file.read_text())
-    releases: dict[str, SourceRef] = {}
-    for version, files in data.get("releases", {}).items():
-        for f in files:
-            if f.get("packagetype") == "sdist" and not f.get("yanked", False):
-                url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
-                releases[version] = SourceRef("pypi", url, f["filename"], f["digests"]["sha256"])
-    return releases
-
-
-def resolve_version(recipe: Recipe, requested: str | None, available: list[str]) -> str:
-    """Pick the requested version (checked against the recipe's range) or the newest one in range."""
-    if requested is not None:
-        try:
-            wanted = Version(requested)
-        except InvalidVersion as e:
-            raise SourceError(f"--version {requested!r} is not a version number") from e
-        if not recipe.versions.contains(wanted, prereleases=True):
-            raise SourceError(
-                f"{recipe.name} {requested} is outside the recipe's supported range {recipe.versions}",
-                f"supported versions available: {', '.join(_in_range(recipe, available)) or 'none'}",
-            )
-        matches = [v for v in available if Version(v) == wanted]
-        if available and not matches:
-            raise SourceError(
-                f"{recipe.name} {requested} does not exist upstream",
-                f"versions in range: {', '.join(_in_range(recipe, available)) or 'none'}",
-            )
-        return matches[0] if matches else requested
-    if recipe.default_version:
-        return recipe.default_version
-    candidates = _in_range(recipe, available)
-    if not candidates:
-        raise SourceError(f"no upstream version of {recipe.name} is inside {recipe.versions}")
-    return candidates[-1]
-
-
-def local_version(path: Path) -> str | None:
-    """The version a local source tree declares (PKG-INFO, pyproject.toml, or a literal in setup.py)."""
-    import re
-    import tomllib
-
-    if path.is_file():
-        return None
-    pkg_info = path / "PKG-INFO"
-    if pkg_info.exists():
-        for line in pkg_info.read_text(errors="replace").splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
-    pyproject = path / "pyproject.toml"
-    if pyproject.exists():
-        version = tomllib.loads(pyproject.read_text()).get("project", {}).get("version")
-        if version:
-            return str(version)
-    setup_py = path / "setup.py"
-    if setup_py.exists():
-        match = re.search(r"""(?:VERSION|version)\s*=\s*["']([0-9][^"']*)["']""", setup_py.read_text(errors="replace"))
-        if match:
-            return match.group(1)
-    return None
-
-
-def _in_range(recipe: Recipe, available: list[str]) -> list[str]:
-    good = []
-    for v in available:
-        try:
-            if recipe.versions.contains(Version(v)):
-                good.append(v)
-        except InvalidVersion:
-            continue
-    return sorted(good, key=Version)
-
-
-def source_for(recipe: Recipe, version: str, override: str | None, settings: Settings) -> SourceRef:
-    """Where this version's sources come from: ``--source`` first, then the recipe, then PyPI."""
-    recorded = recipe.source.sha256.get(version)
-    location = override
-    if location is None and recipe.source.path is not None:
-        location = str(recipe.source.path)
-    if location is None and recipe.source.git is not None:
-        location = "git+" + recipe.source.git
-    if location is not None:
-        if override is None:
-            check_recipe_path(recipe)
-        return _ref_from_location(location, version, recipe, recorded)
-    releases = pypi_releases(recipe.source.pypi or recipe.name, settings)
-    if version not in releases:
-        raise SourceError(f"{recipe.name} {version} has no sdist on PyPI")
-    ref = releases[version]
-    if recorded and recorded != ref.sha256:
-        raise ChecksumError(
-            f"PyPI's sha256 for {ref.filename} is {ref.sha256}, the recipe records {recorded}",
-            "the upstream file changed: check it, then update source.sha256 in the recipe",
-        )
-    return ref
-
-
-def check_recipe_path(recipe: Recipe) -> None:
-    """A recipe's ``source.path`` must exist; the error names the recipe file and the field."""
-    if recipe.source.path is not None and not recipe.source.path.exists():
-        raise RecipeError(f"{recipe.file}: field 'source.path' names {recipe.source.path}, which does not exist",
-                          "fix the path (relative to the recipe's folder) or give --source")
-
-
-def _ref_from_location(location: str, version: str, recipe: Recipe, recorded: str | None) -> SourceRef:
-    if location.startswith("git+"):
-        url, _, ref = location[4:].partition("@")
-        return SourceRef("git", url, Path(url).name, None, ref or recipe.source.git_ref.format(version=version))
-    if "://" in location:
-        return SourceRef("url", location, location.rsplit("/", 1)[-1], recorded)
-    path = Path(location).expanduser().resolve()
-    if not path.exists():
-        raise SourceError(f"source path {path} does not exist")
-    return SourceRef("path", str(path), path.name, recorded if path.is_file() else None)
 
 
 # ---------------------------------------------------------------- fetching
@@ -233,7 +77,7 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
         tmp.unlink(missing_ok=True)
         raise
     if ref.sha256 is None and first is None:
-        _atomic_write(_first_fetch_file(cached), (digest + "\n").encode())
+        atomic_write(_first_fetch_file(cached), digest + "\n")
         log.warning(f"source {ref.filename}: sha256 {digest} recorded at its first fetch, not verified (the recipe "
                     "records none; add it to source.sha256 to pin it)")
     else:
@@ -530,32 +374,3 @@ def safe_extract_zip(archive: Path, dest: Path) -> None:
             zf.extractall(dest)
     except zipfile.BadZipFile as e:
         raise SourceError(f"{archive.name}: not a readable zip archive: {e}") from e
-
-
-# ---------------------------------------------------------------- hashing helpers
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def tree_digest(root: Path) -> str:
-    """A content hash of a source directory (names and bytes), ignoring VCS and cache folders."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in {".git", "__pycache__", "build", "dist"} or part.endswith(".egg-info") for part in rel.parts):
-            continue
-        if path.is_file() and not path.is_symlink():
-            digest.update(str(rel).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)

@@ -672,7 +672,8 @@ def upstream_sdist(dist: str, version: str, tmp: Path) -> Path:
             return Path(root)
     from builder.core.errors import SourceError
     from builder.core.settings import Settings
-    from builder.stages.source import fetch, pypi_releases, unpack
+    from builder.stages.resolve import pypi_releases
+    from builder.stages.source import fetch, unpack
 
     settings = Settings(cache_dir=tmp / "cache", wheelhouse=tmp / "wh", recipes_dir=tmp, patches_dir=tmp)
     try:

@@ -217,10 +217,10 @@ def bypass_hopper_guard() -> None:
 def load_api(version: Optional[str]) -> Api:
     """Import the installed package (raises if the wheel is broken)."""
     import fla  # noqa: F401
-    import fla.utils as fla_utils
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     import fla.ops.gated_delta_rule.chunk as chunk_mod
     import fla.ops.gated_delta_rule.fused_recurrent as rec_mod
+    import fla.utils as fla_utils
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
     features = detect_features(chunk_gated_delta_rule, fused_recurrent_gated_delta_rule,
                                _module_source(chunk_mod), _module_source(rec_mod), version)

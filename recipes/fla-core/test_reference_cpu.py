@@ -240,7 +240,8 @@ def _upstream_roots(tmp: Path) -> List[Path]:
         return given
     from builder.core.errors import SourceError
     from builder.core.settings import Settings
-    from builder.stages.source import fetch, pypi_releases, unpack
+    from builder.stages.resolve import pypi_releases
+    from builder.stages.source import fetch, unpack
 
     settings = Settings(cache_dir=tmp / "cache", wheelhouse=tmp / "wh", recipes_dir=tmp, patches_dir=tmp)
     try:

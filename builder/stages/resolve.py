@@ -1,0 +1,172 @@
+"""Which version and which source: upstream releases on PyPI, the recipe's range, a --source override.
+
+Part of planning: it runs before anything is fetched, and the plan (and its cache key) holds the SourceRef.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.core.errors import ChecksumError, RecipeError, SourceError
+from builder.core.fsutil import atomic_write
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.model.recipe import Recipe
+
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """One resolved source: ``kind`` is pypi, url, git or path; ``sha256`` is what the file must hash to."""
+
+    kind: str
+    location: str
+    filename: str
+    sha256: str | None
+    git_ref: str | None = None
+
+
+def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
+    """Versions on PyPI that have an sdist, with its URL and sha256; cached for ``--offline``."""
+    cache_file = settings.cache("index") / f"{canonicalize_name(name)}.json"
+    data = None
+    if not settings.offline:
+        try:
+            with urllib.request.urlopen(PYPI_JSON.format(name=name), timeout=60) as response:
+                data = json.load(response)
+            atomic_write(cache_file, json.dumps(data))
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                raise SourceError(f"{name!r} is not on PyPI") from e
+            log.warning(f"PyPI answered {e.code}; using the cached release list")
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            log.warning(f"PyPI unreachable ({e}); using the cached release list")
+    if data is None:
+        if not cache_file.exists():
+            raise SourceError(
+                f"no cached release list for {name!r} and PyPI is not used (offline or unreachable)",
+                "run once online (without --offline) to fill the cache",
+            )
+        data = json.loads(cache_file.read_text())
+    releases: dict[str, SourceRef] = {}
+    for version, files in data.get("releases", {}).items():
+        for f in files:
+            if f.get("packagetype") == "sdist" and not f.get("yanked", False):
+                url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
+                releases[version] = SourceRef("pypi", url, f["filename"], f["digests"]["sha256"])
+    return releases
+
+
+def resolve_version(recipe: Recipe, requested: str | None, available: list[str]) -> str:
+    """Pick the requested version (checked against the recipe's range) or the newest one in range."""
+    if requested is not None:
+        try:
+            wanted = Version(requested)
+        except InvalidVersion as e:
+            raise SourceError(f"--version {requested!r} is not a version number") from e
+        if not recipe.versions.contains(wanted, prereleases=True):
+            raise SourceError(
+                f"{recipe.name} {requested} is outside the recipe's supported range {recipe.versions}",
+                f"supported versions available: {', '.join(_in_range(recipe, available)) or 'none'}",
+            )
+        matches = [v for v in available if Version(v) == wanted]
+        if available and not matches:
+            raise SourceError(
+                f"{recipe.name} {requested} does not exist upstream",
+                f"versions in range: {', '.join(_in_range(recipe, available)) or 'none'}",
+            )
+        return matches[0] if matches else requested
+    if recipe.default_version:
+        return recipe.default_version
+    candidates = _in_range(recipe, available)
+    if not candidates:
+        raise SourceError(f"no upstream version of {recipe.name} is inside {recipe.versions}")
+    return candidates[-1]
+
+
+def local_version(path: Path) -> str | None:
+    """The version a local source tree declares (PKG-INFO, pyproject.toml, or a literal in setup.py)."""
+    import re
+    import tomllib
+
+    if path.is_file():
+        return None
+    pkg_info = path / "PKG-INFO"
+    if pkg_info.exists():
+        for line in pkg_info.read_text(errors="replace").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    pyproject = path / "pyproject.toml"
+    if pyproject.exists():
+        version = tomllib.loads(pyproject.read_text()).get("project", {}).get("version")
+        if version:
+            return str(version)
+    setup_py = path / "setup.py"
+    if setup_py.exists():
+        match = re.search(r"""(?:VERSION|version)\s*=\s*["']([0-9][^"']*)["']""", setup_py.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+    return None
+
+
+def _in_range(recipe: Recipe, available: list[str]) -> list[str]:
+    good = []
+    for v in available:
+        try:
+            if recipe.versions.contains(Version(v)):
+                good.append(v)
+        except InvalidVersion:
+            continue
+    return sorted(good, key=Version)
+
+
+def source_for(recipe: Recipe, version: str, override: str | None, settings: Settings) -> SourceRef:
+    """Where this version's sources come from: ``--source`` first, then the recipe, then PyPI."""
+    recorded = recipe.source.sha256.get(version)
+    location = override
+    if location is None and recipe.source.path is not None:
+        location = str(recipe.source.path)
+    if location is None and recipe.source.git is not None:
+        location = "git+" + recipe.source.git
+    if location is not None:
+        if override is None:
+            check_recipe_path(recipe)
+        return _ref_from_location(location, version, recipe, recorded)
+    releases = pypi_releases(recipe.source.pypi or recipe.name, settings)
+    if version not in releases:
+        raise SourceError(f"{recipe.name} {version} has no sdist on PyPI")
+    ref = releases[version]
+    if recorded and recorded != ref.sha256:
+        raise ChecksumError(
+            f"PyPI's sha256 for {ref.filename} is {ref.sha256}, the recipe records {recorded}",
+            "the upstream file changed: check it, then update source.sha256 in the recipe",
+        )
+    return ref
+
+
+def check_recipe_path(recipe: Recipe) -> None:
+    """A recipe's ``source.path`` must exist; the error names the recipe file and the field."""
+    if recipe.source.path is not None and not recipe.source.path.exists():
+        raise RecipeError(f"{recipe.file}: field 'source.path' names {recipe.source.path}, which does not exist",
+                          "fix the path (relative to the recipe's folder) or give --source")
+
+
+def _ref_from_location(location: str, version: str, recipe: Recipe, recorded: str | None) -> SourceRef:
+    if location.startswith("git+"):
+        url, _, ref = location[4:].partition("@")
+        return SourceRef("git", url, Path(url).name, None, ref or recipe.source.git_ref.format(version=version))
+    if "://" in location:
+        return SourceRef("url", location, location.rsplit("/", 1)[-1], recorded)
+    path = Path(location).expanduser().resolve()
+    if not path.exists():
+        raise SourceError(f"source path {path} does not exist")
+    return SourceRef("path", str(path), path.name, recorded if path.is_file() else None)
