@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -54,7 +53,7 @@ def engine_conf(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.skip(f"no container engine can start here: {tool} is not installed")
     if not LOCAL_TORCH_INDEX.is_dir():
         pytest.skip(f"no local torch index at {LOCAL_TORCH_INDEX}")
-    conf = Path(tempfile.mkdtemp(prefix="cwb-cibw-", dir="/tmp")) / "containers.conf"
+    conf = tmp_path_factory.mktemp("cibw-engine") / "containers.conf"
     conf.write_text(CONTAINERS_CONF)
     return conf
 
