@@ -27,7 +27,7 @@ LAYERS = [
     "cli",
 ]
 # Stage modules in the order the pipeline runs them (the cache key is computed between pyenv and patch).
-STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compile", "finalize",
+STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compile", "repair", "finalize",
                "inspection", "testing"]
 
 
