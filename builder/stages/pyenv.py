@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
 from packaging.version import Version
 
+from builder.core.cachedir import VENV_MARKER, entry_lock
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -119,10 +119,10 @@ def managed_env(
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     root = settings.cache("venvs")
     target = root / f"{host.venv_prefix}-{key}"
-    marker = target / ".builder-env.json"
+    marker = target / VENV_MARKER
     python = target / "bin" / "python"
     seen = {root: True, **index_mounts(index.url)}  # what the probe reads; the install also writes the venvs
-    with FileLock(str(root / f"{host.venv_prefix}-{key}.lock")):
+    with entry_lock(target):
         if marker.exists():
             marker.touch()  # last use, for `builder cache clean --older-than`
             env = probe(python, need_torch=True, host=host, mounts=seen)
