@@ -23,6 +23,7 @@ from builder.stages.compile import (
     failure_tail,
 )
 from builder.stages.pyenv import probe
+from builder.toolchain.base import WheelRequest
 
 SRC = "/root/.cache/cuda-wheel-builder/builds/causal-conv1d-1.7.0-ee07082d17d7/src/causal_conv1d-1.7.0"
 REAL_LINES = [
@@ -120,8 +121,10 @@ def test_backend_warnings_go_to_the_log_not_the_console(tmp_path: Path, capfd) -
     log_file = tmp_path / "build.log"
     with warnings.catch_warnings(record=True) as escaped:  # what Python would print on the CLI's console
         warnings.simplefilter("always")
-        wheel = build_wheel(project, probe(Path(sys.executable), with_torch=False), {"PATH": "/usr/bin:/bin"},
-                            tmp_path / "dist", log_file)
+        python = probe(Path(sys.executable), with_torch=False)
+        request = WheelRequest(source_dir=project, python=python.python, python_version=python.version,
+                               env={"PATH": "/usr/bin:/bin"}, archs=(), out_dir=tmp_path / "dist", log_file=log_file)
+        wheel = build_wheel(request)
     assert wheel.name.startswith("warner-0.1-")
     assert not [str(w.message) for w in escaped], "backend warnings escaped to the console"
     console = capfd.readouterr()

@@ -20,6 +20,7 @@ if __name__ == "__main__":  # run as a script: make `tests.` and `builder` impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from tests.test_index import labelled_wheel
 
 H200_SPEED = [
@@ -76,27 +77,27 @@ def demo_wheelhouse(root: Path) -> Wheelhouse:
         return _fake_so(w, size) if size else w
 
     cp312 = "cp312-cp312-linux_x86_64"
-    house.publish(wheel(CC, "1.7.0", "cu130torch2.11", cp312, 900_000), _record(
+    house.publish(wheel(CC, "1.7.0", "cu130torch2.11", cp312, 900_000), BuildRecord.from_json(_record(
         CC, "1.7.0", "13.0", "2.11.0+cu130", ["90"], ["sm_90"], [],
         {"kernel_status": "passed", "counts": {"passed": 207, "failed": 0, "skipped": 0}, "speed": H200_SPEED,
-         "gpu": "NVIDIA H200"}, log))
-    house.publish(wheel(CC, "1.7.0", "cu130torch2.14", cp312, 1_400_000), _record(
+         "gpu": "NVIDIA H200"}, log)))
+    house.publish(wheel(CC, "1.7.0", "cu130torch2.14", cp312, 1_400_000), BuildRecord.from_json(_record(
         CC, "1.7.0", "13.0", "2.14.1+cu130", ["120"], ["sm_120"], [],
-        {"kernel_status": "skipped", "kernel_reason": NO_GPU}, log))
-    house.publish(wheel(CC, "1.5.2", "cu130torch2.14", cp312, 700_000), _record(
+        {"kernel_status": "skipped", "kernel_reason": NO_GPU}, log)))
+    house.publish(wheel(CC, "1.5.2", "cu130torch2.14", cp312, 700_000), BuildRecord.from_json(_record(
         CC, "1.5.2", "13.0", "2.14.1+cu130", ["120+ptx"], ["sm_120"], ["compute_120"],
-        {"kernel_status": "skipped", "kernel_reason": "wheel has sm_120; GPU 0 is sm_90 (NVIDIA H200)"}, None))
-    house.publish(wheel("fla-core", "0.6.0", "cu130torch2.14", "py3-none-any"), _record(
+        {"kernel_status": "skipped", "kernel_reason": "wheel has sm_120; GPU 0 is sm_90 (NVIDIA H200)"}, None)))
+    house.publish(wheel("fla-core", "0.6.0", "cu130torch2.14", "py3-none-any"), BuildRecord.from_json(_record(
         "fla-core", "0.6.0", "13.0", "2.14.1+cu130", [], [], [],
         {"kernel_status": "passed", "counts": {"passed": 38, "failed": 0, "skipped": 25}, "gpu": "NVIDIA H200",
-         "speed": FLA_SPEED}, None))
+         "speed": FLA_SPEED}, None)))
     staging = house.staging()
-    staging.publish(wheel(CC, "1.7.0", "cu130torch2.11", "cp311-cp311-linux_x86_64", 880_000), _record(
+    staging.publish(wheel(CC, "1.7.0", "cu130torch2.11", "cp311-cp311-linux_x86_64", 880_000), BuildRecord.from_json(_record(
         CC, "1.7.0", "13.0", "2.11.0+cu130", ["90"], ["sm_90"], [],
         {"kernel_status": "failed", "kernel_reason": "23 case(s) failed", "gpu": "NVIDIA H200",
-         "counts": {"passed": 184, "failed": 23, "skipped": 0}}, log))
-    staging.publish(wheel(CC, "1.7.0", "cu128torch2.10", cp312, 1_300_000), _record(
-        CC, "1.7.0", "12.8", "2.10.0+cu128", ["100", "120"], ["sm_100", "sm_120"], [], {}, log))
+         "counts": {"passed": 184, "failed": 23, "skipped": 0}}, log)))
+    staging.publish(wheel(CC, "1.7.0", "cu128torch2.10", cp312, 1_300_000), BuildRecord.from_json(_record(
+        CC, "1.7.0", "12.8", "2.10.0+cu128", ["100", "120"], ["sm_100", "sm_120"], [], {}, log)))
     return house
 
 

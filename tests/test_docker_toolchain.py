@@ -10,7 +10,8 @@ from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
 from builder.toolchain import container as docker_toolchain
 from builder.toolchain import select
-from builder.toolchain.base import CudaToolkit
+from builder.toolchain.base import CudaToolkit, index_mounts
+from builder.toolchain.local import LocalRunner
 
 
 class _Images:
@@ -54,7 +55,7 @@ def test_auto_records_why_the_engine_was_passed_over(monkeypatch: pytest.MonkeyP
     fake = CudaToolkit("host", tmp_path, Version("13.0.88"), "host CUDA")
     monkeypatch.setattr(select, "find_host_toolkit", lambda cuda, env: fake)
     choice = select.select_toolkit("auto", Version("13.0"), Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)}), {})
-    assert choice.toolkit is not None and choice.toolkit.kind == "host" and choice.container is None
+    assert choice.toolkit is not None and choice.toolkit.kind == "host" and isinstance(choice.host, LocalRunner)
     assert choice.toolkit.reason.startswith("auto: a container engine answers at http+docker://fake-engine but neither")
     assert choice.toolkit.reason.endswith("host nvcc is CUDA 13.0.88")
 
@@ -78,8 +79,8 @@ def test_docker_toolkit_record_carries_the_image() -> None:
 def test_a_local_torch_index_is_mounted_read_only_with_its_files() -> None:
     from pathlib import Path
 
-    assert docker_toolchain.index_mounts("file:///opt/pypi-more/simple") == {Path("/opt/pypi-more"): True}
-    assert docker_toolchain.index_mounts("https://download.pytorch.org/whl/cu128") == {}
+    assert index_mounts("file:///opt/pypi-more/simple") == {Path("/opt/pypi-more"): True}
+    assert index_mounts("https://download.pytorch.org/whl/cu128") == {}
 
 
 def test_gpus_are_requested_only_when_present(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,16 +13,13 @@ import pytest
 from builder import __version__
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
-from builder.farm.run import (
-    FarmError,
-    changed_targets,
-    expand,
-    github_matrix,
-    identity,
-    load_farm,
-    record_matches,
-)
+from builder.farm.expand import expand, github_matrix
+from builder.farm.spec import FarmError, load_farm
+from builder.farm.unchanged import changed_targets, known_inputs, record_matches
 from builder.farm.watch import watch
+from builder.model.arch import format_arch_list, parse_arch_list
+from builder.model.cuda import CudaVersion
+from builder.model.records import BuildRecord
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 DEMO = FIXTURES / "farm-demo.toml"
@@ -167,9 +164,10 @@ def test_good_farm_loads_with_defaults_and_overrides(tree: Path) -> None:
     farm = load_farm(write_farm(tree, GOOD))
     demo, pure = farm.entries
     assert demo.newest == 2 and demo.python == ("3.12",) and demo.recipes == tree / "recipes"
-    assert demo.archs == ("120", "90,120+ptx")  # normalised
+    assert demo.archs == (parse_arch_list("120"), parse_arch_list("90,120+ptx"))  # typed, sorted
+    assert [str(c) for c in demo.cuda] == ["12.8", "13.0"] and demo.cuda[0] == CudaVersion((12, 8))
     assert pure.python == ("3.12",) and pure.versions == ("0.2",)
-    assert farm.excludes[1].arch == "90,120+ptx"  # "120+ptx,90" normalised the same way
+    assert farm.excludes[1].arch == parse_arch_list("90,120+ptx")  # "120+ptx,90" normalised the same way
     with pytest.raises(Exception):
         demo.name = "x"  # type: ignore[misc]  (frozen)
 
@@ -180,7 +178,7 @@ def test_good_farm_loads_with_defaults_and_overrides(tree: Path) -> None:
 def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
     farm = load_farm(write_farm(tree, GOOD))
     targets = expand(farm, settings_for(tree), releases=fake_releases)
-    cells = [(t.package, t.version, t.cuda, t.archs, t.python, t.torch) for t in targets]
+    cells = [(t.package, t.version, str(t.cuda), format_arch_list(t.archs), t.python, t.torch) for t in targets]
     assert cells == [
         # newest 2 in range >=1.0,<2 (1.2rc1 is a pre-release, 2.0 outside): 1.4 and 1.1, newest first;
         # exclude[2] drops arch 120 on 12.8, exclude[1] arch 90,120+ptx on 13.0, exclude[0] 1.1 on 12.8
@@ -247,7 +245,7 @@ def test_demo_farm_expands_to_two_packages_two_versions_two_targets() -> None:
     assert len(targets) == 8
     assert {(t.package, t.version) for t in targets} == {
         ("tinyext", "0.1.0"), ("tinyext", "0.2.0"), ("tinyscale", "0.1.0"), ("tinyscale", "0.2.0")}
-    assert {t.archs for t in targets} == {"90,120"} and {t.python for t in targets} == {"3.11", "3.12"}
+    assert {format_arch_list(t.archs) for t in targets} == {"90,120"} and {t.python for t in targets} == {"3.11", "3.12"}
     by_id = {t.id: t for t in targets}
     assert by_id["tinyext-0.2.0-cu130-sm90_120-py3.11-torch2.14.1"].source == str(FIXTURES / "farm" / "tinyext-0.2.0")
     assert by_id["tinyext-0.1.0-cu130-sm90_120-py3.12-torch2.14.1"].source is None  # the recipe's own
@@ -337,25 +335,26 @@ def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path)
 # ---------------------------------------------------------------- what the wheelhouse holds: matrix --changed
 
 
-def _record_for(target, ident, **over) -> dict:
+def _record_for(target, ident, **over) -> BuildRecord:
     record = {
         "builder_version": __version__, "cache_key": "k" * 64, "package": target.package, "version": target.version,
-        "recipe": {"file": "recipe.toml", "sha256": ident.recipe_sha256},
-        "source": {"kind": "path", "location": "x", "sha256": ident.source_sha256},
+        "recipe": {"file": "recipe.toml", "sha256": ident.recipe},
+        "source": {"kind": "path", "location": "x", "sha256": ident.source},
         "patches": [{"file": n, "sha256": s, "versions": ">=0.1,<1"} for n, s in ident.patches],
-        "cuda": target.cuda, "archs": target.archs.split(","), "toolchain": {"kind": "host", "nvcc": "13.0.88"},
+        "cuda": str(target.cuda), "archs": [str(a) for a in target.archs], "toolchain": {"kind": "host", "nvcc": "13.0.88"},
         "python": {"python": "/x/bin/python", "version": "3.11", "torch": "2.14.1+cu130", "torch_cuda": "13.0"},
-        "torch_index": ident.index_url,
+        "torch_index": ident.index,
     }
     record.update(over)
-    return record
+    return BuildRecord.from_json(record)
 
 
-def _publish_fake(house: Path, wheel_name: str, record: dict) -> None:
+def _publish_fake(house: Path, wheel_name: str, record: BuildRecord | dict) -> None:
     (house / "wheels").mkdir(parents=True, exist_ok=True)
     (house / "records").mkdir(parents=True, exist_ok=True)
     (house / "wheels" / wheel_name).write_bytes(b"not really a wheel")
-    (house / "records" / f"{wheel_name}.json").write_text(json.dumps(record))
+    (house / "records" / f"{wheel_name}.json").write_bytes(record.file_bytes() if isinstance(record, BuildRecord)
+                                                          else json.dumps(record).encode())
 
 
 def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) -> None:
@@ -363,8 +362,8 @@ def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) 
     targets = expand(load_farm(DEMO), settings)
     assert changed_targets(targets, settings) == targets  # empty wheelhouse: everything
     first, second = targets[0], targets[1]
-    ident = identity(first, settings)
-    assert ident.source_sha256 and len(ident.patches) == 1 and ident.index_url == "https://pypi.org/simple"
+    ident = known_inputs(first, settings)
+    assert ident.source and len(ident.patches) == 1 and ident.index == "https://pypi.org/simple"
     _publish_fake(tmp_path / "wheelhouse", "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl",
                   _record_for(first, ident))
     changed = changed_targets(targets, settings)
@@ -374,7 +373,7 @@ def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) 
                  {"source": {"sha256": "1" * 64}}, {"python": {"version": "3.12.1", "torch": "2.14.1"}},
                  {"archs": ["120"]}, {"torch_index": "file:///opt/pypi-more/simple"}, {"cuda": "12.8"}):
         assert not record_matches(_record_for(first, ident, **over), first, ident), over
-    assert not record_matches(_record_for(first, ident), second, identity(second, settings))  # Python 3.12
+    assert not record_matches(_record_for(first, ident), second, known_inputs(second, settings))  # Python 3.12
 
 
 # ---------------------------------------------------------------- builder watch

@@ -115,10 +115,10 @@ def test_pipeline_unchanged_decision_in_a_worker_is_reported_as_unchanged(
     farm: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without the farm's up-front check the worker's run_build decides: still "unchanged", still no compile."""
-    import builder.farm.run
+    import builder.farm.unchanged
     from builder.cli.main import main
 
-    monkeypatch.setattr(builder.farm.run, "find_unchanged", lambda *a, **k: {})
+    monkeypatch.setattr(builder.farm.unchanged, "find_unchanged", lambda *a, **k: {})
     for key, value in farm["env"].items():
         monkeypatch.setenv(key, value)
     log_dir = farm["base"] / "worker"
@@ -144,7 +144,9 @@ def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monk
     """The cache key names the host C++ compiler: with $CXX pointing at another compiler (a wrapper that reports
     another version) the built target is no longer "unchanged"; with CFLAGS added neither; as before, it is."""
     from builder.core.settings import Settings
-    from builder.farm.run import expand, find_unchanged, load_farm
+    from builder.farm.expand import expand
+    from builder.farm.spec import load_farm
+    from builder.farm.unchanged import find_unchanged
 
     for var, value in farm["env"].items():
         monkeypatch.setenv(var, value)
@@ -165,3 +167,44 @@ def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monk
     assert TINYEXT in find_unchanged(targets, settings)
     record = json.loads(next((farm["base"] / "wheelhouse" / "records").glob("tinyext-*.json")).read_text())
     assert record["host_compiler"]["cxx"].startswith("/") and "--version" not in record["host_compiler"]["cxx"]
+
+
+def test_a_new_input_is_seen_by_the_build_the_farm_check_and_matrix_changed(
+    farm: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stages/inputs.py is the one definition of a target's inputs: one more field in TargetInputs (a stand-in
+    for a future input) and the build, the farm's up-front check and `matrix --changed` all stop calling the
+    built target unchanged. The build is stopped where it would start compiling (a stand-in for _build_in)."""
+    import builder.pipeline.run
+    from builder.core.settings import Settings
+    from builder.farm.expand import expand
+    from builder.farm.spec import load_farm
+    from builder.farm.unchanged import changed_targets, find_unchanged
+    from builder.pipeline.run import BuildOptions, run_build
+    from tests.test_inputs import add_new_input
+
+    for var, value in farm["env"].items():
+        monkeypatch.setenv(var, value)
+    for var in ("CXX", "CC", "NVCC_CCBIN", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS"):
+        monkeypatch.delenv(var, raising=False)
+    settings = Settings.from_env(os.environ)
+    targets = [t for t in expand(load_farm(farm["base"] / "farm.toml"), settings) if t.id == TINYEXT]
+
+    def build() -> str:
+        return run_build(targets[0].to_target(1), targets[0].settings(settings), BuildOptions(kernel_tests=False)).status
+
+    assert build() == "unchanged"
+    assert TINYEXT in find_unchanged(targets, settings) and changed_targets(targets, settings) == []
+
+    class WouldBuild(Exception):
+        pass
+
+    def would_build(*args: object, **kwargs: object) -> None:
+        raise WouldBuild
+
+    add_new_input(monkeypatch, "one")
+    monkeypatch.setattr(builder.pipeline.run, "_build_in", would_build)
+    with pytest.raises(WouldBuild):
+        build()
+    assert find_unchanged(targets, settings) == {}
+    assert changed_targets(targets, settings) == targets

@@ -12,8 +12,10 @@ import pytest
 
 from builder.core.settings import Settings
 from builder.discovery.torchindex import PYPI_SIMPLE, load_snapshot
-from builder.farm.run import FarmError, expand, load_farm
+from builder.farm.expand import expand
+from builder.farm.spec import FarmError, load_farm
 from builder.farm.watch import watch_torch
+from builder.model.arch import format_arch_list
 from tests.test_torchindex import fixture_index  # noqa: F401 - the fixture
 
 RECIPE = """
@@ -67,7 +69,7 @@ def test_torch_newest_takes_the_newest_minors_per_cuda(tree: Path) -> None:
     targets = expand(farm, _settings(tree), releases=_releases)
     by_cuda: dict[str, list[str]] = {}
     for t in targets:
-        by_cuda.setdefault(t.cuda, []).append(t.torch)
+        by_cuda.setdefault(str(t.cuda), []).append(t.torch)
     assert by_cuda["13.0"] == _snapshot_newest("13.0", 2) and len(by_cuda["13.0"]) == 2
     assert by_cuda["13.2"] == _snapshot_newest("13.2", 2)
     assert "2.15.0" in by_cuda["13.2"]  # PyPI's CUDA 13.2 build, with no table edited
@@ -85,7 +87,7 @@ def test_archs_where_supported_trims_per_cuda(tree: Path) -> None:
     assert "archs-where-supported = true" in (info.value.hint or "")
     targets = expand(load_farm(_farm(tree, body + "archs-where-supported = true\n")), _settings(tree),
                      releases=_releases)
-    assert {t.cuda: t.archs for t in targets} == {"12.8": "90,100,120", "13.0": "90,100,120,121"}
+    assert {str(t.cuda): format_arch_list(t.archs) for t in targets} == {"12.8": "90,100,120", "13.0": "90,100,120,121"}
 
 
 def test_watch_lists_torch_not_built_and_new_toolkits(fixture_index: tuple[str, list[str]], tree: Path) -> None:  # noqa: F811

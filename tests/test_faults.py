@@ -22,6 +22,7 @@ from builder.core.errors import PublishError
 from builder.core.fsutil import sha256_file
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from builder.stages.resolve import SourceRef
 from builder.stages.source import fetch
@@ -38,7 +39,7 @@ def make_wheel(tmp: Path, name: str, version: str, payload: int = 0) -> Path:
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
         zf.writestr(f"{info}/RECORD", "")
-    return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=[], build_record={})
+    return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=[], build_record=BuildRecord())
 
 
 def digest(path: Path) -> str:
@@ -53,7 +54,7 @@ def snapshot(root: Path) -> dict[str, str]:
 
 def test_sigkill_during_publish_leaves_wheelhouse_unchanged_and_next_run_recovers(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
-    house.publish(make_wheel(tmp_path, "first", "1.0"), {"cache_key": "a"})
+    house.publish(make_wheel(tmp_path, "first", "1.0"), BuildRecord.from_json({"cache_key": "a"}))
     before = snapshot(house.root)
     second = make_wheel(tmp_path, "second", "1.0", payload=1 << 20)
     script = textwrap.dedent(f"""
@@ -66,7 +67,7 @@ def test_sigkill_during_publish_leaves_wheelhouse_unchanged_and_next_run_recover
                 os.kill(os.getpid(), signal.SIGKILL)   # killed after the temp copy, before the rename
             return real(src, dst)
         pub.os.replace = dying_replace
-        pub.Wheelhouse(pub.Path({str(house.root)!r})).publish(pub.Path({str(second)!r}), {{"cache_key": "b"}})
+        pub.Wheelhouse(pub.Path({str(house.root)!r})).publish(pub.Path({str(second)!r}), pub.BuildRecord(cache_key="b"))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert result.returncode == -signal.SIGKILL
@@ -77,7 +78,7 @@ def test_sigkill_during_publish_leaves_wheelhouse_unchanged_and_next_run_recover
     for page in ("simple/index.html", "simple/first/index.html"):
         assert after[page] == before[page], f"{page} changed although the publish died"
     # the next run takes the (free) lock, sweeps the stale temp files and publishes normally
-    house.publish(second, {"cache_key": "b"})
+    house.publish(second, BuildRecord.from_json({"cache_key": "b"}))
     assert digest(house.wheels / second.name) == digest(second), "the published wheel is not the one given"
     assert not [p for p in house.root.rglob(".*") if p.is_file() and p.name != ".publish.lock"]
     assert "second" in (house.simple / "index.html").read_text()
@@ -90,10 +91,10 @@ def test_full_disk_during_publish(tmp_path: Path) -> None:
         pytest.skip("skipped: cannot mount a small tmpfs here (not root?)")
     try:
         house = Wheelhouse(mount / "wh")
-        house.publish(make_wheel(tmp_path, "small", "1.0"), {"cache_key": "a"})
+        house.publish(make_wheel(tmp_path, "small", "1.0"), BuildRecord.from_json({"cache_key": "a"}))
         before = snapshot(house.root)
         with pytest.raises(PublishError, match="No space left on device"):
-            house.publish(make_wheel(tmp_path, "huge", "1.0", payload=2 << 20), {"cache_key": "b"})
+            house.publish(make_wheel(tmp_path, "huge", "1.0", payload=2 << 20), BuildRecord.from_json({"cache_key": "b"}))
         after = snapshot(house.root)
         assert not [k for k in after if "huge" in k], "nothing of the failed wheel is left (wheel, sidecar, record)"
         assert after == before

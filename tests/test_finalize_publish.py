@@ -12,10 +12,11 @@ from packaging.version import Version
 
 from builder.index.store import Wheelhouse
 from builder.model.arch import parse_arch_list
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel, labelled_version, read_build_record, read_metadata, rewrite_metadata
 from builder.stages.inspection import SharedObject, WheelReport, verify_archs
 from builder.stages.patch import describe_failure
-from builder.stages.testing import kernel_skip_reason, runnable_on
+from builder.stages.testing import VisibleGpu, kernel_skip_reason, runnable_on
 
 METADATA = """Metadata-Version: 2.1
 Name: demo
@@ -60,35 +61,35 @@ def test_finalize_drops_build_time_requirements(tmp_path: Path) -> None:
     upstream = METADATA.replace("Requires-Dist: einops\n", "Requires-Dist: einops\nRequires-Dist: packaging\n"
                                 "Requires-Dist: Ninja; python_version >= '3'\n")
     wheel = make_wheel(tmp_path, metadata=upstream)
-    out = finalize_wheel(wheel, tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"], build_record={},
+    out = finalize_wheel(wheel, tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"], build_record=BuildRecord(),
                          drop=("ninja", "packaging"))
     requires = [l for l in read_metadata(out).splitlines() if l.startswith("Requires-Dist:")]
     assert requires == ['Requires-Dist: torch>=2; extra == "dev"', "Requires-Dist: einops",
                         "Requires-Dist: torch==2.14.1"], requires
-    kept = finalize_wheel(wheel, tmp_path / "kept", label="cu130torch2.14", pins=[], build_record={})
+    kept = finalize_wheel(wheel, tmp_path / "kept", label="cu130torch2.14", pins=[], build_record=BuildRecord())
     assert "Requires-Dist: packaging" in read_metadata(kept)  # nothing is dropped unless the recipe says so
 
 
 def test_finalize_renames_and_records(tmp_path: Path) -> None:
     out = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"],
-                         build_record={"cache_key": "abc"})
+                         build_record=BuildRecord(cache_key="abc"))
     assert out.name == "demo-1.0+cu130torch2.14-cp312-cp312-linux_x86_64.whl"
     with zipfile.ZipFile(out) as zf:
         names = zf.namelist()
         record = zf.read("demo-1.0+cu130torch2.14.dist-info/RECORD").decode()
         assert all(info.date_time == (1980, 1, 1, 0, 0, 0) for info in zf.infolist())
     assert names[-1].endswith("RECORD") and "demo/__init__.py,sha256=" in record
-    assert read_build_record(out) == {"cache_key": "abc"}
+    assert read_build_record(out) == BuildRecord(cache_key="abc")
     again = finalize_wheel(make_wheel(tmp_path), tmp_path / "again", label="cu130torch2.14",
-                           pins=["torch==2.14.1"], build_record={"cache_key": "abc"})
+                           pins=["torch==2.14.1"], build_record=BuildRecord(cache_key="abc"))
     assert hashlib.sha256(again.read_bytes()).hexdigest() == hashlib.sha256(out.read_bytes()).hexdigest(), \
         "finalize must be reproducible"
 
 
 def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
-    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=[], build_record={})
-    house.publish(wheel, {"cache_key": "k1"})
+    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=[], build_record=BuildRecord())
+    house.publish(wheel, BuildRecord.from_json({"cache_key": "k1"}))
     page = (tmp_path / "wh" / "simple" / "demo" / "index.html").read_text()
     assert f"../../wheels/{wheel.name}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page
     assert '<a href="demo/">demo</a>' in (tmp_path / "wh" / "simple" / "index.html").read_text()
@@ -98,10 +99,10 @@ def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
 
 def test_staging_promotion_moves_wheel(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
-    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="x", pins=[], build_record={})
-    staged = house.staging().publish(wheel, {"cache_key": "k"})
+    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="x", pins=[], build_record=BuildRecord())
+    staged = house.staging().publish(wheel, BuildRecord.from_json({"cache_key": "k"}))
     assert house.staging().contains(staged) and not house.contains(staged)
-    house.publish(staged, {"cache_key": "k", "tests": {"kernel_status": "passed"}})
+    house.publish(staged, BuildRecord.from_json({"cache_key": "k", "tests": {"kernel_status": "passed"}}))
     house.staging().remove(staged.name)
     assert not staged.exists() and (house.wheels / wheel.name).exists()
     assert json.loads((house.records / f"{wheel.name}.json").read_text())["tests"]["kernel_status"] == "passed"
@@ -138,11 +139,11 @@ def test_runnable_on(capability: int, sass: set[str], ptx: set[str], ok: bool) -
 
 
 def test_kernel_skip_reason_names_wheel_and_gpu() -> None:
-    reason, index = kernel_skip_reason([{"index": 0, "capability": 90, "name": "NVIDIA H200"}], so(("sm_120",)))
+    reason, index = kernel_skip_reason([VisibleGpu(0, "NVIDIA H200", 90)], so(("sm_120",)))
     assert index is None and reason == "wheel has sm_120; GPU 0 is sm_90 (NVIDIA H200)"
     reason, index = kernel_skip_reason([], so(("sm_120",)))
     assert "no CUDA GPU visible" in reason and "sm_120" in reason
-    assert kernel_skip_reason([{"index": 1, "capability": 90, "name": "H"}], so(("sm_90",))) == (None, 1)
+    assert kernel_skip_reason([VisibleGpu(1, "H", 90)], so(("sm_90",))) == (None, 1)
 
 
 def test_describe_patch_failure() -> None:
@@ -154,15 +155,17 @@ def test_describe_patch_failure() -> None:
 def test_the_record_in_the_wheel_names_cache_paths_relative_to_the_cache() -> None:
     from builder.stages.finalize import portable_record
 
-    record = {"python": {"python": "/c/cache/venvs/build-1/bin/python"}, "build_log": "/c/cache/logs/x.log",
-              "toolchain": {"reason": "pip toolkit at /c/cache/toolkits/13.0 (cached)"},
-              "source": {"location": "/c/cache-other/src"}, "archs": ["/c/cache"], "n": 3}
+    record = BuildRecord.from_json({
+        "python": {"python": "/c/cache/venvs/build-1/bin/python"}, "build_log": "/c/cache/logs/x.log",
+        "toolchain": {"reason": "pip toolkit at /c/cache/toolkits/13.0 (cached)"},
+        "source": {"kind": "path", "location": "/c/cache-other/src", "sha256": "0"}, "archs": ["/c/cache"], "n": 3})
     out = portable_record(record, Path("/c/cache"))
-    assert out == {"python": {"python": "$BUILDER_CACHE_DIR/venvs/build-1/bin/python"},
-                   "build_log": "$BUILDER_CACHE_DIR/logs/x.log",
-                   "toolchain": {"reason": "pip toolkit at $BUILDER_CACHE_DIR/toolkits/13.0 (cached)"},
-                   "source": {"location": "/c/cache-other/src"}, "archs": ["$BUILDER_CACHE_DIR"], "n": 3}
-    assert record["build_log"] == "/c/cache/logs/x.log"  # the wheelhouse's copy is not touched
+    assert out.python == {"python": "$BUILDER_CACHE_DIR/venvs/build-1/bin/python"}
+    assert out.build_log == "$BUILDER_CACHE_DIR/logs/x.log"
+    assert out.toolchain == {"reason": "pip toolkit at $BUILDER_CACHE_DIR/toolkits/13.0 (cached)"}
+    assert out.source is not None and out.source.location == "/c/cache-other/src"  # another folder: kept
+    assert out.archs == ("$BUILDER_CACHE_DIR",) and out.extra == {"n": 3}
+    assert record.build_log == "/c/cache/logs/x.log"  # the wheelhouse's copy is not touched
 
 
 def test_patch_failure_names_the_hunks_own_lines(tmp_path: Path) -> None:

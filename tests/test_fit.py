@@ -10,6 +10,7 @@ import pytest
 
 from builder.core.errors import SourceError
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from builder.user.fit import (
     EnvFacts,
     WheelhouseReader,
@@ -37,13 +38,13 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
     tmp = tmp_path_factory.mktemp("fit")
     house = Wheelhouse(tmp / "wh")
     for label, pin in (("cu128torch2.10", "torch==2.10.0"), ("cu130torch2.14", "torch==2.14.1")):
-        house.publish(labelled_wheel(tmp, "pure", "0.6.0", label, pins=(pin,)), {})
+        house.publish(labelled_wheel(tmp, "pure", "0.6.0", label, pins=(pin,)), BuildRecord.from_json({}))
     house.publish(labelled_wheel(tmp, "ext", "1.7.0", "cu130torch2.14", pins=("torch==2.14.1",),
-                                 tag="cp312-cp312-linux_x86_64"), _record(["sm_120"]))
+                                 tag="cp312-cp312-linux_x86_64"), BuildRecord.from_json(_record(["sm_120"])))
     house.publish(labelled_wheel(tmp, "ext", "1.6.0", "cu130torch2.14", pins=("torch==2.14.1",),
-                                 tag="cp312-cp312-linux_x86_64"), _record(["sm_90"]))
+                                 tag="cp312-cp312-linux_x86_64"), BuildRecord.from_json(_record(["sm_90"])))
     house.publish(labelled_wheel(tmp, "ext", "1.7.0", "cu130torch2.14", pins=("torch==2.14.1",),
-                                 tag="cp311-cp311-linux_x86_64"), _record(["sm_120"]))
+                                 tag="cp311-cp311-linux_x86_64"), BuildRecord.from_json(_record(["sm_120"])))
     return house
 
 

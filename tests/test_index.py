@@ -22,6 +22,7 @@ import pytest
 from builder.core.errors import PublishError
 from builder.core.wheelfile import write_wheel
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from tests.conftest import ROOT, assert_one_line_error, run_cli
 
@@ -53,7 +54,7 @@ def labelled_wheel(folder: Path, name: str, version: str, label: str | None, *, 
     if label is None:
         return raw
     return finalize_wheel(raw, folder / "final" / f"{label}-{tag}", label=label, pins=list(pins),
-                          build_record={"label": label})
+                          build_record=BuildRecord(extra={"label": label}))
 
 
 def sha256(path: Path) -> str:
@@ -99,10 +100,10 @@ def house(tmp_path: Path) -> Wheelhouse:
     house = Wheelhouse(tmp_path / "wh")
     for label in ("cu130torch2.14", "cu128torch2.10"):
         wheel = labelled_wheel(tmp_path, "demo", "1.0", label, requires=("helper>=1",), pins=("helper==1.1",))
-        house.publish(wheel, {"cuda": "13.0" if label.startswith("cu130") else "12.8",
+        house.publish(wheel, BuildRecord.from_json({"cuda": "13.0" if label.startswith("cu130") else "12.8",
                               "tests": {"import_status": "passed", "kernel_status": "skipped",
-                                        "kernel_reason": "no CUDA GPU visible"}})
-    house.publish(labelled_wheel(tmp_path, "helper", "1.1", None), {})
+                                        "kernel_reason": "no CUDA GPU visible"}}))
+    house.publish(labelled_wheel(tmp_path, "helper", "1.1", None), BuildRecord.from_json({}))
     return house
 
 
@@ -169,7 +170,7 @@ def test_refuses_wheel_whose_metadata_version_differs(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
     bad = raw_wheel(tmp_path / "bad", "demo", "1.0+cu130torch2.14", metadata_version="1.0")
     with pytest.raises(PublishError) as err:
-        house.publish(bad, {})
+        house.publish(bad, BuildRecord.from_json({}))
     assert err.value.message == (
         "refusing to publish demo-1.0+cu130torch2.14-py3-none-any.whl: its METADATA says Version: 1.0 "
         "but the file name says 1.0+cu130torch2.14")
@@ -179,11 +180,11 @@ def test_refuses_wheel_whose_metadata_version_differs(tmp_path: Path) -> None:
     renamed = wrong_name.with_name("demo-1.0-py3-none-any.whl")
     wrong_name.rename(renamed)
     with pytest.raises(PublishError, match="METADATA says Name: other but the file name says demo"):
-        house.publish(renamed, {})
+        house.publish(renamed, BuildRecord.from_json({}))
     garbage = tmp_path / "demo-1.0-py3-none-any.whl"
     garbage.write_text("not a zip")
     with pytest.raises(PublishError, match="not a readable wheel"):
-        house.publish(garbage, {})
+        house.publish(garbage, BuildRecord.from_json({}))
     assert not house.wheels.exists() or not any(house.wheels.iterdir())
 
 
@@ -192,8 +193,8 @@ def test_rebuild_regenerates_everything(house: Wheelhouse, tmp_path: Path) -> No
     log.parent.mkdir(parents=True)
     log.write_text("nvcc -gencode arch=compute_120,code=sm_120 ...\nbuild ok\n")
     wheel = labelled_wheel(tmp_path, "demo", "2.0", "cu130torch2.14")
-    house.publish(wheel, {"build_log": str(log), "package": "demo", "version": "2.0",
-                          "cache_key": "0123456789abcdef"})
+    house.publish(wheel, BuildRecord.from_json({"build_log": str(log), "package": "demo", "version": "2.0",
+                          "cache_key": "0123456789abcdef"}))
     copied = house.logs / f"{wheel.name}.log"
     assert copied.read_text() == log.read_text(), "the build log is copied in at publish time"
     generated = [p for p in house.root.rglob("*") if p.is_file() and p.parts[-2] not in ("records",)
@@ -238,13 +239,13 @@ def test_staging_promotion_carries_log_and_updates_dashboard(tmp_path: Path) -> 
     log = tmp_path / "b.log"
     log.write_text("compiled\n")
     wheel = labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14")
-    staged = staging.publish(wheel, {"build_log": str(log), "tests": {"import_status": "passed"}})
+    staged = staging.publish(wheel, BuildRecord.from_json({"build_log": str(log), "tests": {"import_status": "passed"}}))
     assert staging.contains(staged) and (staging.logs / f"{wheel.name}.log").is_file()
     assert "staging/wheels/" + wheel.name in house.dashboard.read_text(), "staged rows show on the main dashboard"
     log.unlink()  # the GPU machine does not have the build machine's log: it comes from staging
     record = {"build_log": str(log), "tests": {"import_status": "passed", "kernel_status": "passed"}}
-    staging.write_record(wheel.name, record)
-    house.publish(staged, record)
+    staging.write_record(wheel.name, BuildRecord.from_json(record))
+    house.publish(staged, BuildRecord.from_json(record))
     staging.remove(wheel.name)
     assert (house.logs / f"{wheel.name}.log").read_text() == "compiled\n"
     assert not (staging.wheels / wheel.name).exists() and not (staging.simple / "demo").exists()
@@ -258,6 +259,7 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 from tests.test_index import labelled_wheel
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from builder.core.wheelfile import write_wheel
 worker, count, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 house = Wheelhouse(out / "wh")
@@ -266,7 +268,7 @@ wheels = [labelled_wheel(out / f"w{{worker}}", f"pkg{{worker % 3}}", f"{{worker}
 print("ready", flush=True)
 sys.stdin.readline()  # all start together
 for wheel in wheels:
-    house.publish(wheel, {{"worker": worker, "tests": {{"import_status": "passed"}}}})
+    house.publish(wheel, BuildRecord.from_json({{"worker": worker, "tests": {{"import_status": "passed"}}}}))
 """
 
 
@@ -342,7 +344,7 @@ def test_rebuild_copies_no_log_from_outside_the_builders_folders(tmp_path: Path)
     """Issue 17 case 9: a record whose build_log names /etc/passwd (or a link to it) gets no copy in logs/."""
     house = Wheelhouse(tmp_path / "wh")
     wheel = labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14")
-    house.publish(wheel, {})
+    house.publish(wheel, BuildRecord.from_json({}))
     record_path = house.records / f"{wheel.name}.json"
     record = json.loads(record_path.read_text())
     logs = tmp_path / "cache" / "logs"

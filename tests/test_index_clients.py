@@ -22,6 +22,7 @@ import pytest
 
 from builder.core.uvtool import uv_bin
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from tests.conftest import ROOT
 from tests.test_index import labelled_wheel, raw_wheel
 
@@ -47,9 +48,9 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     tmp = tmp_path_factory.mktemp("clients")
     house = Wheelhouse(tmp / "wh")
     for label in LABELS:  # the same version for two CUDA+torch combinations, each pinning its torch
-        house.publish(labelled_wheel(tmp, "alpha", "1.0", label, requires=("beta>=2",), pins=(TORCH[label],)), {})
-    house.publish(labelled_wheel(tmp, "gamma", "1.0", "cu130torch2.14", requires=("beta>=2",)), {})
-    house.publish(raw_wheel(tmp / "beta", "beta", "2.0"), {})
+        house.publish(labelled_wheel(tmp, "alpha", "1.0", label, requires=("beta>=2",), pins=(TORCH[label],)), BuildRecord.from_json({}))
+    house.publish(labelled_wheel(tmp, "gamma", "1.0", "cu130torch2.14", requires=("beta>=2",)), BuildRecord.from_json({}))
+    house.publish(raw_wheel(tmp / "beta", "beta", "2.0"), BuildRecord.from_json({}))
     access_log = tmp / "access.log"
     with access_log.open("w") as log:
         proc = subprocess.Popen(

@@ -23,6 +23,7 @@ import pytest
 
 from builder.core.errors import PublishError
 from builder.index.store import JOURNAL, Wheelhouse, is_builder_temp
+from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from tests.conftest import ROOT
 
@@ -44,7 +45,7 @@ def make_wheel(tmp: Path, name: str, version: str, *, key: str, payload: int = 0
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
         zf.writestr(f"{info}/RECORD", "")
-    return finalize_wheel(raw, tmp / f"final-{key}{tag}", label=LABEL, pins=[], build_record={"cache_key": key})
+    return finalize_wheel(raw, tmp / f"final-{key}{tag}", label=LABEL, pins=[], build_record=BuildRecord(cache_key=key))
 
 
 def state(house: Wheelhouse) -> dict[str, str]:
@@ -101,7 +102,7 @@ CHILD = textwrap.dedent("""
             return real(*args, **kwargs)
         return hooked
     os.replace, os.fsync = step(os.replace), step(os.fsync)
-    pub.Wheelhouse(pub.Path({house!r})).publish(pub.Path({wheel!r}), {{"cache_key": {key!r}, "archs": ["90"]}})
+    pub.Wheelhouse(pub.Path({house!r})).publish(pub.Path({wheel!r}), pub.BuildRecord(cache_key={key!r}, archs=("90",)))
 """)
 
 
@@ -117,7 +118,7 @@ def test_sigkill_at_every_rename_and_fsync_leaves_the_old_or_the_new_state(tmp_p
         kill_at += 1
         root = tmp_path / f"wh{kill_at}"
         house = Wheelhouse(root)
-        house.publish(old_wheel, {"cache_key": "old", "archs": ["90"]})
+        house.publish(old_wheel, BuildRecord.from_json({"cache_key": "old", "archs": ["90"]}))
         before_files, before = snapshot(root), state(house)
         script = CHILD.format(root=str(ROOT), house=str(root), wheel=str(new_wheel), key="new")
         child = subprocess.run([sys.executable, "-c", script, str(kill_at)], capture_output=True, text=True, check=False)
@@ -171,11 +172,11 @@ def test_full_disk_at_every_amount_of_free_space(tmp_path: Path, case: str) -> N
             shutil.rmtree(mount / "wh", ignore_errors=True)
             (mount / "filler").unlink(missing_ok=True)
             house = Wheelhouse(mount / "wh")
-            house.publish(old_wheel, {"cache_key": "old", "archs": ["90"]})
+            house.publish(old_wheel, BuildRecord.from_json({"cache_key": "old", "archs": ["90"]}))
             before_files, before = snapshot(house.root), state(house)
             _fill(mount, leave_kib * 1024)
             try:
-                house.publish(new_wheel, {"cache_key": "new", "archs": ["90"]})
+                house.publish(new_wheel, BuildRecord.from_json({"cache_key": "new", "archs": ["90"]}))
             except PublishError as e:
                 assert "No space left on device" in e.message and "nothing was changed" in e.message, e.message
                 assert snapshot(house.root) == before_files, f"{leave_kib} KiB free: failed, yet files changed"
@@ -190,7 +191,7 @@ def test_full_disk_at_every_amount_of_free_space(tmp_path: Path, case: str) -> N
         print(f"{case}: {outcomes}, the last at {leave_kib} KiB free")
         assert outcomes["failed, nothing changed"] >= 5 and outcomes["published"], outcomes
         (mount / "filler").unlink()
-        house.publish(new_wheel, {"cache_key": "new", "archs": ["90"]})  # space again: the rerun publishes
+        house.publish(new_wheel, BuildRecord.from_json({"cache_key": "new", "archs": ["90"]}))  # space again: the rerun publishes
         assert_consistent(house)
     finally:
         subprocess.run(["umount", str(mount)], check=False)
@@ -201,7 +202,7 @@ def test_a_record_ahead_of_its_wheel_is_not_trusted(tmp_path: Path) -> None:
     build beside the old build's bytes. The unchanged check must not say "unchanged" there."""
     house = Wheelhouse(tmp_path / "wh")
     wheel = make_wheel(tmp_path, "demo", "1.0", key="old")
-    house.publish(wheel, {"cache_key": "old"})
+    house.publish(wheel, BuildRecord.from_json({"cache_key": "old"}))
     record_path = house.records / f"{wheel.name}.json"
     record = json.loads(record_path.read_text())
     record_path.write_text(json.dumps({**record, "cache_key": "new", "wheel_sha256": "0" * 64}))
@@ -217,8 +218,8 @@ def test_unchanged_check_heals_pages_that_do_not_list_the_wheel(tmp_path: Path) 
     house = Wheelhouse(tmp_path / "wh")
     first = make_wheel(tmp_path, "demo", "1.0", key="a")
     second = make_wheel(tmp_path, "extra", "1.0", key="b")
-    house.publish(first, {"cache_key": "a"})
-    house.publish(second, {"cache_key": "b"})
+    house.publish(first, BuildRecord.from_json({"cache_key": "a"}))
+    house.publish(second, BuildRecord.from_json({"cache_key": "b"}))
     # what issue 17 case 1 left: a wheel in wheels/ that the pages do not name
     shutil.rmtree(house.simple / "extra")
     (house.channels / LABEL / "simple" / "index.json").unlink()
@@ -231,18 +232,18 @@ def test_replacing_a_wheel_built_for_other_archs_needs_replace(tmp_path: Path) -
     house = Wheelhouse(tmp_path / "wh")
     sm90 = make_wheel(tmp_path, "demo", "1.0", key="a", payload=100)
     sm120 = make_wheel(tmp_path, "demo", "1.0", key="b", payload=200)
-    house.publish(sm90, {"cache_key": "a", "archs": ["90"]})
+    house.publish(sm90, BuildRecord.from_json({"cache_key": "a", "archs": ["90"]}))
     before = snapshot(house.root)
     with pytest.raises(PublishError, match=r"built for 90, this build is for 120") as caught:
-        house.publish(sm120, {"cache_key": "b", "archs": ["120"]})
+        house.publish(sm120, BuildRecord.from_json({"cache_key": "b", "archs": ["120"]}))
     assert "--replace" in caught.value.one_line() and "\n" not in caught.value.one_line()
     assert snapshot(house.root) == before, "a refused replace changed the wheelhouse"
     staged = house.staging()
     with pytest.raises(PublishError, match="built for 90, this build is for 120"):
-        staged.publish(sm120, {"cache_key": "b", "archs": ["120"]})  # staging checks the published wheel too
-    house.publish(sm120, {"cache_key": "b", "archs": ["120"]}, replace=True)
+        staged.publish(sm120, BuildRecord.from_json({"cache_key": "b", "archs": ["120"]}))  # staging checks the published wheel too
+    house.publish(sm120, BuildRecord.from_json({"cache_key": "b", "archs": ["120"]}), replace=True)
     assert state(house) == {sm120.name: sha(sm120)}
-    house.publish(sm120, {"cache_key": "b", "archs": ["120"]})  # the same arch set again: no question
+    house.publish(sm120, BuildRecord.from_json({"cache_key": "b", "archs": ["120"]}))  # the same arch set again: no question
     assert_consistent(house)
 
 
@@ -261,7 +262,7 @@ def test_publish_leaves_the_users_dot_files_alone(tmp_path: Path) -> None:
     for path, data in foreign.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    house.publish(make_wheel(tmp_path, "demo", "1.0", key="a"), {"cache_key": "a"})
+    house.publish(make_wheel(tmp_path, "demo", "1.0", key="a"), BuildRecord.from_json({"cache_key": "a"}))
     house.rebuild_index()
     house.remove("demo-1.0+cu130torch2.14-py3-none-any.whl")
     for path, data in foreign.items():

@@ -18,6 +18,7 @@ import pytest
 
 from builder.index.serve import base_url, make_server, negotiate
 from builder.index.store import SIMPLE_HTML, SIMPLE_JSON, Wheelhouse
+from builder.model.records import BuildRecord
 from tests.conftest import ROOT, assert_one_line_error, run_cli
 from tests.test_index import labelled_wheel
 
@@ -55,7 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Wheelhous
     tmp = tmp_path_factory.mktemp("serve")
     house = Wheelhouse(tmp / "wh")
     for label in ("cu130torch2.14", "cu128torch2.10"):
-        house.publish(labelled_wheel(tmp, "Demo_Pkg", "1.0", label), {})
+        house.publish(labelled_wheel(tmp, "Demo_Pkg", "1.0", label), BuildRecord.from_json({}))
     (house.root / ".secret-temp").write_text("never served")
     log = io.StringIO()
     server = make_server(house.root, "127.0.0.1", 0, log_stream=log)
@@ -123,7 +124,7 @@ def test_files_redirects_and_hidden(served: tuple[Wheelhouse, str, io.StringIO])
 def test_builder_serve_command(tmp_path: Path) -> None:
     """The real CLI: binds 127.0.0.1 by default, --port 0 picks a port, prints the URL, answers, stops on SIGINT."""
     house = Wheelhouse(tmp_path / "wh")
-    house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), {})
+    house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), BuildRecord.from_json({}))
     env = {**os.environ, "COLUMNS": "300"}
     proc = subprocess.Popen([sys.executable, "-m", "builder", "serve", "--wheelhouse", str(house.root), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
@@ -145,7 +146,7 @@ def test_sigterm_unwinds_like_ctrl_c(tmp_path: Path) -> None:
     `serve` command stops through the interrupt path (0 from serve's own handler, or 130 from the CLI's, depending
     on where the signal lands) rather than dying by the signal (-15)."""
     house = Wheelhouse(tmp_path / "wh")
-    house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), {})
+    house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), BuildRecord.from_json({}))
     proc = subprocess.Popen([sys.executable, "-m", "builder", "serve", "--wheelhouse", str(house.root), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline().startswith("serving ")
@@ -157,7 +158,7 @@ def test_builder_serve_errors(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("serve", "--wheelhouse", str(tmp_path / "nothing"), "--port", "0"),
                           "no index in", "builder index rebuild")
     house = Wheelhouse(tmp_path / "wh")
-    house.publish(labelled_wheel(tmp_path, "demo", "1.0", None), {})
+    house.publish(labelled_wheel(tmp_path, "demo", "1.0", None), BuildRecord.from_json({}))
     server = make_server(house.root, "127.0.0.1", 0)
     try:
         port = str(server.server_address[1])
@@ -200,7 +201,7 @@ def test_every_request_is_answered(served: tuple[Wheelhouse, str, io.StringIO], 
 
 def test_symlinks_out_of_the_wheelhouse_are_not_served(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
-    name = house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), {}).name
+    name = house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), BuildRecord.from_json({})).name
     secret = tmp_path / "secret.txt"
     secret.write_text("outside\n")
     (house.wheels / "leak.txt").symlink_to(secret)

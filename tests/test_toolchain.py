@@ -86,7 +86,13 @@ def test_host_compiler_identity_names_path_version_and_flags(tmp_path: Path) -> 
 
 def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path) -> None:
     from builder.model.arch import parse_arch_list
-    from builder.stages.plan import Target, cache_key, make_plan
+    from builder.stages.inputs import target_inputs
+    from builder.stages.plan import Target, make_plan
+    from tests.test_inputs import build_venv
+
+    def cache_key(plan, *, python: str, torch: str, **parts) -> str:
+        return target_inputs(plan, python=build_venv(python, torch), **parts).cache_key()
+
     from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
 
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
@@ -105,3 +111,61 @@ def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path
     rebuilt = dict(docker, toolkit={**docker["toolkit"], "image_id": "sha256:2"})
     edited = dict(docker, toolkit={**docker["toolkit"], "image": "cuda-wheel-builder:cuda13.0-bbbb"})
     assert cache_key(plan, **docker) == cache_key(plan, **rebuilt) != cache_key(plan, **edited)
+
+
+def test_every_build_host_has_the_protocols_members() -> None:
+    """LocalRunner and ContainerToolchain answer everything BuildHost names (no type checker runs in CI)."""
+    import inspect
+
+    from builder.toolchain.base import BuildHost
+    from builder.toolchain.container import ContainerToolchain
+    from builder.toolchain.local import LocalRunner
+
+    methods = {n for n, v in vars(BuildHost).items() if callable(v) and (not n.startswith("_") or n in
+                                                                          ("__enter__", "__exit__"))}
+    attributes = set(BuildHost.__annotations__)
+    assert {"run", "build_wheel", "base_env", "host_compiler", "record"} <= methods and "toolkit" in attributes
+    for cls in (LocalRunner, ContainerToolchain):
+        missing = [m for m in methods if not callable(getattr(cls, m, None))]
+        missing += [a for a in attributes if not hasattr(cls, a) and a not in cls.__init__.__code__.co_names]
+        assert not missing, f"{cls.__name__} lacks {missing}"
+        for name in methods:
+            wanted = set(inspect.signature(getattr(BuildHost, name)).parameters)
+            assert wanted <= set(inspect.signature(getattr(cls, name)).parameters), (cls.__name__, name)
+
+
+def test_a_host_runs_each_pep517_hook_with_the_script_and_control_folder_mounted(tmp_path: Path) -> None:
+    """The frontend every toolchain shares: a real setuptools build through ProjectBuilder whose one hook call
+    goes through the host's run() with network off and, for a host that runs elsewhere, the in-process script
+    (read-only) and the control folder (writable) among its mounts."""
+    import sys
+    import textwrap
+
+    from builder.toolchain.base import WheelRequest
+    from builder.toolchain.frontend import pep517_wheel
+    from builder.toolchain.local import LocalRunner
+
+    calls: list[tuple[list[str], dict, bool]] = []
+
+    class Recording(LocalRunner):
+        def run(self, argv, **kw):  # type: ignore[no-untyped-def, override]
+            calls.append((list(argv), dict(kw["mounts"]), kw["network"]))
+            return super().run(argv, **kw)
+
+    project = tmp_path / "proj"
+    (project / "demo").mkdir(parents=True)
+    (project / "demo" / "__init__.py").write_text("")
+    (project / "setup.py").write_text(textwrap.dedent("""
+        from setuptools import setup
+        setup(name="demo", version="0.1", packages=["demo"])
+    """))
+    log_file = tmp_path / "build.log"
+    request = WheelRequest(source_dir=project, python=Path(sys.executable), python_version="3.11",
+                           env={"PATH": "/usr/bin:/bin"}, archs=(), out_dir=tmp_path / "dist", log_file=log_file)
+    lines: list[str] = []
+    wheel = pep517_wheel(request, Recording(), lines.append, mounts={project: False})
+    assert wheel.name == "demo-0.1-py3-none-any.whl" and wheel.is_file()
+    ((argv, mounts, network),) = calls
+    assert argv[0] == sys.executable and argv[2] == "build_wheel" and network is False
+    assert mounts[project] is False and mounts[Path(argv[1])] is True and mounts[Path(argv[3])] is False
+    assert f"+ {' '.join(argv)}" in log_file.read_text() and any("bdist_wheel" in line for line in lines)

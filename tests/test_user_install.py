@@ -23,6 +23,7 @@ import pytest
 from builder.core.uvtool import uv_bin
 from builder.core.wheelfile import write_wheel
 from builder.index.store import Wheelhouse
+from builder.model.records import BuildRecord
 from tests.conftest import ROOT
 from tests.test_index import labelled_wheel
 
@@ -61,15 +62,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     tmp = tmp_path_factory.mktemp("user")
     pypi = Wheelhouse(tmp / "pypi")
     for version, cuda in TORCHES.items():
-        pypi.publish(stand_in_torch(tmp / "torches", version, cuda), {})
+        pypi.publish(stand_in_torch(tmp / "torches", version, cuda), BuildRecord.from_json({}))
     project = tmp / "project"
     project.mkdir()
     (project / ".venv").symlink_to(Path(sys.prefix))  # the builder's own venv, as after the README's install
     house = Wheelhouse(project / "wheelhouse")
     for label, pin in (("cu128torch2.10", "torch==2.10.0"), ("cu130torch2.14", "torch==2.14.1")):
-        house.publish(labelled_wheel(tmp, "fla-core", "0.6.0", label, pins=(pin,)), {})
+        house.publish(labelled_wheel(tmp, "fla-core", "0.6.0", label, pins=(pin,)), BuildRecord.from_json({}))
     house.publish(labelled_wheel(tmp, "causal-conv1d", "1.7.0", "cu130torch2.14", pins=("torch==2.14.1",)),
-                  {"inspect": {"objects": [{"path": "c.so", "sass": ["sm_120"], "ptx": [], "needed": []}]}})
+                  BuildRecord.from_json({"inspect": {"objects": [{"path": "c.so", "sass": ["sm_120"], "ptx": [], "needed": []}]}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "CONDA"))}
     env.update(UV_INDEX_URL=pypi.index_url(), PIP_INDEX_URL=pypi.index_url(), PIP_CONFIG_FILE=os.devnull,
                PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", UV_CACHE_DIR=str(tmp / "uv-cache"),

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from builder.core.settings import Settings
-from builder.farm.run import expand, github_matrix, load_farm
+from builder.farm.expand import expand, github_matrix
+from builder.farm.spec import load_farm
 from tests.conftest import FIXTURES, ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -107,10 +108,10 @@ def test_nightly_triggers_and_permissions(nightly: dict) -> None:
     assert nightly["permissions"] == {}
     jobs = nightly["jobs"]
     assert list(jobs) == ["plan", "build", "test", "publish"]
+    allowed = {"plan": {"contents": "read", "pages": "read"},  # the Pages site's URL from the Pages API
+               "publish": {"contents": "read", "pages": "write", "id-token": "write"}}
     for name, job in jobs.items():
-        allowed = {"contents": "read"} if name != "publish" else {"contents": "read", "pages": "write",
-                                                                   "id-token": "write"}
-        assert job["permissions"] == allowed, name
+        assert job["permissions"] == allowed.get(name, {"contents": "read"}), name
 
 
 def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
@@ -150,3 +151,54 @@ def test_matrix_fields_the_workflow_uses_are_what_builder_matrix_emits() -> None
     farm = load_farm(FIXTURES / "farm-demo.toml")
     emitted = set(github_matrix(farm, expand(farm, Settings.from_env({})))["include"][0])
     assert used and used <= emitted, used - emitted
+
+
+# ---------------------------------------------------------------- the published index is the durable state
+
+
+def _step_index(steps: list[dict], needle: str) -> int:
+    found = [i for i, step in enumerate(steps) if needle in step.get("run", "") or needle in step.get("uses", "")]
+    assert found, f"no step runs or uses {needle!r}"
+    return found[0]
+
+
+def test_plan_and_publish_pull_the_published_index_before_using_it(nightly: dict) -> None:
+    """Both jobs restore the published index with `builder index pull` (an exact mirror: --delete) before the
+    plan compares against it and before the publish job adds to it and deploys it."""
+    plan = nightly["jobs"]["plan"]["steps"]
+    pull = _step_index(plan, "builder index pull")
+    assert "--delete" in plan[pull]["run"] and "--missing-ok" in plan[pull]["run"]  # a first run must work
+    # ... but only for the URL the Pages API names: a hand-set WHEELHOUSE_URL that answers 404 is an error
+    assert 'missing_ok=""' in plan[pull]["run"] and "--delete $missing_ok" in plan[pull]["run"]
+    assert pull < _step_index(plan, "matrix --format github") and pull < _step_index(plan, "builder watch")
+    assert "vars.WHEELHOUSE_URL" in plan[pull]["env"]["WHEELHOUSE_URL"] and "repos/$REPO/pages" in plan[pull]["run"]
+    publish = nightly["jobs"]["publish"]["steps"]
+    pull = _step_index(publish, "builder index pull")
+    assert "--delete" in publish[pull]["run"] and "--missing-ok" not in publish[pull]["run"], \
+        "once the plan found an index, the publish job must pull it whole or fail, never deploy without it"
+    assert pull < _step_index(publish, "actions/download-artifact@") < _step_index(publish, "builder index rebuild") \
+        < _step_index(publish, "actions/upload-pages-artifact@") < _step_index(publish, "actions/deploy-pages@")
+    for job in ("test", "publish"):
+        assert "needs.plan.result == 'success'" in nightly["jobs"][job]["if"], f"{job} runs without a plan"
+
+
+def test_the_actions_cache_is_only_a_speed_up(nightly: dict) -> None:
+    """Every cache restore comes before the pull (which verifies and corrects what it restored), nothing reads the
+    wheelhouse between a restore and the pull, the cache is saved only after the deployment, and with every cache
+    step removed the plan still pulls before it plans: an evicted cache cannot lose the index."""
+    for name in ("plan", "publish"):
+        steps = nightly["jobs"][name]["steps"]
+        pull = _step_index(steps, "builder index pull")
+        restores = [i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/cache/restore@")]
+        assert all(i == pull - 1 for i in restores), f"{name}: a cache restore not right before the pull"
+        without_cache = [s for s in steps if not s.get("uses", "").startswith("actions/cache/")]
+        pull = _step_index(without_cache, "builder index pull")
+        uses_wheelhouse = [i for i, s in enumerate(without_cache)
+                           if any(k in s.get("run", "") for k in ("builder watch", "builder matrix", "index rebuild"))
+                           or s.get("uses", "").startswith(("actions/download-artifact@", "actions/upload-pages"))]
+        assert all(i > pull for i in uses_wheelhouse), f"{name}: a step reads the wheelhouse before the pull"
+    publish = nightly["jobs"]["publish"]["steps"]
+    saves = [i for i, s in enumerate(publish) if s.get("uses", "").startswith("actions/cache/save@")]
+    assert saves and min(saves) > _step_index(publish, "actions/deploy-pages@"), "the cache is saved before the deploy"
+    plan_runs = " ".join(s.get("run", "") for s in nightly["jobs"]["plan"]["steps"])
+    assert "rm -rf wheelhouse" in plan_runs, "with nothing published the plan must not compare against a cache"

@@ -8,11 +8,11 @@ import json
 import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Group
 from rich.live import Live
@@ -21,6 +21,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from builder.cli.common import out, settings_from_args
+from builder.model.records import FarmOutcome
 
 STATUS_STYLE = {"built": "green", "unchanged": "cyan", "failed": "bold red"}
 GITHUB_MATRIX_LIMIT = 256  # jobs per matrix
@@ -62,7 +63,8 @@ def _farm_file_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
-    from builder.farm.run import expand, find_farm_file, load_farm
+    from builder.farm.expand import expand
+    from builder.farm.spec import find_farm_file, load_farm
 
     settings = settings_from_args(args)
     farm = load_farm(find_farm_file(args.file))
@@ -73,7 +75,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from builder.farm.run import changed_targets, github_matrix
+    from builder.farm.expand import github_matrix
+    from builder.farm.unchanged import changed_targets
 
     settings, farm, targets = _load(args)
     total = len(targets)
@@ -106,7 +109,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from builder.farm.run import check_only, find_farm_file, load_farm
+    from builder.farm.expand import check_only
+    from builder.farm.spec import find_farm_file, load_farm
     from builder.farm.watch import watch, watch_torch
 
     settings = settings_from_args(args)
@@ -152,7 +156,8 @@ def cmd_farm(args: argparse.Namespace) -> int:
     from builder.core.errors import UsageError
     from builder.core.log import log
     from builder.core.settings import default_jobs
-    from builder.farm.run import find_unchanged
+    from builder.farm.unchanged import find_unchanged
+    from builder.model.records import FARM_STATUSES, FarmOutcome
     from builder.pipeline.run import BuildOptions
 
     if args.parallel < 1:
@@ -170,7 +175,7 @@ def cmd_farm(args: argparse.Namespace) -> int:
                            compiler_cache=args.compiler_cache)
     log.info(f"farm {farm.file}: {len(targets)} targets, {args.parallel} at a time, MAX_JOBS {jobs}; "
              f"one log per target in {log_dir}")
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, FarmOutcome] = {}
     check_start = time.monotonic()
     with _quiet():
         unchanged = {} if args.force else find_unchanged(targets, settings, stage=args.stage)
@@ -181,8 +186,8 @@ def cmd_farm(args: argparse.Namespace) -> int:
             (log_dir / f"{target.id}.log").write_text(
                 f"unchanged: {hit.wheel.name} was built from the same inputs (cache key {hit.cache_key}); "
                 f"decided in {hit.seconds:.2f}s without starting a build\n")
-            results[target.id] = {"id": target.id, "status": "unchanged", "wheel": str(hit.wheel), "timings": {},
-                                  "error": None, "seconds": hit.seconds}
+            results[target.id] = FarmOutcome(id=target.id, status="unchanged", wheel=str(hit.wheel),
+                                             seconds=hit.seconds)
     log.info(f"checked {len(targets)} targets against the wheelhouse in {check_seconds:.1f}s: "
              f"{len(unchanged)} unchanged, {len(targets) - len(unchanged)} to build")
     todo = [t for t in targets if t.id not in results]
@@ -190,13 +195,11 @@ def cmd_farm(args: argparse.Namespace) -> int:
         results.update(_run_pool(todo, settings, options, jobs, args.parallel, log_dir, len(targets) - len(todo),
                                  len(targets)))
     elapsed = time.monotonic() - start
-    ordered = [results[t.id] for t in targets]
-    for t, r in zip(targets, ordered):
-        r["log"] = str(log_dir / f"{t.id}.log")
-    counts = {s: sum(1 for r in ordered if r["status"] == s) for s in ("built", "unchanged", "failed")}
+    ordered = [results[t.id].with_log(str(log_dir / f"{t.id}.log")) for t in targets]
+    counts = {s: sum(1 for r in ordered if r.status == s) for s in FARM_STATUSES}
     (log_dir / "summary.json").write_text(json.dumps(
         {"farm": str(farm.file), "seconds": round(elapsed, 1), "check_seconds": round(check_seconds, 2),
-         "counts": counts, "targets": ordered}, indent=2))
+         "counts": counts, "targets": [r.to_json() for r in ordered]}, indent=2))
     out.print(_summary_table(targets, ordered))
     out.print(f"[bold]{len(targets)} targets[/bold]: {counts['built']} built, {counts['unchanged']} unchanged, "
               f"{counts['failed']} failed in {_duration(elapsed)} (unchanged check {check_seconds:.1f}s); "
@@ -205,11 +208,11 @@ def cmd_farm(args: argparse.Namespace) -> int:
 
 
 def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int, log_dir: Path, already: int,
-              total: int) -> dict[str, dict[str, Any]]:
+              total: int) -> dict[str, FarmOutcome]:
     from builder.core.log import log
-    from builder.farm.run import run_target
+    from builder.farm.worker import run_target
 
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, FarmOutcome] = {}
     started: dict[str, float] = {}
     logs = {t.id: log_dir / f"{t.id}.log" for t in todo}
     for path in logs.values():
@@ -232,7 +235,7 @@ def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int,
 
     def render() -> Group:
         done = already + len(results)
-        counts = {s: sum(1 for r in results.values() if r["status"] == s) for s in STATUS_STYLE}
+        counts = {s: sum(1 for r in results.values() if r.status == s) for s in STATUS_STYLE}
         head = Text.assemble(
             (f"[{done}/{total}] ", "bold"), (f"{counts['built']} built", "green"), ", ",
             (f"{already + counts['unchanged']} unchanged", "cyan"), ", ",
@@ -265,13 +268,12 @@ def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int,
                     try:
                         result = future.result()
                     except Exception as e:  # noqa: BLE001 - a worker that died (killed, out of memory)
-                        result = {"id": t.id, "status": "failed", "wheel": None, "timings": {},
-                                  "error": f"worker died: {type(e).__name__}: {e}", "seconds": 0.0}
+                        result = FarmOutcome(id=t.id, status="failed", error=f"worker died: {type(e).__name__}: {e}")
                     results[t.id] = result
-                    line = (f"{result['status']:9}{t.id}  {_duration(result['seconds'])}"
-                            + (f"  {result['error']}" if result.get("error") else ""))
+                    line = (f"{result.status:9}{t.id}  {_duration(result.seconds)}"
+                            + (f"  {result.error}" if result.error else ""))
                     if live is not None:
-                        live.console.print(Text(line, style=STATUS_STYLE.get(result["status"], "")))
+                        live.console.print(Text(line, style=STATUS_STYLE.get(result.status, "")))
                     else:
                         console.print(line, highlight=False, markup=False)
                 if live is not None:
@@ -300,14 +302,14 @@ def _stage(log_file: Path) -> str:
     return stage
 
 
-def _summary_table(targets: list, results: list[dict[str, Any]]) -> Table:
+def _summary_table(targets: list, results: list[Any]) -> Table:
     table = Table(Column("target", overflow="fold"), "status", "time", "compile",
                   Column("wheel / error", overflow="fold"), title="farm summary")
     for t, r in zip(targets, results):
-        status = r["status"]
-        detail = Path(r["wheel"]).name if r.get("wheel") and status != "failed" else (r.get("error") or "")
-        build = r.get("timings", {}).get("build")
-        table.add_row(t.id, Text(status, style=STATUS_STYLE.get(status, "")), _duration(r["seconds"]),
+        status = r.status
+        detail = Path(r.wheel).name if r.wheel and status != "failed" else (r.error or "")
+        build = r.timings.get("build")
+        table.add_row(t.id, Text(status, style=STATUS_STYLE.get(status, "")), _duration(r.seconds),
                       _duration(build) if build is not None else "-", Text(detail))
     return table
 

@@ -1,4 +1,4 @@
-"""Commands about the wheelhouse index: `builder index rebuild` and `builder serve`."""
+"""Commands about the wheelhouse index: `builder index rebuild`, `builder index pull` and `builder serve`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,19 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
         "rebuild", help="regenerate every page (simple/, channels/, .metadata sidecars, dashboard) from the wheels"
     )
     add_common(rebuild)
+    pull = isub.add_parser(
+        "pull", help="restore the wheelhouse from a published one (wheels verified by sha256, one transaction)",
+        description="Restore --wheelhouse from the wheelhouse published at URL (GitHub Pages, `builder serve`, a "
+                    "folder): wheels, sidecars, records, logs; pages re-rendered. Every wheel's sha256 is checked "
+                    "against its page and record; a wheel already here with that sha256 is not downloaded again.",
+    )
+    pull.add_argument("url", metavar="URL", help="the published wheelhouse's root (the folder holding simple/)")
+    pull.add_argument("--delete", action="store_true",
+                      help="remove local wheels the published index does not hold (an exact mirror)")
+    pull.add_argument("--missing-ok", action="store_true",
+                      help="nothing published there yet (HTTP 404 for simple/index.json) is not an error: a first run")
+    pull.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    add_common(pull)
 
     serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
     serve.add_argument("--host", default="127.0.0.1",
@@ -27,6 +40,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
 def cmd_index(args: argparse.Namespace) -> int:
     from builder.index.store import Wheelhouse
 
+    if args.index_command == "pull":
+        return cmd_pull(args)
     house = Wheelhouse(settings_from_args(args).wheelhouse)
     areas = [house]
     if (house.root / "staging" / "wheels").is_dir():
@@ -38,6 +53,27 @@ def cmd_index(args: argparse.Namespace) -> int:
     for label in house.labels():
         out.print(f"  channel {label}: {house.channel_url(label)}")
     out.print(f"dashboard: {house.dashboard.resolve().as_uri()}")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from builder.index.mirror import pull
+    from builder.index.store import Wheelhouse
+
+    house = Wheelhouse(settings_from_args(args).wheelhouse)
+    result = pull(args.url, house, delete=args.delete, missing_ok=args.missing_ok, timeout_s=args.timeout)
+    if result is None:
+        out.print(f"nothing published at {args.url} yet (no simple/index.json): {house.root} left as it was",
+                  markup=False)
+        return 0
+    done = result.restore
+    line = (f"pulled {result.root} into {house.root}: {len(done.fetched)} wheel(s) fetched "
+            f"({result.fetched_bytes / 1e6:.1f} MB), {len(done.kept)} kept (sha256 already right)")
+    if done.removed:
+        line += f", {len(done.removed)} removed (not published)"
+    out.print(line, markup=False)
+    for name in done.extra:
+        out.print(f"  kept {name}: here but not published (--delete removes it)", markup=False)
     return 0
 
 

@@ -7,8 +7,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rich.table import Table
 
@@ -178,11 +178,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     for target in targets:
         result = run_build(target, settings, options)
         elapsed = time.monotonic() - start
-        tests = result.record.get("tests", {}) if isinstance(result.record, dict) else {}
+        tests = result.record.tests if result.record is not None else None
         out.print(f"[bold]{result.status}[/bold]: {result.wheel}  ({elapsed:.0f}s)")
-        if isinstance(tests, dict) and tests:
-            out.print(f"tests: import {tests.get('import_status')}, kernel {tests.get('kernel_status')}"
-                      + (f" ({tests.get('kernel_reason')})" if tests.get("kernel_reason") else ""))
+        if tests is not None:
+            out.print(f"tests: import {tests.import_status}, kernel {tests.kernel_status}"
+                      + (f" ({tests.kernel_reason})" if tests.kernel_reason else ""))
         out.print(f"timings: {json.dumps(result.timings)}")
     return 0
 

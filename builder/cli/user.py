@@ -69,6 +69,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def render_doctor(report: DoctorReport) -> None:
+    """The doctor's report as tables and lines: the env and machine, the packages, transformers, the wheelhouse."""
+    _render_env(report)
+    _render_packages(report)
+    _render_transformers(report)
+    _render_wheelhouse(report)
+    for line in report.advice:
+        out.print(f"- {line}", markup=False)
+    if report.commands:
+        out.print("install what fits (torch stays as it is):")
+        for command in report.commands:
+            out.print(f"    {command}", markup=False)
+
+
+def _render_env(report: DoctorReport) -> None:
     env, machine = report.env, report.machine
     py = env.python
     rows = Table(show_header=False, box=None, title=f"builder doctor: {report.python}", title_justify="left")
@@ -92,6 +106,8 @@ def render_doctor(report: DoctorReport) -> None:
         rows.add_row("build here", f"CUDA {torch.cuda} wheels: " + (f"yes, with {how}" if can else f"no: {how}"))
     out.print(rows)
 
+
+def _render_packages(report: DoctorReport) -> None:
     table = Table("package", "installed", "imports", "GPU code", title="CUDA-extension packages the recipes know",
                   title_justify="left")
     for state in report.packages:
@@ -101,7 +117,9 @@ def render_doctor(report: DoctorReport) -> None:
         table.add_row(pkg.distribution, pkg.version or "no", imports, state.gpu_code.verdict)
     out.print(table)
 
-    tf = env.transformers
+
+def _render_transformers(report: DoctorReport) -> None:
+    tf = report.env.transformers
     if not tf.installed:
         out.print("transformers: not installed" + (f" ({tf.error})" if tf.error and "No module" not in tf.error else ""),
                   markup=False)
@@ -116,6 +134,9 @@ def render_doctor(report: DoctorReport) -> None:
             out.print(f"  {', '.join(models)}:", markup=False)
             for line in lines:
                 out.print(f"    {line}", markup=False)
+
+
+def _render_wheelhouse(report: DoctorReport) -> None:
     if report.wheelhouse and report.wheelhouse_error:
         out.print(f"wheelhouse: {report.wheelhouse_error}", markup=False)
     elif report.wheelhouse:
@@ -128,12 +149,6 @@ def render_doctor(report: DoctorReport) -> None:
                     out.print(f"    not {verdict.wheel.filename}: {'; '.join(verdict.reasons)}", markup=False)
     else:
         out.print("wheelhouse: none given (--from PATH|URL) and no ./wheelhouse here")
-    for line in report.advice:
-        out.print(f"- {line}", markup=False)
-    if report.commands:
-        out.print("install what fits (torch stays as it is):")
-        for command in report.commands:
-            out.print(f"    {command}", markup=False)
 
 
 def cmd_install(args: argparse.Namespace) -> int:

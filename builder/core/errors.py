@@ -87,3 +87,9 @@ class InstallError(BuilderError):
     """No wheel fits the user's environment and none can be built here; the ways forward are in the message."""
 
     exit_code = 12
+
+
+class PortabilityError(BuilderError):
+    """A wheel that would not import elsewhere: it vendors torch's or CUDA's runtime libraries."""
+
+    exit_code = 13

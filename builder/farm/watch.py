@@ -15,7 +15,10 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.datafiles import default_patches_dir
 from builder.core.settings import Settings
-from builder.farm.run import Farm, Releases, pypi_versions, versions_in_range, wheelhouse_records
+from builder.farm.expand import Releases, pypi_versions, versions_in_range
+from builder.farm.spec import Farm
+from builder.farm.unchanged import wheelhouse_records
+from builder.model.cuda import CudaVersion
 from builder.model.recipe import find_recipe, load_recipe
 
 
@@ -40,7 +43,7 @@ def watch(farm: Farm, settings: Settings, *, only: Iterable[str] = (), releases:
     built: dict[str, set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
         try:
-            built.setdefault(canonicalize_name(str(record.get("package"))), set()).add(Version(str(record.get("version"))))
+            built.setdefault(canonicalize_name(record.package), set()).add(Version(record.version))
         except InvalidVersion:
             continue
     rows: list[WatchRow] = []
@@ -118,12 +121,12 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     for entry in farm.entries:
         key = entry.torch_index or "pypi"
         specs[key] = entry.torch_index
-        wanted.setdefault(key, set()).update(_cuda_key(c) for c in entry.cuda)
+        wanted.setdefault(key, set()).update(c.line for c in entry.cuda)
     built: dict[tuple[str, str], set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
         try:
-            torch = Version(str((record.get("python") or {}).get("torch"))).public
-            built.setdefault((str(record.get("torch_index")), _cuda_key(str(record.get("cuda")))), set()).add(
+            torch = Version(str(record.python.get("torch"))).public
+            built.setdefault((record.torch_index, CudaVersion.parse(record.cuda).line), set()).add(
                 Version(torch))
         except (InvalidVersion, AttributeError):
             continue
@@ -160,9 +163,6 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     return rows
 
 
-def _cuda_key(text: str) -> str:
-    v = Version(text)
-    return f"{v.major}.{v.minor}"
 
 
 def _cuda_order(cuda: str) -> tuple[int, Version]:

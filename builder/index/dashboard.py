@@ -14,10 +14,13 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
+
+from builder.model.records import BuildRecord, TestReport
 
 _LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
 
@@ -40,7 +43,7 @@ class Row:
     kernel_status: str
     kernel_reason: str
     counts: dict[str, int]
-    speed: list[dict[str, object]]
+    speed: list[dict[str, str | float | int]]
     gpu: str
     size: int
     links: dict[str, str] = field(default_factory=dict)
@@ -56,7 +59,7 @@ class WheelFacts:
 
     filename: str
     size: int
-    record: dict | None
+    record: BuildRecord | None
     has_log: bool
 
 
@@ -65,14 +68,15 @@ def rows_of(root: Path, wheels: list[Path], *, area: str, prefix: str = "") -> l
     facts = []
     for wheel in wheels:
         try:
-            record = json.loads((root / "records" / f"{wheel.name}.json").read_text())
-        except (OSError, ValueError):
+            data = json.loads((root / "records" / f"{wheel.name}.json").read_text())
+            record = BuildRecord.from_json(data) if isinstance(data, dict) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             record = None
         try:
             size = wheel.stat().st_size
         except FileNotFoundError:  # taken out of staging by a promotion while we looked
             continue
-        facts.append(WheelFacts(wheel.name, size, record if isinstance(record, dict) else None,
+        facts.append(WheelFacts(wheel.name, size, record,
                                 (root / "logs" / f"{wheel.name}.log").exists()))
     return rows_from(facts, area=area, prefix=prefix)
 
@@ -82,17 +86,16 @@ def rows_from(facts: list[WheelFacts], *, area: str, prefix: str = "") -> list[R
 
 
 def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
-    record = facts.record or {}
+    record = facts.record or BuildRecord()
     name, version, _, tags = parse_wheel_filename(facts.filename)
     label = version.local or ""
     match = _LABEL_RE.match(label)
-    cuda = str(record.get("cuda") or (f"{match.group(1)}.{match.group(2)}" if match else "—"))
-    python_info = record.get("python") if isinstance(record.get("python"), dict) else {}
-    tests = record.get("tests") if isinstance(record.get("tests"), dict) else {}
-    torch = str(python_info.get("torch") or tests.get("torch") or (match.group(3) if match else "—"))
+    cuda = record.cuda or (f"{match.group(1)}.{match.group(2)}" if match else "—")
+    tests = record.tests or TestReport()
+    torch = str(record.python.get("torch") or tests.torch or (match.group(3) if match else "—"))
     interpreters = sorted({t.interpreter for t in tags})
     python = ", ".join(_python_of(i) for i in interpreters)
-    inspect = record.get("inspect") if isinstance(record.get("inspect"), dict) else {}
+    inspect = record.inspect or {}
     objects = inspect.get("objects") or []
     sass = sorted({a for o in objects for a in o.get("sass", [])}, key=_arch_key)
     ptx = sorted({a for o in objects for a in o.get("ptx", [])}, key=_arch_key)
@@ -101,22 +104,22 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         links["record"] = f"{prefix}records/{facts.filename}.json"
     if facts.has_log:
         links["log"] = f"{prefix}logs/{facts.filename}.log"
-    import_status = str(tests.get("import_status") or "not run")
-    kernel_status = str(tests.get("kernel_status") or "not run")
+    import_status = tests.import_status or "not run"
+    kernel_status = tests.kernel_status or "not run"
     return Row(
-        filename=facts.filename, package=str(record.get("package") or name), version=str(version.public),
+        filename=facts.filename, package=record.package or str(name), version=str(version.public),
         label=label, cuda=cuda, torch=torch, python=python,
-        archs_requested=[str(a) for a in record.get("archs") or []], sass=sass, ptx=ptx, area=area,
+        archs_requested=list(record.archs), sass=sass, ptx=ptx, area=area,
         status=_status(area, record, import_status, kernel_status), import_status=import_status,
-        kernel_status=kernel_status, kernel_reason=str(tests.get("kernel_reason") or ""),
-        counts={k: int(v) for k, v in (tests.get("counts") or {}).items()},
-        speed=[s for s in tests.get("speed") or [] if isinstance(s, dict)], gpu=str(tests.get("gpu") or ""),
+        kernel_status=kernel_status, kernel_reason=tests.kernel_reason,
+        counts={k: int(v) for k, v in tests.counts.items()},
+        speed=[dict(s) for s in tests.speed if isinstance(s, Mapping)], gpu=tests.gpu or "",
         size=facts.size, links=links,
     )
 
 
-def _status(area: str, record: dict, import_status: str, kernel_status: str) -> str:
-    if not record:
+def _status(area: str, record: BuildRecord, import_status: str, kernel_status: str) -> str:
+    if record == BuildRecord():  # no record, or an empty one
         return "unknown"
     if "failed" in (import_status, kernel_status):
         return "failed"

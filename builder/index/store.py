@@ -29,10 +29,11 @@ import os
 import shutil
 import time
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import BinaryIO
 
 from filelock import FileLock
 from packaging.utils import (
@@ -46,6 +47,7 @@ from builder.core.errors import BuilderError, PublishError
 from builder.core.fsutil import sha256_file
 from builder.core.log import log
 from builder.core.wheelfile import dist_info_dir
+from builder.model.records import BuildRecord
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -72,22 +74,24 @@ def wheel_label(filename: str) -> str | None:
     return parse_wheel_filename(filename)[1].local
 
 
-def check_wheel(wheel: Path) -> bytes:
-    """The wheel's METADATA bytes, after checking that its Name and Version agree with the file name."""
+def check_wheel(wheel: Path, filename: str | None = None) -> bytes:
+    """The wheel's METADATA bytes, after checking that its Name and Version agree with the file name (``filename``
+    when the bytes are in a temp file)."""
+    shown = filename or wheel.name
     try:
-        name, version, _, _ = parse_wheel_filename(wheel.name)
+        name, version, _, _ = parse_wheel_filename(shown)
     except InvalidWheelFilename as e:
-        raise PublishError(f"refusing to publish {wheel.name}: not a valid wheel file name ({e})") from e
+        raise PublishError(f"refusing to publish {shown}: not a valid wheel file name ({e})") from e
     try:
         with zipfile.ZipFile(wheel) as zf:  # read METADATA alone: wheels can be hundreds of MB
             names = {info.filename: b"" for info in zf.infolist() if not info.is_dir()}
-            data = zf.read(f"{dist_info_dir(names, wheel.name)}/METADATA")
+            data = zf.read(f"{dist_info_dir(names, shown)}/METADATA")
     except KeyError:
-        raise PublishError(f"refusing to publish {wheel.name}: it has no .dist-info/METADATA") from None
+        raise PublishError(f"refusing to publish {shown}: it has no .dist-info/METADATA") from None
     except BuilderError as e:
-        raise PublishError(f"refusing to publish {wheel.name}: {e.message}") from e
+        raise PublishError(f"refusing to publish {shown}: {e.message}") from e
     except (zipfile.BadZipFile, OSError) as e:
-        raise PublishError(f"refusing to publish {wheel.name}: not a readable wheel ({e})") from e
+        raise PublishError(f"refusing to publish {shown}: not a readable wheel ({e})") from e
     headers = HeaderParser().parsestr(data.decode("utf-8", "replace"))
     meta_name, meta_version = headers.get("Name"), headers.get("Version")
     try:
@@ -96,13 +100,13 @@ def check_wheel(wheel: Path) -> bytes:
         parsed = None
     if parsed != version:
         raise PublishError(
-            f"refusing to publish {wheel.name}: its METADATA says Version: {meta_version} "
+            f"refusing to publish {shown}: its METADATA says Version: {meta_version} "
             f"but the file name says {version}",
             "rebuild it so that both agree (finalize_wheel rewrites the name and METADATA together)",
         )
     if canonicalize_name(meta_name or "") != canonicalize_name(name):
         raise PublishError(
-            f"refusing to publish {wheel.name}: its METADATA says Name: {meta_name} but the file name says {name}",
+            f"refusing to publish {shown}: its METADATA says Name: {meta_name} but the file name says {name}",
             "rebuild it so that both agree",
         )
     return data
@@ -115,9 +119,31 @@ class Entry:
     filename: str
     data: Path  # where the wheel's bytes are now: its published path, or a staged temp file
     metadata: Path  # its METADATA sidecar (likewise)
-    record: dict | None
+    record: BuildRecord | None
     has_log: bool
     sha256: str | None = None  # known already (a wheel being published); else hashed or read from the pages
+
+
+@dataclass(frozen=True)
+class Restored:
+    """One wheel of a published wheelhouse as ``builder index pull`` restores it: what its pages say (sha256,
+    size, upload time) and the small files beside it, already fetched and verified (builder/index/mirror.py)."""
+
+    filename: str
+    sha256: str
+    size: int
+    mtime_ns: int | None  # the page's upload-time: kept, so the re-rendered pages say what the published ones say
+    metadata: bytes
+    record: BuildRecord | None
+    log: bytes | None
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    fetched: tuple[str, ...]
+    kept: tuple[str, ...]
+    removed: tuple[str, ...]
+    extra: tuple[str, ...]  # local wheels the published index does not hold, left in place (delete=False)
 
 
 class Transaction:
@@ -153,6 +179,18 @@ class Transaction:
         self.moves.append((tmp, final))
         with open(source, "rb") as src, open(tmp, "xb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.chmod(tmp, 0o644)
+        return tmp
+
+    def put_stream(self, final: Path, write: Callable[[BinaryIO], None]) -> Path:
+        """A temp file for ``final`` filled by ``write`` (a download): fsynced, committed like the others."""
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_path(final)
+        self.moves.append((tmp, final))
+        with open(tmp, "xb") as dst:
+            write(dst)
             dst.flush()
             os.fsync(dst.fileno())
         os.chmod(tmp, 0o644)
@@ -265,9 +303,11 @@ class Wheelhouse:
     def contains(self, wheel: Path) -> bool:
         return wheel.resolve().parent == self.wheels.resolve()
 
-    def record_of(self, wheel_name: str) -> dict[str, object] | None:
+    def record_of(self, wheel_name: str) -> BuildRecord | None:
+        """The wheel's record (records/<wheel>.json), also one written by an older builder; None if it has none."""
         path = self.records / f"{wheel_name}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        data = json.loads(path.read_text()) if path.exists() else None
+        return BuildRecord.from_json(data) if isinstance(data, dict) else None
 
     def remove(self, wheel_name: str) -> None:
         """Take a wheel, its sidecar, record and log out (after promotion), in one transaction with the pages."""
@@ -280,7 +320,7 @@ class Wheelhouse:
             self._commit(txn, entries, f"removing {wheel_name} from")
         self._refresh_parent()
 
-    def write_record(self, wheel_name: str, record: dict[str, object]) -> None:
+    def write_record(self, wheel_name: str, record: BuildRecord) -> None:
         """Replace a wheel's record (new test results) and the pages that show it, in one transaction."""
         with self.lock():
             self._recover()
@@ -288,9 +328,9 @@ class Wheelhouse:
             entries = []
             for entry in self._entries():
                 if entry.filename == wheel_name:
-                    record = {**record, "wheel_sha256": entry.record.get("wheel_sha256")} \
-                        if entry.record and entry.record.get("wheel_sha256") and "wheel_sha256" not in record else record
-                    txn.put_bytes(self.records / f"{wheel_name}.json", _record_bytes(record))
+                    if entry.record and entry.record.wheel_sha256 and not record.wheel_sha256:
+                        record = record.with_(wheel_sha256=entry.record.wheel_sha256)
+                    txn.put_bytes(self.records / f"{wheel_name}.json", record.file_bytes())
                     entry = Entry(entry.filename, entry.data, entry.metadata, record, entry.has_log)
                 entries.append(entry)
             self._commit(txn, entries, f"writing the record of {wheel_name} into")
@@ -306,7 +346,7 @@ class Wheelhouse:
     def channel_url(self, label: str) -> str:
         return (self.channels / label / "simple").resolve().as_uri()
 
-    def publish(self, wheel: Path, record: dict[str, object], *, replace: bool = False) -> Path:
+    def publish(self, wheel: Path, record: BuildRecord, *, replace: bool = False) -> Path:
         """Copy ``wheel`` in with its metadata sidecar, record and build log, and regenerate every page, as one
         transaction (see ``Transaction``): afterwards the wheelhouse is either as it was or holds the wheel,
         listed everywhere with its hash. The record gains ``wheel_sha256``, what the unchanged check verifies.
@@ -318,7 +358,7 @@ class Wheelhouse:
         metadata = check_wheel(wheel)
         log_source = _log_source(wheel, record)
         digest = sha256_file(wheel)
-        record = {**record, "wheel_sha256": digest}
+        record = record.with_(wheel_sha256=digest)
         dest = self.wheels / wheel.name
         txn = Transaction(self.root)
         try:
@@ -331,7 +371,7 @@ class Wheelhouse:
                 same_file = dest.exists() and wheel.resolve() == dest.resolve()
                 data = dest if same_file else txn.put_copy(dest, wheel)
                 sidecar = txn.put_bytes(self.wheels / f"{wheel.name}.metadata", metadata)
-                txn.put_bytes(self.records / f"{wheel.name}.json", _record_bytes(record))
+                txn.put_bytes(self.records / f"{wheel.name}.json", record.file_bytes())
                 has_log = (self.logs / f"{wheel.name}.log").exists()
                 if log_source is not None and log_source.resolve() != (self.logs / f"{wheel.name}.log").resolve():
                     txn.put_copy(self.logs / f"{wheel.name}.log", log_source)
@@ -346,11 +386,11 @@ class Wheelhouse:
         self._refresh_parent()
         return dest
 
-    def _check_arch_set(self, wheel_name: str, record: dict[str, object]) -> None:
+    def _check_arch_set(self, wheel_name: str, record: BuildRecord) -> None:
         old = self._read_record(wheel_name) if (self.wheels / wheel_name).exists() else None
-        if not old or "archs" not in old or "archs" not in record:
+        if not old or not old.archs or not record.archs:  # pure Python, or a record without archs
             return
-        before, after = sorted(map(str, old["archs"] or [])), sorted(map(str, record["archs"] or []))
+        before, after = sorted(old.archs), sorted(record.archs)
         if before != after:
             raise PublishError(
                 f"refusing to replace {self.wheels / wheel_name}: it was built for {', '.join(before) or 'no arch'}, "
@@ -379,7 +419,76 @@ class Wheelhouse:
                 txn.abort()
             raise
 
-    def find_record(self, cache_key: str) -> tuple[Path, dict[str, object]] | None:
+    def restore(self, wheels: list[Restored], download: Callable[[Restored, BinaryIO], None], *,
+                delete: bool = False) -> RestoreResult:
+        """Make this wheelhouse hold ``wheels`` (a published index, ``builder index pull``) in one transaction.
+
+        A wheel already here with the published sha256 is kept; any other is written by ``download`` (which
+        verifies what it writes) into a temp file of the transaction, so a kill or a refused download leaves the
+        old state. Sidecars, records and logs are written likewise; the pages are rendered from the new state.
+        Local wheels the published index does not hold are removed with ``delete``, else kept."""
+        published = {w.filename for w in wheels}
+        txn = Transaction(self.root)
+        fetched, kept = [], []
+        try:
+            with self.lock():
+                self._recover()
+                present = {e.filename: e for e in self._entries()}
+                entries = []
+                for wheel in wheels:
+                    final = self.wheels / wheel.filename
+                    old = present.get(wheel.filename)
+                    if old and old.data.stat().st_size == wheel.size and sha256_file(old.data) == wheel.sha256:
+                        data = old.data
+                        kept.append(wheel.filename)
+                    else:
+                        data = txn.put_stream(final, lambda f, w=wheel: download(w, f))
+                        fetched.append(wheel.filename)
+                    if wheel.mtime_ns is not None:
+                        os.utime(data, ns=(wheel.mtime_ns, wheel.mtime_ns))
+                    if check_wheel(data, wheel.filename) != wheel.metadata:
+                        raise PublishError(f"refusing to restore {wheel.filename}: its .metadata sidecar is not "
+                                           "the wheel's METADATA", "run `builder index rebuild` where it is published")
+                    entries.append(self._restored_entry(txn, wheel, data))
+                extra = sorted(set(present) - published)
+                if delete:
+                    for name in extra:
+                        txn.deletes += [self.wheels / name, self.wheels / f"{name}.metadata",
+                                        self.records / f"{name}.json", self.logs / f"{name}.log"]
+                else:
+                    entries += [present[name] for name in extra]
+                self._commit(txn, sorted(entries, key=lambda e: e.filename), "restoring the published index into")
+        except OSError as e:
+            txn.abort()
+            raise PublishError(f"restoring the published index into {self.root} failed: {e}; nothing was changed",
+                               "free space (or fix the permissions) and pull again") from e
+        except BaseException:
+            if not (self.root / JOURNAL).exists():
+                txn.abort()
+            raise
+        return RestoreResult(tuple(fetched), tuple(kept), tuple(extra) if delete else (),
+                             () if delete else tuple(extra))
+
+    def _restored_entry(self, txn: Transaction, wheel: Restored, data: Path) -> Entry:
+        """Stage the sidecar, record and log of a restored wheel where they differ from what is here."""
+        sidecar = self.wheels / f"{wheel.filename}.metadata"
+        if not sidecar.is_file() or sidecar.read_bytes() != wheel.metadata:
+            sidecar = txn.put_bytes(sidecar, wheel.metadata)
+        record_path = self.records / f"{wheel.filename}.json"
+        if wheel.record is not None:
+            record_bytes = wheel.record.file_bytes()
+            if not record_path.is_file() or record_path.read_bytes() != record_bytes:
+                txn.put_bytes(record_path, record_bytes)
+        else:
+            txn.deletes.append(record_path)
+        log_path = self.logs / f"{wheel.filename}.log"
+        if wheel.log is None:
+            txn.deletes.append(log_path)
+        elif not log_path.is_file() or log_path.read_bytes() != wheel.log:
+            txn.put_bytes(log_path, wheel.log)
+        return Entry(wheel.filename, data, sidecar, wheel.record, wheel.log is not None, wheel.sha256)
+
+    def find_record(self, cache_key: str) -> tuple[Path, BuildRecord] | None:
         """A published wheel built from exactly these inputs (the "unchanged, skip" check), verified: its bytes
         match the record's ``wheel_sha256`` (or, for records older than that field, the wheel's own embedded
         cache key), and the pages list it with its hash, else the pages are rebuilt. A record whose wheel does
@@ -389,12 +498,12 @@ class Wheelhouse:
         with self.lock():
             self._recover()
             for path in sorted(self.records.glob("*.whl.json")):
+                wheel = self.wheels / path.name.removesuffix(".json")
                 try:
-                    record = json.loads(path.read_text())
+                    record = self.record_of(wheel.name)
                 except (OSError, json.JSONDecodeError):
                     continue
-                wheel = self.wheels / path.name.removesuffix(".json")
-                if not isinstance(record, dict) or record.get("cache_key") != cache_key or not wheel.exists():
+                if record is None or record.cache_key != cache_key or not wheel.exists():
                     continue
                 digest = sha256_file(wheel)
                 problem = _mismatch(wheel, record, digest)
@@ -507,12 +616,11 @@ class Wheelhouse:
         return [Entry(w.name, w, self.wheels / f"{w.name}.metadata", self._read_record(w.name),
                       (self.logs / f"{w.name}.log").is_file()) for w in self._wheel_files()]
 
-    def _read_record(self, wheel_name: str) -> dict[str, object] | None:
+    def _read_record(self, wheel_name: str) -> BuildRecord | None:
         try:
-            record = self.record_of(wheel_name)
+            return self.record_of(wheel_name)
         except (OSError, json.JSONDecodeError):
             return None
-        return record if isinstance(record, dict) else None
 
     def _infos(self, entries: list[Entry], txn: Transaction, rehash: bool = False) -> list[WheelInfo]:
         """Index facts per wheel; hashes are reused from the previous JSON pages while size and mtime match."""
@@ -586,13 +694,9 @@ class Wheelhouse:
             self.parent.refresh_dashboard()
 
 
-def _record_bytes(record: dict[str, object]) -> bytes:
-    return json.dumps(record, indent=2, sort_keys=True).encode()
-
-
-def _mismatch(wheel: Path, record: dict[str, object], digest: str) -> str | None:
+def _mismatch(wheel: Path, record: BuildRecord, digest: str) -> str | None:
     """Why ``record`` does not describe the bytes of ``wheel`` (None when it does)."""
-    expected = record.get("wheel_sha256")
+    expected = record.wheel_sha256
     if expected is not None:
         return None if expected == digest else f"the wheel's sha256 is {digest}, the record says {expected}"
     try:  # a record from before wheel_sha256: the cache key finalize wrote into the wheel itself
@@ -601,12 +705,12 @@ def _mismatch(wheel: Path, record: dict[str, object], digest: str) -> str | None
             embedded = json.loads(zf.read(inner)) if inner else None
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         return f"the wheel is unreadable ({e})"
-    if isinstance(embedded, dict) and embedded.get("cache_key") not in (None, record.get("cache_key")):
+    if isinstance(embedded, dict) and embedded.get("cache_key") not in (None, record.cache_key):
         return "the wheel was built from other inputs than its record says"
     return None
 
 
-def _own_log(source: Path, root: Path, record: dict[str, object] | None) -> bool:
+def _own_log(source: Path, root: Path, record: BuildRecord | None) -> bool:
     """Only a log of the builder's own naming is copied in: ``<package>-<version>-<key[:12]>.log`` in a folder
     named logs (the cache's), or the copy in a wheelhouse's logs/. A record naming /etc/passwd as its build_log,
     or a symlink out of the folder, gets no copy."""
@@ -618,9 +722,10 @@ def _own_log(source: Path, root: Path, record: dict[str, object] | None) -> bool
         return False
     if source.parent.resolve() == (root / "logs").resolve() == resolved.parent:
         return True
-    record = record or {}
-    key = str(record.get("cache_key") or "")
-    expected = f"{record.get('package')}-{record.get('version')}-{key[:12]}.log"
+    if record is None:
+        return False
+    key = record.cache_key
+    expected = f"{record.package}-{record.version}-{key[:12]}.log"
     return bool(key) and resolved.parent.name == "logs" and resolved.name == expected == source.name
 
 
@@ -662,8 +767,8 @@ def _stage_simple(txn: Transaction, simple: Path, infos: list[WheelInfo], wheels
         txn.trees += [d for d in simple.iterdir() if d.is_dir() and d.name not in projects]
 
 
-def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, object]:
-    entry: dict[str, object] = {
+def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, str | int | bool | dict[str, str]]:
+    entry: dict[str, str | int | bool | dict[str, str]] = {
         "filename": info.filename,
         "url": f"{wheels_href}{info.filename}",
         "hashes": {"sha256": info.sha256},
@@ -678,19 +783,15 @@ def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, object]:
     return entry
 
 
-def _tests_summary(record: dict[str, object] | None) -> str:
-    tests = record.get("tests") if record else None
-    if not isinstance(tests, dict):
-        return ""
-    kernel = str(tests.get("kernel_status", "not run"))
-    reason = tests.get("kernel_reason")
-    return f"import {tests.get('import_status')}; kernel tests {kernel}" + (f" ({reason})" if reason else "")
+def _tests_summary(record: BuildRecord | None) -> str:
+    tests = record.tests if record else None
+    return tests.summary() if tests is not None else ""
 
 
-def _log_source(wheel: Path, record: dict[str, object] | None) -> Path | None:
+def _log_source(wheel: Path, record: BuildRecord | None) -> Path | None:
     """The build log to copy in: the record's build_log, else the copy in the wheelhouse the wheel comes from."""
-    build_log = record.get("build_log") if isinstance(record, dict) else None
-    if isinstance(build_log, str) and build_log and Path(build_log).is_file():
+    build_log = record.build_log if record is not None else ""
+    if build_log and Path(build_log).is_file():
         return Path(build_log)
     beside = wheel.parent.parent / "logs" / f"{wheel.name}.log"
     return beside if beside.is_file() else None

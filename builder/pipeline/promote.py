@@ -12,15 +12,16 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from builder.core.errors import TestFailed, ToolchainError, UsageError
+from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
+from builder.model.records import BuildRecord, TestReport
 from builder.stages.inspection import inspect_wheel, render_report
 from builder.stages.pyenv import find_interpreter, fresh_test_env, probe
-from builder.stages.testing import TestReport, import_test, kernel_tests
+from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,27 +59,22 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
     recipe = load_recipe(find_recipe(str(name), settings.recipes_dir), settings.patches_dir)
     report = inspect_wheel(wheel, settings)
     log.info(render_report(report))
-    record = dict(report.record or {})
+    record = report.record or BuildRecord()
     torch = _torch_pin(report.requires)
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
-    tests = TestReport()
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-test-", dir=settings.cache("tests")))
+    kernel = KernelTestPlan(quick=options.quick, bench=options.bench, required=options.require_kernel_tests,
+                            not_published="nothing was promoted")
     try:
         test_env = _test_env(wheel, options, torch, record, tags, workdir)
-        import_test(test_env, recipe.imports, tests)
-        kernel_tests(test_env, recipe, report, tests, workdir, quick=options.quick, bench=options.bench)
-        if options.require_kernel_tests and tests.kernel_status != "passed":
-            raise TestFailed(
-                f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
-                "run on a GPU that can execute one of the wheel's archs; nothing was promoted",
-            )
-    except TestFailed:
-        _save(record, tests, wheel, house, staging)
+        tests = run_tests(test_env, recipe, report, workdir, kernel)
+    except TestStageFailed as e:
+        _save(record.with_(tests=e.report), wheel, house, staging)
         raise
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
-    record["tests"] = tests.as_dict()
+    record = record.with_(tests=tests)
     if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
         published = house.publish(wheel, record)
         staging.remove(wheel.name)
@@ -87,12 +83,11 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
         if staging.contains(wheel):
             log.warning(f"not promoted: kernel tests {tests.kernel_status}"
                         + (f" ({tests.kernel_reason})" if tests.kernel_reason else "") + "; it stays in staging")
-        _save(record, tests, wheel, house, staging)
+        _save(record, wheel, house, staging)
     return tests
 
 
-def _save(record: dict[str, object], tests: TestReport, wheel: Path, house: Wheelhouse, staging: Wheelhouse) -> None:
-    record["tests"] = tests.as_dict()
+def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhouse) -> None:
     for area in (staging, house):
         if area.contains(wheel):
             area.write_record(wheel.name, record)
@@ -111,7 +106,7 @@ def _torch_pin(requires: tuple[str, ...]) -> str:
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")
 
 
-def _test_env(wheel: Path, options: TestOptions, torch: str, record: dict[str, object], tags: frozenset, workdir: Path):
+def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord, tags: frozenset, workdir: Path):
     if options.python is not None:
         given = probe(Path(shutil.which(options.python) or options.python), need_torch=True)
         if Version(given.torch or "0").public != Version(torch).public:
@@ -122,7 +117,7 @@ def _test_env(wheel: Path, options: TestOptions, torch: str, record: dict[str, o
         return fresh_test_env(given.python, torch, resolve_index(None), wheel, _extra(options), workdir, torch_from=given)
     interpreter = next((t.interpreter for t in tags if t.interpreter.startswith("cp")), "cp312")
     version = f"{interpreter[2]}.{interpreter[3:]}"
-    index = resolve_index(str(record.get("torch_index")) if record.get("torch_index") else None)
+    index = resolve_index(record.torch_index or None)
     return fresh_test_env(find_interpreter(version), torch, index, wheel, _extra(options), workdir)
 
 

@@ -8,38 +8,43 @@ import platform
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock
-
 from builder import __version__
-from builder.core.errors import InspectError, ToolchainError
+from builder.core.cachedir import target_lock
+from builder.core.errors import InspectError
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
-from builder.stages.compile import base_env, build_wheel, prefix_map_env
-from builder.stages.compilercache import find_compiler_cache
-from builder.stages.finalize import finalize_wheel, portable_record
-from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs
-from builder.stages.patch import apply_patches, check_patches
-from builder.stages.plan import Plan, Target, cache_key, make_plan
-from builder.stages.pyenv import (
-    PythonEnv,
-    find_interpreter,
-    fresh_test_env,
-    install_into,
-    managed_env,
-    missing_requirements,
-    probe,
+from builder.model.records import (
+    BuildRecord,
+    FileDigest,
+    PatchDigest,
+    RuntimeDropped,
+    SourceDigest,
+    TestReport,
 )
+from builder.stages.compile import base_env, build_wheel, prefix_map_env
+from builder.stages.compilercache import CompilerCache, find_compiler_cache
+from builder.stages.finalize import finalize_wheel, portable_record
+from builder.stages.inputs import target_inputs
+from builder.stages.inspection import (
+    WheelReport,
+    inspect_wheel,
+    render_report,
+    verify_archs,
+)
+from builder.stages.patch import apply_patches, check_patches
+from builder.stages.plan import Plan, Target, make_plan
+from builder.stages.pyenv import PythonEnv, fresh_test_env, python_for
 from builder.stages.source import fetch, unpack
-from builder.stages.testing import TestReport, import_test, kernel_tests
+from builder.stages.testing import KernelTestPlan, run_tests
 from builder.toolchain import CudaToolkit, select_toolkit
-from builder.toolchain.container import ContainerToolchain
-from builder.toolchain.hostcompiler import host_compiler
+from builder.toolchain.base import BuildHost, WheelRequest
+from builder.toolchain.local import LOCAL
 
 
 @dataclass
@@ -48,7 +53,7 @@ class BuildResult:
     wheel: Path | None = None
     status: str = "pending"  # built | unchanged | failed
     timings: dict[str, float] = field(default_factory=dict)
-    record: dict[str, object] = field(default_factory=dict)
+    record: BuildRecord | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,27 +90,39 @@ def run_build(target: Target, settings: Settings, options: BuildOptions, env: Ma
     return result
 
 
-def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult) -> None:
-    timings = result.timings
-    toolkit: CudaToolkit | None = None
-    container: ContainerToolchain | None = None
+def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str],
+                   result: BuildResult) -> None:
+    host: BuildHost = LOCAL  # a pure-Python build runs here, without a CUDA toolkit
     if plan.recipe.kind == "cuda-extension":
         log.step("toolchain")
-        with timed(timings, "toolchain"):
+        with timed(result.timings, "toolchain"):
             choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ)
-            toolkit = choice.toolkit
-            container = choice.container  # type: ignore[assignment]
-        assert toolkit is not None
-        log.info(f"toolchain: {toolkit.describe()} — {toolkit.reason}")
-    with ExitStack() as stack:
-        if container is not None:
-            stack.enter_context(container)
-        _build_with(plan, settings, options, environ, result, toolkit, container)
+        assert choice.host is not None and choice.toolkit is not None
+        host = choice.host
+        log.info(f"toolchain: {choice.toolkit.describe()} — {choice.toolkit.reason}")
+    with host:
+        _build_with(plan, settings, options, environ, result, host)
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """What the build of one target works from once its cache key is known."""
+
+    plan: Plan
+    host: BuildHost  # where the build's commands run; its toolkit is None for a pure-Python build
+    python: PythonEnv  # the build's Python, with the pinned torch
+    test_python: Path  # the interpreter on this machine that the test venv starts from
+    source: Path
+    source_digest: str
+    key: str
+    compiler: dict[str, str] | None  # the host C/C++ compiler (None: pure Python, or the toolkit brings its own)
+    workdir: Path
 
 
 def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
-                toolkit: CudaToolkit | None, container: ContainerToolchain | None) -> None:
+                host: BuildHost) -> None:
     timings = result.timings
+    toolkit = host.toolkit
     # the source first: a bad checksum or URL fails in seconds, before gigabytes of torch are installed
     log.step("source")
     with timed(timings, "source"):
@@ -114,15 +131,13 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     check_patches(source_path, plan.patches, plan.recipe.name, plan.version, settings.cache("builds"))  # drift: now
     log.step("python")
     with timed(timings, "python"):
-        python, base_python = _python_env(plan, settings) if container is None else _container_env(plan, settings, container)
-    torch = python.torch or ""
-    compiler = compiler_identity(plan, environ, toolkit, container)
-    key = cache_key(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
-                    python=python.version, torch=torch, compiler=compiler)
+        python, base_python = python_for(plan, settings, host)
+    compiler = compiler_identity(plan, environ, host)
+    key = target_inputs(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
+                        python=python, compiler=compiler).cache_key()
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
-    locks = settings.cache("locks")
-    with FileLock(str(locks / f"{key[:32]}.lock")):
+    with target_lock(settings, key):
         existing = main_house.find_record(key) or (house.find_record(key) if options.stage else None)
         if existing and not options.force:
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
@@ -132,9 +147,9 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
         workdir = settings.cache("builds") / f"{plan.recipe.name}-{plan.version}-{key[:12]}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
+        inputs = BuildInputs(plan, host, python, base_python, source_path, source_digest, key, compiler, workdir)
         try:
-            _build_in(plan, settings, options, environ, result, workdir, toolkit, python, base_python,
-                      source_path, source_digest, key, house, container, compiler)
+            _build_in(inputs, settings, options, environ, house, result)
         finally:
             if not options.keep_workdir and result.status == "built":
                 # what a published build no longer needs: the sources, the raw wheel, the import-test venv
@@ -143,87 +158,60 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
                     shutil.rmtree(workdir / name, ignore_errors=True)
 
 
-def compiler_identity(plan: Plan, environ: Mapping[str, str], toolkit: CudaToolkit | None,
-                      container: ContainerToolchain | None) -> dict[str, str] | None:
-    """The host C/C++ compiler a host-side CUDA build will use (None for pure Python and container builds)."""
-    if toolkit is None or container is not None:
+def compiler_identity(plan: Plan, environ: Mapping[str, str], host: BuildHost) -> dict[str, str] | None:
+    """The host C/C++ compiler a CUDA build on ``host`` uses (None for pure Python and where the toolkit brings
+    its own compiler: container builds)."""
+    if host.toolkit is None:
         return None
-    return host_compiler({**base_env(dict(environ)), **plan.env})
+    return host.host_compiler({**base_env(dict(environ)), **plan.env})
 
 
-def _python_env(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
-    requirements = ["build", "setuptools>=64", "wheel", "packaging", *plan.recipe.build_requires]
-    if plan.target.python_is_path:
-        given = Path(plan.target.python)
-        resolved = Path(shutil.which(str(given)) or given)
-        env = probe(resolved, need_torch=True)
-        if env.torch_cuda and plan.recipe.kind == "cuda-extension":
-            cuda = plan.cuda
-            if env.torch_cuda.split(".")[:2] != [str(cuda.major), str(cuda.minor)]:
-                raise ToolchainError(
-                    f"--python {given}: its torch {env.torch} is a CUDA {env.torch_cuda} build, not CUDA {cuda}",
-                    f"use --cuda {env.torch_cuda} or an interpreter whose torch matches",
-                )
-        missing = missing_requirements(env, requirements)
-        if missing:
-            install_into(env, missing, find_links=Path(os.environ["BUILDER_FIND_LINKS"]) if os.environ.get("BUILDER_FIND_LINKS") else None)
-        log.info(f"python: {env.python} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
-        return env, resolved
-    base = find_interpreter(plan.target.python)
-    assert plan.torch is not None
-    return managed_env(base, plan.torch, plan.index, requirements, settings), base
+def python_env_for(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
+    """The host build venv of ``plan`` and its base interpreter (the farm's up-front check resolves it offline)."""
+    return python_for(plan, settings)
 
 
-def _container_env(plan: Plan, settings: Settings, container: ContainerToolchain) -> tuple[PythonEnv, Path]:
-    """Docker toolchain: the build venv (pinned torch) is made inside the image; the import and kernel tests
-    run on the host, so they need a host interpreter of the same Python version."""
-    if plan.target.python_is_path:
-        raise ToolchainError(f"--python {plan.target.python}: with --toolchain docker the build's Python comes from "
-                             "the image", "give a version instead, e.g. --python 3.12")
-    requirements = ["build", "setuptools>=64", "wheel", "packaging", *plan.recipe.build_requires]
-    assert plan.torch is not None
-    env = container.managed_env(plan.target.python, plan.torch, plan.index.url, requirements,
-                                settings.cache("venvs"), settings.cache("docker"))
-    return env, find_interpreter(env.version)
-
-
-def _build_in(
-    plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
-    workdir: Path, toolkit: CudaToolkit | None, python: PythonEnv, base_python: Path,
-    source_path: Path, source_digest: str, key: str, house: Wheelhouse, container: ContainerToolchain | None = None,
-    compiler: dict[str, str] | None = None,
-) -> None:
-    timings = result.timings
-    torch = python.torch or ""
-    log.step("patch")
-    with timed(timings, "patch"):
-        root = unpack(source_path, workdir / "src")
-        apply_patches(root, plan.patches, plan.recipe.name, plan.version)
-    log.step("build")
-    # in a container the build starts from the image's environment, none of the host's variables
-    env = base_env(environ) if container is None else container.base_env(settings.cache("docker"))
+def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: Mapping[str, str],
+                 root: Path) -> tuple[dict[str, str], CompilerCache | None]:
+    """The build's environment: the host's base (in a container none of this machine's variables), the recipe's
+    env, the toolkit, the arch list, MAX_JOBS, the compiler cache (builds with a host compiler) and prefix maps."""
+    plan, host, toolkit = inputs.plan, inputs.host, inputs.host.toolkit
+    env = base_env(host.base_env(environ))
     env.update(plan.env)
     if toolkit is not None:
         env.update(toolkit.build_env(env.get("PATH", "/usr/bin:/bin")))
         env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(plan.target.archs)
     env["MAX_JOBS"] = str(plan.target.jobs)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
-    log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
     ccache = None
-    if toolkit is not None and container is None:
+    if toolkit is not None and inputs.compiler is not None:  # ccache wraps the host's compilers, not an image's
         ccache = find_compiler_cache(options.compiler_cache, settings)
         if ccache is not None:
-            env.update(ccache.build_env(toolkit.cuda_home, workdir / "ccache-stats.log", env))
+            env.update(ccache.build_env(toolkit.cuda_home, inputs.workdir / "ccache-stats.log", env))
             log.info(f"compiler cache: {ccache.describe()}")
     if toolkit is not None:  # after the compiler cache: the maps differ per build folder, their output does not
-        env.update(prefix_map_env(env, [(root, f"/build/{root.name}"), (python.purelib, "/site-packages"),
+        env.update(prefix_map_env(env, [(host.path(root), f"/build/{root.name}"),
+                                        (host.path(inputs.python.purelib), "/site-packages"),
                                         (toolkit.cuda_home, "/cuda")]))
+    return env, ccache
+
+
+def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: dict[str, str],
+              house: Wheelhouse, result: BuildResult) -> None:
+    plan, host, python, key, workdir = inputs.plan, inputs.host, inputs.python, inputs.key, inputs.workdir
+    toolkit, timings = host.toolkit, result.timings
+    torch = python.torch or ""
+    log.step("patch")
+    with timed(timings, "patch"):
+        root = unpack(inputs.source, workdir / "src")
+        apply_patches(root, plan.patches, plan.recipe.name, plan.version)
+    log.step("build")
+    env, ccache = _compile_env(inputs, settings, options, environ, root)
+    log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
+    request = WheelRequest(source_dir=root, python=python.python, python_version=python.version, env=env,
+                           archs=plan.target.archs if toolkit else (), out_dir=workdir / "dist", log_file=log_file)
     with timed(timings, "build"):
-        if container is None:
-            raw = build_wheel(root, python, env, workdir / "dist", log_file)
-        else:  # sources and outputs travel by bind mounts; the compile runs with the network off
-            mounts = {workdir: False, settings.cache("venvs"): True, settings.cache("docker"): False}
-            raw = container.build_wheel(root, python, env, workdir / "dist", log_file, mounts=mounts)
+        raw = build_wheel(request, host)
     compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None
     if compiler_cache is not None:
         log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
@@ -231,25 +219,8 @@ def _build_in(
     label = plan.label(torch) if torch else None
     pins = [f"torch=={torch.split('+')[0]}"] if torch else []
     pins += list(plan.recipe.runtime_requires)
-    record: dict[str, object] = {
-        "builder_version": __version__,
-        "cache_key": key,
-        "package": plan.recipe.name,
-        "version": plan.version,
-        "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
-        "source": {"kind": plan.source.kind, "location": plan.source.location, "sha256": source_digest},
-        "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
-        "cuda": str(plan.cuda),
-        "archs": [str(a) for a in plan.target.archs] if toolkit else [],
-        "toolchain": toolkit.record() if toolkit else {"kind": "none (pure Python)"},
-        "host_compiler": compiler,
-        "python": python.record(),
-        "torch_index": plan.index.url,
-        "host": {"machine": platform.machine(), "system": platform.platform()},
-        "build_log": str(log_file),
-    }
-    if plan.recipe.runtime_drop:  # absent otherwise, so records (and wheels) of other recipes stay as they were
-        record["runtime_dropped"] = {"names": list(plan.recipe.runtime_drop), "reason": plan.recipe.runtime_drop_reason}
+    record = build_record(plan, key=key, source_digest=inputs.source_digest, toolkit=toolkit,
+                          compiler=inputs.compiler, python=python, log_file=log_file)
     with timed(timings, "finalize"):
         final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
                                build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
@@ -264,13 +235,13 @@ def _build_in(
             raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
         log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
     log.step("test")
-    tests = TestReport()
     with timed(timings, "test"):
         companions = settings.wheelhouse / ("staging/wheels" if options.stage else "wheels")
-        _run_tests(plan, options, python, base_python, final, report, tests, workdir, main_wheels=companions)
+        tests = test_stage(plan, options, python, inputs.test_python, final, report, workdir, main_wheels=companions)
     log.step("publish")
-    record.update(timings=dict(timings), tests=tests.as_dict(), inspect=report.as_dict(), wheel=final.name,
-                  compiler_cache=compiler_cache)  # after finalize: not inside the wheel, which stays reproducible
+    # after finalize: not inside the wheel, which stays reproducible
+    record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
+                          compiler_cache=compiler_cache)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
@@ -278,20 +249,34 @@ def _build_in(
     log.ok(f"{where}: {published} (index: {house.index_url()})")
 
 
-def _run_tests(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
-               report: WheelReport, tests: TestReport, workdir: Path, *, main_wheels: Path | None = None) -> None:
-    from builder.core.errors import TestFailed
+def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolkit | None,
+                 compiler: dict[str, str] | None, python: PythonEnv, log_file: Path) -> BuildRecord:
+    """The build record as finalize writes it into the wheel (model/records.py serialises it)."""
+    drop = plan.recipe.runtime_drop  # absent otherwise, so records (and wheels) of other recipes stay as they were
+    return BuildRecord(
+        builder_version=__version__, cache_key=key, package=plan.recipe.name, version=plan.version,
+        recipe=FileDigest(file=plan.recipe.file.name, sha256=plan.recipe.sha256()),
+        source=SourceDigest(kind=plan.source.kind, location=plan.source.location, sha256=source_digest),
+        patches=tuple(PatchDigest(file=p.name, sha256=p.sha256(), versions=str(p.versions)) for p in plan.patches),
+        cuda=str(plan.cuda), archs=tuple(str(a) for a in plan.target.archs) if toolkit else (),
+        toolchain=toolkit.record() if toolkit else {"kind": "none (pure Python)"}, host_compiler=compiler,
+        python=python.record(), torch_index=plan.index.url,
+        host={"machine": platform.machine(), "system": platform.platform()}, build_log=str(log_file),
+        runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,
+    )
 
+
+def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
+               report: WheelReport, workdir: Path, *, main_wheels: Path | None = None) -> TestReport:
     torch_from = None if python.managed else python
     test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
                               plan.recipe.test_requires, workdir, torch_from=torch_from,
                               find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
-    import_test(test_env, plan.recipe.imports, tests)
-    if options.kernel_tests and not options.stage:
-        kernel_tests(test_env, plan.recipe, report, tests, workdir, quick=options.quick_kernel_tests)
-    else:
-        tests.kernel_status = "skipped"
-        tests.kernel_reason = "staged: kernel tests run at promotion" if options.stage else "--no-kernel-tests"
-    if options.require_kernel_tests and tests.kernel_status != "passed" and not options.stage:
-        raise TestFailed(f"kernel tests {tests.kernel_status} ({tests.kernel_reason}) and --require-kernel-tests is set",
-                         "run on a GPU that can execute one of the wheel's archs; nothing was published")
+    skip = None
+    if options.stage:
+        skip = "staged: kernel tests run at promotion"
+    elif not options.kernel_tests:
+        skip = "--no-kernel-tests"
+    kernel = KernelTestPlan(skip=skip, quick=options.quick_kernel_tests,
+                            required=options.require_kernel_tests and not options.stage)
+    return run_tests(test_env, plan.recipe, report, workdir, kernel)

@@ -1,57 +1,38 @@
-"""The build stage: pypa/build's ProjectBuilder, no isolation, against the pinned torch of the build env.
+"""The build stage: one wheel from the patched source, built by the toolchain's BuildHost, against the pinned torch.
 
-The PEP 517 hooks run in the build env's interpreter; their output goes to one log file per target, whose tail
-is shown when the build fails.
+Every toolchain builds through ``BuildHost.build_wheel``: pip and host with pypa/build's ProjectBuilder here, the
+container with the same frontend whose hooks run in the image (toolchain/frontend.py). This stage owns what is the
+same for all of them: the log file (one per target), the console lines, the compile progress, and on failure the
+log's tail and its most telling line.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import build as pypa_build
-import pyproject_hooks
-
 from builder.core.errors import BuildFailed
 from builder.core.log import log
-from builder.core.streaming import stream
-from builder.stages.pyenv import PythonEnv
+from builder.toolchain.base import BuildHost, WheelBuildFailed, WheelRequest
+from builder.toolchain.local import LOCAL
 
 TAIL_LINES = 25
 
 
-class LoggingRunner:
-    """A pyproject_hooks runner that streams hook output into ``log_file`` with our build env merged in."""
-
-    def __init__(self, log_file: Path, env: Mapping[str, str]) -> None:
-        self.log_file = log_file
-        self.env = dict(env)
-        self.on_line: Callable[[str], None] = lambda line: None  # progress display hook
-
-    def __call__(self, cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
-        env = {**self.env, **(extra_environ or {})}
-        with self.log_file.open("a") as out:
-            out.write(f"+ {' '.join(cmd)}\n")
-            out.flush()
-            code, _ = stream(cmd, out=out, on_line=self.on_line, cwd=cwd, env=env)
-        if code != 0:
-            raise subprocess.CalledProcessError(code, cmd)
-
-
-def build_wheel(source_root: Path, python: PythonEnv, env: Mapping[str, str], outdir: Path, log_file: Path) -> Path:
+def build_wheel(request: WheelRequest, host: BuildHost = LOCAL) -> Path:
     """Build one wheel; returns its path. On failure raises BuildFailed with the log's tail."""
-    outdir.mkdir(parents=True, exist_ok=True)
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+    log_file = request.log_file
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    log_file.write_text(f"# build of {source_root} with {python.python}\n")
-    runner = LoggingRunner(log_file, env)
+    log_file.write_text(f"# build of {request.source_dir} with {request.python}{host.where}\n")
+    env = request.env
     interesting = ("CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")
     log.info("build env: " + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
-    log.command([str(python.python), "-m", "build", "--wheel", "--no-isolation", str(source_root)])
+    log.command([str(request.python), "-m", "build", "--wheel", "--no-isolation", str(request.source_dir)])
     start = time.monotonic()
     # pypa/build re-raises the backend's warnings (NumPy's init warning, setuptools' license and deprecation
     # banners) as BuildBackendWarning in this process: they go into the log file, not the console
@@ -60,19 +41,16 @@ def build_wheel(source_root: Path, python: PythonEnv, env: Mapping[str, str], ou
         try:
             log.info(f"build log: {log_file}")
             with log.status("compiling", each_change=True) as update:
-                runner.on_line = CompileProgress(update)
-                project = pypa_build.ProjectBuilder(source_root, python_executable=str(python.python), runner=runner)
-                wheel = project.build("wheel", str(outdir))
-        except (pypa_build.BuildException, pypa_build.BuildBackendException, subprocess.CalledProcessError,
-                pyproject_hooks.BackendUnavailable) as e:
+                wheel = host.build_wheel(request, CompileProgress(update))
+        except WheelBuildFailed as e:
             _log_warnings(caught, log_file)
             text = log_file.read_text(errors="replace")
             log.error(failure_tail(text, log_file))
-            raise BuildFailed(f"build failed after {time.monotonic() - start:.0f}s: {_summary(text) or e}",
+            raise BuildFailed(f"build failed{host.where} after {time.monotonic() - start:.0f}s: {_summary(text) or e}",
                               f"full log: {log_file}") from e
         _log_warnings(caught, log_file)
-    log.ok(f"built {Path(wheel).name} in {time.monotonic() - start:.0f}s")
-    return Path(wheel)
+    log.ok(f"built {wheel.name}{host.where} in {time.monotonic() - start:.0f}s")
+    return wheel
 
 
 def _log_warnings(caught: list[warnings.WarningMessage], log_file: Path) -> None:

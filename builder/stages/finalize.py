@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from builder.core.errors import InspectError
 from builder.core.wheelfile import dist_info_dir, modes, read_entries, tag_part, write_wheel
+from builder.model.records import BuildRecord
 
 RECORD_FILE = "cuda_wheel_builder.json"
 # nvcc names its temp files tmpxft_<pid>_…; the name lands in the .so's symbol table as a FILE symbol, the only
@@ -30,7 +31,7 @@ def finalize_wheel(
     *,
     label: str | None,
     pins: list[str],
-    build_record: dict[str, object],
+    build_record: BuildRecord,
     drop: tuple[str, ...] = (),
 ) -> Path:
     """Rewrite ``wheel`` into ``outdir`` with the label, the pins (replacing same-named requirements), the record,
@@ -52,7 +53,7 @@ def finalize_wheel(
     if metadata_name not in renamed:
         raise InspectError(f"{wheel.name}: no METADATA in {old_info}")
     renamed[metadata_name] = rewrite_metadata(renamed[metadata_name].decode(), new_version, pins, drop).encode()
-    renamed[f"{new_info}/{RECORD_FILE}"] = (json.dumps(build_record, indent=2, sort_keys=True) + "\n").encode()
+    renamed[f"{new_info}/{RECORD_FILE}"] = build_record.wheel_bytes()
     out = outdir / f"{dist_name}-{new_version}-{tag_part(wheel.name)}.whl"
     outdir.mkdir(parents=True, exist_ok=True)
     write_wheel(out, renamed, new_info, renamed_modes)
@@ -87,11 +88,12 @@ def rewrite_metadata(text: str, version: Version, pins: list[str], drop: tuple[s
     return "\n".join(lines) + (sep + body if sep else "\n")
 
 
-def read_build_record(wheel: Path) -> dict[str, object] | None:
+def read_build_record(wheel: Path) -> BuildRecord | None:
     entries = read_entries(wheel)
     info = dist_info_dir(entries, wheel.name)
     data = entries.get(f"{info}/{RECORD_FILE}")
-    return json.loads(data) if data else None
+    loaded = json.loads(data) if data else None
+    return BuildRecord.from_json(loaded) if isinstance(loaded, dict) else None
 
 
 def read_metadata(wheel: Path) -> str:
@@ -102,15 +104,19 @@ def read_metadata(wheel: Path) -> str:
 CACHE_PLACEHOLDER = "$BUILDER_CACHE_DIR"
 
 
-def portable_record(record: object, cache_dir: Path) -> object:
+def portable_record(record: BuildRecord, cache_dir: Path) -> BuildRecord:
     """The build record as it goes into the wheel: paths inside the builder's cache (the build venv, a PyPI
     toolkit, the log) written relative to ``$BUILDER_CACHE_DIR``, so the same inputs built under another cache
     give the same bytes. The wheelhouse record keeps the real paths."""
+    return BuildRecord.from_json(portable_paths(record.to_json(), cache_dir))  # type: ignore[arg-type]
+
+
+def portable_paths(value: object, cache_dir: Path) -> object:
     prefix = str(cache_dir).rstrip("/")
-    if isinstance(record, dict):
-        return {key: portable_record(value, cache_dir) for key, value in record.items()}
-    if isinstance(record, list):
-        return [portable_record(value, cache_dir) for value in record]
-    if isinstance(record, str) and prefix in record:
-        return re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _: CACHE_PLACEHOLDER, record)
-    return record
+    if isinstance(value, dict):
+        return {key: portable_paths(item, cache_dir) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(item, cache_dir) for item in value]
+    if isinstance(value, str) and prefix in value:
+        return re.sub(re.escape(prefix) + r"(?![\w.-])", lambda _: CACHE_PLACEHOLDER, value)
+    return value

@@ -21,7 +21,9 @@ from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
 from builder.core.wheelfile import read_entries
 from builder.model.arch import Arch
+from builder.model.records import BuildRecord
 from builder.stages.finalize import read_build_record, read_metadata
+from builder.stages.repair import PortabilityReport, portability_report
 
 _SM_RE = re.compile(r"\.sm_(\d+[af]?)\.(?:cubin|ptx)")
 
@@ -42,7 +44,8 @@ class WheelReport:
     tags: tuple[str, ...]
     requires: tuple[str, ...]
     objects: tuple[SharedObject, ...]
-    record: dict[str, object] | None = field(default=None, compare=False)
+    record: BuildRecord | None = field(default=None, compare=False)
+    portability: PortabilityReport | None = field(default=None, compare=False)  # shown, not stored in records
 
     @property
     def sass(self) -> set[str]:
@@ -54,7 +57,8 @@ class WheelReport:
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
-        data["record"] = self.record
+        data["record"] = self.record.to_json() if self.record is not None else None
+        data.pop("portability", None)
         return data
 
 
@@ -121,6 +125,7 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
         requires=requires,
         objects=tuple(objects),
         record=read_build_record(wheel),
+        portability=portability_report(wheel) if so_names and shutil.which("readelf") else None,
     )
 
 
@@ -185,10 +190,11 @@ def render_report(report: WheelReport) -> str:
             lines.append(f"    needs: {' '.join(obj.needed)}")
     if not report.objects:
         lines.append("  no shared objects (pure Python)")
+    if report.portability is not None:
+        lines.append(report.portability.render())
     if report.record:
         rec = report.record
-        lines.append(f"  built by: cuda-wheel-builder {rec.get('builder_version')}, toolchain {rec.get('toolchain', {})}")
-        tests = rec.get("tests")
-        if tests:
-            lines.append(f"  tests: {tests}")
+        lines.append(f"  built by: cuda-wheel-builder {rec.builder_version}, toolchain {dict(rec.toolchain)}")
+        if rec.tests:
+            lines.append(f"  tests: {rec.tests.to_json()}")
     return "\n".join(lines)

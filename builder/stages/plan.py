@@ -6,14 +6,11 @@ version label and the docker image a container build would use. Nothing is downl
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import Version
 
-from builder import __version__
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import (
@@ -178,29 +175,6 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         image=docker_image_for(target.cuda),
         env=dict(recipe.build_env),
     )
-
-
-def cache_key(plan: Plan, *, source_digest: str, toolkit: dict[str, str] | None, python: str, torch: str,
-              compiler: dict[str, str] | None = None) -> str:
-    """A hash over every input that can change the wheel; equal keys mean nothing needs building. ``compiler``
-    is the host C/C++ compiler of a host-side CUDA build (toolchain/hostcompiler.py)."""
-    inputs: dict[str, object] = {
-        "builder": __version__,
-        "recipe": plan.recipe.sha256(),
-        "patches": [(p.name, p.sha256()) for p in plan.patches],
-        "source": source_digest,
-        # a container build's image tag hashes its Dockerfile and base image: a new compiler there is a new tag
-        "toolkit": {k: v for k, v in (toolkit or {}).items() if k in ("kind", "nvcc", "image")},
-        "python": python,
-        "torch": torch,
-        "index": plan.index.url,
-        "archs": [str(a) for a in plan.target.archs] if plan.recipe.kind == "cuda-extension" else [],
-        "cuda": str(plan.cuda),
-        "env": plan.env,
-    }
-    if compiler is not None:  # absent for pure-Python and container builds, whose keys stay as they were
-        inputs["compiler"] = compiler
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def recipe_path_for_display(plan: Plan) -> Path:

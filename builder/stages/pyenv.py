@@ -1,45 +1,36 @@
-"""The Python side of a build: find interpreters (also those not on PATH), make venvs with the pinned torch.
+"""The Python side of a build: the build venv with the pinned torch, made through the toolchain's BuildHost.
 
-A managed build venv is created with uv once per (interpreter, torch, index, build requirements) and reused.
+A managed build venv is created with uv once per (interpreter, torch, index, build requirements, host) and reused;
+on this machine for the pip and host toolchains, in the build image for the docker toolchain: one code path.
 ``--python PATH`` builds against an existing interpreter and the torch already installed there.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
 from packaging.version import Version
 
+from builder.core.cachedir import VENV_MARKER, entry_lock
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.core.uvtool import run_uv, warn_if_low_disk
+from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
+from builder.stages.plan import Plan
+from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, index_mounts
+from builder.toolchain.local import LOCAL, find_interpreter
 
-_PROBE = r"""
-import json, sys, sysconfig
-info = {"version": "%d.%d" % sys.version_info[:2], "full": sys.version.split()[0],
-        "executable": sys.executable, "purelib": sysconfig.get_paths()["purelib"], "torch": None, "torch_cuda": None}
-try:
-    if "--no-torch" in sys.argv:
-        raise ImportError("not probed")
-    import torch
-    info["torch"] = torch.__version__
-    info["torch_cuda"] = torch.version.cuda
-    info["torch_dir"] = torch.__path__[0]
-except Exception as e:
-    info["torch_error"] = repr(e)[:200]
-print(json.dumps(info))
-"""
+__all__ = ["PythonEnv", "find_interpreter", "fresh_test_env", "managed_env", "probe", "python_for"]
+
+BUILD_REQUIREMENTS = ("build", "setuptools>=64", "wheel", "packaging")
 
 
 @dataclass(frozen=True)
@@ -58,16 +49,18 @@ class PythonEnv:
         return {"python": str(self.python), "version": self.version, "torch": self.torch, "torch_cuda": self.torch_cuda}
 
 
-def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True) -> PythonEnv:
-    """Ask an interpreter for its version and torch (import torch can take a few seconds)."""
+def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, host: BuildHost = LOCAL,
+          mounts: Mounts = NO_MOUNTS) -> PythonEnv:
+    """Ask an interpreter (run by ``host``) for its version and torch (import torch can take a few seconds)."""
     try:
-        argv = [str(python), "-c", _PROBE] + ([] if with_torch or need_torch else ["--no-torch"])
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch or need_torch else ["--no-torch"])
+        result = host.run(argv, mounts=mounts, network=False, timeout_s=300)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
-    if result.returncode != 0:
-        raise ToolchainError(f"--python {python}: it fails to start: {result.stderr.strip()[-200:]}")
-    info = json.loads(result.stdout.strip().splitlines()[-1])
+    lines = [line for line in result.output.splitlines() if line.startswith("{")]
+    if result.code != 0 or not lines:
+        raise ToolchainError(f"--python {python}: it fails to start: {result.output.strip()[-200:]}")
+    info = json.loads(lines[-1])
     if need_torch and not info["torch"]:
         raise ToolchainError(
             f"--python {python}: torch is not importable there ({info.get('torch_error', 'not installed')})",
@@ -77,37 +70,33 @@ def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True) ->
                      Path(info["executable"]))
 
 
-def find_interpreter(version: str, extra_dirs: Iterable[Path] = ()) -> Path:
-    """A base interpreter for Python ``version`` (3.12): PATH, pyenv, uv-managed, or a clear error."""
-    looked: list[str] = []
-    for candidate in _interpreter_candidates(version, extra_dirs, looked):
-        try:
-            found = probe(candidate, with_torch=False)
-        except ToolchainError:
-            continue
-        if found.version == version:
-            return found.executable or candidate
-    raise ToolchainError(
-        f"no Python {version} interpreter found (looked: {', '.join(looked)})",
-        f"install one (`uv python install {version}` or pyenv) or pass --python /path/to/python{version}",
-    )
+def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple[PythonEnv, Path]:
+    """The build's Python (a managed venv made by ``host``, or the user's ``--python PATH``) and the interpreter
+    on this machine that the import and kernel tests start from (they always run here)."""
+    requirements = [*BUILD_REQUIREMENTS, *plan.recipe.build_requires]
+    if plan.target.python_is_path:
+        given = host.given_python(Path(plan.target.python))
+        return _given_env(plan, given, requirements), given
+    assert plan.torch is not None
+    env = managed_env(host.base_python(plan.target.python), plan.torch, plan.index, requirements, settings, host)
+    return env, find_interpreter(env.version)
 
 
-def _interpreter_candidates(version: str, extra_dirs: Iterable[Path], looked: list[str]) -> list[Path]:
-    found: list[Path] = []
-    looked.append(f"python{version} on PATH")
-    if on_path := shutil.which(f"python{version}"):
-        found.append(Path(on_path))
-    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    looked.append(f"pyenv ({pyenv_root}/versions)")
-    found += [Path(p) for p in sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True)]
-    uv_dir = Path(os.environ.get("UV_PYTHON_INSTALL_DIR") or Path.home() / ".local/share/uv/python")
-    looked.append(f"uv-managed ({uv_dir})")
-    found += [Path(p) for p in sorted(glob.glob(f"{uv_dir}/cpython-{version}.*/bin/python{version}"), reverse=True)]
-    for directory in extra_dirs:
-        looked.append(str(directory))
-        found += [Path(p) for p in glob.glob(f"{directory}/python{version}")]
-    return [p for p in found if p.exists()]
+def _given_env(plan: Plan, python: Path, requirements: list[str]) -> PythonEnv:
+    env = probe(python, need_torch=True)
+    if env.torch_cuda and plan.recipe.kind == "cuda-extension":
+        cuda = plan.cuda
+        if env.torch_cuda.split(".")[:2] != [str(cuda.major), str(cuda.minor)]:
+            raise ToolchainError(
+                f"--python {plan.target.python}: its torch {env.torch} is a CUDA {env.torch_cuda} build, "
+                f"not CUDA {cuda}", f"use --cuda {env.torch_cuda} or an interpreter whose torch matches",
+            )
+    missing = missing_requirements(env, requirements)
+    if missing:
+        find_links = os.environ.get("BUILDER_FIND_LINKS")
+        install_into(env, missing, find_links=Path(find_links) if find_links else None)
+    log.info(f"python: {env.python} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
+    return env
 
 
 def _index_args(index: TorchIndex) -> list[str]:
@@ -116,44 +105,64 @@ def _index_args(index: TorchIndex) -> list[str]:
 
 
 def managed_env(
-    base_python: Path,
+    base_python: str,
     torch: str,
     index: TorchIndex,
     requirements: Iterable[str],
     settings: Settings,
+    host: BuildHost = LOCAL,
 ) -> PythonEnv:
-    """A cached venv holding torch==``torch`` and the build requirements; created with uv on first use."""
+    """A cached venv holding torch==``torch`` and the build requirements; created with uv (through ``host``) on
+    first use. ``base_python`` is what ``host.base_python`` gave for the requested version."""
     reqs = sorted(set(requirements))
-    key_text = json.dumps([str(base_python), torch, index.url, reqs])
+    key_text = json.dumps([*host.venv_key, base_python, torch, index.url, reqs])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     root = settings.cache("venvs")
-    target = root / f"build-{key}"
-    marker = target / ".builder-env.json"
-    with FileLock(str(root / f"build-{key}.lock")):
+    target = root / f"{host.venv_prefix}-{key}"
+    marker = target / VENV_MARKER
+    python = target / "bin" / "python"
+    seen = {root: True, **index_mounts(index.url)}  # what the probe reads; the install also writes the venvs
+    with entry_lock(target):
         if marker.exists():
             marker.touch()  # last use, for `builder cache clean --older-than`
-            env = probe(target / "bin" / "python", need_torch=True)
-            log.info(f"build env: cached venv {target} (Python {env.version}, torch {env.torch})")
+            env = probe(python, need_torch=True, host=host, mounts=seen)
+            log.info(f"build env: cached venv {target}{host.where} (Python {env.version}, torch {env.torch})")
             return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
         shutil.rmtree(target, ignore_errors=True)
         if settings.offline:
             raise ToolchainError(f"no cached build venv for torch {torch} and --offline forbids installing it")
         warn_if_low_disk(root)
         try:
-            with log.status(f"creating build venv {target.name}: torch=={torch} from {index.name} (first time only)"):
-                run_uv(["venv", "--quiet", "--python", str(base_python), str(target)], what="venv creation")
-                run_uv(
-                    ["pip", "install", "--quiet", "--python", str(target / "bin" / "python"),
-                     *_index_args(index), f"torch=={torch}", *reqs],
-                    what=f"installing torch=={torch} into the build venv",
-                )
-            env = probe(target / "bin" / "python", need_torch=True)
+            with log.status(f"creating build venv {target.name}{host.where}: torch=={torch} from {index.name} "
+                            "(first time only)"):
+                install = {**seen, root: False}
+                _uv(host, ["venv", "--quiet", "--python", base_python, str(target)], install, target,
+                    what="venv creation")
+                _uv(host, ["pip", "install", "--quiet", "--python", str(python), *_index_args(index),
+                           f"torch=={torch}", *reqs], install, target,
+                    what=f"installing torch=={torch} into the build venv")
+            env = probe(python, need_torch=True, host=host, mounts=seen)
             marker.write_text(json.dumps(env.record()))  # written last: its presence means "complete"
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-    log.info(f"build env: {target} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
+    log.info(f"build env: {target}{host.where} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
     return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
+
+
+def _uv(host: BuildHost, args: Sequence[str], mounts: Mounts, where: Path, *, what: str,
+        environ: Mapping[str, str] | None = None) -> None:
+    """``uv ARGS`` run by ``host`` (network on); a failure is a ToolchainError naming ``what`` with uv's last lines."""
+    argv = [host.uv, *args]
+    log.command(argv)
+    env = host.base_env(os.environ if environ is None else environ)
+    env.setdefault("UV_NO_PROGRESS", "1")
+    try:
+        result = host.run(argv, env=env, mounts=mounts, network=True)
+    except FileNotFoundError as e:
+        raise ToolchainError("uv is not installed", "pip install uv (it is a dependency of this tool)") from e
+    if result.code != 0:
+        raise install_failure(what, result.output, where=where)
 
 
 def missing_requirements(env: PythonEnv, requirements: Iterable[str]) -> list[str]:

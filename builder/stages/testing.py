@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.core.datafiles import default_recipes_dir
@@ -17,6 +17,7 @@ from builder.core.errors import TestFailed
 from builder.core.log import log
 from builder.core.streaming import stream
 from builder.model.recipe import Recipe
+from builder.model.records import TestReport
 from builder.stages.inspection import WheelReport
 from builder.stages.pyenv import PythonEnv
 
@@ -31,52 +32,71 @@ print(json.dumps(gpus))
 """
 
 
-@dataclass
-class TestReport:
-    __test__ = False  # not a pytest class
+class TestStageFailed(TestFailed):
+    """A failed import or kernel test, carrying the report so far (``builder test`` records it before exiting)."""
 
-    import_status: str = "not run"
-    import_detail: str = ""
-    kernel_status: str = "not run"
-    kernel_reason: str = ""
-    counts: dict[str, int] = field(default_factory=dict)
-    speed: list[dict[str, object]] = field(default_factory=list)
-    gpu: str | None = None
-    torch: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return "failed" in (self.import_status, self.kernel_status)
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        kernel = self.kernel_status + (f" ({self.kernel_reason})" if self.kernel_reason else "")
-        return f"import {self.import_status}; kernel tests {kernel}"
+    def __init__(self, message: str, hint: str | None, report: TestReport) -> None:
+        super().__init__(message, hint)
+        self.report = report
 
 
-def import_test(env: PythonEnv, modules: tuple[str, ...], report: TestReport) -> None:
+def import_test(env: PythonEnv, modules: tuple[str, ...]) -> TestReport:
     """Import torch first (extensions need its libraries loaded), then each module the recipe names."""
     code = "import importlib, sys\nimport torch\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
     code += "print('imported', ', '.join(sys.argv[1:]))\n"
     argv = [str(env.python), "-c", code, *modules]
     log.command([str(env.python), "-c", f"import torch; import {', '.join(modules)}"])
     result = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=_clean_env())
-    report.torch = env.torch
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        report.import_status, report.import_detail = "failed", last
-        raise TestFailed(f"import test failed in a clean venv: {last}", "nothing was published")
-    report.import_status, report.import_detail = "passed", result.stdout.strip()
+        raise TestStageFailed(f"import test failed in a clean venv: {last}", "nothing was published",
+                              TestReport(import_status="failed", import_detail=last, torch=env.torch))
     log.ok(f"import test passed: {', '.join(modules)} (torch {env.torch})")
+    return TestReport(import_status="passed", import_detail=result.stdout.strip(), torch=env.torch)
 
 
-def visible_gpus(env: PythonEnv) -> list[dict[str, object]]:
+@dataclass(frozen=True, kw_only=True)
+class KernelTestPlan:
+    """Whether and how the test stage runs the kernel tests (``skip``: the reason they are not run here)."""
+
+    skip: str | None = None
+    quick: bool = False
+    bench: bool = True
+    required: bool = False  # a result other than passed fails the stage
+    not_published: str = "nothing was published"  # what the --require-kernel-tests hint says happened
+
+
+def run_tests(env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, workdir: Path,
+              kernel: KernelTestPlan) -> TestReport:
+    """The test stage, for ``builder build`` and ``builder test`` alike: the import test, then the kernel tests
+    (or the reason they are skipped); raises TestStageFailed with the report so far."""
+    imported = import_test(env, recipe.imports)
+    if kernel.skip is not None:
+        report = replace(imported, kernel_status="skipped", kernel_reason=kernel.skip)
+    else:
+        report = kernel_tests(env, recipe, wheel_report, imported, workdir, quick=kernel.quick, bench=kernel.bench)
+    if kernel.required and report.kernel_status != "passed":
+        raise TestStageFailed(
+            f"kernel tests {report.kernel_status} ({report.kernel_reason}) and --require-kernel-tests is set",
+            f"run on a GPU that can execute one of the wheel's archs; {kernel.not_published}", report)
+    return report
+
+
+@dataclass(frozen=True)
+class VisibleGpu:
+    """A GPU as the test venv's torch sees it (``capability``: 90 for sm_90)."""
+
+    index: int
+    name: str
+    capability: int
+
+
+def visible_gpus(env: PythonEnv) -> list[VisibleGpu]:
     result = subprocess.run([str(env.python), "-c", _GPU_PROBE], capture_output=True, text=True, env=_clean_env())
     if result.returncode != 0:
         return []
-    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+    return [VisibleGpu(int(g["index"]), str(g["name"]), int(g["capability"]))
+            for g in json.loads(result.stdout.strip().splitlines()[-1])]
 
 
 def runnable_on(capability: int, sass: set[str], ptx: set[str]) -> bool:
@@ -93,31 +113,30 @@ def runnable_on(capability: int, sass: set[str], ptx: set[str]) -> bool:
     return any(int(a.removeprefix("compute_").rstrip("af")) <= capability for a in ptx)
 
 
-def kernel_skip_reason(gpus: list[dict[str, object]], report: WheelReport) -> tuple[str | None, int | None]:
+def kernel_skip_reason(gpus: list[VisibleGpu], report: WheelReport) -> tuple[str | None, int | None]:
     """(reason to skip, GPU index to use). The reason names the wheel's archs and the GPUs seen."""
     built = ", ".join(sorted(report.sass | report.ptx)) or "no GPU code"
     if not gpus:
         return f"no CUDA GPU visible to torch on this machine; wheel has {built}", None
     for gpu in gpus:
-        if not report.objects or runnable_on(int(gpu["capability"]), report.sass, report.ptx):  # type: ignore[arg-type]
-            return None, int(gpu["index"])  # type: ignore[arg-type]
-    seen = "; ".join(f"GPU {g['index']} is sm_{g['capability']} ({g['name']})" for g in gpus)
+        if not report.objects or runnable_on(gpu.capability, report.sass, report.ptx):
+            return None, gpu.index
+    seen = "; ".join(f"GPU {g.index} is sm_{g.capability} ({g.name})" for g in gpus)
     return f"wheel has {built}; {seen}", None
 
 
 def kernel_tests(
     env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, report: TestReport, workdir: Path, *, quick: bool,
     bench: bool = True,
-) -> None:
-    """Run the recipe's kernel tests where a GPU can run the wheel; record passed / failed / skipped."""
+) -> TestReport:
+    """Run the recipe's kernel tests where a GPU can run the wheel: ``report`` (the import test's) with passed /
+    skipped, or TestStageFailed with failed."""
     if recipe.kernel_tests is None:
-        report.kernel_status, report.kernel_reason = "skipped", "the recipe has no kernel tests"
-        return
+        return replace(report, kernel_status="skipped", kernel_reason="the recipe has no kernel tests")
     reason, gpu_index = kernel_skip_reason(visible_gpus(env), wheel_report)
     if reason is not None:
-        report.kernel_status, report.kernel_reason = "skipped", reason
         log.warning(f"kernel tests skipped: {reason}")
-        return
+        return replace(report, kernel_status="skipped", kernel_reason=reason)
     out = workdir / "kernel-tests.json"
     argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
     argv += ["--quick"] if quick else []
@@ -127,33 +146,31 @@ def kernel_tests(
     returncode, last_line = run_streaming(argv, workdir, run_env, workdir / "kernel-tests.log",
                                             recipe.kernel_tests_timeout_s, "running kernel tests on the GPU")
     if returncode is None:
-        report.kernel_status = "failed"
-        report.kernel_reason = f"ran past {recipe.kernel_tests_timeout_s} s"
-        raise TestFailed(
+        raise TestStageFailed(
             f"kernel tests ran past {recipe.kernel_tests_timeout_s} s and were stopped",
             f"log: {workdir / 'kernel-tests.log'}; raise [test] kernel-tests-timeout in {recipe.file} if the "
             "suite is just slow; nothing was published",
+            replace(report, kernel_status="failed", kernel_reason=f"ran past {recipe.kernel_tests_timeout_s} s"),
         )
     data = json.loads(out.read_text()) if out.exists() else {}
-    report.gpu = data.get("gpu")
-    report.counts = data.get("counts", {})
-    report.speed = data.get("speed", [])
     status = data.get("status") or ("failed" if returncode else "passed")
     if (returncode not in (0, 3) and status != "failed") or status not in ("passed", "failed", "skipped"):
         status = "failed"
-    report.kernel_status = status
-    report.kernel_reason = data.get("reason", "") or ("" if status == "passed" else last_line or "no output")
+    report = replace(report, gpu=data.get("gpu"), counts=data.get("counts", {}),
+                     speed=tuple(data.get("speed", [])), kernel_status=status,
+                     kernel_reason=data.get("reason", "") or ("" if status == "passed" else last_line or "no output"))
     if status == "failed":
-        raise TestFailed(
+        raise TestStageFailed(
             f"kernel tests failed: {report.counts.get('failed', '?')} case(s) ({report.kernel_reason})",
-            f"log: {workdir / 'kernel-tests.log'}; nothing was published",
+            f"log: {workdir / 'kernel-tests.log'}; nothing was published", report,
         )
     if status == "passed":
-        log.ok(f"kernel tests passed on {report.gpu}: {report.counts}")
+        log.ok(f"kernel tests passed on {report.gpu}: {dict(report.counts)}")
         if report.kernel_reason:  # passed with some cases skipped: say which and why
             log.warning(report.kernel_reason)
     else:
         log.warning(f"kernel tests skipped: {report.kernel_reason}")
+    return report
 
 
 HARNESS = "kernel_harness.py"

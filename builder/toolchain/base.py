@@ -1,15 +1,27 @@
-"""What every toolchain hands to the build stage: a CUDA home with a working nvcc of a known version."""
+"""The toolchain seam: what every toolchain hands to the stages.
+
+A toolchain is a CUDA toolkit (``CudaToolkit``: a CUDA home with a working nvcc of a known version) and a
+``BuildHost``: where the build's commands run. pip and host toolchains run them on this machine
+(toolchain/local.py ``LocalRunner``); the docker toolchain runs them in a container of its build image
+(toolchain/container.py ``ContainerToolchain``). The stages (pyenv: the build venv; compile: the wheel) call only
+this Protocol, so they have one code path for every toolchain. docs/ARCHITECTURE.md "The toolchain seam" says how
+to add one.
+"""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol, TextIO
 
 from packaging.version import Version
 
 from builder.core.errors import ToolchainError
+from builder.model.arch import Arch
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,90 @@ class CudaToolkit:
 
 
 @dataclass(frozen=True)
+class RunResult:
+    """A finished command: its exit code and its output (stdout and stderr together; empty when it was streamed
+    to a log file instead)."""
+
+    code: int
+    output: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelRequest:
+    """Everything a toolchain needs to build one wheel from a patched source tree (``BuildHost.build_wheel``)."""
+
+    source_dir: Path
+    python: Path  # the build venv's interpreter, as the build's commands see it (it holds the pinned torch)
+    python_version: str  # e.g. "3.12": the CPython a frontend such as cibuildwheel selects
+    env: Mapping[str, str]  # the build's whole environment (CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, ...)
+    archs: tuple[Arch, ...]  # what TORCH_CUDA_ARCH_LIST in env says, typed; () for a pure-Python build
+    out_dir: Path
+    log_file: Path  # every line of the build's output goes here
+
+
+class WheelBuildFailed(Exception):
+    """A build frontend finished without a wheel; the compile stage turns it into BuildFailed with the log's tail."""
+
+
+Mounts = Mapping[Path, bool]  # host path -> read-only; where a command runs elsewhere, it sees these paths
+NO_MOUNTS: Mounts = MappingProxyType({})
+
+
+class BuildHost(Protocol):
+    """Where a build's commands run. Used as a context manager: ``__exit__`` releases what it holds."""
+
+    toolkit: CudaToolkit | None  # None for a pure-Python build
+    where: str  # "" on this machine, " in <container image>" elsewhere: appended to log lines as it is
+    uv: str  # the uv command the build venv is made with
+    venv_prefix: str  # build venvs of this host are cached as <venvs>/<prefix>-<key>
+    venv_key: tuple[str, ...]  # what besides interpreter, torch, index and requirements makes such a venv unique
+
+    def __enter__(self) -> BuildHost: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def close(self) -> None: ...
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            mounts: Mounts = NO_MOUNTS, network: bool = True, out: TextIO | None = None,
+            on_line: Callable[[str], None] | None = None, timeout_s: float | None = None) -> RunResult:
+        """Run argv; with ``out`` its output is written there as it comes (and not returned), each non-empty
+        line also goes to ``on_line``. ``mounts`` and ``network=False`` bind where the command runs elsewhere."""
+        ...
+
+    def path(self, host_path: Path) -> Path:
+        """The path under which the build's commands see ``host_path``."""
+        ...
+
+    def base_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The environment a build starts from (``environ`` is this process's)."""
+        ...
+
+    def base_python(self, version: str) -> str:
+        """The interpreter for Python ``version`` that ``uv venv --python`` is given to make the build venv."""
+        ...
+
+    def given_python(self, python: Path) -> Path:
+        """``--python PATH``: the interpreter to build with, or a ToolchainError where this host cannot."""
+        ...
+
+    def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
+        """The C/C++ compiler ``env`` selects, named for the cache key; None where the toolkit brings its own."""
+        ...
+
+    def describe(self) -> str: ...
+
+    def record(self) -> dict[str, str]:
+        """The toolchain for the build record."""
+        ...
+
+    def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
+        """Build the wheel ``request`` asks for; output lines go to ``request.log_file`` and ``on_line``. Raises
+        WheelBuildFailed when no wheel came out."""
+        ...
+
+
+@dataclass(frozen=True)
 class ToolchainChoice:
     """The outcome of selection, kept for the plan even when no toolkit could be found."""
 
@@ -58,10 +154,27 @@ class ToolchainChoice:
     toolkit: CudaToolkit | None
     image: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    container: object | None = None  # docker toolchain: the ContainerToolchain that runs the build (close it after)
+    host: BuildHost | None = None  # where the build runs (close it after); select_toolkit always sets it
 
 
-_RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+
+# Run by an interpreter to report its version, paths and torch (``--no-torch``: skip the slow torch import).
+PYTHON_PROBE = r"""
+import json, sys, sysconfig
+info = {"version": "%d.%d" % sys.version_info[:2], "full": sys.version.split()[0],
+        "executable": sys.executable, "purelib": sysconfig.get_paths()["purelib"], "torch": None, "torch_cuda": None}
+try:
+    if "--no-torch" in sys.argv:
+        raise ImportError("not probed")
+    import torch
+    info["torch"] = torch.__version__
+    info["torch_cuda"] = torch.version.cuda
+    info["torch_dir"] = torch.__path__[0]
+except Exception as e:
+    info["torch_error"] = repr(e)[:200]
+print(json.dumps(info))
+"""
 
 
 def nvcc_version(nvcc: Path) -> Version:
@@ -70,7 +183,7 @@ def nvcc_version(nvcc: Path) -> Version:
         result = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"{nvcc} does not run: {e}") from e
-    match = _RELEASE_RE.search(result.stdout)
+    match = RELEASE_RE.search(result.stdout)
     if result.returncode != 0 or not match:
         raise ToolchainError(f"{nvcc} --version failed: {(result.stderr or result.stdout).strip()[-200:]}")
     return Version(match.group(2))
@@ -78,3 +191,12 @@ def nvcc_version(nvcc: Path) -> Version:
 
 def same_minor(a: Version, b: Version) -> bool:
     return (a.major, a.minor) == (b.major, b.minor)
+
+
+def index_mounts(index_url: str) -> dict[Path, bool]:
+    """What an install from ``index_url`` reads besides the network: a local (file://) index, read-only; its pages
+    may link to files beside it, so its parent goes."""
+    if not index_url.startswith("file://"):
+        return {}
+    path = Path(index_url.removeprefix("file://")).resolve()
+    return {path.parent if path.name == "simple" else path: True}

@@ -1,32 +1,30 @@
 """The docker toolchain: the compiler and the build's Python come from a CUDA devel image (dockerfiles/).
 
-Only two things happen inside containers: creating the build venv with the pinned torch (cached on the host,
-in the tool cache) and the ``python -m build --wheel --no-isolation`` step. Plan, source, patch, finalize,
-inspect, test and publish run on the host exactly as for the pip and host toolchains. Host folders are bind-mounted
-at the same paths inside the container, so every path in logs and records means the same thing on both sides.
-Containers run as the invoking uid:gid (files come back owned by the caller; under rootless podman container
-root *is* the caller), the build step runs with ``network_mode="none"`` (sources are always fetched on the host
-first), and GPUs are passed (``device_requests``) only where the host has one. Docker and podman's Docker-API
-service are driven through the same SDK; no shell command is ever assembled from strings.
+``ContainerToolchain`` is a ``BuildHost`` (toolchain/base.py) whose commands run in throwaway containers of the
+build image: the pyenv stage makes the build venv with the pinned torch through it (cached on the host, in the
+tool cache), and the compile stage builds the wheel through it (``build_wheel``: the same ProjectBuilder frontend as
+on this machine, each PEP 517 hook run in a container with the network off). Plan, source, patch, finalize,
+inspect, test and publish run on the host exactly as for the pip and host toolchains. Host folders are
+bind-mounted at the same paths inside the container, so every path in logs and records means the same thing on
+both sides. Containers run as the invoking uid:gid (files come back owned by the caller; under rootless podman
+container root *is* the caller), and GPUs are passed (``device_requests``) only where the host has one. Docker
+and podman's Docker-API service are driven through the same SDK; no shell command is ever assembled from strings.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from packaging.version import Version
 
-from builder.core.errors import BuildFailed, ToolchainError
+from builder.core.errors import ToolchainError
 from builder.core.log import log
-from builder.core.uvtool import install_failure, warn_if_low_disk
-from builder.stages.pyenv import _PROBE, PythonEnv
-from builder.toolchain.base import CudaToolkit, same_minor
+from builder.toolchain.base import NO_MOUNTS, RELEASE_RE, CudaToolkit, Mounts, RunResult, WheelRequest, same_minor
+from builder.toolchain.frontend import pep517_wheel
 from builder.toolchain.images import ImageSpec, find_image, image_ref
 
 CONTAINER_CUDA_HOME = Path("/usr/local/cuda")
@@ -65,28 +63,35 @@ def _one_line(e: Exception) -> str:
 
 
 class ContainerToolchain:
-    """An engine connection plus one build image; runs commands in throwaway containers with bind mounts.
+    """An engine connection plus one build image; a ``BuildHost`` whose commands run in throwaway containers with
+    bind mounts. Used as a context manager: containers it started are removed and the client closed on exit."""
 
-    Used as a context manager: containers it started are removed and the client closed on exit.
-    """
+    uv = "uv"  # the image's (dockerfiles/ install it on PATH)
+    venv_prefix = "docker"
 
-    def __init__(self, client: Any, image: Any, spec: ImageSpec, cuda: Version, reason: str = "") -> None:
+    def __init__(self, client: Any, image: Any, spec: ImageSpec, cuda: Version, reason: str = "", *,
+                 cache: Path, venvs: Path) -> None:
         self.client = client
         self.image = image
         self.spec = spec
         self.cuda = cuda
         self.reason = reason
+        self.cache = cache  # the containers' HOME and uv cache (writable in every run)
+        self.venvs = venvs  # the build venvs' folder: where it is mounted writable, uv's cache goes with it
         self._live: list[Any] = []
-        self.toolkit = self._probe_toolkit()
+        self.toolkit: CudaToolkit = self._probe_toolkit()
+        self.where = f" in {self.toolkit.image}"
+        self.venv_key: tuple[str, ...] = (self.image.id,)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, client: Any, spec: ImageSpec, cuda: Version, reason: str) -> ContainerToolchain:
+    def open(cls, client: Any, spec: ImageSpec, cuda: Version, reason: str, *, cache: Path,
+             venvs: Path) -> ContainerToolchain:
         image = find_image(client, spec)
         if image is None:
             raise ToolchainError(f"--toolchain docker: no image for CUDA {spec.cuda} ({spec.tag} is not built)",
                                  f"run `builder images build --cuda {spec.cuda}` first")
-        return cls(client, image, spec, cuda, reason)
+        return cls(client, image, spec, cuda, reason, cache=cache, venvs=venvs)
 
     def __enter__(self) -> ContainerToolchain:
         return self
@@ -115,42 +120,31 @@ class ContainerToolchain:
             rootless = False
         return "0:0" if rootless else f"{os.getuid()}:{os.getgid()}"
 
-    def run(self, command: Sequence[str], *, mounts: Mapping[Path, bool] = {}, env: Mapping[str, str] | None = None,
-            network: bool = False, gpu: bool = False, workdir: Path | None = None,
-            on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
-        """Run ``command`` (an argv list) in a fresh container; ``mounts`` maps host paths to read-only flags,
-        each mounted at the same path. Returns (exit code, output); output lines also go to ``on_line``."""
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            mounts: Mounts = NO_MOUNTS, network: bool = True, out: TextIO | None = None,
+            on_line: Callable[[str], None] | None = None, timeout_s: float | None = None,
+            gpu: bool = False) -> RunResult:
+        """Run ``argv`` in a fresh container; ``mounts`` (host path -> read-only) are mounted at the same paths,
+        the toolchain's cache folder always (writable). ``timeout_s`` is not enforced in containers."""
         import docker
         import requests
 
-        binds = {str(p): {"bind": str(p), "mode": "ro" if ro else "rw"} for p, ro in mounts.items()}
+        binds = {str(p): {"bind": str(p), "mode": "ro" if ro else "rw"} for p, ro in self._mounts(mounts).items()}
         container = None
         try:
             container = self.client.containers.create(
-                self.image.id, command=list(command), environment=dict(env or {}), volumes=binds,
+                self.image.id, command=list(argv), environment=dict(env or {}), volumes=binds,
                 network_mode="host" if network else "none", user=self.user(),
-                working_dir=str(workdir) if workdir else None, device_requests=gpu_requests(gpu) or None,
+                working_dir=str(cwd) if cwd else None, device_requests=gpu_requests(gpu) or None,
                 labels={"org.cuda-wheel-builder.run": "1"},
             )
             self._live.append(container)
             container.start()
-            output: list[str] = []
-            pending = ""
-            for chunk in container.logs(stream=True, follow=True):
-                pending += chunk.decode(errors="replace")
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    output.append(line)
-                    if on_line:
-                        on_line(line)
-            if pending:
-                output.append(pending)
-                if on_line:
-                    on_line(pending)
+            output = self._follow(container, out, on_line)
             code = int(container.wait().get("StatusCode", 1))
-            return code, "\n".join(output)
+            return RunResult(code, "" if out is not None else "\n".join(output))
         except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
-            raise ToolchainError(f"container run of {command[0]} failed: {_one_line(e)}") from e
+            raise ToolchainError(f"container run of {argv[0]} failed: {_one_line(e)}") from e
         finally:
             if container is not None:
                 try:
@@ -159,113 +153,85 @@ class ContainerToolchain:
                 except Exception:  # noqa: BLE001
                     pass
 
-    def _probe_toolkit(self) -> CudaToolkit:
-        code, out = self.run([str(CONTAINER_CUDA_HOME / "bin" / "nvcc"), "--version"])
-        from builder.toolchain.base import _RELEASE_RE
+    @staticmethod
+    def _follow(container: Any, out: TextIO | None, on_line: Callable[[str], None] | None) -> list[str]:
+        """The container's output lines as they come: into ``out`` and to ``on_line`` (non-empty, stripped)."""
+        output: list[str] = []
+        pending = ""
 
-        match = _RELEASE_RE.search(out)
-        if code != 0 or not match:
-            raise ToolchainError(f"--toolchain docker: nvcc does not run in {self.spec.tag}: {out.strip()[-200:]}")
+        def emit(line: str) -> None:
+            output.append(line)
+            if out is not None:
+                out.write(line + "\n")
+                out.flush()
+            if on_line is not None and line.strip():
+                on_line(line.strip())
+
+        for chunk in container.logs(stream=True, follow=True):
+            pending += chunk.decode(errors="replace")
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                emit(line)
+        if pending:
+            emit(pending)
+        return output
+
+    def _mounts(self, mounts: Mounts) -> dict[Path, bool]:
+        """``mounts`` plus the cache folder; a writable venvs folder shares one mount with uv's cache (below)."""
+        found = {**mounts, self.cache: False}
+        if found.get(self.venvs) is False:
+            del found[self.venvs], found[self.cache]
+            found.update(_shared_mount(self.venvs, self.cache))
+        return found
+
+    def _probe_toolkit(self) -> CudaToolkit:
+        result = self.run([str(CONTAINER_CUDA_HOME / "bin" / "nvcc"), "--version"], network=False)
+        match = RELEASE_RE.search(result.output)
+        if result.code != 0 or not match:
+            raise ToolchainError(f"--toolchain docker: nvcc does not run in {self.spec.tag}: "
+                                 f"{result.output.strip()[-200:]}")
         version = Version(match.group(2))
         if not same_minor(version, self.cuda):
             raise ToolchainError(f"--toolchain docker: {self.spec.tag} has nvcc {version}, not CUDA {self.cuda}",
-                                 f"rebuild it with `builder images build --cuda {self.cuda}` on a CUDA {self.cuda} base")
+                                 f"rebuild it with `builder images build --cuda {self.cuda}` on a CUDA {self.cuda} "
+                                 "base")
         ref = image_ref(self.image)
-        return CudaToolkit("docker", CONTAINER_CUDA_HOME, version, self.reason,
-                           image=ref["image"] or self.spec.tag, image_id=ref["image_id"], image_digest=ref["image_digest"])
+        return CudaToolkit("docker", CONTAINER_CUDA_HOME, version, self.reason, image=ref["image"] or self.spec.tag,
+                           image_id=ref["image_id"], image_digest=ref["image_digest"])
 
-    # -- the two jobs done inside the container ---------------------------------------------------------------------
-    def base_env(self, cache: Path) -> dict[str, str]:
-        """The environment a container starts from: none of the host's variables, a writable HOME and uv cache."""
-        return {"PATH": CONTAINER_PATH, "HOME": str(cache / "home"), "UV_CACHE_DIR": str(cache / "uv"),
+    # -- the BuildHost answers ----------------------------------------------------------------------------------
+    def path(self, host_path: Path) -> Path:
+        return host_path  # mounted at the same path
+
+    def base_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """None of the host's variables: the image's PATH, a writable HOME and uv cache."""
+        return {"PATH": CONTAINER_PATH, "HOME": str(self.cache / "home"), "UV_CACHE_DIR": str(self.cache / "uv"),
                 "UV_NO_PROGRESS": "1", "LANG": "C.UTF-8", "CUDA_HOME": str(CONTAINER_CUDA_HOME)}
 
-    def managed_env(self, python: str, torch: str, index_url: str, requirements: Sequence[str], root: Path,
-                    cache: Path) -> PythonEnv:
-        """A cached build venv made inside the image: torch==``torch`` and the build requirements."""
-        import hashlib
+    def base_python(self, version: str) -> str:
+        (self.cache / "home").mkdir(parents=True, exist_ok=True)
+        (self.cache / "uv").mkdir(parents=True, exist_ok=True)
+        return version  # uv in the image finds the image's Python of that version
 
-        from filelock import FileLock
+    def given_python(self, python: Path) -> Path:
+        raise ToolchainError(f"--python {python}: with --toolchain docker the build's Python comes from the image",
+                             "give a version instead, e.g. --python 3.12")
 
-        reqs = sorted(set(requirements))
-        key = hashlib.sha256(json.dumps([self.image.id, python, torch, index_url, reqs]).encode()).hexdigest()[:16]
-        target = root / f"docker-{key}"
-        marker = target / ".builder-env.json"
-        (cache / "home").mkdir(parents=True, exist_ok=True)
-        (cache / "uv").mkdir(parents=True, exist_ok=True)
-        mounts = {**_shared_mount(root, cache), **_index_mount(index_url)}
-        with FileLock(str(root / f"docker-{key}.lock")):
-            if marker.exists():
-                marker.touch()  # last use, for `builder cache clean --older-than`
-                env = self._probe_python(target, mounts, cache)
-                log.info(f"build env: cached container venv {target} (Python {env.version}, torch {env.torch})")
-                return env
-            shutil.rmtree(target, ignore_errors=True)
-            index_args = [] if index_url.startswith("https://pypi.org") else ["--extra-index-url", index_url]
-            steps = [
-                ["uv", "venv", "--quiet", "--python", python, str(target)],
-                ["uv", "pip", "install", "--quiet", "--python", str(target / "bin" / "python"), *index_args,
-                 f"torch=={torch}", *reqs],
-            ]
-            warn_if_low_disk(root)
-            try:
-                with log.status(f"creating build venv {target.name} in {self.toolkit.image}: torch=={torch} (first time only)"):
-                    for argv in steps:
-                        log.command(argv)
-                        code, out = self.run(argv, mounts=mounts, env=self.base_env(cache), network=True)
-                        if code != 0:
-                            raise install_failure(f"in the container, {' '.join(argv[:3])}", out, where=target)
-                env = self._probe_python(target, mounts, cache)
-                marker.write_text(json.dumps(env.record()))
-            except BaseException:
-                shutil.rmtree(target, ignore_errors=True)
-                raise
-        log.info(f"build env: container venv {target} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
-        return env
+    def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
+        return None  # the image's compiler: the image's tag (a hash of its Dockerfile and base) is in the key
 
-    def _probe_python(self, venv: Path, mounts: Mapping[Path, bool], cache: Path) -> PythonEnv:
-        code, out = self.run([str(venv / "bin" / "python"), "-c", _PROBE], mounts=mounts, env=self.base_env(cache))
-        lines = [l for l in out.splitlines() if l.startswith("{")]
-        if code != 0 or not lines:
-            raise ToolchainError(f"the container venv {venv} does not start: {out.strip()[-200:]}")
-        info = json.loads(lines[-1])
-        if not info.get("torch"):
-            raise ToolchainError(f"torch is not importable in the container venv {venv}: {info.get('torch_error')}")
-        return PythonEnv(venv / "bin" / "python", info["version"], info["torch"], info["torch_cuda"],
-                         Path(info["purelib"]), True)
+    def describe(self) -> str:
+        return self.toolkit.describe()
 
-    def build_wheel(self, source_root: Path, python: PythonEnv, env: Mapping[str, str], outdir: Path, log_file: Path,
-                    *, mounts: Mapping[Path, bool]) -> Path:
-        """``python -m build --wheel --no-isolation`` in the container, network off; output streams to ``log_file``."""
-        from builder.stages.compile import CompileProgress, _summary, failure_tail
+    def record(self) -> dict[str, str]:
+        return self.toolkit.record()
 
-        outdir.mkdir(parents=True, exist_ok=True)
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        argv = [str(python.python), "-m", "build", "--wheel", "--no-isolation", "--outdir", str(outdir), str(source_root)]
-        interesting = ("CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")
-        log.info(f"build env (container {self.toolkit.image}, network none): "
-                 + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
-        log.command(argv)
-        start = time.monotonic()
-        log.info(f"build log: {log_file}")
-        with log_file.open("w") as out, log.status("compiling in a container", each_change=True) as update:
-            progress = CompileProgress(update)  # a short line per compile step; the log keeps every line
-            out.write(f"# build of {source_root} in {self.toolkit.image} ({self.image.id})\n+ {' '.join(argv)}\n")
-
-            def write(line: str) -> None:
-                out.write(line + "\n")
-                out.flush()
-                progress(line)
-
-            code, _ = self.run(argv, mounts=mounts, env=env, network=False, workdir=source_root, on_line=write)
-        wheels = sorted(outdir.glob("*.whl"))
-        if code != 0 or not wheels:
-            text = log_file.read_text(errors="replace")
-            log.error(failure_tail(text, log_file))
-            raise BuildFailed(f"build failed in the container after {time.monotonic() - start:.0f}s: "
-                              f"{_summary(text) or f'exit code {code}'}", f"full log: {log_file}")
-        log.ok(f"built {wheels[-1].name} in a container in {time.monotonic() - start:.0f}s")
-        return wheels[-1]
+    def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
+        """The build step (issue 16 replaces this one method with cibuildwheel): the shared PEP 517 frontend, each
+        hook in a container with the network off; the sources and the output folder writable, the venv read-only."""
+        log.info(f"build step in containers of {self.toolkit.image} ({self.image.id[:19]}), network none")
+        mounts = {request.source_dir: False, request.out_dir: False, request.python.parent.parent: True}
+        return pep517_wheel(request, self, on_line, mounts=mounts)
 
 
 def _shared_mount(venvs: Path, uv_cache: Path) -> dict[Path, bool]:
@@ -275,15 +241,3 @@ def _shared_mount(venvs: Path, uv_cache: Path) -> dict[Path, bool]:
     if common == Path(common.anchor):  # nothing shared but the root: mount the two folders
         return {venvs: False, uv_cache: False}
     return {common: False}
-
-
-def _index_mount(index_url: str) -> dict[Path, bool]:
-    """A local (file://) torch index is mounted read-only; its pages may link to files beside it, so its parent goes."""
-    if not index_url.startswith("file://"):
-        return {}
-    path = Path(index_url.removeprefix("file://")).resolve()
-    return {path.parent if path.name == "simple" else path: True}
-
-
-def index_mounts(index_url: str) -> dict[Path, bool]:
-    return _index_mount(index_url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import Version
 
@@ -13,9 +14,10 @@ from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.toolchain import container as docker_toolchain
 from builder.toolchain import pip as pip_toolchain
-from builder.toolchain.base import ToolchainChoice, nvcc_version
+from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
 from builder.toolchain.host import candidate_homes, find_host_toolkit
-from builder.toolchain.images import base_present, build_image, find_image, image_spec
+from builder.toolchain.images import ImageSpec, base_present, build_image, find_image, image_spec
+from builder.toolchain.local import LocalRunner
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
 
@@ -42,19 +44,36 @@ def container_engine_answers(env: Mapping[str, str]) -> str | None:
 def select_toolkit(requested: str, cuda: Version, settings: Settings, env: Mapping[str, str]) -> ToolchainChoice:
     """Resolve ``requested`` (auto/pip/host/docker) into a toolkit, or raise one clear ToolchainError.
 
-    For docker the choice carries the open ContainerToolchain (``choice.container``); the caller closes it.
+    The choice carries the BuildHost the build runs on (``choice.host``: this machine, or the open
+    ContainerToolchain for docker); the caller closes it.
     """
     image = docker_image_for(cuda)
     if requested == "pip":
-        return ToolchainChoice("pip", pip_toolchain.provision(cuda, settings), None)
+        return _here("pip", pip_toolchain.provision(cuda, settings))
     if requested == "host":
-        return ToolchainChoice("host", find_host_toolkit(cuda, env), None)
+        return _here("host", find_host_toolkit(cuda, env))
     if requested == "docker":
-        return _docker(cuda, env, image)
+        return _docker(cuda, settings, env, image)
     return _auto(cuda, settings, env, image)
 
 
-def _docker(cuda: Version, env: Mapping[str, str], image: str) -> ToolchainChoice:
+def _here(requested: str, toolkit: CudaToolkit, notes: tuple[str, ...] = ()) -> ToolchainChoice:
+    return ToolchainChoice(requested, toolkit, None, notes, host=LocalRunner(toolkit))
+
+
+def may_use_container(requested: str, env: Mapping[str, str]) -> bool:
+    """Whether ``select_toolkit(requested, …)`` may pick the docker toolchain here: docker always, auto when a
+    container engine answers (then the toolkit and Python live in an image). Cheap: one engine ping."""
+    return requested == "docker" or (requested == "auto" and container_engine_answers(env) is not None)
+
+
+def _container_host(client: Any, spec: ImageSpec, cuda: Version, reason: str,
+                    settings: Settings) -> docker_toolchain.ContainerToolchain:
+    return docker_toolchain.ContainerToolchain.open(client, spec, cuda, reason, cache=settings.cache("docker"),
+                                                    venvs=settings.cache("venvs"))
+
+
+def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
     client = docker_toolchain.connect(env)
     if client is None:
         raise ToolchainError(
@@ -67,12 +86,13 @@ def _docker(cuda: Version, env: Mapping[str, str], image: str) -> ToolchainChoic
             log.info(f"toolchain docker: {spec.tag} is not built yet; building it from {spec.dockerfile.name} "
                      f"on {spec.base_image}")
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
-        container = docker_toolchain.ContainerToolchain.open(
-            client, spec, cuda, f"--toolchain docker: engine at {env.get('DOCKER_HOST') or client.api.base_url}")
+        container = _container_host(
+            client, spec, cuda, f"--toolchain docker: engine at {env.get('DOCKER_HOST') or client.api.base_url}",
+            settings)
     except BaseException:
         client.close()
         raise
-    return ToolchainChoice("docker", container.toolkit, image, container=container)
+    return ToolchainChoice("docker", container.toolkit, image, host=container)
 
 
 def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
@@ -80,20 +100,20 @@ def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str)
     else a host toolkit of ``cuda``, else PyPI for CUDA >= 13, else one line naming what is missing.
     Never pulls: a base image that is not on the engine already makes auto fall through."""
     notes: list[str] = []
-    engine_note = _auto_container(cuda, env)
+    engine_note = _auto_container(cuda, settings, env)
     if isinstance(engine_note, ToolchainChoice):
         return engine_note
     notes.append(engine_note)
     try:
         toolkit = find_host_toolkit(cuda, env)
-        return ToolchainChoice("auto", toolkit.with_reason(f"auto: {engine_note}; host nvcc is CUDA {toolkit.version}"),
-                               None, tuple(notes))
+        return _here("auto", toolkit.with_reason(f"auto: {engine_note}; host nvcc is CUDA {toolkit.version}"),
+                     tuple(notes))
     except ToolchainError as e:
         notes.append(e.message.removeprefix("--toolchain host: "))
     if cuda.major >= 13:
         toolkit = pip_toolchain.provision(cuda, settings)
-        return ToolchainChoice("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
-                               None, tuple(notes))
+        return _here("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
+                     tuple(notes))
     ways = [*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]
     raise ToolchainError(  # one error line; each way forward on a line of its own
         f"no CUDA {cuda} compiler here: {notes[1]}; PyPI has no CUDA 12 compiler; {engine_note}",
@@ -213,7 +233,7 @@ def _probe_container(cuda: Version, env: Mapping[str, str]) -> tuple[bool, str]:
         client.close()
 
 
-def _auto_container(cuda: Version, env: Mapping[str, str]) -> ToolchainChoice | str:
+def _auto_container(cuda: Version, settings: Settings, env: Mapping[str, str]) -> ToolchainChoice | str:
     """The docker choice when an engine answers and has (or can build without a registry) an image for ``cuda``;
     otherwise the reason why not, for the printed/recorded choice."""
     client = docker_toolchain.connect(env)
@@ -234,9 +254,9 @@ def _auto_container(cuda: Version, env: Mapping[str, str]) -> ToolchainChoice | 
                         f"{spec.base_image} is present (auto never pulls; `builder images build --cuda {cuda}`)")
             log.info(f"toolchain auto: building {spec.tag} on the local base {spec.base_image}")
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
-        container = docker_toolchain.ContainerToolchain.open(
-            client, spec, cuda, f"auto: a container engine answers at {address} with an image for CUDA {cuda}")
+        reason = f"auto: a container engine answers at {address} with an image for CUDA {cuda}"
+        container = _container_host(client, spec, cuda, reason, settings)
     except ToolchainError as e:
         client.close()
         return f"a container engine answers at {address} but its image is unusable ({e.message})"
-    return ToolchainChoice("auto", container.toolkit, docker_image_for(cuda), container=container)
+    return ToolchainChoice("auto", container.toolkit, docker_image_for(cuda), host=container)

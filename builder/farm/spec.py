@@ -1,0 +1,419 @@
+"""A farm file (``farm.toml``): its schema, its model (``Farm``, ``FarmEntry``, ``Exclusion``) and the target
+type it expands into (``FarmTarget``, expand.py). Validated as strictly as a recipe: every problem names the file
+and the dotted field, and an unknown key names the key it most likely meant."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.core.datafiles import default_patches_dir
+from builder.core.errors import RecipeError, UsageError
+from builder.core.settings import Settings
+from builder.discovery.compat import resolve_index
+from builder.model.arch import Arch, format_arch_list, parse_arch_list
+from builder.model.cuda import CudaVersion
+from builder.model.recipe import TomlChecker
+from builder.stages.plan import KNOWN_CUDA, Target
+from builder.toolchain import TOOLCHAINS
+
+DEFAULT_FARM_FILE = "farm.toml"
+DEFAULT_RUNNER = "gpu-sm{arch}"
+Archs = tuple[Arch, ...]  # one target's arch list, sorted (model/arch.parse_arch_list)
+
+
+
+class FarmError(RecipeError):
+    """A farm file that is missing, malformed, or names a combination that cannot be built (exit code 3)."""
+
+
+# ---------------------------------------------------------------- schema
+
+# Settings every [[package]] inherits from [defaults] and may override.
+_SETTINGS: dict[str, tuple[type, ...]] = {
+    "recipes": (str,),
+    "toolchain": (str,),
+    "cuda": (str, list),
+    "archs": (str, list),
+    "python": (str, list),
+    "torch": (str, list),
+    "torch-index": (str,),
+    "jobs": (int,),
+    "torch-newest": (int,),
+    "archs-where-supported": (bool,),
+}
+_TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "exclude": (list,), "runners": (dict,)}
+_PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "source": (str, dict),
+                                         **_SETTINGS}
+_EXCLUDE: dict[str, tuple[type, ...]] = {k: (str,) for k in ("package", "version", "cuda", "arch", "python", "torch")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FarmEntry:
+    """One [[package]] table with the [defaults] merged in."""
+
+    where: str  # "package[0]", for messages
+    name: str
+    versions: tuple[str, ...] = ()  # pinned; empty → newest
+    newest: int | None = None
+    source: str | None = None  # a path / URL / git+URL@ref for every version; "{version}" is substituted
+    sources: dict[str, str] = field(default_factory=dict)  # per version
+    recipes: Path | None = None  # None: the project's (or --recipes)
+    toolchain: str = "auto"
+    cuda: tuple[CudaVersion, ...] = ()
+    archs: tuple[Archs, ...] = ()  # each one target's arch list: (120,), (90, 120+ptx)
+    python: tuple[str, ...] = ("3.12",)
+    torch: tuple[str, ...] = ()  # empty → the newest torch built for each CUDA on the index
+    torch_index: str | None = None
+    jobs: int | None = None
+    torch_newest: int = 1  # torch omitted: the newest N torch minors built for each CUDA (newest patch of each)
+    archs_where_supported: bool = False  # drop from each arch list what a target's CUDA cannot compile
+
+    def source_for(self, version: str) -> str | None:
+        if version in self.sources:
+            return self.sources[version]
+        return self.source.replace("{version}", version) if self.source else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exclusion:
+    """[[exclude]]: a target matching every given field is dropped (``version`` may be a range)."""
+
+    where: str
+    package: str | None = None
+    version: SpecifierSet | None = None
+    cuda: CudaVersion | None = None
+    arch: Archs | None = None
+    python: str | None = None
+    torch: str | None = None
+
+    def matches(self, package: str, version: str, cuda: CudaVersion, archs: Archs, python: str,
+                torch: str | None) -> bool:
+        if self.package is not None and canonicalize_name(self.package) != canonicalize_name(package):
+            return False
+        if self.version is not None and not self.version.contains(Version(version), prereleases=True):
+            return False
+        if self.cuda is not None and not self.cuda.same_line(cuda):
+            return False
+        if self.arch is not None and self.arch != archs:
+            return False
+        if self.python is not None and self.python != python:
+            return False
+        return self.torch is None or (torch is not None and Version(self.torch) == Version(torch))
+
+
+@dataclass(frozen=True)
+class Farm:
+    file: Path
+    entries: tuple[FarmEntry, ...]
+    excludes: tuple[Exclusion, ...]
+    runners: dict[str, str]  # arch number → runner label; "default" → template with {arch}
+
+    @property
+    def directory(self) -> Path:
+        return self.file.parent
+
+    def runner_for(self, archs: Archs) -> str:
+        """The GPU test runner label: the newest arch of the list that [runners] names, else the default
+        template filled with the newest arch (a wheel with SASS for 90 and 120 is tested on an sm_120 runner)."""
+        numbers = sorted({a.number for a in archs}, reverse=True)
+        for number in numbers:
+            if str(number) in self.runners:
+                return self.runners[str(number)]
+        newest = str(numbers[0]) if numbers else format_arch_list(archs)
+        return self.runners.get("default", DEFAULT_RUNNER).format(arch=newest)
+
+    def package_names(self) -> list[str]:
+        return sorted({e.name for e in self.entries})
+
+
+@dataclass(frozen=True, kw_only=True)
+class FarmTarget:
+    """One cell of the expanded matrix: everything ``builder build`` needs."""
+
+    package: str
+    version: str
+    kind: str
+    cuda: CudaVersion
+    archs: Archs
+    python: str
+    torch: str
+    torch_index: str | None
+    toolchain: str
+    recipes: Path
+    source: str | None
+    jobs: int | None
+    entry: str  # "package[0]"
+
+    @property
+    def id(self) -> str:
+        """A name safe for files and artifact names: tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1."""
+        cuda = "cu" + str(self.cuda).replace(".", "")
+        python = self.python if not is_interpreter_path(self.python) else Path(self.python).name
+        parts = [canonicalize_name(self.package), self.version, cuda]
+        if self.kind == "cuda-extension":
+            parts.append("sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx"))
+        parts += [f"py{python}", f"torch{self.torch}"]
+        return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
+
+    @property
+    def wheel_identity(self) -> tuple[str, ...]:
+        """What the wheel's file name is made of: targets equal here would overwrite each other's wheel."""
+        torch = Version(self.torch)
+        tag = self.python if self.kind == "cuda-extension" else "py3-none-any"
+        return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
+                f"{torch.major}.{torch.minor}", tag)
+
+    def to_target(self, jobs: int) -> Target:
+        return Target(
+            package=self.package,
+            version=self.version,
+            cuda=self.cuda.version,
+            archs=self.archs,
+            python=self.python,
+            torch=self.torch,
+            torch_index=self.torch_index,
+            toolchain=self.toolchain,
+            source=self.source,
+            jobs=self.jobs or jobs,
+        )
+
+    def settings(self, base: Settings) -> Settings:
+        return dataclasses.replace(base, recipes_dir=self.recipes, patches_dir=default_patches_dir(self.recipes))
+
+
+# ---------------------------------------------------------------- loading
+
+
+def find_farm_file(given: Path | None, cwd: Path | None = None) -> Path:
+    if given is not None:
+        return given
+    here = cwd or Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / DEFAULT_FARM_FILE).is_file():
+            return folder / DEFAULT_FARM_FILE
+    return here / DEFAULT_FARM_FILE
+
+
+def load_farm(path: Path) -> Farm:
+    """Parse and validate a farm file (schema and values; recipes and PyPI are consulted by ``expand``)."""
+    path = path.resolve()
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise FarmError(f"{path}: farm file not found", "pass --file PATH or create farm.toml") from e
+    except tomllib.TOMLDecodeError as e:
+        raise FarmError(f"{path}: not valid TOML: {e}") from e
+    c = _Checker(path)
+    c.keys(data, _TOP, "")
+    defaults_table = data.get("defaults", {})
+    c.keys(defaults_table, _SETTINGS, "defaults")
+    defaults = c.settings(defaults_table, "defaults")
+    packages = data.get("package", [])
+    if not packages:
+        c.fail("package", "is required: at least one [[package]] table")
+    entries = []
+    for i, table in enumerate(packages):
+        where = f"package[{i}]"
+        if not isinstance(table, dict):
+            c.fail(where, "must be a table ([[package]])")
+        c.keys(table, _PACKAGE, where)
+        entries.append(c.entry(table, where, defaults))
+    excludes = []
+    for i, table in enumerate(data.get("exclude", [])):
+        where = f"exclude[{i}]"
+        if not isinstance(table, dict):
+            c.fail(where, "must be a table ([[exclude]])")
+        c.keys(table, _EXCLUDE, where)
+        if not table:
+            c.fail(where, "is empty: it would exclude every target", f"give some of {', '.join(_EXCLUDE)}")
+        excludes.append(c.exclusion(table, where))
+    runners = data.get("runners", {})
+    for key, value in runners.items():
+        if not isinstance(value, str) or not value:
+            c.fail(f"runners.{key}", "must be a non-empty string (a runner label)")
+        if key != "default" and not re.fullmatch(r"\d{2,3}[af]?", key):
+            c.fail(f"runners.{key}", "must be an arch number such as 120, or 'default'")
+        if key == "default":
+            try:
+                value.format(arch="120")
+            except (KeyError, IndexError, ValueError):
+                c.fail("runners.default", f"is not a label template: {value!r}", "use {arch}, e.g. 'gpu-sm{arch}'")
+    return Farm(path, tuple(entries), tuple(excludes), dict(runners))
+
+
+class _Checker(TomlChecker):
+    """The recipe checker's conventions (file + dotted field + "did you mean"), raising FarmError."""
+
+    error = FarmError
+
+    def strings(self, value: str | list[Any], dotted: str) -> tuple[str, ...]:
+        """A string or a list of strings, as a tuple; an empty list is an error."""
+        items = [value] if isinstance(value, str) else value
+        if not items:
+            self.fail(dotted, "is empty")
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                self.fail(f"{dotted}[{i}]", f"must be a string, not {type(item).__name__}")
+        if len(set(items)) != len(items):
+            self.fail(dotted, f"repeats a value: {items}")
+        return tuple(items)
+
+    def settings(self, table: dict[str, Any], where: str) -> dict[str, Any]:
+        """Validated, normalised values of the settings keys present in ``table``."""
+        out: dict[str, Any] = {}
+        at = lambda key: f"{where}.{key}"  # noqa: E731
+        if "recipes" in table:
+            recipes = (self.path.parent / table["recipes"]).resolve()
+            if not recipes.is_dir():
+                self.fail(at("recipes"), f"folder {recipes} does not exist")
+            out["recipes"] = recipes
+        if "toolchain" in table:
+            if table["toolchain"] not in TOOLCHAINS:
+                close = difflib.get_close_matches(table["toolchain"], TOOLCHAINS, n=1)
+                self.fail(at("toolchain"), f"is {table['toolchain']!r}",
+                          f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(TOOLCHAINS)}")
+            out["toolchain"] = table["toolchain"]
+        if "cuda" in table:
+            values = self.strings(table["cuda"], at("cuda"))
+            versions = []
+            for i, value in enumerate(values):
+                try:
+                    versions.append(CudaVersion.parse(value))
+                    ok = versions[-1].line in KNOWN_CUDA
+                except InvalidVersion:
+                    ok = False
+                if not ok:
+                    self.fail(f"{at('cuda')}[{i}]", f"is not a known CUDA version: {value!r}",
+                              f"use one of {', '.join(KNOWN_CUDA)}")
+            out["cuda"] = tuple(versions)
+        if "archs" in table:
+            normalised: list[Archs] = []
+            for i, value in enumerate(self.strings(table["archs"], at("archs"))):
+                try:
+                    normalised.append(parse_arch_list(value))
+                except UsageError as e:
+                    self.fail(f"{at('archs')}[{i}]", f"is not an arch list: {value!r}",
+                              "each item is one target's archs: '120', '90,120' or '120+ptx'")
+                    raise AssertionError from e  # unreachable
+            if len(set(normalised)) != len(normalised):
+                self.fail(at("archs"), f"names one arch list twice: {list(table['archs'])}")
+            out["archs"] = tuple(normalised)
+        if "python" in table:
+            values = self.strings(table["python"], at("python"))
+            for i, value in enumerate(values):
+                if not (is_interpreter_path(value) or re.fullmatch(r"3\.\d{1,2}", value)):
+                    self.fail(f"{at('python')}[{i}]", f"is neither a Python version nor a path: {value!r}",
+                              "use a version such as '3.12' or a path to an interpreter")
+            out["python"] = values
+        if "torch" in table:
+            values = self.strings(table["torch"], at("torch"))
+            for i, value in enumerate(values):
+                self.version(value, f"{at('torch')}[{i}]")
+            out["torch"] = values
+        if "torch-index" in table:
+            try:
+                resolve_index(table["torch-index"])
+            except UsageError as e:
+                self.fail(at("torch-index"), f"is neither a URL nor a known index: {table['torch-index']!r}", e.hint)
+            out["torch_index"] = table["torch-index"]
+        if "jobs" in table:
+            if table["jobs"] < 1:
+                self.fail(at("jobs"), "must be at least 1")
+            out["jobs"] = table["jobs"]
+        if "torch-newest" in table:
+            if table["torch-newest"] < 1:
+                self.fail(at("torch-newest"), "must be at least 1")
+            if "torch" in table:
+                self.fail(where, "gives both 'torch' and 'torch-newest'", "pin torch, or take the newest N, not both")
+            out["torch_newest"] = table["torch-newest"]
+        if "archs-where-supported" in table:
+            out["archs_where_supported"] = table["archs-where-supported"]
+        return out
+
+    def entry(self, table: dict[str, Any], where: str, defaults: dict[str, Any]) -> FarmEntry:
+        name = self.required(table, "name", where)
+        if "versions" in table and "newest" in table:
+            self.fail(where, "gives both 'versions' and 'newest'", "pin versions, or take the newest N, not both")
+        versions = self.strings(table["versions"], f"{where}.versions") if "versions" in table else ()
+        for i, version in enumerate(versions):
+            self.version(version, f"{where}.versions[{i}]")
+        newest = table.get("newest")
+        if newest is not None and newest < 1:
+            self.fail(f"{where}.newest", "must be at least 1")
+        source: str | None = None
+        sources: dict[str, str] = {}
+        given = table.get("source")
+        if isinstance(given, str):
+            source = self.location(given)
+        elif isinstance(given, dict):
+            for version, location in given.items():
+                dotted = f"{where}.source.{version}"
+                self.version(version, dotted)
+                if not isinstance(location, str):
+                    self.fail(dotted, f"must be a string, not {type(location).__name__}")
+                if version not in versions:
+                    self.fail(dotted, f"names a version that is not in {where}.versions ({', '.join(versions) or 'none'})",
+                              "a per-version source needs the version pinned in 'versions'")
+                sources[version] = self.location(location)
+        own = self.settings(table, where)
+        merged = {**defaults, **own}
+        if "torch_newest" in own and "torch" not in own:  # the package's own choice wins over [defaults] torch
+            merged.pop("torch", None)
+        elif "torch" in own:
+            merged.pop("torch_newest", None)
+        if "cuda" not in merged:
+            self.fail(f"{where}.cuda", "is required (here or in [defaults])", "e.g. cuda = ['13.0']")
+        if "archs" not in merged:
+            self.fail(f"{where}.archs", "is required (here or in [defaults])", "e.g. archs = ['120', '90']")
+        return FarmEntry(where=where, name=name, versions=versions, newest=newest, source=source, sources=sources,
+                         **merged)
+
+    def location(self, text: str) -> str:
+        """A source: URLs and git+ stay as given; a relative local path is taken from the farm file's folder."""
+        if "://" in text or text.startswith("git+"):
+            return text
+        return str((self.path.parent / Path(text).expanduser()).resolve())
+
+    def exclusion(self, table: dict[str, Any], where: str) -> Exclusion:
+        values: dict[str, Any] = {}
+        if "version" in table:
+            text = table["version"]
+            try:
+                Version(text)
+                spec = SpecifierSet(f"=={text}")
+            except InvalidVersion:
+                try:
+                    spec = SpecifierSet(text)
+                except InvalidSpecifier as e:
+                    raise FarmError(f"{self.path}: field '{where}.version' is neither a version nor a range: {text!r}",
+                                    "e.g. '1.6.1' or '<1.6'") from e
+            values["version"] = spec
+        if "arch" in table:
+            try:
+                values["arch"] = parse_arch_list(table["arch"])
+            except UsageError as e:
+                raise FarmError(f"{self.path}: field '{where}.arch' is not an arch list: {table['arch']!r}") from e
+        if "cuda" in table:
+            settings = self.settings({"cuda": table["cuda"]}, where)
+            values["cuda"] = settings["cuda"][0]
+        if "torch" in table:
+            self.version(table["torch"], f"{where}.torch")
+            values["torch"] = table["torch"]
+        for key in ("package", "python"):
+            if key in table:
+                values[key] = table[key]
+        return Exclusion(where=where, **values)
+
+
+def is_interpreter_path(python: str) -> bool:
+    return "/" in python or not python[:1].isdigit()

@@ -1,0 +1,247 @@
+"""`builder index pull URL`: restore a local wheelhouse from a published one (GitHub Pages, `builder serve`, a
+folder), so that the published index, not a cache, is the farm's durable state.
+
+What is read is what a resolver reads: ``simple/index.json`` and ``simple/<project>/index.json`` (PEP 691 files,
+fetched by name, so a static host without content negotiation serves them), each wheel at its page's URL, its
+PEP 658 ``.metadata`` sidecar, and beside them ``records/<wheel>.json`` and ``logs/<wheel>.log`` (both optional).
+Everything is verified before it counts: the wheel's sha256 and size against its page (and the record's
+``wheel_sha256``), the sidecar against the page's core-metadata hash. A mismatch is refused, naming the file, and
+nothing changes. The files are written through the wheelhouse's own transaction (``Wheelhouse.restore``): a kill
+leaves the old state; the pages are rendered from the restored state with the published upload times, so they say
+what the published pages say. A wheel already present with the published sha256 is not downloaded again.
+
+The wheel bytes are always pulled: the unchanged checks read them (``find_record`` hashes the wheel against its
+record; ``matrix --changed`` needs the wheel beside its record), and a Pages deployment replaces the whole site, so
+the publish job needs every wheel to deploy the index again. A records-only pull would make those checks see
+nothing (everything rebuilt) or trust a page instead of bytes.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from builder.core.errors import ChecksumError, SourceError
+from builder.core.log import log
+from builder.index.store import SIMPLE_JSON, Restored, RestoreResult, Wheelhouse
+from builder.model.records import BuildRecord
+
+TRIES = 3  # transient failures (a 5xx, a reset connection) are retried, 1 s then 2 s apart
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class PullResult:
+    root: str
+    restore: RestoreResult
+    fetched_bytes: int
+
+
+class _Missing(Exception):
+    """The URL answered 404 (or the file does not exist)."""
+
+
+def normalize(location: str) -> str:
+    """The wheelhouse root as a URL ending in ``/``: http(s)://…, file://…, or a local path."""
+    if "://" not in location:
+        return Path(location).expanduser().resolve().as_uri() + "/"
+    return location.rstrip("/") + "/"
+
+
+def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: bool = False,
+         timeout_s: float = 60.0) -> PullResult | None:
+    """Restore ``house`` from the wheelhouse published at ``location``. None when nothing is published there
+    (``missing_ok``: the first run of a farm); else what was fetched, kept and removed."""
+    root = normalize(location)
+    fetch = _Fetcher(root, timeout_s)
+    try:
+        top = fetch.json(root + "simple/index.json")
+    except _Missing:
+        if missing_ok:
+            return None
+        raise SourceError(f"no published index at {root} ({root}simple/index.json is missing)",
+                          "point at the wheelhouse root (the folder holding simple/ and wheels/), or give --missing-ok "
+                          "for a first run") from None
+    wheels, urls = _published_wheels(fetch, top)
+    fetched: list[int] = []
+
+    def download(wheel: Restored, out: BinaryIO) -> None:
+        fetched.append(fetch.wheel(urls[wheel.filename], wheel, out))
+
+    result = house.restore(wheels, download, delete=delete)
+    return PullResult(root, result, sum(fetched))
+
+
+def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[str, str]]:
+    """Every wheel the published pages list, with its verified sidecar, record and log; and each wheel's URL."""
+    wheels: dict[str, Restored] = {}
+    urls: dict[str, str] = {}
+    for project in top.get("projects", []):
+        name = project.get("name") if isinstance(project, dict) else None
+        if not isinstance(name, str) or not _safe_segment(name):
+            raise SourceError(f"{fetch.root}simple/index.json names an odd project {name!r}",
+                              "the published index is damaged: run `builder index rebuild` where it is published")
+        page_url = f"{fetch.root}simple/{name}/index.json"
+        try:
+            page = fetch.json(page_url)
+        except _Missing:
+            raise SourceError(f"{page_url} is missing, though simple/index.json lists {name}",
+                              "the published index is damaged: run `builder index rebuild` where it is published") \
+                from None
+        for entry in page.get("files", []):
+            wheel, url = _published_wheel(fetch, page_url, entry)
+            if wheel.filename not in wheels:
+                wheels[wheel.filename], urls[wheel.filename] = wheel, url
+    return [wheels[n] for n in sorted(wheels)], urls
+
+
+def _published_wheel(fetch: _Fetcher, page_url: str, entry: dict) -> tuple[Restored, str]:
+    try:
+        filename = str(entry["filename"])
+        sha256 = str(entry["hashes"]["sha256"])
+        size = int(entry["size"])
+        metadata_sha256 = str(entry["core-metadata"]["sha256"])
+        url = urllib.parse.urljoin(page_url, str(entry["url"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SourceError(f"{page_url}: an entry without {e} ({entry!r:.120})",
+                          "the published index is damaged: run `builder index rebuild` where it is published") from e
+    if not _safe_segment(filename) or not _is_wheel_name(filename):
+        raise SourceError(f"{page_url} lists {filename!r}, which is not a wheel file name",
+                          "the published index is damaged: run `builder index rebuild` where it is published")
+    metadata = fetch.optional(url + ".metadata")
+    if metadata is None or hashlib.sha256(metadata).hexdigest() != metadata_sha256:
+        raise ChecksumError(f"{url}.metadata: the published sidecar of {filename} does not match its page's "
+                            f"core-metadata sha256 {metadata_sha256}; nothing was changed",
+                            "run `builder index rebuild` where it is published and deploy it again")
+    record = _record(fetch, filename, sha256)
+    log_bytes = fetch.optional(f"{fetch.root}logs/{urllib.parse.quote(filename)}.log")
+    mtime = _mtime_ns(entry.get("upload-time"))
+    return Restored(filename, sha256, size, mtime, metadata, record, log_bytes), url
+
+
+def _record(fetch: _Fetcher, filename: str, sha256: str) -> BuildRecord | None:
+    url = f"{fetch.root}records/{urllib.parse.quote(filename)}.json"
+    data = fetch.optional(url)
+    if data is None:
+        log.warning(f"{filename} has no published record ({url}): restored without one")
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError as e:
+        raise SourceError(f"{url}: the published record of {filename} is not JSON ({e})",
+                          "republish the wheel, or run `builder index rebuild` where it is published") from e
+    if not isinstance(record, dict):
+        raise SourceError(f"{url}: the published record of {filename} is not a JSON object")
+    recorded = record.get("wheel_sha256")
+    if recorded is not None and recorded != sha256:
+        raise ChecksumError(f"{url}: the published record of {filename} says sha256 {recorded}, its page says "
+                            f"{sha256}; nothing was changed",
+                            "run `builder index rebuild` where it is published and deploy it again")
+    return BuildRecord.from_json(record)
+
+
+def _safe_segment(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and "\0" not in name and not name.startswith(".")
+
+
+def _is_wheel_name(name: str) -> bool:
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return False
+    return True
+
+
+def _mtime_ns(stamp: object) -> int | None:
+    """PEP 700 upload-time (``2026-12-01T02:17:00.123456Z``) as nanoseconds; None if absent or odd."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        whole, _, fraction = stamp.rstrip("Z").partition(".")
+        seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+        micros = int(fraction.ljust(6, "0")[:6]) if fraction else 0
+    except ValueError:
+        return None
+    return seconds * 1_000_000_000 + micros * 1000
+
+
+class _Fetcher:
+    """GET over http(s):// or file://, with a few retries for transient failures; 404 raises _Missing."""
+
+    def __init__(self, root: str, timeout_s: float) -> None:
+        self.root = root
+        self.timeout_s = timeout_s
+
+    def json(self, url: str) -> dict:
+        data = self._get(url, lambda r: r.read(), accept=SIMPLE_JSON)
+        try:
+            value = json.loads(data)
+        except ValueError as e:
+            raise SourceError(f"{url} is not a PEP 691 JSON page ({e})",
+                              "point at the wheelhouse root (the folder holding simple/ and wheels/)") from e
+        if not isinstance(value, dict):
+            raise SourceError(f"{url} is not a PEP 691 JSON page (not an object)")
+        return value
+
+    def optional(self, url: str) -> bytes | None:
+        try:
+            return self._get(url, lambda r: r.read())
+        except _Missing:
+            return None
+
+    def wheel(self, url: str, wheel: Restored, out: BinaryIO) -> int:
+        """Stream the wheel into ``out``, hashing as it comes; refuse it (naming it) unless it is the published one."""
+
+        def copy(response: object) -> tuple[str, int]:
+            digest, size = hashlib.sha256(), 0
+            out.seek(0)
+            out.truncate()
+            while chunk := response.read(CHUNK):  # type: ignore[attr-defined]
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+            return digest.hexdigest(), size
+
+        try:
+            sha256, size = self._get(url, copy)
+        except _Missing:
+            raise SourceError(f"{url} is missing, though the published pages list {wheel.filename}; nothing was "
+                              "changed", "run `builder index rebuild` where it is published and deploy it again") \
+                from None
+        if (sha256, size) != (wheel.sha256, wheel.size):
+            raise ChecksumError(f"{url}: the published {wheel.filename} has sha256 {sha256} ({size} bytes), its page "
+                                f"says {wheel.sha256} ({wheel.size} bytes); refused, nothing was changed",
+                                "republish that wheel (or run `builder index rebuild` where it is published)")
+        return size
+
+    def _get(self, url: str, read: Callable[[object], object], accept: str = "*/*") -> object:
+        request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cuda-wheel-builder"})
+        for attempt in range(TRIES):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return read(response)
+            except urllib.error.HTTPError as e:
+                if e.code in (404, 410):
+                    raise _Missing(url) from None
+                cause, transient = f"answered HTTP {e.code}", e.code >= 500 or e.code == 429
+            except urllib.error.URLError as e:
+                if isinstance(e.reason, (FileNotFoundError, NotADirectoryError)):
+                    raise _Missing(url) from None
+                cause, transient = f"is unreachable ({e.reason})", True
+            except (TimeoutError, ConnectionError) as e:
+                cause, transient = f"is unreachable ({e})", True
+            if not transient or attempt == TRIES - 1:
+                break
+            time.sleep(1 << attempt)
+        raise SourceError(f"{url} {cause}", "check the URL (the wheelhouse root) and that it is served")

@@ -1,0 +1,43 @@
+"""A CUDA release as the builder names it: ``13.0``, ``12.8`` (a patch such as ``13.0.1`` is kept where given).
+
+Compared by its line (major.minor) where a farm decides whether two names mean the same CUDA; written back as
+given (``str``), so a cache key or record that names it does not change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+
+@dataclass(frozen=True, order=True)
+class CudaVersion:
+    release: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> CudaVersion:
+        """``"13.0"`` → 13.0; raises packaging's InvalidVersion for text that is not a version."""
+        return cls(Version(text).release)  # as given: "13" stays "13" (str(Version) is what keys and records say)
+
+    @property
+    def major(self) -> int:
+        return self.release[0]
+
+    @property
+    def minor(self) -> int:
+        return self.release[1] if len(self.release) > 1 else 0
+
+    @property
+    def line(self) -> str:
+        """``13.0`` for 13.0 and 13.0.1: the CUDA line torch builds and toolkits are made for."""
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def version(self) -> Version:
+        return Version(str(self))
+
+    def same_line(self, other: CudaVersion) -> bool:
+        return (self.major, self.minor) == (other.major, other.minor)
+
+    def __str__(self) -> str:
+        return ".".join(map(str, self.release))

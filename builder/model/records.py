@@ -1,0 +1,238 @@
+"""Typed values handed between stages and to the CLI, and their one JSON form each (``to_json``/``from_json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+FARM_STATUSES = ("built", "unchanged", "failed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FarmOutcome:
+    """What became of one farm target (a worker's answer, or the up-front check's "unchanged")."""
+
+    id: str
+    status: str  # built | unchanged | failed
+    wheel: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+    exit_code: int | None = None
+    log: str | None = None
+
+    def took(self, seconds: float) -> FarmOutcome:
+        return dataclasses.replace(self, seconds=seconds)
+
+    def with_log(self, path: str) -> FarmOutcome:
+        return dataclasses.replace(self, log=path)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of summary.json (``exit_code`` only where a worker failed with one, as before)."""
+        out: dict[str, Any] = {"id": self.id, "status": self.status, "wheel": self.wheel, "timings": self.timings,
+                               "error": self.error}
+        if self.exit_code is not None:
+            out["exit_code"] = self.exit_code
+        out["seconds"] = self.seconds
+        if self.log is not None:
+            out["log"] = self.log
+        return out
+
+
+# ---------------------------------------------------------------- the kernel-test result
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestReport:
+    """The test stage's result: the import test in a clean venv, then the recipe's kernel tests."""
+
+    __test__ = False  # not a pytest class
+
+    import_status: str = "not run"  # passed | failed | not run
+    import_detail: str = ""
+    kernel_status: str = "not run"  # passed | failed | skipped | not run
+    kernel_reason: str = ""
+    counts: Mapping[str, int] = field(default_factory=dict)
+    speed: tuple[Mapping[str, Any], ...] = ()  # one row per benchmark the suite wrote (name, speedup, ...)
+    gpu: str | None = None
+    torch: str | None = None
+    read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)  # see BuildRecord
+
+    @property
+    def failed(self) -> bool:
+        return "failed" in (self.import_status, self.kernel_status)
+
+    def summary(self) -> str:
+        kernel = self.kernel_status + (f" ({self.kernel_reason})" if self.kernel_reason else "")
+        return f"import {self.import_status}; kernel tests {kernel}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"import_status": self.import_status, "import_detail": self.import_detail,
+               "kernel_status": self.kernel_status, "kernel_reason": self.kernel_reason, "counts": dict(self.counts),
+               "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
+        return _as_read(self, out)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TestReport:
+        return cls(import_status=str(data.get("import_status", "not run")),
+                   import_detail=str(data.get("import_detail") or ""),
+                   kernel_status=str(data.get("kernel_status", "not run")),
+                   kernel_reason=str(data.get("kernel_reason") or ""), counts=dict(data.get("counts") or {}),
+                   speed=tuple(dict(r) for r in data.get("speed") or ()), gpu=data.get("gpu"), torch=data.get("torch"),
+                   read_keys=frozenset(data))
+
+
+# ---------------------------------------------------------------- the build record
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileDigest:
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceDigest:
+    kind: str  # pypi | url | path | git
+    location: str
+    sha256: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchDigest:
+    file: str
+    sha256: str
+    versions: str  # the version range it applies to
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeDropped:
+    names: tuple[str, ...]
+    reason: str
+
+
+StrMap = Mapping[str, str]
+# What a build record holds besides the wheel's own part: added after finalize, in records/ only (the wheel's
+# bytes stay reproducible), written only where set.
+_AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRecord:
+    """What a wheel was built from and how: in its .dist-info (cuda_wheel_builder.json, written by finalize) and,
+    with the test results, inspection and timings, in the wheelhouse's records/<wheel>.json (index/store.py).
+
+    ``from_json`` reads every record written before this type too (a missing key gets its default) and keeps keys
+    it does not know in ``extra``, so a record read and written again loses nothing."""
+
+    builder_version: str = ""
+    cache_key: str = ""
+    package: str = ""
+    version: str = ""
+    recipe: FileDigest | None = None
+    source: SourceDigest | None = None
+    patches: tuple[PatchDigest, ...] = ()
+    cuda: str = ""
+    archs: tuple[str, ...] = ()  # () for pure Python
+    toolchain: StrMap = field(default_factory=dict)  # the toolkit's record; {"kind": "none (pure Python)"}
+    host_compiler: StrMap | None = None
+    python: Mapping[str, str | None] = field(default_factory=dict)  # the build venv: python, version, torch, ...
+    torch_index: str = ""
+    host: StrMap = field(default_factory=dict)
+    build_log: str = ""
+    runtime_dropped: RuntimeDropped | None = None  # absent for recipes without [runtime] drop
+    # records/ only
+    timings: Mapping[str, float] | None = None
+    tests: TestReport | None = None
+    inspect: Mapping[str, Any] | None = None  # the inspection stage's report (stages/inspection.WheelReport)
+    wheel: str | None = None
+    compiler_cache: Mapping[str, int] | None = None
+    wheel_sha256: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
+    # and any the builder set since, not with every default, so records of older builders keep their bytes
+    read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)
+
+    def with_(self, **changes: Any) -> BuildRecord:
+        return dataclasses.replace(self, **changes)
+
+    def in_wheel(self) -> BuildRecord:
+        """The part finalize writes into the wheel (nothing that differs between two builds of the same inputs)."""
+        return dataclasses.replace(self, **{name: None for name in _AFTER_FINALIZE})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)
+        out.update(
+            builder_version=self.builder_version, cache_key=self.cache_key, package=self.package,
+            version=self.version, recipe=_plain(self.recipe), source=_plain(self.source),
+            patches=[_plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
+            toolchain=dict(self.toolchain),
+            host_compiler=None if self.host_compiler is None else dict(self.host_compiler),
+            python=dict(self.python), torch_index=self.torch_index, host=dict(self.host), build_log=self.build_log,
+        )
+        if self.runtime_dropped is not None:
+            out["runtime_dropped"] = {"names": list(self.runtime_dropped.names), "reason": self.runtime_dropped.reason}
+        for name in _AFTER_FINALIZE:
+            value = getattr(self, name)
+            if value is not None or (name == "compiler_cache" and self.wheel is not None):
+                out[name] = value.to_json() if isinstance(value, TestReport) else _plain(value)
+        return _as_read(self, out)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildRecord:
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "read_keys"}
+        recipe, source, dropped = data.get("recipe"), data.get("source"), data.get("runtime_dropped")
+        tests = data.get("tests")
+        return cls(
+            builder_version=str(data.get("builder_version") or ""), cache_key=str(data.get("cache_key") or ""),
+            package=str(data.get("package") or ""), version=str(data.get("version") or ""),
+            recipe=FileDigest(file=str(recipe.get("file", "")), sha256=str(recipe.get("sha256", "")))
+            if isinstance(recipe, Mapping) else None,
+            source=SourceDigest(kind=str(source.get("kind", "")), location=str(source.get("location", "")),
+                                sha256=source.get("sha256")) if isinstance(source, Mapping) else None,
+            patches=tuple(PatchDigest(file=str(p["file"]), sha256=str(p["sha256"]), versions=str(p.get("versions", "")))
+                          for p in data.get("patches") or ()),
+            cuda=str(data.get("cuda") or ""), archs=tuple(str(a) for a in data.get("archs") or ()),
+            toolchain=dict(data.get("toolchain") or {}),
+            host_compiler=dict(data["host_compiler"]) if data.get("host_compiler") is not None else None,
+            python=dict(data.get("python") or {}), torch_index=str(data.get("torch_index") or ""),
+            host=dict(data.get("host") or {}), build_log=str(data.get("build_log") or ""),
+            runtime_dropped=RuntimeDropped(names=tuple(dropped.get("names", ())), reason=str(dropped.get("reason", "")))
+            if isinstance(dropped, Mapping) else None,
+            timings=data.get("timings"), tests=TestReport.from_json(tests) if isinstance(tests, Mapping) else None,
+            inspect=data.get("inspect"), wheel=data.get("wheel"), compiler_cache=data.get("compiler_cache"),
+            wheel_sha256=data.get("wheel_sha256"),
+            extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),
+        )
+
+    def wheel_bytes(self) -> bytes:
+        """The record file inside the wheel (finalize): sorted keys, so equal records give equal bytes."""
+        return (json.dumps(self.in_wheel().to_json(), indent=2, sort_keys=True) + "\n").encode()
+
+    def file_bytes(self) -> bytes:
+        """records/<wheel>.json in the wheelhouse (index/store.py)."""
+        return json.dumps(self.to_json(), indent=2, sort_keys=True).encode()
+
+
+def _as_read(record: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` less the keys a read record did not have and whose value is still the default."""
+    if record.read_keys is None:
+        return out
+    default = type(record)()
+    return {k: v for k, v in out.items()
+            if k in record.read_keys or k not in {f.name for f in dataclasses.fields(record)}
+            or getattr(record, k) != getattr(default, k)}
+
+
+def _plain(value: Any) -> Any:
+    """A frozen record part as JSON values (dataclasses → dicts, tuples → lists, mappings → dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value

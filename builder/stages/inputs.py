@@ -1,0 +1,154 @@
+"""A target's inputs: everything that can change its wheel, defined once, hashed into the cache key.
+
+``target_inputs`` is the one function that says what the key covers. Three callers:
+
+- the build (pipeline/run.py) with the real source digest, toolkit, build venv and host compiler;
+- the farm's up-front check (farm/unchanged.py) with the same parts resolved offline and memoised;
+- ``builder matrix --changed`` (farm/unchanged.py) on a CPU runner that has no toolkit and no build venv: the
+  parts it cannot know are ``UNKNOWN`` and ``agrees`` compares only the known fields with a record's.
+
+Why the approximation of ``matrix --changed`` is safe enough: it only chooses which targets a CI run starts, and
+every started target's ``builder build`` decides again with the full key. What it cannot see is a new toolkit
+patch release, another Python patch release or another host compiler for an otherwise unchanged target; those
+are rebuilt by the next plain ``builder farm`` run, whose check uses the full key. A new field added to
+``TargetInputs`` is compared by default (a record without it disagrees), so no future input is silently ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from builder import __version__
+from builder.model.records import BuildRecord
+from builder.stages.plan import Plan
+from builder.stages.pyenv import PythonEnv
+
+
+class Unknown(enum.Enum):
+    """A part of the inputs that cannot be known without a toolkit or build venv (``matrix --changed``)."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+# The toolkit fields that go into the key: a container build's image tag hashes its Dockerfile and base image
+# (a new compiler there is a new tag); its content ID, the CUDA_HOME path and the reason do not.
+TOOLKIT_KEY_FIELDS = ("kind", "nvcc", "image")
+# Inputs that build records do not carry because another recorded input covers them: the recipe's build env is
+# in the recipe file, whose sha256 is recorded.
+COVERED_BY: Mapping[str, str] = {"env": "recipe"}
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetInputs:
+    """Everything that can change a target's wheel; equal inputs mean nothing needs building."""
+
+    builder: str
+    recipe: str  # the recipe file's sha256
+    patches: tuple[tuple[str, str], ...]  # (file name, sha256) in apply order
+    source: str | Unknown  # sha256 of the archive or tree; UNKNOWN for a git source before it is cloned
+    toolkit: Pairs | Unknown  # TOOLKIT_KEY_FIELDS of the toolkit's record; () for pure Python
+    python: str | Unknown  # the build venv's full Python version
+    torch: str | Unknown  # the build venv's torch version
+    index: str
+    archs: tuple[str, ...]  # () for pure Python
+    cuda: str
+    env: Pairs  # the recipe's build env
+    compiler: Pairs | None | Unknown  # the host C/C++ compiler of a host-side CUDA build; None otherwise
+
+    def as_json(self) -> dict[str, Any]:
+        """The inputs as the cache key hashes them (the layout the key had before this type existed)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Unknown):
+                raise ValueError(f"the cache key needs {f.name}, which is unknown here")
+            if f.name == "compiler" and value is None:
+                continue  # absent for pure-Python and container builds, whose keys stay as they were
+            out[f.name] = _jsonable(f.name, value)
+        return out
+
+    def cache_key(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_json(), sort_keys=True).encode()).hexdigest()
+
+    def agrees(self, other: TargetInputs) -> bool:
+        """Equal in every field both sides know (``UNKNOWN`` on either side is skipped)."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name, UNKNOWN)
+            if mine is UNKNOWN or theirs is UNKNOWN:
+                if theirs is UNKNOWN and f.name not in COVERED_BY and mine is not UNKNOWN:
+                    return False  # a record from before this input existed: built from other inputs
+                continue
+            if mine != theirs:
+                return False
+        return True
+
+
+def _jsonable(name: str, value: object) -> object:
+    if name in ("toolkit", "env", "compiler"):
+        return dict(value)  # type: ignore[call-overload]
+    if name == "patches":
+        return [list(p) for p in value]  # type: ignore[union-attr]
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _pairs(mapping: Mapping[str, str]) -> Pairs:
+    return tuple(sorted(mapping.items()))
+
+
+def target_inputs(
+    plan: Plan,
+    *,
+    source_digest: str | Unknown,
+    toolkit: Mapping[str, str] | None | Unknown,
+    python: PythonEnv | Unknown,
+    compiler: Mapping[str, str] | None | Unknown = None,
+) -> TargetInputs:
+    """The inputs of ``plan`` once its parts are resolved: the source's digest, the toolkit's record (None for
+    pure Python), the build venv and the host compiler (toolchain/hostcompiler.py; None for container builds)."""
+    cuda_ext = plan.recipe.kind == "cuda-extension"
+    return TargetInputs(
+        builder=__version__,
+        recipe=plan.recipe.sha256(),
+        patches=tuple((p.name, p.sha256()) for p in plan.patches),
+        source=source_digest,
+        toolkit=toolkit if isinstance(toolkit, Unknown) else
+        _pairs({k: v for k, v in (toolkit or {}).items() if k in TOOLKIT_KEY_FIELDS}),
+        python=python if isinstance(python, Unknown) else python.version,
+        torch=python if isinstance(python, Unknown) else (python.torch or ""),
+        index=plan.index.url,
+        archs=tuple(str(a) for a in plan.target.archs) if cuda_ext else (),
+        cuda=str(plan.cuda),
+        env=_pairs(plan.env),
+        compiler=compiler if compiler is None or isinstance(compiler, Unknown) else _pairs(compiler),
+    )
+
+
+def recorded_inputs(record: BuildRecord) -> TargetInputs:
+    """The inputs a build record (in a wheel, or records/*.json, also those written before this type) names.
+    A field the record does not carry is UNKNOWN: the recipe's build env (its sha256 covers it), and any input
+    newer than the record (``agrees`` then says the record was built from other inputs)."""
+    pure = not record.archs and str(record.toolchain.get("kind", "")).startswith("none")
+    known: dict[str, Any] = {
+        "builder": record.builder_version,
+        "recipe": record.recipe.sha256 if record.recipe else "",
+        "patches": tuple((p.file, p.sha256) for p in record.patches),
+        "source": (record.source.sha256 if record.source else None) or "",
+        "toolkit": () if pure else _pairs({k: v for k, v in record.toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
+        "python": str(record.python.get("version")),
+        "torch": str(record.python.get("torch") or ""),
+        "index": record.torch_index,
+        "archs": record.archs,
+        "cuda": record.cuda,
+        "compiler": _pairs(record.host_compiler) if record.host_compiler else None,
+    }
+    return TargetInputs(**{f.name: known.get(f.name, UNKNOWN) for f in fields(TargetInputs)})

@@ -1,0 +1,133 @@
+"""Builds on this machine (the pip and host toolchains, and pure-Python builds): commands run as subprocesses.
+
+Also where this machine's interpreters are found: PATH, pyenv, uv-managed Pythons.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from builder.core.errors import ToolchainError
+from builder.core.streaming import stream
+from builder.core.uvtool import uv_bin
+from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, CudaToolkit, Mounts, RunResult, WheelRequest
+from builder.toolchain.frontend import pep517_wheel
+from builder.toolchain.hostcompiler import host_compiler
+
+
+class LocalRunner:
+    """A ``BuildHost`` that is this machine: paths are what they are, mounts mean nothing and the network
+    cannot be turned off (the sources are fetched before the build either way)."""
+
+    where = ""
+    venv_prefix = "build"
+    venv_key: tuple[str, ...] = ()
+
+    def __init__(self, toolkit: CudaToolkit | None = None) -> None:
+        self.toolkit = toolkit
+        self.uv = uv_bin()
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            mounts: Mounts = NO_MOUNTS, network: bool = True, out: TextIO | None = None,
+            on_line: Callable[[str], None] | None = None, timeout_s: float | None = None) -> RunResult:
+        env = None if env is None else dict(env)
+        if out is not None:
+            code, _ = stream(argv, out=out, on_line=on_line or (lambda line: None), cwd=cwd, env=env,
+                             timeout_s=timeout_s)
+            return RunResult(-1 if code is None else code)
+        result = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                                env=env, timeout=timeout_s)
+        if on_line is not None:
+            for line in result.stdout.splitlines():
+                if line.strip():
+                    on_line(line.strip())
+        return RunResult(result.returncode, result.stdout)
+
+    def path(self, host_path: Path) -> Path:
+        return host_path
+
+    def base_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        return dict(environ)
+
+    def base_python(self, version: str) -> str:
+        return str(find_interpreter(version))
+
+    def given_python(self, python: Path) -> Path:
+        return Path(shutil.which(str(python)) or python)
+
+    def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
+        return host_compiler(env)
+
+    def describe(self) -> str:
+        return self.toolkit.describe() if self.toolkit else "this machine (pure Python)"
+
+    def record(self) -> dict[str, str]:
+        return self.toolkit.record() if self.toolkit else {"kind": "none (pure Python)"}
+
+    def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
+        return pep517_wheel(request, self, on_line)
+
+
+def interpreter_facts(python: Path, *, with_torch: bool = True) -> dict[str, str | None]:
+    """What ``python`` says about itself (PYTHON_PROBE) when run here; a ToolchainError if it does not run."""
+    try:
+        argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch else ["--no-torch"])
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
+    if result.returncode != 0:
+        raise ToolchainError(f"--python {python}: it fails to start: {result.stderr.strip()[-200:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def find_interpreter(version: str, extra_dirs: Iterable[Path] = ()) -> Path:
+    """A base interpreter for Python ``version`` (3.12) on this machine: PATH, pyenv, uv-managed, or a clear error."""
+    looked: list[str] = []
+    for candidate in _interpreter_candidates(version, extra_dirs, looked):
+        try:
+            found = interpreter_facts(candidate, with_torch=False)
+        except ToolchainError:
+            continue
+        if found["version"] == version:
+            return Path(found["executable"] or candidate)
+    raise ToolchainError(
+        f"no Python {version} interpreter found (looked: {', '.join(looked)})",
+        f"install one (`uv python install {version}` or pyenv) or pass --python /path/to/python{version}",
+    )
+
+
+def _interpreter_candidates(version: str, extra_dirs: Iterable[Path], looked: list[str]) -> list[Path]:
+    found: list[Path] = []
+    looked.append(f"python{version} on PATH")
+    if on_path := shutil.which(f"python{version}"):
+        found.append(Path(on_path))
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    looked.append(f"pyenv ({pyenv_root}/versions)")
+    pyenv_glob = f"{pyenv_root}/versions/{version}.*/bin/python{version}"
+    found += [Path(p) for p in sorted(glob.glob(pyenv_glob), reverse=True)]
+    uv_dir = Path(os.environ.get("UV_PYTHON_INSTALL_DIR") or Path.home() / ".local/share/uv/python")
+    looked.append(f"uv-managed ({uv_dir})")
+    found += [Path(p) for p in sorted(glob.glob(f"{uv_dir}/cpython-{version}.*/bin/python{version}"), reverse=True)]
+    for directory in extra_dirs:
+        looked.append(str(directory))
+        found += [Path(p) for p in glob.glob(f"{directory}/python{version}")]
+    return [p for p in found if p.exists()]
+
+
+LOCAL = LocalRunner()  # this machine without a CUDA toolkit: pure-Python builds, and the default host

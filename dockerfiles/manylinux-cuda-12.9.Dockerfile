@@ -1,0 +1,23 @@
+# Build image for the cibuildwheel compile step (builder/toolchain/cibw.py) with CUDA 12.9: the PyPA manylinux_2_28
+# image (AlmaLinux 8, glibc 2.28; /opt/python/cp3XX-cp3XX, auditwheel, patchelf, uv) plus CUDA 12.9's compiler and
+# the development libraries torch's headers include, from NVIDIA's rhel8 repository. Wheels built here get the
+# manylinux_2_28_x86_64 tag (what PyPI's torch wheels target). Chosen over nvidia/cuda:12.9-devel-rockylinux8 (no
+# /opt/python, auditwheel or patchelf: every CPython would have to be added) and over
+# quay.io/manylinux_cuda/manylinux_2_28_x86_64_cuda<ver> (not published for every CUDA we support, 12.8 and 13.2
+# included; no cusolver/cusparse headers). BASE_IMAGE is a build argument so a local stand-in can replace it;
+# pin it to a dated tag (quay.io/pypa/manylinux_2_28_x86_64:YYYY.MM.DD-N) for reproducible images.
+ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64:latest
+FROM ${BASE_IMAGE}
+
+ARG CUDA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/cuda-rhel8.repo
+# hadolint ignore=DL3041
+RUN curl -fsSL "${CUDA_REPO}" -o /etc/yum.repos.d/cuda-rhel8.repo \
+ && dnf install -y --setopt=install_weak_deps=False \
+    cuda-nvcc-12-9 cuda-cudart-devel-12-9 cuda-nvrtc-devel-12-9 cuda-nvtx-12-9 cuda-cccl-12-9 cuda-profiler-api-12-9 \
+    libcublas-devel-12-9 libcusparse-devel-12-9 libcusolver-devel-12-9 libcurand-devel-12-9 libcufft-devel-12-9 \
+ && dnf clean all \
+ && rm -rf /var/cache/dnf \
+ && ln -sfn /usr/local/cuda-12.9 /usr/local/cuda
+
+ENV CUDA_HOME=/usr/local/cuda \
+    PATH=/usr/local/cuda/bin:${PATH}

@@ -1,0 +1,113 @@
+"""The cibuildwheel request turned into CIBW_* settings, read back with cibuildwheel's own parsers; the repair check."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from cibuildwheel.environment import parse_environment
+from cibuildwheel.frontend import BuildFrontendConfig
+from cibuildwheel.oci_container import OCIContainerEngineConfig
+
+from builder.core.errors import PortabilityError, UsageError
+from builder.stages.repair import check_portability, glibc_floor, platform_glibc, portability_report
+from builder.toolchain.cibw import EXCLUDED_LIBS, CibwRequest, check_request, cibw_settings, prefetch_argv, process_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _request(tmp_path: Path, **kw: object) -> CibwRequest:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "setup.py").write_text("")
+    args = dict(source_dir=src, python="3.12", image="cuda-wheel-builder:manylinux-cuda12.8", engine="podman",
+                torch="2.10.0", torch_index="https://download.pytorch.org/whl/cu128", cache_dir=tmp_path / "cache dir",
+                out_dir=tmp_path / "out", log_file=tmp_path / "log",
+                build_env={"TORCH_CUDA_ARCH_LIST": "8.0;12.0", "NOTE": "a $(rm -rf /) 'b'"})
+    args.update(kw)
+    return CibwRequest(**args)  # type: ignore[arg-type]
+
+
+def test_settings_select_one_cpython_in_the_image_without_isolation(tmp_path: Path) -> None:
+    s = cibw_settings(_request(tmp_path))
+    assert s["CIBW_BUILD"] == "cp312-manylinux_x86_64"
+    assert s["CIBW_MANYLINUX_X86_64_IMAGE"] == "cuda-wheel-builder:manylinux-cuda12.8"
+    frontend = BuildFrontendConfig.from_config_string(s["CIBW_BUILD_FRONTEND"])
+    assert frontend.name == "build" and list(frontend.args) == ["--no-isolation"]
+
+
+def test_engine_is_offline_with_the_cache_mounted_and_no_host_root(tmp_path: Path) -> None:
+    req = _request(tmp_path)
+    engine = OCIContainerEngineConfig.from_config_string(cibw_settings(req)["CIBW_CONTAINER_ENGINE"])
+    assert engine.name == "podman" and engine.disable_host_mount
+    assert engine.create_args == ("--network=none", f"--volume={req.cache_dir}:{req.cache_dir}:rw")
+    online_req = _request(tmp_path, network=True, engine="docker")
+    online = OCIContainerEngineConfig.from_config_string(cibw_settings(online_req)["CIBW_CONTAINER_ENGINE"])
+    assert online.name == "docker" and "--network=none" not in online.create_args
+
+
+def test_build_env_passes_verbatim_and_our_environment_parses(tmp_path: Path) -> None:
+    req = _request(tmp_path)
+    s = cibw_settings(req)
+    assert s["CIBW_ENVIRONMENT_PASS_LINUX"].split() == ["NOTE", "TORCH_CUDA_ARCH_LIST"]
+    assert "rm -rf" not in s["CIBW_ENVIRONMENT_LINUX"]  # never through the bash-evaluated setting
+    env = parse_environment(s["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin"})
+    assert env["PATH"] == "/usr/local/cuda/bin:/usr/bin" and env["UV_CACHE_DIR"] == str(req.uv_cache)
+    proc = process_env(req)
+    assert proc["NOTE"] == "a $(rm -rf /) 'b'" and proc["CIBW_BUILD"] == "cp312-manylinux_x86_64"
+
+
+def test_before_build_installs_the_pin_offline_from_the_cache(tmp_path: Path) -> None:
+    req = _request(tmp_path)
+    words = shlex.split(cibw_settings(req)["CIBW_BEFORE_BUILD"])
+    assert words[:3] == ["uv", "pip", "install"] and "--offline" in words and "--no-index" in words
+    assert words[words.index("--find-links") + 1] == str(req.wheels_dir) and "torch==2.10.0" in words
+    fetch = prefetch_argv(req)
+    assert fetch[fetch.index("--dest") + 1] == str(req.wheels_dir) and "torch==2.10.0" in fetch
+    assert fetch[fetch.index("--extra-index-url") + 1] == req.torch_index
+    assert "manylinux_2_28_x86_64" in fetch and "manylinux2014_x86_64" in fetch and "manylinux_2_29_x86_64" not in fetch
+
+
+def test_repair_excludes_torch_cuda_and_driver_libraries(tmp_path: Path) -> None:
+    repair = cibw_settings(_request(tmp_path))["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+    words = shlex.split(repair)
+    excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
+    assert excluded == list(EXCLUDED_LIBS)
+    for soname in ("libtorch_cpu.so", "libc10_cuda.so", "libtorch_python.so", "libcudart.so.12", "libcuda.so.1",
+                   "libcublasLt.so.12"):
+        assert any(fnmatch.fnmatch(soname, p) for p in excluded), soname
+    assert words[-3:] == ["-w", "{dest_dir}", "{wheel}"] and words[words.index("--plat") + 1] == "auto"
+
+
+def test_bad_requests_are_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        check_request(_request(tmp_path, python="three"))
+    with pytest.raises(UsageError):
+        check_request(_request(tmp_path, build_env={"CIBW_SKIP": "*"}))
+
+
+def test_glibc_floor_and_tags(tmp_path: Path) -> None:
+    floor = glibc_floor(Path(sys.executable).resolve())
+    assert floor is not None and floor >= (2, 2)
+    assert platform_glibc("manylinux_2_28_x86_64") == (2, 28) and platform_glibc("manylinux2014_x86_64") == (2, 17)
+    assert platform_glibc("linux_x86_64") is None
+    # a wheel that claims manylinux_2_5 but holds an object needing a newer glibc is refused
+    wheel = tmp_path / "x-1.0-cp311-cp311-manylinux_2_5_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.write(Path(sys.executable).resolve(), "x/_c.so")
+    report = portability_report(wheel)
+    assert report.glibc_floor == floor and report.vendored == ()
+    if floor > (2, 5):
+        with pytest.raises(PortabilityError):
+            check_portability(report)
+
+
+def test_manylinux_dockerfiles_per_cuda_take_the_base_as_an_argument() -> None:
+    for cuda in ("12.8", "12.9", "13.0", "13.2"):
+        text = (ROOT / "dockerfiles" / f"manylinux-cuda-{cuda}.Dockerfile").read_text()
+        assert "ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64" in text and "FROM ${BASE_IMAGE}" in text
+        assert f"cuda-nvcc-{cuda.replace('.', '-')}" in text and f"/usr/local/cuda-{cuda} /usr/local/cuda" in text

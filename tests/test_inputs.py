@@ -1,0 +1,115 @@
+"""One definition of a target's inputs (stages/inputs.py): the cache key's value, and its three users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from builder.core.settings import Settings
+from builder.model.arch import parse_arch_list
+from builder.model.records import BuildRecord
+from builder.stages.inputs import UNKNOWN, TargetInputs, recorded_inputs, target_inputs
+from builder.stages.plan import Target, make_plan
+from builder.stages.pyenv import PythonEnv
+from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
+
+# Computed on main (52c90c2) with stages.plan.cache_key before the inputs were given their own type: the same
+# inputs must keep the same key, or every wheel in every wheelhouse would be rebuilt. They change only with
+# builder.__version__ or the tinyext fixture's recipe/patches.
+PINNED = {
+    "host": "0c551d6c5ccb60458d25f8cb883426127a1c745dbc3cab78dc1d40a824082b34",
+    "host+compiler": "5fe751b7def1328d078320fddd935107367661e8b942bc975fdc597f2af00ee8",
+    "no toolkit": "a8184238bff0bbc31c94a3880b925c2e377ec3fbe4e56c6e8526ce602d772f35",
+}
+
+
+def tinyext_plan(tmp_path: Path):
+    settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
+    archs = parse_arch_list("90,120+ptx")
+    return make_plan(Target(package="tinyext", version="0.1.0", cuda=Version("13.0"), archs=archs,
+                            python="3.11", torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX), toolchain="host"),
+                     settings)
+
+
+def build_venv(version: str, torch: str | None) -> PythonEnv:
+    """A build venv's identity as the probe reports it (no interpreter is run: only version and torch count)."""
+    return PythonEnv(python=Path("/venv/bin/python"), version=version, torch=torch, torch_cuda="13.0",
+                     purelib=Path("/venv/lib/python3.11/site-packages"), managed=True)
+
+
+def test_cache_key_values_are_the_ones_main_computed(tmp_path: Path) -> None:
+    plan = tinyext_plan(tmp_path)
+    toolkit = {"kind": "host", "nvcc": "13.0.88", "cuda_home": "/x"}
+    args = dict(source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"))
+    assert target_inputs(plan, **args).cache_key() == PINNED["host"]
+    compiler = {"cxx": "/usr/bin/c++: g++ 12.2.0"}
+    assert target_inputs(plan, **args, compiler=compiler).cache_key() == PINNED["host+compiler"]
+    pure = target_inputs(plan, source_digest="1" * 64, toolkit=None, python=build_venv("3.11.7", "2.14.1"))
+    assert pure.cache_key() == PINNED["no toolkit"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WithNewInput(TargetInputs):
+    """TargetInputs with one more input, as a future change would add one (its value set by the test)."""
+
+    new_input: str = field(default_factory=lambda: NEW_INPUT["value"])
+
+
+NEW_INPUT = {"value": "one"}
+
+
+def add_new_input(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    import builder.stages.inputs
+
+    NEW_INPUT["value"] = value
+    monkeypatch.setattr(builder.stages.inputs, "TargetInputs", WithNewInput)
+
+
+def test_recorded_inputs_of_a_record_give_back_its_cache_key(tmp_path: Path) -> None:
+    """A record as the build writes it names every input but the recipe's env (which its recipe sha256 covers)."""
+    import dataclasses
+
+    plan = tinyext_plan(tmp_path)
+    toolkit = {"kind": "host", "nvcc": "13.0.88", "cuda_home": "/x"}
+    inputs = target_inputs(plan, source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"),
+                           compiler={"cxx": "/usr/bin/c++: g++ 12.2.0"})
+    recorded = recorded_inputs(BuildRecord.from_json(record_of(plan, inputs, toolkit)))
+    assert recorded.env is UNKNOWN and inputs.agrees(recorded)
+    assert dataclasses.replace(recorded, env=inputs.env).cache_key() == inputs.cache_key() == PINNED["host+compiler"]
+    assert not inputs.agrees(dataclasses.replace(recorded, compiler=(("cxx", "/usr/bin/c++: g++ 13.1.0"),)))
+
+
+def record_of(plan, inputs: TargetInputs, toolkit: dict[str, str]) -> dict:
+    """The input fields of a build record as pipeline/run.py writes them."""
+    return {
+        "builder_version": inputs.builder, "cache_key": inputs.cache_key(), "package": plan.recipe.name,
+        "version": plan.version, "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
+        "source": {"kind": "path", "location": "x", "sha256": inputs.source},
+        "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
+        "cuda": str(plan.cuda), "archs": [str(a) for a in plan.target.archs], "toolchain": toolkit,
+        "host_compiler": dict(inputs.compiler) if inputs.compiler else None,
+        "python": {"python": "/venv/bin/python", "version": inputs.python, "torch": inputs.torch, "torch_cuda": "13.0"},
+        "torch_index": plan.index.url,
+    }
+
+
+def test_a_new_input_changes_the_key_and_what_matrix_changed_compares(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a field to TargetInputs is all it takes: the key covers it, and a record without it disagrees.
+    (tests/test_farm_e2e.py shows the build and the farm's up-front check react, against a real build.)"""
+    plan = tinyext_plan(tmp_path)
+    toolkit = {"kind": "host", "nvcc": "13.0.88"}
+    parts = dict(source_digest="0" * 64, toolkit=toolkit, python=build_venv("3.11.7", "2.14.1+cu130"))
+    before = target_inputs(plan, **parts)
+    record = BuildRecord.from_json(record_of(plan, before, toolkit))
+    partial = dict(source_digest="0" * 64, toolkit=UNKNOWN, python=UNKNOWN, compiler=UNKNOWN)  # a CPU runner's
+    assert target_inputs(plan, **partial).agrees(recorded_inputs(record))
+    add_new_input(monkeypatch, "one")
+    after = target_inputs(plan, **parts)
+    assert isinstance(after, WithNewInput) and after.cache_key() not in (before.cache_key(), PINNED["host"])
+    assert not target_inputs(plan, **partial).agrees(recorded_inputs(record))  # an old record: built without it
+    add_new_input(monkeypatch, "two")
+    assert target_inputs(plan, **parts).cache_key() != after.cache_key()
