@@ -192,7 +192,7 @@ def main() -> int:
     print("filling the wheelhouse with the 'before' code (first time: 4 tinyext-sized compiles) ...", flush=True)
     run(trees["before"], [*cmds["farm"], "--parallel", "2"], env)
     run(trees["before"], cmds["target"], env)
-    for label, code in trees.items():  # both trees see every target as unchanged: the keys did not move
+    for code in trees.values():  # both trees see every target as unchanged: the keys did not move
         for which, args in cmds.items():
             check_unchanged(which, run(code, args, env)[1], work)
     times: dict[str, dict[str, list[float]]] = {w: {t: [] for t in trees} for w in cmds}

@@ -35,6 +35,7 @@ SECTIONS: dict[str, str] = {
     "logs": "build logs",
     "farm-logs": "per-run logs of `builder farm`",
     "index": "cached PyPI metadata of upstream versions",
+    "identity": "what nvcc, host compilers and interpreters said about themselves, keyed by their files",
 }
 
 
@@ -94,6 +95,11 @@ def last_used(entry: Path) -> float:
     """When an entry was last used: its own mtime, or a venv's marker (touched on every reuse)."""
     marker = entry / VENV_MARKER
     return max(entry.lstat().st_mtime, marker.stat().st_mtime if marker.is_file() else 0.0)
+
+
+def memo_dir(settings: Settings) -> Path:
+    """Where the answers of nvcc, compilers and interpreters about themselves are remembered (core/filememo.py)."""
+    return settings.cache("identity")
 
 
 def entry_lock_path(entry: Path) -> Path:

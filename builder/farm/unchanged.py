@@ -21,6 +21,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core.cachedir import memo_dir
 from builder.core.errors import BuilderError, SourceError
 from builder.core.settings import Settings
 from builder.farm.spec import FarmTarget, is_interpreter_path
@@ -184,7 +185,8 @@ class _Resolver:
             self.sources[src_key] = fetch(plan.source, offline)[1]
         cc_key = json.dumps(sorted(plan.env.items())) if toolkit is not None else ""
         if cc_key not in self.compilers:
-            self.compilers[cc_key] = compiler_identity(plan, self.environ, LocalRunner(toolkit))
+            host = LocalRunner(toolkit, memo=memo_dir(offline))
+            self.compilers[cc_key] = compiler_identity(plan, self.environ, host)
         return target_inputs(plan, source_digest=self.sources[src_key], toolkit=toolkit.record() if toolkit else None,
                              python=self.envs[env_key], compiler=self.compilers[cc_key])
 

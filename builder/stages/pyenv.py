@@ -18,8 +18,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from builder.core.cachedir import VENV_MARKER, entry_lock
+from builder.core.cachedir import VENV_MARKER, entry_lock, memo_dir
 from builder.core.errors import ToolchainError
+from builder.core.filememo import file_stamp
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
@@ -79,7 +80,7 @@ def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple
         return _given_env(plan, given, requirements), given
     assert plan.torch is not None
     env = managed_env(host.base_python(plan.target.python), plan.torch, plan.index, requirements, settings, host)
-    return env, find_interpreter(env.version)
+    return env, find_interpreter(env.version, memo=memo_dir(settings))
 
 
 def _given_env(plan: Plan, python: Path, requirements: list[str]) -> PythonEnv:
@@ -124,8 +125,8 @@ def managed_env(
     seen = {root: True, **index_mounts(index.url)}  # what the probe reads; the install also writes the venvs
     with entry_lock(target):
         if marker.exists():
-            marker.touch()  # last use, for `builder cache clean --older-than`
-            env = probe(python, need_torch=True, host=host, mounts=seen)
+            env = remembered_env(marker, python, host) or probe(python, need_torch=True, host=host, mounts=seen)
+            remember_env(marker, env, host)  # also touches it: last use, for `builder cache clean --older-than`
             log.info(f"build env: cached venv {target}{host.where} (Python {env.version}, torch {env.torch})")
             return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
         shutil.rmtree(target, ignore_errors=True)
@@ -142,12 +143,50 @@ def managed_env(
                            f"torch=={torch}", *reqs], install, target,
                     what=f"installing torch=={torch} into the build venv")
             env = probe(python, need_torch=True, host=host, mounts=seen)
-            marker.write_text(json.dumps(env.record()))  # written last: its presence means "complete"
+            remember_env(marker, env, host)  # written last: its presence means "complete"
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
     log.info(f"build env: {target}{host.where} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
     return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
+
+
+def _torch_stamp(python: Path, purelib: Path) -> list[object]:
+    """What changes when the venv's interpreter or torch does: the interpreter's file, torch's dist-info folders
+    (a reinstall makes new ones) and torch/version.py (where ``__version__`` and ``version.cuda`` come from)."""
+    files = [file_stamp(python), file_stamp(purelib / "torch" / "version.py")]
+    return [*files, *([d.name, *file_stamp(d)[1:]] for d in sorted(purelib.glob("torch-*.dist-info")))]
+
+
+def remember_env(marker: Path, env: PythonEnv, host: BuildHost) -> None:
+    """Write the venv's identity (what ``probe`` said, and ``_torch_stamp`` on this machine) into its marker,
+    atomically: the marker's presence still means "complete". Container venvs keep the plain record."""
+    data: dict[str, object] = dict(env.record())
+    if not host.where:
+        try:
+            data.update(purelib=str(env.purelib), executable=str(env.executable or ""),
+                        stamp=_torch_stamp(env.python, env.purelib))
+        except OSError:
+            pass  # no torch/version.py: nothing to key on, so the next use probes again
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, marker)
+
+
+def remembered_env(marker: Path, python: Path, host: BuildHost) -> PythonEnv | None:
+    """The venv's identity from its marker, without starting its interpreter; None (probe it) when the marker
+    predates this, names other files, or torch or the interpreter changed since it was written."""
+    if host.where:
+        return None  # a container's venv: its paths are the container's, so it is probed there
+    try:
+        data = json.loads(marker.read_text())
+        purelib, stamp = Path(data["purelib"]), data["stamp"]
+        if data["python"] != str(python) or stamp != json.loads(json.dumps(_torch_stamp(python, purelib))):
+            return None
+        executable = Path(data["executable"]) if data["executable"] else None
+        return PythonEnv(python, data["version"], data["torch"], data["torch_cuda"], purelib, False, executable)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _uv(host: BuildHost, args: Sequence[str], mounts: Mounts, where: Path, *, what: str,

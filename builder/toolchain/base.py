@@ -21,6 +21,7 @@ from typing import Protocol, TextIO
 from packaging.version import Version
 
 from builder.core.errors import ToolchainError
+from builder.core.filememo import remembered
 from builder.model.arch import Arch
 
 
@@ -177,8 +178,13 @@ print(json.dumps(info))
 """
 
 
-def nvcc_version(nvcc: Path) -> Version:
-    """Run ``nvcc --version`` and return e.g. 13.0.88; a ToolchainError if it does not run."""
+def nvcc_version(nvcc: Path, memo: Path | None = None) -> Version:
+    """Run ``nvcc --version`` and return e.g. 13.0.88; a ToolchainError if it does not run. With ``memo`` (a
+    folder) the answer is remembered keyed by nvcc's file identity (core/filememo.py)."""
+    return Version(remembered(memo, "nvcc", [nvcc], ["--version"], lambda: str(_ask_nvcc(nvcc))))
+
+
+def _ask_nvcc(nvcc: Path) -> Version:
     try:
         result = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -33,11 +33,12 @@ def candidate_homes(env: Mapping[str, str]) -> list[Path]:
     return unique
 
 
-def find_host_toolkit(cuda: Version, env: Mapping[str, str]) -> CudaToolkit:
-    """The first host toolkit whose nvcc is CUDA ``cuda`` (major.minor); a ToolchainError listing what was found."""
+def find_host_toolkit(cuda: Version, env: Mapping[str, str], memo: Path | None = None) -> CudaToolkit:
+    """The first host toolkit whose nvcc is CUDA ``cuda`` (major.minor); a ToolchainError listing what was found.
+    ``memo``: where nvcc's answers are remembered (``nvcc_version``)."""
     seen: list[str] = []
     for home in candidate_homes(env):
-        version = nvcc_version(home / "bin" / "nvcc")
+        version = nvcc_version(home / "bin" / "nvcc", memo)
         if same_minor(version, cuda):
             return CudaToolkit("host", home, version, f"host CUDA at {home}")
         seen.append(f"{home} is CUDA {version.major}.{version.minor}")

@@ -12,24 +12,27 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from builder.core.errors import ToolchainError
+from builder.core.filememo import remembered
 
 # variables that choose or steer the host compiler of a torch extension build
 FLAG_VARS = ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS")
 
 
-def host_compiler(env: Mapping[str, str]) -> dict[str, str]:
-    """``{"cxx": "<path>: <version line>", "cc": …, "nvcc_ccbin": …, "CFLAGS": …}`` for what ``env`` selects."""
-    found = {"cxx": _identify(env.get("CXX") or "c++", "CXX", env)}
+def host_compiler(env: Mapping[str, str], memo: Path | None = None) -> dict[str, str]:
+    """``{"cxx": "<path>: <version line>", "cc": …, "nvcc_ccbin": …, "CFLAGS": …}`` for what ``env`` selects.
+    With ``memo`` (a folder) each compiler's answer is remembered keyed by its files' identity (core/filememo.py)."""
+    found = {"cxx": _identify(env.get("CXX") or "c++", "CXX", env, memo)}
     for var, key in (("CC", "cc"), ("NVCC_CCBIN", "nvcc_ccbin")):
         if env.get(var):
-            found[key] = _identify(env[var], var, env)
+            found[key] = _identify(env[var], var, env, memo)
     found.update({var: env[var] for var in FLAG_VARS if env.get(var)})
     return found
 
 
-def _identify(command: str, var: str, env: Mapping[str, str]) -> str:
+def _identify(command: str, var: str, env: Mapping[str, str], memo: Path | None) -> str:
     """The compiler's resolved path and first ``--version`` line (what changes when the compiler does)."""
     words = command.split() or [command]
     first = words[0]
@@ -38,6 +41,13 @@ def _identify(command: str, var: str, env: Mapping[str, str]) -> str:
         source = f"${var}" if var in env else "the default"
         raise ToolchainError(f"the host C/C++ compiler {first!r} ({source}) is not on PATH",
                              "install it (apt-get install g++) or point CXX/CC at one")
+    # "ccache c++": c++ answers through the launcher, so the key holds every word that names a file on PATH
+    files = [path, *(found for w in words[1:] if (found := shutil.which(w, path=env.get("PATH"))))]
+    return str(remembered(memo, "compiler", files, [path, *words[1:], "--version"],
+                          lambda: _ask(path, words, var)))
+
+
+def _ask(path: str, words: list[str], var: str) -> str:
     try:
         # "ccache c++" asks c++ through the launcher, so the version is the compiler's
         result = subprocess.run([path, *words[1:], "--version"], capture_output=True, text=True, timeout=60)

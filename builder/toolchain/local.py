@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from builder.core.errors import ToolchainError
+from builder.core.filememo import remembered
 from builder.core.streaming import stream
 from builder.core.uvtool import uv_bin
 from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, CudaToolkit, Mounts, RunResult, WheelRequest
@@ -30,8 +31,9 @@ class LocalRunner:
     venv_prefix = "build"
     venv_key: tuple[str, ...] = ()
 
-    def __init__(self, toolkit: CudaToolkit | None = None) -> None:
+    def __init__(self, toolkit: CudaToolkit | None = None, *, memo: Path | None = None) -> None:
         self.toolkit = toolkit
+        self.memo = memo  # where the answers of compilers and interpreters are remembered (core/filememo.py)
         self.uv = uv_bin()
 
     def __enter__(self) -> LocalRunner:
@@ -66,13 +68,13 @@ class LocalRunner:
         return dict(environ)
 
     def base_python(self, version: str) -> str:
-        return str(find_interpreter(version))
+        return str(find_interpreter(version, memo=self.memo))
 
     def given_python(self, python: Path) -> Path:
         return Path(shutil.which(str(python)) or python)
 
     def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
-        return host_compiler(env)
+        return host_compiler(env, self.memo)
 
     def describe(self) -> str:
         return self.toolkit.describe() if self.toolkit else "this machine (pure Python)"
@@ -84,8 +86,17 @@ class LocalRunner:
         return pep517_wheel(request, self, on_line)
 
 
-def interpreter_facts(python: Path, *, with_torch: bool = True) -> dict[str, str | None]:
-    """What ``python`` says about itself (PYTHON_PROBE) when run here; a ToolchainError if it does not run."""
+def interpreter_facts(python: Path, *, with_torch: bool = True, memo: Path | None = None) -> dict[str, str | None]:
+    """What ``python`` says about itself (PYTHON_PROBE) when run here; a ToolchainError if it does not run. With
+    ``memo`` the answer without torch is remembered keyed by the interpreter's file (core/filememo.py); one with
+    torch is always asked, since torch lives elsewhere."""
+    if with_torch or memo is None:
+        return _ask_interpreter(python, with_torch=with_torch)
+    return remembered(memo, "python", [python], [str(python), "--no-torch"],
+                      lambda: _ask_interpreter(python, with_torch=False))
+
+
+def _ask_interpreter(python: Path, *, with_torch: bool) -> dict[str, str | None]:
     try:
         argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch else ["--no-torch"])
         result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
@@ -96,12 +107,12 @@ def interpreter_facts(python: Path, *, with_torch: bool = True) -> dict[str, str
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def find_interpreter(version: str, extra_dirs: Iterable[Path] = ()) -> Path:
+def find_interpreter(version: str, extra_dirs: Iterable[Path] = (), *, memo: Path | None = None) -> Path:
     """A base interpreter for Python ``version`` (3.12) on this machine: PATH, pyenv, uv-managed, or a clear error."""
     looked: list[str] = []
     for candidate in _interpreter_candidates(version, extra_dirs, looked):
         try:
-            found = interpreter_facts(candidate, with_torch=False)
+            found = interpreter_facts(candidate, with_torch=False, memo=memo)
         except ToolchainError:
             continue
         if found["version"] == version:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from builder.core.cachedir import entry_lock
+from builder.core.cachedir import entry_lock, memo_dir
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -47,8 +47,8 @@ def provision(cuda: Version, settings: Settings) -> CudaToolkit:
     target = root / key
     with entry_lock(target):
         home = _home_in(target, cuda)
-        if home is not None and _healthy(target, home):
-            version = nvcc_version(home / "bin" / "nvcc")
+        if home is not None and _healthy(target, home, memo_dir(settings)):
+            version = nvcc_version(home / "bin" / "nvcc", memo_dir(settings))
             log.info(f"toolchain pip: cached CUDA {version} at {home}")
             return CudaToolkit("pip", home, version, "pip-provisioned from PyPI (cached)")
         if target.exists():
@@ -64,7 +64,7 @@ def cached_home(cuda: Version, settings: Settings) -> Path | None:
     """The cached, healthy CUDA home for ``cuda`` if one was provisioned before; never downloads (for ``plan``)."""
     target = settings.cache_dir / "toolkits" / f"cuda-{cuda.major}.{cuda.minor}"
     home = _home_in(target, cuda)
-    return home if home is not None and _healthy(target, home) else None
+    return home if home is not None and _healthy(target, home, memo_dir(settings)) else None
 
 
 def check_on_pypi(cuda: Version, settings: Settings) -> None:
@@ -112,11 +112,11 @@ def _home_in(target: Path, cuda: Version) -> Path | None:
     return home if (home / "bin" / "nvcc").exists() else None
 
 
-def _healthy(target: Path, home: Path) -> bool:
+def _healthy(target: Path, home: Path, memo: Path | None = None) -> bool:
     if not (target / MARKER).exists() or any(not (home / f).exists() for f in ESSENTIAL):
         return False
     try:
-        nvcc_version(home / "bin" / "nvcc")
+        nvcc_version(home / "bin" / "nvcc", memo)
     except ToolchainError:
         return False
     return True

@@ -8,6 +8,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from builder.core.cachedir import memo_dir
 from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -49,16 +50,16 @@ def select_toolkit(requested: str, cuda: Version, settings: Settings, env: Mappi
     """
     image = docker_image_for(cuda)
     if requested == "pip":
-        return _here("pip", pip_toolchain.provision(cuda, settings))
+        return _here("pip", pip_toolchain.provision(cuda, settings), settings)
     if requested == "host":
-        return _here("host", find_host_toolkit(cuda, env))
+        return _here("host", find_host_toolkit(cuda, env, memo_dir(settings)), settings)
     if requested == "docker":
         return _docker(cuda, settings, env, image)
     return _auto(cuda, settings, env, image)
 
 
-def _here(requested: str, toolkit: CudaToolkit, notes: tuple[str, ...] = ()) -> ToolchainChoice:
-    return ToolchainChoice(requested, toolkit, None, notes, host=LocalRunner(toolkit))
+def _here(requested: str, toolkit: CudaToolkit, settings: Settings, notes: tuple[str, ...] = ()) -> ToolchainChoice:
+    return ToolchainChoice(requested, toolkit, None, notes, host=LocalRunner(toolkit, memo=memo_dir(settings)))
 
 
 def may_use_container(requested: str, env: Mapping[str, str]) -> bool:
@@ -105,15 +106,15 @@ def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str)
         return engine_note
     notes.append(engine_note)
     try:
-        toolkit = find_host_toolkit(cuda, env)
+        toolkit = find_host_toolkit(cuda, env, memo_dir(settings))
         return _here("auto", toolkit.with_reason(f"auto: {engine_note}; host nvcc is CUDA {toolkit.version}"),
-                     tuple(notes))
+                     settings, tuple(notes))
     except ToolchainError as e:
         notes.append(e.message.removeprefix("--toolchain host: "))
     if cuda.major >= 13:
         toolkit = pip_toolchain.provision(cuda, settings)
         return _here("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
-                     tuple(notes))
+                     settings, tuple(notes))
     ways = [*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]
     raise ToolchainError(  # one error line; each way forward on a line of its own
         f"no CUDA {cuda} compiler here: {notes[1]}; PyPI has no CUDA 12 compiler; {engine_note}",
@@ -134,7 +135,7 @@ def alternatives_here(cuda: Version, settings: Settings, env: Mapping[str, str])
     ways: list[str] = []
     for home in candidate_homes(env):
         try:
-            version = nvcc_version(home / "bin" / "nvcc")
+            version = nvcc_version(home / "bin" / "nvcc", memo_dir(settings))
         except ToolchainError:
             continue
         key = f"{version.major}.{version.minor}"
@@ -189,7 +190,7 @@ def probe_build_here(requested: str, cuda: Version, settings: Settings, env: Map
         reasons.append(note)
     if requested in ("auto", "host"):
         try:
-            toolkit = find_host_toolkit(cuda, env)
+            toolkit = find_host_toolkit(cuda, env, memo_dir(settings))
             return BuildHere(True, f"host CUDA {toolkit.version} at {toolkit.cuda_home}")
         except ToolchainError as e:
             reasons.append(e.message.removeprefix("--toolchain host: "))

@@ -1,0 +1,62 @@
+"""What running a program says about itself (nvcc's version, a compiler's ``--version`` line, an interpreter's
+version), remembered on disk keyed by the program's file identity.
+
+A no-op build asks these questions every time; the answers only change when the file does. The identity of a file
+is its resolved path, device, inode, size and mtime: an upgrade, a reinstall or a replaced symlink target gives
+another identity, and the program is asked again. Nothing else expires an entry. Without a memo folder (``None``)
+every question is asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+Stamp = list[Any]
+
+
+def file_stamp(path: Path | str) -> Stamp:
+    """The identity of the file ``path`` names (symlinks followed): [real path, dev, inode, size, mtime_ns]."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return [real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def remembered(memo: Path | None, kind: str, files: Sequence[Path | str], question: Sequence[str],
+               ask: Callable[[], Any]) -> Any:
+    """``ask()`` (a JSON value), or what it answered before for the same ``question`` about the same ``files``."""
+    if memo is None:
+        return ask()
+    try:
+        stamps = [file_stamp(f) for f in files]
+    except OSError:
+        return ask()  # a missing file: the question fails the way it always did
+    name = hashlib.sha256(json.dumps([kind, [str(f) for f in files], list(question)]).encode()).hexdigest()[:24]
+    entry = memo / f"{kind}-{name}.json"
+    try:
+        data = json.loads(entry.read_text())
+        if data.get("stamps") == stamps:
+            return data["value"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    value = ask()
+    _write(entry, {"kind": kind, "files": [str(f) for f in files], "question": list(question), "stamps": stamps,
+                   "value": value})
+    return value
+
+
+def _write(entry: Path, data: dict[str, Any]) -> None:
+    """Atomically (a reader sees the old entry or the new one); a memo that cannot be written is no error."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=f".{entry.name}.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, entry)
+    except OSError:
+        pass
