@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -60,6 +61,33 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
         capture_output=True, text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout,
     )
     return CliResult(result.returncode, result.stdout, result.stderr)
+
+
+# Runs the CLI like ``python -m builder`` with an audit hook noting each subprocess the builder process starts.
+_AUDITED = r"""
+import json, os, sys
+started = []
+def hook(event, args):
+    if event == "subprocess.Popen":
+        started.append([os.fspath(a) for a in (args[1] if isinstance(args[1], (list, tuple)) else [args[1]])])
+sys.addaudithook(hook)
+from builder.cli.main import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open(os.environ["BUILDER_TEST_SPAWNS"], "w") as f:
+        json.dump(started, f)
+sys.exit(code)
+"""
+
+
+def run_cli_audited(*args: str, spawns: Path, env: dict[str, str] | None = None) -> tuple[CliResult, list[list[str]]]:
+    """``run_cli``, also returning the argv of every subprocess the builder process started (children of those
+    are not seen)."""
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200", "BUILDER_TEST_SPAWNS": str(spawns)}
+    result = subprocess.run([sys.executable, "-c", _AUDITED, *args], capture_output=True, text=True, env=full_env,
+                            cwd=ROOT, timeout=1800)
+    return CliResult(result.returncode, result.stdout, result.stderr), json.loads(spawns.read_text())
 
 
 @pytest.fixture

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from builder.core.uvtool import uv_bin
-from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, assert_one_line_error, local_cuda_path_missing, run_cli
+from builder.toolchain.base import PYTHON_PROBE
+from tests.conftest import (
+    FIXTURES,
+    LOCAL_TORCH_INDEX,
+    assert_one_line_error,
+    local_cuda_path_missing,
+    run_cli,
+    run_cli_audited,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -120,6 +128,17 @@ def test_unchanged_target_is_not_rebuilt(e2e: dict) -> None:
     again = run_cli(*e2e["args"], env=e2e["env"])
     assert again.code == 0, again.stderr[-2000:]
     assert "unchanged:" in again.stderr and "==> build" not in again.stderr
+
+
+def test_unchanged_target_starts_no_interpreter_with_torch(e2e: dict, tmp_path: Path) -> None:
+    """The no-op reads the build venv's identity from its marker and nvcc's and c++'s answers from the memo
+    (issue 19 item 2): neither the venv's python nor any interpreter asked to import torch is started."""
+    again, started = run_cli_audited(*e2e["args"], spawns=tmp_path / "spawns.json", env=e2e["env"])
+    assert again.code == 0 and "unchanged:" in again.stderr, again.stderr[-2000:]
+    venvs = str(e2e["base"] / "cache" / "venvs")
+    assert [argv for argv in started if argv and argv[0].startswith(venvs)] == []
+    assert [argv for argv in started if PYTHON_PROBE in argv and "--no-torch" not in argv] == []
+    assert [argv for argv in started if argv and Path(argv[0]).name in ("nvcc", "c++")] == []
 
 
 def test_required_kernel_tests_block_publishing_on_a_cpu_machine(e2e: dict) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.table import Table
 
 from builder.cli.common import out, settings_from_args
+from builder.core.cachedir import memo_dir
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings, default_jobs
 from builder.model.recipe import expand_name, list_recipes, load_recipe
@@ -170,7 +171,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
     settings = settings_from_args(args)
     _check_cheap_flags(args)
-    check_python_flag(args.python)  # also for docker: the import and kernel tests run on a host interpreter
+    # also for docker: the import and kernel tests run on a host interpreter
+    check_python_flag(args.python, memo_dir(settings))
     targets = []
     for package in expand_name(args.package, settings.recipes_dir):
         args.package = package

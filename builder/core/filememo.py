@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from builder.core.fsutil import atomic_write
 
 Stamp = list[Any]
 
@@ -54,9 +55,6 @@ def _write(entry: Path, data: dict[str, Any]) -> None:
     """Atomically (a reader sees the old entry or the new one); a memo that cannot be written is no error."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=f".{entry.name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, entry)
+        atomic_write(entry, json.dumps(data))
     except OSError:
         pass

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from builder.core.cachedir import memo_dir
 from builder.core.errors import UsageError
+from builder.core.filememo import remembered
 from builder.core.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -151,7 +153,13 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
     return ArchSupport(sass, ptx, source)
 
 
-def _nvcc_release(nvcc: Path) -> str | None:
+def _nvcc_release(nvcc: Path, settings: Settings | None = None) -> str | None:
+    """``nvcc --version``'s major.minor, remembered keyed by nvcc's file identity (core/filememo.py)."""
+    memo = memo_dir(settings) if settings is not None else None
+    return remembered(memo, "nvcc-release", [nvcc], ["--version"], lambda: _ask_release(nvcc))
+
+
+def _ask_release(nvcc: Path) -> str | None:
     try:
         text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60,
                               check=False).stdout
@@ -173,7 +181,7 @@ def nvcc_at_hand(cuda: Version, settings: Settings | None, env: Mapping[str, str
     if on_path:
         candidates.append(Path(on_path))
     for nvcc in candidates:
-        if nvcc.is_file() and _nvcc_release(nvcc) == key:
+        if nvcc.is_file() and _nvcc_release(nvcc, settings) == key:
             return nvcc
     return None
 

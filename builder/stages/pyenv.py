@@ -21,6 +21,7 @@ from packaging.version import Version
 from builder.core.cachedir import VENV_MARKER, entry_lock, memo_dir
 from builder.core.errors import ToolchainError
 from builder.core.filememo import file_stamp
+from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
@@ -125,8 +126,7 @@ def managed_env(
     seen = {root: True, **index_mounts(index.url)}  # what the probe reads; the install also writes the venvs
     with entry_lock(target):
         if marker.exists():
-            env = remembered_env(marker, python, host) or probe(python, need_torch=True, host=host, mounts=seen)
-            remember_env(marker, env, host)  # also touches it: last use, for `builder cache clean --older-than`
+            env = reuse_env(marker, python, host, seen)
             log.info(f"build env: cached venv {target}{host.where} (Python {env.version}, torch {env.torch})")
             return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
         shutil.rmtree(target, ignore_errors=True)
@@ -168,9 +168,20 @@ def remember_env(marker: Path, env: PythonEnv, host: BuildHost) -> None:
                         stamp=_torch_stamp(env.python, env.purelib))
         except OSError:
             pass  # no torch/version.py: nothing to key on, so the next use probes again
-    tmp = marker.with_name(marker.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, marker)
+    atomic_write(marker, json.dumps(data))
+
+
+def reuse_env(marker: Path, python: Path, host: BuildHost = LOCAL, mounts: Mounts = NO_MOUNTS) -> PythonEnv:
+    """A complete build venv's identity: from its marker when torch and the interpreter are as they were, else
+    probed (torch imported) and written back. Touching or rewriting the marker marks the last use, for
+    `builder cache clean --older-than`."""
+    env = remembered_env(marker, python, host)
+    if env is not None:
+        marker.touch()
+        return env
+    env = probe(python, need_torch=True, host=host, mounts=mounts)
+    remember_env(marker, env, host)
+    return env
 
 
 def remembered_env(marker: Path, python: Path, host: BuildHost) -> PythonEnv | None:

@@ -23,7 +23,7 @@ def resolve_python(python: str) -> Path:
     return Path(shutil.which(python) or python)
 
 
-def check_python_flag(python: str) -> None:
+def check_python_flag(python: str, memo: Path | None = None) -> None:
     """``--python`` names an interpreter that exists here (a build needs one; ``plan`` only reports it).
 
     A version is looked up like the build would (PATH, pyenv, uv-managed); a path must exist. Whether that
@@ -36,7 +36,7 @@ def check_python_flag(python: str) -> None:
                              "e.g. /path/to/venv/bin/python, or a version such as 3.12")
         return
     try:
-        find_interpreter(python)
+        find_interpreter(python, memo=memo)  # memo: its answer is remembered keyed by the interpreter's file
     except ToolchainError as e:
         raise UsageError(e.message, e.hint) from e
 
