@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
 from builder.cli.common import out, settings_from_args
 from builder.model.records import FarmOutcome
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from rich.live import Live
 
 STATUS_STYLE = {"built": "green", "unchanged": "cyan", "failed": "bold red"}
 GITHUB_MATRIX_LIMIT = 256  # jobs per matrix
@@ -209,6 +211,12 @@ def cmd_farm(args: argparse.Namespace) -> int:
 
 def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int, log_dir: Path, already: int,
               total: int) -> dict[str, FarmOutcome]:
+    # here, not at the top: `builder build` and an unchanged farm do not start a pool (issue 19: no-op startup)
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from rich.live import Live
+
     from builder.core.log import log
     from builder.farm.worker import run_target
 

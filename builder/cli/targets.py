@@ -20,7 +20,6 @@ from builder.model.recipe import expand_name, list_recipes, load_recipe
 from builder.stages.compilercache import add_compiler_cache_arg
 from builder.stages.plan import KNOWN_CUDA, Plan, Target, load_target_recipe, make_plan, validate_cuda
 from builder.toolchain import TOOLCHAINS
-from builder.user.targetenv import check_python_flag
 
 
 def _target_args(parser: argparse.ArgumentParser) -> None:
@@ -171,6 +170,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
     settings = settings_from_args(args)
     _check_cheap_flags(args)
+    from builder.user.targetenv import check_python_flag  # here: `builder build` startup (issue 19)
+
     # also for docker: the import and kernel tests run on a host interpreter
     check_python_flag(args.python, memo_dir(settings))
     targets = []
@@ -224,9 +225,10 @@ def buildable_here(plan: Plan, settings: Settings) -> str:
     """The plan's "buildable here" row: yes and with what, or no, why and the ways forward. Probes only
     (interpreter lookup, engine ping, nvcc --version, the toolkit cache): nothing is provisioned or pulled."""
     from builder.toolchain.select import probe_build_here
+    from builder.user.targetenv import check_python_flag
 
     try:
-        check_python_flag(plan.target.python)
+        check_python_flag(plan.target.python, memo_dir(settings))
     except UsageError as e:
         return f"no: {e.message}"
     if plan.recipe.kind != "cuda-extension":
