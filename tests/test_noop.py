@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,15 +23,31 @@ from builder.core.filememo import remembered
 from builder.core.uvtool import uv_bin
 from builder.stages.pyenv import remember_env, reuse_env
 from builder.toolchain.base import nvcc_version
+from builder.toolchain.host import candidate_homes
 from builder.toolchain.hostcompiler import host_compiler
 from builder.toolchain.local import interpreter_facts
 
 
 def _script(path: Path, log: Path, output: str) -> Path:
-    """An executable that appends a line to ``log`` each time it runs and prints ``output``."""
+    """A shell script that appends a line to ``log`` each time it runs and prints ``output``."""
     path.write_text(f"#!/bin/sh\necho ran >> {log}\necho '{output}'\n")
     path.chmod(0o755)
     return path
+
+
+def _program(path: Path, log: Path, output: str) -> Path:
+    """A compiled program that does what ``_script`` does (a script's answer is never kept on disk)."""
+    source = path.with_suffix(".c")
+    source.write_text('#include <stdio.h>\nint main(void) { FILE *f = fopen(LOG, "a"); fputs("ran\\n", f); '
+                      'fclose(f); puts(OUT); return 0; }\n')
+    tmp = path.with_name(path.name + ".new")
+    subprocess.run(["cc", f"-DLOG={json.dumps(str(log))}", f"-DOUT={json.dumps(output)}", "-o", str(tmp),
+                    str(source)], check=True)
+    tmp.replace(path)  # a new file, as an upgrade installs one
+    return path
+
+
+needs_cc = pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler (cc) to make the stand-in programs")
 
 
 def _runs(log: Path) -> int:
@@ -62,39 +79,52 @@ def test_remembered_asks_once_per_file_identity(tmp_path: Path) -> None:
     assert remembered(None, "t", [target], ["q"], ask) == "v2" and len(asked) == 4  # no memo: always asked
 
 
+@needs_cc
 def test_nvcc_version_is_remembered_until_nvcc_changes(tmp_path: Path) -> None:
     log, memo = tmp_path / "nvcc.log", tmp_path / "memo"
-    nvcc = _script(tmp_path / "nvcc", log, "Cuda compilation tools, release 13.0, V13.0.88")
+    nvcc = _program(tmp_path / "nvcc", log, "Cuda compilation tools, release 13.0, V13.0.88")
     assert str(nvcc_version(nvcc, memo)) == "13.0.88"
     assert str(nvcc_version(nvcc, memo)) == "13.0.88"
-    assert _runs(log) == 1
-    _script(nvcc, log, "Cuda compilation tools, release 13.1, V13.1.80")  # upgraded in place
-    _bump(nvcc)
+    assert _runs(log) == 1 and len(list(memo.glob("nvcc-*.json"))) == 1
+    _program(nvcc, log, "Cuda compilation tools, release 13.1, V13.1.80")  # upgraded
     assert str(nvcc_version(nvcc, memo)) == "13.1.80" and _runs(log) == 2
     assert str(nvcc_version(nvcc)) == "13.1.80" and _runs(log) == 3  # without a memo: asked
 
 
-@pytest.mark.skipif(not shutil.which("nvcc"), reason="no nvcc on PATH")
+def test_a_scripts_answer_is_kept_for_one_process_only(tmp_path: Path) -> None:
+    """/usr/local/bin/nvcc here is `exec /usr/local/cuda-13.0/bin/nvcc`: the script stays when CUDA changes."""
+    log, memo = tmp_path / "nvcc.log", tmp_path / "memo"
+    nvcc = _script(tmp_path / "nvcc", log, "Cuda compilation tools, release 13.0, V13.0.88")
+    assert nvcc_version(nvcc, memo) == nvcc_version(nvcc, memo) and _runs(log) == 1
+    assert not list(memo.glob("*.json"))
+    code = ("from pathlib import Path\nfrom builder.toolchain.base import nvcc_version\n"
+            f"print(nvcc_version(Path({str(nvcc)!r}), Path({str(memo)!r})))")
+    for _ in range(2):  # each new process asks
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+    assert _runs(log) == 3
+
+
+@pytest.mark.skipif(not candidate_homes(os.environ), reason="no CUDA toolkit on this machine")
 def test_real_nvcc_remembered_answer_is_the_same(tmp_path: Path) -> None:
-    nvcc = Path(shutil.which("nvcc") or "")
+    nvcc = candidate_homes(os.environ)[0] / "bin" / "nvcc"  # the toolkit's own binary, as the host toolchain asks
     assert nvcc_version(nvcc, tmp_path) == nvcc_version(nvcc, tmp_path) == nvcc_version(nvcc)
     assert len(list(tmp_path.glob("nvcc-*.json"))) == 1
 
 
+@needs_cc
 def test_host_compiler_is_remembered_until_the_compiler_or_its_launcher_changes(tmp_path: Path) -> None:
     log, memo = tmp_path / "cc.log", tmp_path / "memo"
-    cxx = _script(tmp_path / "fakecxx", log, "fakecxx 1.0")
-    launcher = _script(tmp_path / "launch", log, "launched fakecxx 1.0")
+    cxx = _program(tmp_path / "fakecxx", log, "fakecxx 1.0")
+    launcher = _program(tmp_path / "launch", log, "launched fakecxx 1.0")
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "CXX": "fakecxx"}
     first = host_compiler(env, memo)
     assert first == host_compiler(env, memo) == {"cxx": f"{cxx}: fakecxx 1.0"} and _runs(log) == 1
-    _script(cxx, log, "fakecxx 2.0")
-    _bump(cxx)
+    _program(cxx, log, "fakecxx 2.0")
     assert host_compiler(env, memo) == {"cxx": f"{cxx}: fakecxx 2.0"} and _runs(log) == 2
     launched = {**env, "CXX": "launch fakecxx"}  # like "ccache c++": the compiler answers through the launcher
     assert host_compiler(launched, memo)["cxx"] == f"{launcher} fakecxx: launched fakecxx 1.0" and _runs(log) == 3
     assert host_compiler(launched, memo) and _runs(log) == 3
-    _bump(cxx)  # the compiler behind the launcher changed: asked again
+    _program(cxx, log, "fakecxx 3.0")  # the compiler behind the launcher changed: asked again
     host_compiler(launched, memo)
     assert _runs(log) == 4
     assert host_compiler(launched) and _runs(log) == 5  # without a memo: asked

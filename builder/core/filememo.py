@@ -5,6 +5,10 @@ A no-op build asks these questions every time; the answers only change when the 
 is its resolved path, device, inode, size and mtime: an upgrade, a reinstall or a replaced symlink target gives
 another identity, and the program is asked again. Nothing else expires an entry. Without a memo folder (``None``)
 every question is asked.
+
+A script (``#!``) is not the program that answers: a pyenv shim picks an interpreter by PYENV_VERSION and
+.python-version files, /usr/local/bin/nvcc may ``exec`` whatever CUDA install it names. Its own identity does not
+change when the answer does, so a script's answer is kept for this process only (one build, one farm check).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from builder.core.fsutil import atomic_write
 
 Stamp = list[Any]
+_THIS_PROCESS: dict[str, Any] = {}  # the answers of scripts, by entry name
 
 
 def file_stamp(path: Path | str) -> Stamp:
@@ -38,6 +43,11 @@ def remembered(memo: Path | None, kind: str, files: Sequence[Path | str], questi
     except OSError:
         return ask()  # a missing file: the question fails the way it always did
     name = hashlib.sha256(json.dumps([kind, [str(f) for f in files], list(question)]).encode()).hexdigest()[:24]
+    if any(_is_script(s[0]) for s in stamps):
+        here = f"{name}:{json.dumps(stamps)}"
+        if here not in _THIS_PROCESS:
+            _THIS_PROCESS[here] = ask()
+        return _THIS_PROCESS[here]
     entry = memo / f"{kind}-{name}.json"
     try:
         data = json.loads(entry.read_text())
@@ -49,6 +59,14 @@ def remembered(memo: Path | None, kind: str, files: Sequence[Path | str], questi
     _write(entry, {"kind": kind, "files": [str(f) for f in files], "question": list(question), "stamps": stamps,
                    "value": value})
     return value
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return True  # unreadable: do not keep its answer on disk
 
 
 def _write(entry: Path, data: dict[str, Any]) -> None:
