@@ -67,10 +67,10 @@ def may_use_container(requested: str, env: Mapping[str, str]) -> bool:
     return requested == "docker" or (requested == "auto" and container_engine_answers(env) is not None)
 
 
-def _container_host(client: Any, spec: ImageSpec, cuda: Version, reason: str,
-                    settings: Settings) -> docker_toolchain.ContainerToolchain:
+def _container_host(client: Any, spec: ImageSpec, cuda: Version, reason: str, settings: Settings,
+                    env: Mapping[str, str]) -> docker_toolchain.ContainerToolchain:
     return docker_toolchain.ContainerToolchain.open(client, spec, cuda, reason, cache=settings.cache("docker"),
-                                                    venvs=settings.cache("venvs"))
+                                                    engine_env=env)
 
 
 def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
@@ -88,7 +88,7 @@ def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: st
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
         container = _container_host(
             client, spec, cuda, f"--toolchain docker: engine at {env.get('DOCKER_HOST') or client.api.base_url}",
-            settings)
+            settings, env)
     except BaseException:
         client.close()
         raise
@@ -255,7 +255,7 @@ def _auto_container(cuda: Version, settings: Settings, env: Mapping[str, str]) -
             log.info(f"toolchain auto: building {spec.tag} on the local base {spec.base_image}")
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
         reason = f"auto: a container engine answers at {address} with an image for CUDA {cuda}"
-        container = _container_host(client, spec, cuda, reason, settings)
+        container = _container_host(client, spec, cuda, reason, settings, env)
     except ToolchainError as e:
         client.close()
         return f"a container engine answers at {address} but its image is unusable ({e.message})"
