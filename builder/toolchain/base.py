@@ -206,12 +206,3 @@ def nvcc_version(nvcc: Path) -> Version:
 
 def same_minor(a: Version, b: Version) -> bool:
     return (a.major, a.minor) == (b.major, b.minor)
-
-
-def index_mounts(index_url: str) -> dict[Path, bool]:
-    """What an install from ``index_url`` reads besides the network: a local (file://) index, read-only; its pages
-    may link to files beside it, so its parent goes."""
-    if not index_url.startswith("file://"):
-        return {}
-    path = Path(index_url.removeprefix("file://")).resolve()
-    return {path.parent if path.name == "simple" else path: True}
