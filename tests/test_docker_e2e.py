@@ -224,7 +224,8 @@ def test_cibuildwheel_builds_a_repaired_manylinux_wheel_that_is_published(docker
     assert "PATH" not in passed and "HOME" not in passed
     assert "toolchain: docker (nvcc 13.0" in err and "GPU code check passed: sm_90" in err
     # no build venv was made, in a container or here: the image's CPython gets torch from the fetched cache
-    assert not list((docker_build["base"] / "cache" / "venvs").glob("*-*[!k]")), "a build venv was made"
+    venvs = docker_build["base"] / "cache" / "venvs"
+    assert not venvs.exists() or not [v for v in venvs.iterdir() if v.is_dir()], "a build venv was made"
     assert "Excluding libtorch_cpu.so" in docker_build["first_log"] and "Prepared" in docker_build["first_log"]
     wheel = _wheel(docker_build)
     print("[docker e2e] wheel:", wheel.name)
