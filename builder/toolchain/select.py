@@ -87,7 +87,7 @@ def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: st
     if client is None:
         raise ToolchainError(
             f"--toolchain docker: no container engine answers (DOCKER_HOST={env.get('DOCKER_HOST', 'unset')}) to "
-            f"build in {spec.tag} ({image})",
+            f"build in {spec.tag} (dockerfiles/{spec.dockerfile.name} on {spec.base_image})",
             "start Docker or `podman system service`, or use --toolchain pip (CUDA >= 13)",
         )
     try:
