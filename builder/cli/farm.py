@@ -21,6 +21,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from builder.cli.common import out, settings_from_args
+from builder.model.records import FarmOutcome
 
 STATUS_STYLE = {"built": "green", "unchanged": "cyan", "failed": "bold red"}
 GITHUB_MATRIX_LIMIT = 256  # jobs per matrix
@@ -207,10 +208,9 @@ def cmd_farm(args: argparse.Namespace) -> int:
 
 
 def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int, log_dir: Path, already: int,
-              total: int) -> dict[str, Any]:
+              total: int) -> dict[str, FarmOutcome]:
     from builder.core.log import log
     from builder.farm.worker import run_target
-    from builder.model.records import FarmOutcome
 
     results: dict[str, FarmOutcome] = {}
     started: dict[str, float] = {}

@@ -19,6 +19,7 @@ from filelock import FileLock, Timeout
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 
+PREFETCH_LOCK = "prefetch.lock"  # held in docker/<index>/ while torch and the build requirements are fetched
 VENV_MARKER = ".builder-env.json"  # written last when a build venv is complete; touched when it is reused
 
 # name -> what it holds (the order is the order shown)
@@ -96,16 +97,30 @@ def last_used(entry: Path) -> float:
     return max(entry.lstat().st_mtime, marker.stat().st_mtime if marker.is_file() else 0.0)
 
 
+def entry_lock_path(entry: Path) -> Path:
+    """The lock held while a cache entry (a build venv, a provisioned toolkit) is made or used: ENTRY.lock beside it."""
+    return entry.with_name(entry.name + ".lock")
+
+
+def entry_lock(entry: Path) -> FileLock:
+    return FileLock(str(entry_lock_path(entry)))
+
+
+def target_lock(settings: Settings, key: str) -> FileLock:
+    """The lock one target's build holds from its unchanged check to its publish (builds/NAME-VERSION-KEY12 too)."""
+    return FileLock(str(settings.cache("locks") / f"{key[:32]}.lock"))
+
+
 def _locks_for(entry: Path, settings: Settings) -> list[Path]:
     """The lock files a running build or test holds while it uses ``entry``."""
     section = entry.parent.name
     if section == "venvs":
-        return [entry.with_name(entry.name + ".lock")]
+        return [entry_lock_path(entry)]
     if section == "builds":  # builds/NAME-VERSION-KEY12 is used under locks/KEY32.lock
         key12 = entry.name.rsplit("-", 1)[-1]
         return sorted((settings.cache_dir / "locks").glob(f"{key12}*.lock"))
     if section == "docker":  # docker/<index>: fetched under its prefetch lock (toolchain/cibw.py)
-        return [entry / "prefetch.lock"]
+        return [entry / PREFETCH_LOCK]
     return []
 
 

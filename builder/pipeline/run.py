@@ -12,9 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock
-
 from builder import __version__
+from builder.core.cachedir import target_lock
 from builder.core.errors import InspectError
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
@@ -138,8 +137,7 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
                         python=python, compiler=compiler).cache_key()
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
-    locks = settings.cache("locks")
-    with FileLock(str(locks / f"{key[:32]}.lock")):
+    with target_lock(settings, key):
         existing = main_house.find_record(key) or (house.find_record(key) if options.stage else None)
         if existing and not options.force:
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"

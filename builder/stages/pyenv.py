@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
 from packaging.version import Version
 
+from builder.core.cachedir import VENV_MARKER, entry_lock
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -125,9 +125,9 @@ def managed_env(
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     root = settings.cache("venvs")
     target = root / f"build-{key}"
-    marker = target / ".builder-env.json"
+    marker = target / VENV_MARKER
     python = target / "bin" / "python"
-    with FileLock(str(root / f"build-{key}.lock")):
+    with entry_lock(target):
         if marker.exists():
             marker.touch()  # last use, for `builder cache clean --older-than`
             env = probe(python, need_torch=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from builder.core.cachedir import PREFETCH_LOCK
 from builder.core.errors import BuildFailed, ToolchainError, UsageError
 from builder.core.log import log
 
@@ -277,7 +278,7 @@ def fetch_locked(req: CibwRequest | TorchCache) -> float:
     from filelock import FileLock
 
     req.cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(req.cache_dir / "prefetch.lock")):
+    with FileLock(str(req.cache_dir / PREFETCH_LOCK)):
         return prefetch(req)
 
 

@@ -14,9 +14,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from filelock import FileLock
 from packaging.version import Version
 
+from builder.core.cachedir import entry_lock
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -45,7 +45,7 @@ def provision(cuda: Version, settings: Settings) -> CudaToolkit:
     key = f"cuda-{cuda.major}.{cuda.minor}"
     root = settings.cache("toolkits")
     target = root / key
-    with FileLock(str(root / f"{key}.lock")):
+    with entry_lock(target):
         home = _home_in(target, cuda)
         if home is not None and _healthy(target, home):
             version = nvcc_version(home / "bin" / "nvcc")
