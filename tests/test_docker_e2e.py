@@ -271,6 +271,12 @@ def test_auto_picks_the_engine_and_the_second_build_reuses_the_torch_cache(docke
     # uv prints "Prepared N packages" only for what it had to unpack into its cache
     assert "Installed" in docker_build["second_log"] and "Prepared" not in docker_build["second_log"]
     assert _wheel(docker_build).name  # the same single wheel name, replaced
+    for run in ("first", "second"):
+        timings = [t for t in docker_build[run].stderr.splitlines() if t.startswith("timings:")]
+        steps = [t.strip() for t in docker_build[f"{run}_log"].splitlines()
+                 if t.lstrip().startswith(("Prepared ", "Installed ", "Repairing wheel", "cibuildwheel: "))]
+        seconds = next(v for k, v in docker_build["times"].items() if k.startswith(run))
+        print(f"[docker e2e] {run} build {seconds:.0f}s: " + " | ".join([*timings, *steps])[:1500])
 def test_docker_without_engine_is_one_line_suggesting_pip(tmp_path: Path) -> None:
     env = {"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock", "BUILDER_CACHE_DIR": str(tmp_path / "cache")}
     result = run_cli("build", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0", "--arch", "90",

@@ -47,7 +47,8 @@ def test_tag_encodes_cuda_and_a_hash_of_dockerfile_and_build_args(tmp_path: Path
 def test_unknown_cuda_names_the_available_ones() -> None:
     with pytest.raises(UsageError) as e:
         image_spec("11.8")
-    assert "no Dockerfile for CUDA 11.8" in e.value.one_line() and "available: 12.8, 12.9, 13.0, 13.2" in e.value.one_line()
+    line = e.value.one_line()
+    assert "no Dockerfile for CUDA 11.8" in line and "available: 12.8, 12.9, 13.0, 13.2" in line
 
 
 def test_podman_tag_spellings_are_normalized() -> None:
