@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.toolchain.images import image_spec
 from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -198,7 +199,9 @@ def _wheel(docker_build: dict) -> Path:
 def test_images_build_the_manylinux_dockerfile_tagged_by_its_hash(docker_build: dict) -> None:
     images = docker_build["images"]
     assert images.code == 0, images.stderr[-3000:]
-    assert "cuda-wheel-builder:cuda13.0-" in images.stdout and "manylinux-cuda-13.0.Dockerfile" in images.stderr
+    # the tag hashes dockerfiles/manylinux-cuda-13.0.Dockerfile and the stand-in base (cached between runs)
+    spec = image_spec("13.0", docker_build["standin"])
+    assert spec.dockerfile.name == "manylinux-cuda-13.0.Dockerfile" and spec.tag in images.stdout, images.stdout
     again = run_cli("images", "build", "--cuda", "13.0", "--base-image", docker_build["standin"],
                     env=docker_build["env"])
     assert again.code == 0 and "up to date: cuda-wheel-builder:cuda13.0-" in again.stdout, again.stderr[-2000:]
