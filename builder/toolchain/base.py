@@ -78,7 +78,7 @@ class WheelRequest:
     """Everything a toolchain needs to build one wheel from a patched source tree (``BuildHost.build_wheel``)."""
 
     source_dir: Path
-    python: Path  # the build's interpreter as its commands see it: a build venv, or the image's CPython (holds the pinned torch)
+    python: Path  # the build's interpreter as its commands see it: a venv, or the image's CPython (with the torch)
     python_version: str  # e.g. "3.12": the CPython a frontend such as cibuildwheel selects
     env: Mapping[str, str]  # the build's whole environment (CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, ...)
     archs: tuple[Arch, ...]  # what TORCH_CUDA_ARCH_LIST in env says, typed; () for a pure-Python build
