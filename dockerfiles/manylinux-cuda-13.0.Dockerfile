@@ -10,13 +10,17 @@ ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64:latest
 FROM ${BASE_IMAGE}
 
 ARG CUDA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/cuda-rhel8.repo
+# A base that already holds CUDA 13.0 at /usr/local/cuda-13.0 (a local stand-in where no registry is reachable:
+# tests/test_docker_e2e.py) is used as it is; any other gets CUDA 13.0 from NVIDIA's repository.
 # hadolint ignore=DL3041
-RUN curl -fsSL "${CUDA_REPO}" -o /etc/yum.repos.d/cuda-rhel8.repo \
- && dnf install -y --setopt=install_weak_deps=False \
-    cuda-nvcc-13-0 cuda-cudart-devel-13-0 cuda-nvrtc-devel-13-0 cuda-nvtx-13-0 cuda-cccl-13-0 cuda-profiler-api-13-0 \
-    libcublas-devel-13-0 libcusparse-devel-13-0 libcusolver-devel-13-0 libcurand-devel-13-0 libcufft-devel-13-0 \
- && dnf clean all \
- && rm -rf /var/cache/dnf \
+RUN if [ ! -x /usr/local/cuda-13.0/bin/nvcc ]; then \
+      curl -fsSL "${CUDA_REPO}" -o /etc/yum.repos.d/cuda-rhel8.repo \
+      && dnf install -y --setopt=install_weak_deps=False \
+        cuda-nvcc-13-0 cuda-cudart-devel-13-0 cuda-nvrtc-devel-13-0 cuda-nvtx-13-0 cuda-cccl-13-0 cuda-profiler-api-13-0 \
+        libcublas-devel-13-0 libcusparse-devel-13-0 libcusolver-devel-13-0 libcurand-devel-13-0 libcufft-devel-13-0 \
+      && dnf clean all \
+      && rm -rf /var/cache/dnf; \
+    fi \
  && ln -sfn /usr/local/cuda-13.0 /usr/local/cuda
 
 ENV CUDA_HOME=/usr/local/cuda \

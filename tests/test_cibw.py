@@ -111,3 +111,38 @@ def test_manylinux_dockerfiles_per_cuda_take_the_base_as_an_argument() -> None:
         text = (ROOT / "dockerfiles" / f"manylinux-cuda-{cuda}.Dockerfile").read_text()
         assert "ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64" in text and "FROM ${BASE_IMAGE}" in text
         assert f"cuda-nvcc-{cuda.replace('.', '-')}" in text and f"/usr/local/cuda-{cuda} /usr/local/cuda" in text
+
+
+def _vendoring_wheel(tmp_path: Path) -> Path:
+    """A stand-in for a repair without --exclude: a real ELF object grafted in as tinyext.libs/libtorch_cpu-….so
+    (the real library is 500 MB), in a wheel with valid METADATA, so only the vendoring is wrong."""
+    wheel = tmp_path / "tinyext-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    info = "tinyext-0.1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("tinyext/__init__.py", "")
+        zf.write(Path(sys.executable).resolve(), "tinyext.libs/libtorch_cpu-1a2b3c4d.so")
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tinyext\nVersion: 0.1.0\n\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_wheel_vendoring_libtorch_is_refused(tmp_path: Path) -> None:
+    report = portability_report(_vendoring_wheel(tmp_path))
+    assert report.forbidden == ("tinyext.libs/libtorch_cpu-1a2b3c4d.so",)
+    with pytest.raises(PortabilityError) as err:
+        check_portability(report)
+    assert err.value.exit_code == 13 and "vendors libtorch_cpu-1a2b3c4d.so" in str(err.value)
+
+
+def test_the_wheelhouse_refuses_to_publish_a_wheel_vendoring_libtorch(tmp_path: Path) -> None:
+    """Through the real store: the publish every build, promotion and farm run goes through refuses it (exit 13)
+    and leaves the wheelhouse as it was."""
+    from builder.index.store import Wheelhouse
+    from builder.model.records import BuildRecord
+
+    house = Wheelhouse(tmp_path / "house")
+    with pytest.raises(PortabilityError) as err:
+        house.publish(_vendoring_wheel(tmp_path), BuildRecord(cache_key="k" * 64))
+    assert err.value.exit_code == 13 and "vendors libtorch_cpu-1a2b3c4d.so" in err.value.one_line()
+    assert not list((tmp_path / "house").rglob("*.whl"))

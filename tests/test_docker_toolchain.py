@@ -1,6 +1,9 @@
-"""The docker toolchain without an engine: auto's fall-through and its printed reason, mounts, GPU requests."""
+"""The docker toolchain without an engine: auto's fall-through and its printed reason, the engine's name, what the
+cibuildwheel build step is passed, the torch it names from the fetched wheel, GPU requests."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import docker
 import pytest
@@ -8,10 +11,11 @@ from packaging.version import Version
 
 from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
+from builder.toolchain import cibw, select
 from builder.toolchain import container as docker_toolchain
-from builder.toolchain import select
-from builder.toolchain.base import CudaToolkit, index_mounts
+from builder.toolchain.base import CudaToolkit, WheelRequest
 from builder.toolchain.local import LocalRunner
+from tests.conftest import LOCAL_TORCH_INDEX
 
 
 class _Images:
@@ -46,7 +50,7 @@ def test_auto_never_pulls_and_falls_through_with_the_reason(monkeypatch: pytest.
     line = e.value.one_line()
     assert "no CUDA 12.8 compiler here" in line and "PyPI has no CUDA 12 compiler" in line
     assert "a container engine answers at http+docker://fake-engine" in line
-    assert "nvidia/cuda:12.8.1-devel-ubuntu24.04 is present (auto never pulls" in line
+    assert "quay.io/pypa/manylinux_2_28_x86_64:latest is present (auto never pulls" in line
     assert any("--toolchain docker" in hint for hint in e.value.extra) and engine.closed  # a hint line of its own
 
 
@@ -65,7 +69,8 @@ def test_auto_without_engine_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path) 
     fake = CudaToolkit("host", tmp_path, Version("13.0.88"), "host CUDA")
     monkeypatch.setattr(select, "find_host_toolkit", lambda cuda, env: fake)
     choice = select.select_toolkit("auto", Version("13.0"), Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)}), {})
-    assert "no container engine answers for nvidia/cuda:13.0.2-devel-ubuntu24.04" in choice.toolkit.reason
+    assert ("no container engine answers for quay.io/pypa/manylinux_2_28_x86_64:latest + CUDA 13.0 "
+            "(dockerfiles/manylinux-cuda-13.0.Dockerfile)") in choice.toolkit.reason
 
 
 def test_docker_toolkit_record_carries_the_image() -> None:
@@ -76,11 +81,51 @@ def test_docker_toolkit_record_carries_the_image() -> None:
     assert "image" not in CudaToolkit("host", docker_toolchain.CONTAINER_CUDA_HOME, Version("13.0.88")).record()
 
 
-def test_a_local_torch_index_is_mounted_read_only_with_its_files() -> None:
-    from pathlib import Path
+def test_the_engine_is_named_from_its_version_components() -> None:
+    class Podman:
+        def version(self) -> dict:
+            return {"Components": [{"Name": "Podman Engine", "Version": "4.3.1"}]}
 
-    assert index_mounts("file:///opt/pypi-more/simple") == {Path("/opt/pypi-more"): True}
-    assert index_mounts("https://download.pytorch.org/whl/cu128") == {}
+    class Docker:
+        def version(self) -> dict:
+            return {"Components": [{"Name": "Engine"}, {"Name": "containerd"}]}
+
+    assert docker_toolchain.engine_name(Podman()) == "podman"
+    assert docker_toolchain.engine_name(Docker()) == "docker"
+    assert docker_toolchain.engine_name(object()) == "docker"  # cannot say: docker's CLI
+
+
+def test_the_build_step_gets_the_recipe_env_not_the_containers_own(tmp_path: Path) -> None:
+    """What cibuildwheel passes into its container: the build's variables, with the prefix map of the source
+    renamed to cibuildwheel's copy at /project; PATH, HOME and CUDA_HOME are the container's own."""
+    src = tmp_path / "src" / "tinyext"
+    env = {"PATH": "/usr/local/cuda/bin:/usr/bin", "CUDA_HOME": "/usr/local/cuda", "HOME": "/root",
+           "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "2", "NOTE": "a $(b)", "SOURCE_DATE_EPOCH": "315532800",
+           "CFLAGS": f"-O2 -ffile-prefix-map={src}=/build/tinyext -ffile-prefix-map=/usr/local/cuda=/cuda",
+           "NVCC_APPEND_FLAGS": f"-Xcompiler=-ffile-prefix-map={src}=/build/tinyext"}
+    request = WheelRequest(source_dir=src, python=Path("/opt/python/cp311-cp311/bin/python"), python_version="3.11",
+                           env=env, archs=(), out_dir=tmp_path / "out", log_file=tmp_path / "log")
+    passed = docker_toolchain.passed_env(request)
+    assert set(passed) == {"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NOTE", "SOURCE_DATE_EPOCH", "CFLAGS",
+                           "NVCC_APPEND_FLAGS"}
+    assert passed["CFLAGS"] == "-O2 -ffile-prefix-map=/project=/build/tinyext -ffile-prefix-map=/usr/local/cuda=/cuda"
+    assert passed["NVCC_APPEND_FLAGS"] == "-Xcompiler=-ffile-prefix-map=/project=/build/tinyext"
+    assert passed["NOTE"] == "a $(b)"
+
+
+@pytest.mark.skipif(not LOCAL_TORCH_INDEX.is_dir(), reason=f"no local torch index at {LOCAL_TORCH_INDEX}")
+def test_the_torch_named_is_what_the_fetched_wheel_says(tmp_path: Path) -> None:
+    """The cache key's torch for a container build: torch/version.py of the very wheel the build installs
+    (a real torch 2.14.1 wheel of the local index, linked into the cache: no copy, no install)."""
+    (wheel,) = (LOCAL_TORCH_INDEX.parent / "files").glob("torch-2.14.1-cp311-*.whl")
+    fetch = cibw.TorchCache(python="3.11", torch="2.14.1", torch_index=LOCAL_TORCH_INDEX.as_uri(),
+                            cache_dir=tmp_path)
+    fetch.wheels_dir.mkdir()
+    (fetch.wheels_dir / wheel.name).symlink_to(wheel)
+    found = cibw.fetched_torch(fetch)
+    assert (found.version, found.cuda) == ("2.14.1+cu130", "13.0")
+    with pytest.raises(ToolchainError, match="0 torch==2.14.1 wheels for cp312"):
+        cibw.fetched_torch(cibw.TorchCache(python="3.12", torch="2.14.1", torch_index="x", cache_dir=tmp_path))
 
 
 def test_gpus_are_requested_only_when_present(monkeypatch: pytest.MonkeyPatch) -> None:

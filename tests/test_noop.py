@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.errors import ToolchainError
 from builder.core.filememo import remembered
 from builder.core.uvtool import uv_bin
 from builder.stages.pyenv import remember_env, reuse_env
@@ -212,9 +213,7 @@ def test_a_marker_without_the_identity_or_naming_another_python_is_probed(venv: 
     marker.write_text(json.dumps({**data, "python": "/elsewhere/bin/python"}))
     reuse_env(marker, python)
     assert _runs(log) == 2
-    remember_env(marker, env, _Elsewhere())  # a container's venv: the plain record, probed on every use
-    assert "stamp" not in json.loads(marker.read_text())
-
-
-class _Elsewhere:
-    where = " in some-image"
+    remember_env(marker, env)
+    (venv["purelib"] / "torch" / "version.py").unlink()  # nothing to key on: probed (and here, failing)
+    with pytest.raises(ToolchainError, match="torch is not importable"):
+        reuse_env(marker, python)

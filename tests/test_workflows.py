@@ -123,7 +123,19 @@ def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
         assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}", name
         assert jobs[name]["strategy"]["fail-fast"] is False
     build = " ".join(step.get("run", "") for step in jobs["build"]["steps"])
-    assert "12.*) toolchain=docker" in build and "*) toolchain=pip" in build and '--toolchain "$toolchain"' in build
+    # every CUDA through cibuildwheel in its manylinux image, built in the job from its Dockerfile first
+    assert "--toolchain docker" in build and "toolchain=pip" not in build
+    images = _step_index(jobs["build"]["steps"], "builder images build")
+    assert images < _step_index(jobs["build"]["steps"], "--toolchain docker")
+    assert jobs["build"]["steps"][images]["run"].strip().endswith('images build --cuda "$CUDA"')
+    import tomllib
+
+    from builder.toolchain.images import available_cudas
+
+    spec = tomllib.loads((ROOT / "farm.toml").read_text())  # the farm's CUDAs (cu128, cu130, cu132)
+    cudas = {str(c) for entry in [spec["defaults"], *spec["package"]] for c in entry.get("cuda", [])}
+
+    assert cudas and cudas <= set(available_cudas()), cudas - set(available_cudas())  # a Dockerfile for each
     assert "--stage" in build
     assert jobs["build"]["runs-on"].startswith("ubuntu")
     assert jobs["test"]["runs-on"] == ["self-hosted", "linux", "${{ matrix.runner }}"]

@@ -19,12 +19,13 @@ from filelock import FileLock, Timeout
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 
+PREFETCH_LOCK = "prefetch.lock"  # held in docker/<index>/ while torch and the build requirements are fetched
 VENV_MARKER = ".builder-env.json"  # written last when a build venv is complete; touched when it is reused
 
 # name -> what it holds (the order is the order shown)
 SECTIONS: dict[str, str] = {
-    "venvs": "build venvs with torch and the build requirements (host and container)",
-    "docker": "the container builds' uv cache and HOME",
+    "venvs": "build venvs with torch and the build requirements (pip and host toolchains)",
+    "docker": "the docker toolchain's torch and build requirements, per torch index (wheels/, uv's cache uv/)",
     "builds": "one folder per built target: wheel before/after finalize, logs, test reports",
     "tests": "`builder test` work folders",
     "sources": "downloaded sdists and archives (checked by sha256 on use)",
@@ -124,8 +125,8 @@ def _locks_for(entry: Path, settings: Settings) -> list[Path]:
     if section == "builds":  # builds/NAME-VERSION-KEY12 is used under locks/KEY32.lock
         key12 = entry.name.rsplit("-", 1)[-1]
         return sorted((settings.cache_dir / "locks").glob(f"{key12}*.lock"))
-    if section == "docker":  # the container uv cache is used while any container venv is being made
-        return sorted((settings.cache_dir / "venvs").glob("docker-*.lock"))
+    if section == "docker":  # docker/<index>: fetched under its prefetch lock (toolchain/cibw.py)
+        return [entry / PREFETCH_LOCK]
     return []
 
 

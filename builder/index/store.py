@@ -48,6 +48,7 @@ from builder.core.fsutil import sha256_file
 from builder.core.log import log
 from builder.core.wheelfile import dist_info_dir
 from builder.model.records import BuildRecord
+from builder.stages.repair import check_portability, portability_report
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -352,9 +353,11 @@ class Wheelhouse:
         listed everywhere with its hash. The record gains ``wheel_sha256``, what the unchanged check verifies.
 
         Refuses (PublishError) a wheel whose METADATA Name/Version differ from its file name, and one that would
-        replace a published wheel of the same file name built for another arch set, unless ``replace``.
-        Returns the published path.
+        replace a published wheel of the same file name built for another arch set, unless ``replace``; refuses
+        (PortabilityError, exit 13) one that vendors libtorch/libc10/libcudart or whose objects need a newer glibc
+        than its manylinux tag promises (stages/repair.py). Returns the published path.
         """
+        check_portability(portability_report(wheel))
         metadata = check_wheel(wheel)
         log_source = _log_source(wheel, record)
         digest = sha256_file(wheel)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import __version__
-from builder.core.cachedir import memo_dir, target_lock
+from builder.core.cachedir import target_lock
 from builder.core.errors import InspectError
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
@@ -44,7 +44,7 @@ from builder.stages.source import fetch, unpack
 from builder.stages.testing import KernelTestPlan, run_tests
 from builder.toolchain import CudaToolkit, select_toolkit
 from builder.toolchain.base import BuildHost, WheelRequest
-from builder.toolchain.local import LocalRunner
+from builder.toolchain.local import LOCAL
 
 
 @dataclass
@@ -92,7 +92,7 @@ def run_build(target: Target, settings: Settings, options: BuildOptions, env: Ma
 
 def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str],
                    result: BuildResult) -> None:
-    host: BuildHost = LocalRunner(memo=memo_dir(settings))  # a pure-Python build runs here, without a CUDA toolkit
+    host: BuildHost = LOCAL  # a pure-Python build runs here, without a CUDA toolkit
     if plan.recipe.kind == "cuda-extension":
         log.step("toolchain")
         with timed(result.timings, "toolchain"):
@@ -168,7 +168,7 @@ def compiler_identity(plan: Plan, environ: Mapping[str, str], host: BuildHost) -
 
 def python_env_for(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
     """The host build venv of ``plan`` and its base interpreter (the farm's up-front check resolves it offline)."""
-    return python_for(plan, settings, LocalRunner(memo=memo_dir(settings)))
+    return python_for(plan, settings)
 
 
 def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: Mapping[str, str],

@@ -1,8 +1,9 @@
-"""The Python side of a build: the build venv with the pinned torch, made through the toolchain's BuildHost.
+"""The Python side of a build: the build venv with the pinned torch, or what the toolchain brings instead.
 
-A managed build venv is created with uv once per (interpreter, torch, index, build requirements, host) and reused;
-on this machine for the pip and host toolchains, in the build image for the docker toolchain: one code path.
-``--python PATH`` builds against an existing interpreter and the torch already installed there.
+For the pip and host toolchains a managed build venv is created with uv on this machine once per (interpreter,
+torch, index, build requirements) and reused. The docker toolchain brings its own (``BuildHost.prepare_python``):
+the image's CPython, and the pinned torch that cibuildwheel installs from a prefetched cache when it builds; no
+venv is made. ``--python PATH`` builds against an existing interpreter and the torch already installed there.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
 from builder.stages.plan import Plan
-from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, index_mounts
+from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts
 from builder.toolchain.local import LOCAL, find_interpreter
 
 __all__ = ["PythonEnv", "find_interpreter", "fresh_test_env", "managed_env", "probe", "python_for"]
@@ -80,7 +81,14 @@ def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple
         given = host.given_python(Path(plan.target.python))
         return _given_env(plan, given, requirements), given
     assert plan.torch is not None
-    env = managed_env(host.base_python(plan.target.python), plan.torch, plan.index, requirements, settings, host)
+    brought = host.prepare_python(plan.target.python, plan.torch, plan.index.url, sorted(set(requirements)))
+    if brought is not None:
+        log.info(f"build env{host.where}: {brought.python} (Python {brought.version}, torch {brought.torch}, "
+                 f"CUDA {brought.torch_cuda}), installed by the build itself")
+        env = PythonEnv(brought.python, brought.version, brought.torch, brought.torch_cuda, brought.purelib, True)
+        return env, find_interpreter(env.version, memo=memo_dir(settings))
+    base = find_interpreter(plan.target.python, memo=memo_dir(settings))
+    env = managed_env(str(base), plan.torch, plan.index, requirements, settings)
     return env, find_interpreter(env.version, memo=memo_dir(settings))
 
 
@@ -112,42 +120,37 @@ def managed_env(
     index: TorchIndex,
     requirements: Iterable[str],
     settings: Settings,
-    host: BuildHost = LOCAL,
 ) -> PythonEnv:
-    """A cached venv holding torch==``torch`` and the build requirements; created with uv (through ``host``) on
-    first use. ``base_python`` is what ``host.base_python`` gave for the requested version."""
+    """A cached venv on this machine holding torch==``torch`` and the build requirements; created with uv on
+    first use from the interpreter ``base_python``."""
     reqs = sorted(set(requirements))
-    key_text = json.dumps([*host.venv_key, base_python, torch, index.url, reqs])
+    key_text = json.dumps([base_python, torch, index.url, reqs])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     root = settings.cache("venvs")
-    target = root / f"{host.venv_prefix}-{key}"
+    target = root / f"build-{key}"
     marker = target / VENV_MARKER
     python = target / "bin" / "python"
-    seen = {root: True, **index_mounts(index.url)}  # what the probe reads; the install also writes the venvs
     with entry_lock(target):
         if marker.exists():
-            env = reuse_env(marker, python, host, seen)
-            log.info(f"build env: cached venv {target}{host.where} (Python {env.version}, torch {env.torch})")
+            env = reuse_env(marker, python)
+            log.info(f"build env: cached venv {target} (Python {env.version}, torch {env.torch})")
             return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
         shutil.rmtree(target, ignore_errors=True)
         if settings.offline:
             raise ToolchainError(f"no cached build venv for torch {torch} and --offline forbids installing it")
         warn_if_low_disk(root)
         try:
-            with log.status(f"creating build venv {target.name}{host.where}: torch=={torch} from {index.name} "
+            with log.status(f"creating build venv {target.name}: torch=={torch} from {index.name} "
                             "(first time only)"):
-                install = {**seen, root: False}
-                _uv(host, ["venv", "--quiet", "--python", base_python, str(target)], install, target,
-                    what="venv creation")
-                _uv(host, ["pip", "install", "--quiet", "--python", str(python), *_index_args(index),
-                           f"torch=={torch}", *reqs], install, target,
-                    what=f"installing torch=={torch} into the build venv")
-            env = probe(python, need_torch=True, host=host, mounts=seen)
-            remember_env(marker, env, host)  # written last: its presence means "complete"
+                _uv(["venv", "--quiet", "--python", base_python, str(target)], target, what="venv creation")
+                _uv(["pip", "install", "--quiet", "--python", str(python), *_index_args(index),
+                     f"torch=={torch}", *reqs], target, what=f"installing torch=={torch} into the build venv")
+            env = probe(python, need_torch=True)
+            remember_env(marker, env)  # written last: its presence means "complete"
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-    log.info(f"build env: {target}{host.where} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
+    log.info(f"build env: {target} (Python {env.version}, torch {env.torch}, CUDA {env.torch_cuda})")
     return PythonEnv(env.python, env.version, env.torch, env.torch_cuda, env.purelib, True)
 
 
@@ -158,37 +161,34 @@ def _torch_stamp(python: Path, purelib: Path) -> list[object]:
     return [*files, *([d.name, *file_stamp(d)[1:]] for d in sorted(purelib.glob("torch-*.dist-info")))]
 
 
-def remember_env(marker: Path, env: PythonEnv, host: BuildHost) -> None:
-    """Write the venv's identity (what ``probe`` said, and ``_torch_stamp`` on this machine) into its marker,
-    atomically: the marker's presence still means "complete". Container venvs keep the plain record."""
+def remember_env(marker: Path, env: PythonEnv) -> None:
+    """Write the venv's identity (what ``probe`` said, and ``_torch_stamp``) into its marker, atomically: the
+    marker's presence still means "complete"."""
     data: dict[str, object] = dict(env.record())
-    if not host.where:
-        try:
-            data.update(purelib=str(env.purelib), executable=str(env.executable or ""),
-                        stamp=_torch_stamp(env.python, env.purelib))
-        except OSError:
-            pass  # no torch/version.py: nothing to key on, so the next use probes again
+    try:
+        data.update(purelib=str(env.purelib), executable=str(env.executable or ""),
+                    stamp=_torch_stamp(env.python, env.purelib))
+    except OSError:
+        pass  # no torch/version.py: nothing to key on, so the next use probes again
     atomic_write(marker, json.dumps(data))
 
 
-def reuse_env(marker: Path, python: Path, host: BuildHost = LOCAL, mounts: Mounts = NO_MOUNTS) -> PythonEnv:
+def reuse_env(marker: Path, python: Path) -> PythonEnv:
     """A complete build venv's identity: from its marker when torch and the interpreter are as they were, else
     probed (torch imported) and written back. Touching or rewriting the marker marks the last use, for
     `builder cache clean --older-than`."""
-    env = remembered_env(marker, python, host)
+    env = remembered_env(marker, python)
     if env is not None:
         marker.touch()
         return env
-    env = probe(python, need_torch=True, host=host, mounts=mounts)
-    remember_env(marker, env, host)
+    env = probe(python, need_torch=True)
+    remember_env(marker, env)
     return env
 
 
-def remembered_env(marker: Path, python: Path, host: BuildHost) -> PythonEnv | None:
+def remembered_env(marker: Path, python: Path) -> PythonEnv | None:
     """The venv's identity from its marker, without starting its interpreter; None (probe it) when the marker
-    predates this, names other files, or torch or the interpreter changed since it was written."""
-    if host.where:
-        return None  # a container's venv: its paths are the container's, so it is probed there
+    predates this, names another interpreter, or torch or the interpreter changed since it was written."""
     try:
         data = json.loads(marker.read_text())
         purelib, stamp = Path(data["purelib"]), data["stamp"]
@@ -200,15 +200,14 @@ def remembered_env(marker: Path, python: Path, host: BuildHost) -> PythonEnv | N
         return None
 
 
-def _uv(host: BuildHost, args: Sequence[str], mounts: Mounts, where: Path, *, what: str,
-        environ: Mapping[str, str] | None = None) -> None:
-    """``uv ARGS`` run by ``host`` (network on); a failure is a ToolchainError naming ``what`` with uv's last lines."""
-    argv = [host.uv, *args]
+def _uv(args: Sequence[str], where: Path, *, what: str) -> None:
+    """``uv ARGS`` on this machine; a failure is a ToolchainError naming ``what`` with uv's last lines."""
+    argv = [LOCAL.uv, *args]
     log.command(argv)
-    env = host.base_env(os.environ if environ is None else environ)
+    env = dict(os.environ)
     env.setdefault("UV_NO_PROGRESS", "1")
     try:
-        result = host.run(argv, env=env, mounts=mounts, network=True)
+        result = LOCAL.run(argv, env=env, network=True)
     except FileNotFoundError as e:
         raise ToolchainError("uv is not installed", "pip install uv (it is a dependency of this tool)") from e
     if result.code != 0:

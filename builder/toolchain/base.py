@@ -4,7 +4,9 @@ A toolchain is a CUDA toolkit (``CudaToolkit``: a CUDA home with a working nvcc 
 ``BuildHost``: where the build's commands run. pip and host toolchains run them on this machine
 (toolchain/local.py ``LocalRunner``); the docker toolchain runs them in a container of its build image
 (toolchain/container.py ``ContainerToolchain``). The stages (pyenv: the build venv; compile: the wheel) call only
-this Protocol, so they have one code path for every toolchain. docs/ARCHITECTURE.md "The toolchain seam" says how
+this Protocol, so they have one code path for every toolchain. Where a toolchain brings the build's Python and
+torch itself (the docker toolchain: cibuildwheel installs the pinned torch in its container), ``prepare_python``
+says so and the pyenv stage makes no venv. docs/ARCHITECTURE.md "The toolchain seam" says how
 to add one.
 """
 
@@ -77,12 +79,25 @@ class WheelRequest:
     """Everything a toolchain needs to build one wheel from a patched source tree (``BuildHost.build_wheel``)."""
 
     source_dir: Path
-    python: Path  # the build venv's interpreter, as the build's commands see it (it holds the pinned torch)
+    python: Path  # the build's interpreter as its commands see it: a venv, or the image's CPython (with the torch)
     python_version: str  # e.g. "3.12": the CPython a frontend such as cibuildwheel selects
     env: Mapping[str, str]  # the build's whole environment (CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, ...)
     archs: tuple[Arch, ...]  # what TORCH_CUDA_ARCH_LIST in env says, typed; () for a pure-Python build
     out_dir: Path
     log_file: Path  # every line of the build's output goes here
+
+
+@dataclass(frozen=True)
+class PreparedPython:
+    """The build's Python as a host that brings its own provides it (``BuildHost.prepare_python``): paths as the
+    build's commands see them; ``torch`` and ``torch_cuda`` are what ``torch.__version__`` and
+    ``torch.version.cuda`` of the torch the build installs say."""
+
+    python: Path
+    version: str  # "3.12"
+    torch: str  # e.g. "2.14.1+cu130"
+    torch_cuda: str | None
+    purelib: Path
 
 
 class WheelBuildFailed(Exception):
@@ -98,9 +113,6 @@ class BuildHost(Protocol):
 
     toolkit: CudaToolkit | None  # None for a pure-Python build
     where: str  # "" on this machine, " in <container image>" elsewhere: appended to log lines as it is
-    uv: str  # the uv command the build venv is made with
-    venv_prefix: str  # build venvs of this host are cached as <venvs>/<prefix>-<key>
-    venv_key: tuple[str, ...]  # what besides interpreter, torch, index and requirements makes such a venv unique
 
     def __enter__(self) -> BuildHost: ...
 
@@ -123,8 +135,11 @@ class BuildHost(Protocol):
         """The environment a build starts from (``environ`` is this process's)."""
         ...
 
-    def base_python(self, version: str) -> str:
-        """The interpreter for Python ``version`` that ``uv venv --python`` is given to make the build venv."""
+    def prepare_python(self, version: str, torch: str, index_url: str,
+                       requirements: Sequence[str]) -> PreparedPython | None:
+        """None: the pyenv stage makes a build venv with torch==``torch`` on this machine. Otherwise the host
+        brings the interpreter of Python ``version`` and installs the pinned torch and ``requirements`` itself
+        when it builds (fetched now, so that the build needs no network); the answer names what it will be."""
         ...
 
     def given_python(self, python: Path) -> Path:
@@ -197,12 +212,3 @@ def _ask_nvcc(nvcc: Path) -> Version:
 
 def same_minor(a: Version, b: Version) -> bool:
     return (a.major, a.minor) == (b.major, b.minor)
-
-
-def index_mounts(index_url: str) -> dict[Path, bool]:
-    """What an install from ``index_url`` reads besides the network: a local (file://) index, read-only; its pages
-    may link to files beside it, so its parent goes."""
-    if not index_url.startswith("file://"):
-        return {}
-    path = Path(index_url.removeprefix("file://")).resolve()
-    return {path.parent if path.name == "simple" else path: True}

@@ -29,11 +29,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from builder.core.cachedir import PREFETCH_LOCK
 from builder.core.errors import BuildFailed, ToolchainError, UsageError
 from builder.core.log import log
 
@@ -46,6 +48,7 @@ EXCLUDED_LIBS = (
 )
 BUILD_REQUIREMENTS = ("build", "setuptools>=64", "wheel", "ninja", "packaging")
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
+CONTAINER_PROJECT = "/project"  # where cibuildwheel copies the source tree in its container
 PYPI = "https://pypi.org/simple"
 # host variables cibuildwheel itself needs (to find and run the engine); nothing else of the host's env is passed
 _HOST_VARS = ("PATH", "HOME", "TMPDIR", "XDG_RUNTIME_DIR", "LANG")
@@ -84,6 +87,39 @@ class CibwRequest:
         return self.cache_dir / "uv"
 
 
+@dataclass(frozen=True, kw_only=True)
+class TorchCache:
+    """The pinned torch and the build requirements for one CPython, fetched into ``cache_dir`` before a build."""
+
+    python: str
+    torch: str
+    torch_index: str
+    cache_dir: Path
+    requirements: tuple[str, ...] = BUILD_REQUIREMENTS
+
+    @property
+    def tag(self) -> str:
+        major, minor = self.python.split(".")[:2]
+        return f"cp{major}{minor}"
+
+    @property
+    def wheels_dir(self) -> Path:
+        return self.cache_dir / "wheels"
+
+    @property
+    def uv_cache(self) -> Path:
+        return self.cache_dir / "uv"
+
+
+@dataclass(frozen=True)
+class TorchWheel:
+    """The fetched torch wheel; what its ``torch/version.py`` says (``torch.__version__``, ``torch.version.cuda``)."""
+
+    path: Path
+    version: str
+    cuda: str | None
+
+
 @dataclass(frozen=True)
 class CibwResult:
     wheel: Path  # the repaired wheel in out_dir
@@ -105,12 +141,12 @@ def check_request(req: CibwRequest) -> None:
                              "rename it in the recipe's [build.env]")
 
 
-def _torch_index_args(req: CibwRequest) -> list[str]:
+def _torch_index_args(req: CibwRequest | TorchCache) -> list[str]:
     extra = [] if req.torch_index.rstrip("/") == PYPI else ["--extra-index-url", req.torch_index]
     return ["--index-url", PYPI, *extra]
 
 
-def prefetch_argv(req: CibwRequest) -> list[str]:
+def prefetch_argv(req: CibwRequest | TorchCache) -> list[str]:
     """``pip download`` of torch and the build requirements for the image's CPython into ``<cache>/wheels``."""
     major, minor = req.python.split(".")[:2]
     return [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
@@ -189,7 +225,7 @@ def command_line(req: CibwRequest) -> str:
     return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in settings.items()), shlex.join(cibuildwheel_argv(req))])
 
 
-def prefetch(req: CibwRequest) -> float:
+def prefetch(req: CibwRequest | TorchCache) -> float:
     """Fetch torch and the build requirements on the host (network on); cheap when they are already there."""
     req.wheels_dir.mkdir(parents=True, exist_ok=True)
     req.uv_cache.mkdir(parents=True, exist_ok=True)
@@ -212,24 +248,56 @@ def prefetch(req: CibwRequest) -> float:
     return time.monotonic() - start
 
 
-def build_with_cibuildwheel(req: CibwRequest) -> CibwResult:
-    """Prefetch, then cibuildwheel in the image; output streams to ``req.log_file``; the repaired wheel comes back."""
+def fetched_torch(req: CibwRequest | TorchCache) -> TorchWheel:
+    """The torch wheel ``prefetch`` put into the cache for ``req``'s pin and CPython, read without installing it."""
+    import re
+    import zipfile
+
+    from packaging.utils import parse_wheel_filename
+    from packaging.version import Version
+
+    pin = Version(req.torch)
+    found = []
+    for path in sorted(req.wheels_dir.glob("torch-*.whl")):
+        name, version, _, tags = parse_wheel_filename(path.name)
+        if name == "torch" and (version == pin or version.public == str(pin)) and any(
+                t.interpreter == req.tag for t in tags):
+            found.append(path)
+    if len(found) != 1:
+        raise ToolchainError(f"{len(found)} torch=={req.torch} wheels for {req.tag} in {req.wheels_dir}, not one",
+                             f"remove {req.wheels_dir} and build again")
+    with zipfile.ZipFile(found[0]) as zf:
+        text = zf.read("torch/version.py").decode()
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    cuda = re.search(r"^cuda(?:\s*:[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    return TorchWheel(found[0], version.group(1) if version else str(pin), cuda.group(1) if cuda else None)
+
+
+def fetch_locked(req: CibwRequest | TorchCache) -> float:
+    """``prefetch`` under the cache's lock: builds sharing the cache fetch one at a time."""
+    from filelock import FileLock
+
+    req.cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(req.cache_dir / PREFETCH_LOCK)):
+        return prefetch(req)
+
+
+def build_with_cibuildwheel(req: CibwRequest, on_line: Callable[[str], None] | None = None) -> CibwResult:
+    """Prefetch, then cibuildwheel in the image; output is appended to ``req.log_file`` (each line also to
+    ``on_line``, else a status line shows the steps); the repaired wheel comes back."""
     check_request(req)
     if shutil.which(req.engine, path=req.engine_env.get("PATH") or os.environ.get("PATH")) is None:
         raise ToolchainError(f"cibuildwheel needs the {req.engine} command, which is not on PATH",
                              f"install {req.engine}, or build with --toolchain pip/host")
-    from filelock import FileLock
-
-    req.cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(req.cache_dir / "prefetch.lock")):  # builds sharing the cache fetch one at a time
-        fetched = prefetch(req)
+    fetched = fetch_locked(req)
     req.out_dir.mkdir(parents=True, exist_ok=True)
     req.log_file.parent.mkdir(parents=True, exist_ok=True)
     before = set(req.out_dir.glob("*.whl"))
     line = command_line(req)
     log.info("+ " + line)
     start = time.monotonic()
-    with req.log_file.open("w") as out, log.status(f"cibuildwheel in {req.image}") as update:
+    with req.log_file.open("a") as out, (nullcontext(on_line) if on_line else log.status(
+            f"cibuildwheel in {req.image}")) as update:
         out.write(f"+ {line}\n")
         out.flush()
         proc = subprocess.Popen(cibuildwheel_argv(req), cwd=req.source_dir, env=process_env(req),
@@ -238,7 +306,9 @@ def build_with_cibuildwheel(req: CibwRequest) -> CibwResult:
         for text in proc.stdout:
             out.write(text)
             out.flush()
-            if text.startswith(("    + ", "Repairing", "Building", "Running", "✓")):
+            if on_line is not None and text.strip():
+                on_line(text.strip())
+            elif text.startswith(("    + ", "Repairing", "Building", "Running", "✓")):
                 update(text.strip()[:120])
         code = proc.wait()
     seconds = time.monotonic() - start

@@ -1,34 +1,50 @@
-"""The docker toolchain: the compiler and the build's Python come from a CUDA devel image (dockerfiles/).
+"""The docker toolchain: the wheel is built by cibuildwheel in a manylinux CUDA image (dockerfiles/manylinux-cuda-*).
 
-``ContainerToolchain`` is a ``BuildHost`` (toolchain/base.py) whose commands run in throwaway containers of the
-build image: the pyenv stage makes the build venv with the pinned torch through it (cached on the host, in the
-tool cache), and the compile stage builds the wheel through it (``build_wheel``: the same ProjectBuilder frontend as
-on this machine, each PEP 517 hook run in a container with the network off). Plan, source, patch, finalize,
-inspect, test and publish run on the host exactly as for the pip and host toolchains. Host folders are
-bind-mounted at the same paths inside the container, so every path in logs and records means the same thing on
-both sides. Containers run as the invoking uid:gid (files come back owned by the caller; under rootless podman
-container root *is* the caller), and GPUs are passed (``device_requests``) only where the host has one. Docker
-and podman's Docker-API service are driven through the same SDK; no shell command is ever assembled from strings.
+``ContainerToolchain`` is a ``BuildHost`` (toolchain/base.py) for one image on one engine (docker, or podman).
+It brings the build's Python itself (``prepare_python``): the image's ``/opt/python/cp3XX-cp3XX`` interpreter,
+and the pinned torch and build requirements, which it fetches now on the host into a cache (one per torch
+index) and which cibuildwheel's before-build step installs offline. Its ``build_wheel`` is
+``cibw.build_with_cibuildwheel``: the recipe's build env, TORCH_CUDA_ARCH_LIST and MAX_JOBS passed through
+verbatim, the network off, ``auditwheel repair`` with torch's and CUDA's libraries excluded, so the wheel comes
+back tagged ``manylinux_2_XX``. Plan, source, patch, finalize, inspect, test and publish run on the host exactly
+as for the pip and host toolchains. The toolkit probe (``nvcc --version``) runs in a throwaway container through
+the docker SDK (Docker, or podman's Docker-API service); cibuildwheel drives the engine's own CLI, which sees the
+same images (the same user and CONTAINERS_CONF). No shell command is ever assembled from strings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from packaging.version import Version
 
-from builder.core.errors import ToolchainError
+from builder.core.errors import BuildFailed, ToolchainError
 from builder.core.log import log
-from builder.toolchain.base import NO_MOUNTS, RELEASE_RE, CudaToolkit, Mounts, RunResult, WheelRequest, same_minor
-from builder.toolchain.frontend import pep517_wheel
+from builder.toolchain import cibw
+from builder.toolchain.base import (
+    NO_MOUNTS,
+    RELEASE_RE,
+    CudaToolkit,
+    Mounts,
+    PreparedPython,
+    RunResult,
+    WheelBuildFailed,
+    WheelRequest,
+    same_minor,
+)
 from builder.toolchain.images import ImageSpec, find_image, image_ref
 
-CONTAINER_CUDA_HOME = Path("/usr/local/cuda")
-CONTAINER_PATH = "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CONTAINER_CUDA_HOME = Path(cibw.CONTAINER_CUDA_HOME)
+# the engine CLI's own settings, passed to cibuildwheel (none of the other host variables are)
+ENGINE_VARS = ("DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "CONTAINER_HOST", "CONTAINERS_CONF",
+               "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "XDG_RUNTIME_DIR")
+# what cibuildwheel sets in its container itself (cibw.cibw_settings): never passed from the build env
+CIBW_OWN = ("PATH", "HOME", "CUDA_HOME", "CUDA_PATH", "UV_CACHE_DIR", "UV_NO_PROGRESS", "LANG")
 
 
 def connect(env: Mapping[str, str], timeout: int = 3) -> Any | None:
@@ -63,35 +79,33 @@ def _one_line(e: Exception) -> str:
 
 
 class ContainerToolchain:
-    """An engine connection plus one build image; a ``BuildHost`` whose commands run in throwaway containers with
-    bind mounts. Used as a context manager: containers it started are removed and the client closed on exit."""
-
-    uv = "uv"  # the image's (dockerfiles/ install it on PATH)
-    venv_prefix = "docker"
+    """An engine connection plus one build image. Used as a context manager: containers it started are removed
+    and the client closed on exit."""
 
     def __init__(self, client: Any, image: Any, spec: ImageSpec, cuda: Version, reason: str = "", *,
-                 cache: Path, venvs: Path) -> None:
+                 cache: Path, engine_env: Mapping[str, str] | None = None) -> None:
         self.client = client
         self.image = image
         self.spec = spec
         self.cuda = cuda
         self.reason = reason
-        self.cache = cache  # the containers' HOME and uv cache (writable in every run)
-        self.venvs = venvs  # the build venvs' folder: where it is mounted writable, uv's cache goes with it
+        self.cache = cache  # torch and the build requirements, per torch index (cibw.TorchCache)
+        self.engine_env = {k: v for k, v in (engine_env or {}).items() if k in ENGINE_VARS}
+        self.engine = engine_name(client)
         self._live: list[Any] = []
+        self._torch: cibw.TorchCache | None = None  # what prepare_python fetched, for build_wheel
         self.toolkit: CudaToolkit = self._probe_toolkit()
         self.where = f" in {self.toolkit.image}"
-        self.venv_key: tuple[str, ...] = (self.image.id,)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, client: Any, spec: ImageSpec, cuda: Version, reason: str, *, cache: Path,
-             venvs: Path) -> ContainerToolchain:
+             engine_env: Mapping[str, str] | None = None) -> ContainerToolchain:
         image = find_image(client, spec)
         if image is None:
             raise ToolchainError(f"--toolchain docker: no image for CUDA {spec.cuda} ({spec.tag} is not built)",
                                  f"run `builder images build --cuda {spec.cuda}` first")
-        return cls(client, image, spec, cuda, reason, cache=cache, venvs=venvs)
+        return cls(client, image, spec, cuda, reason, cache=cache, engine_env=engine_env)
 
     def __enter__(self) -> ContainerToolchain:
         return self
@@ -124,12 +138,12 @@ class ContainerToolchain:
             mounts: Mounts = NO_MOUNTS, network: bool = True, out: TextIO | None = None,
             on_line: Callable[[str], None] | None = None, timeout_s: float | None = None,
             gpu: bool = False) -> RunResult:
-        """Run ``argv`` in a fresh container; ``mounts`` (host path -> read-only) are mounted at the same paths,
-        the toolchain's cache folder always (writable). ``timeout_s`` is not enforced in containers."""
+        """Run ``argv`` in a fresh container; ``mounts`` (host path -> read-only) are mounted at the same paths.
+        ``timeout_s`` is not enforced in containers."""
         import docker
         import requests
 
-        binds = {str(p): {"bind": str(p), "mode": "ro" if ro else "rw"} for p, ro in self._mounts(mounts).items()}
+        binds = {str(p): {"bind": str(p), "mode": "ro" if ro else "rw"} for p, ro in mounts.items()}
         container = None
         try:
             container = self.client.containers.create(
@@ -176,14 +190,6 @@ class ContainerToolchain:
             emit(pending)
         return output
 
-    def _mounts(self, mounts: Mounts) -> dict[Path, bool]:
-        """``mounts`` plus the cache folder; a writable venvs folder shares one mount with uv's cache (below)."""
-        found = {**mounts, self.cache: False}
-        if found.get(self.venvs) is False:
-            del found[self.venvs], found[self.cache]
-            found.update(_shared_mount(self.venvs, self.cache))
-        return found
-
     def _probe_toolkit(self) -> CudaToolkit:
         result = self.run([str(CONTAINER_CUDA_HOME / "bin" / "nvcc"), "--version"], network=False)
         match = RELEASE_RE.search(result.output)
@@ -201,17 +207,27 @@ class ContainerToolchain:
 
     # -- the BuildHost answers ----------------------------------------------------------------------------------
     def path(self, host_path: Path) -> Path:
-        return host_path  # mounted at the same path
+        return host_path  # run() mounts at the same path; cibuildwheel's copy of the source is /project (passed_env)
 
     def base_env(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """None of the host's variables: the image's PATH, a writable HOME and uv cache."""
-        return {"PATH": CONTAINER_PATH, "HOME": str(self.cache / "home"), "UV_CACHE_DIR": str(self.cache / "uv"),
-                "UV_NO_PROGRESS": "1", "LANG": "C.UTF-8", "CUDA_HOME": str(CONTAINER_CUDA_HOME)}
+        """None of the host's variables: cibuildwheel sets the container's own (PATH, CUDA_HOME, uv's)."""
+        return {}
 
-    def base_python(self, version: str) -> str:
-        (self.cache / "home").mkdir(parents=True, exist_ok=True)
-        (self.cache / "uv").mkdir(parents=True, exist_ok=True)
-        return version  # uv in the image finds the image's Python of that version
+    def prepare_python(self, version: str, torch: str, index_url: str,
+                       requirements: Sequence[str]) -> PreparedPython:
+        """The image's CPython ``version`` and torch==``torch``: fetched now into the cache (network on, on the
+        host; nothing is fetched when it is there), installed offline by cibuildwheel's before-build step. The
+        torch version named is what that wheel's torch/version.py says, as a probe of the installed torch would."""
+        folder = self.cache / hashlib.sha256(index_url.encode()).hexdigest()[:12]  # one torch per pin and index
+        fetch = cibw.TorchCache(python=version, torch=torch, torch_index=index_url, cache_dir=folder,
+                                requirements=tuple(requirements))
+        cibw.fetch_locked(fetch)
+        wheel = cibw.fetched_torch(fetch)
+        self._torch = fetch
+        tag = fetch.tag
+        root = Path(f"/opt/python/{tag}-{tag}")
+        return PreparedPython(root / "bin" / "python", version, wheel.version, wheel.cuda,
+                              root / "lib" / f"python{version}" / "site-packages")
 
     def given_python(self, python: Path) -> Path:
         raise ToolchainError(f"--python {python}: with --toolchain docker the build's Python comes from the image",
@@ -227,17 +243,38 @@ class ContainerToolchain:
         return self.toolkit.record()
 
     def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
-        """The build step (issue 16 replaces this one method with cibuildwheel): the shared PEP 517 frontend, each
-        hook in a container with the network off; the sources and the output folder writable, the venv read-only."""
-        log.info(f"build step in containers of {self.toolkit.image} ({self.image.id[:19]}), network none")
-        mounts = {request.source_dir: False, request.out_dir: False, request.python.parent.parent: True}
-        return pep517_wheel(request, self, on_line, mounts=mounts)
+        """cibuildwheel on the patched source in this image, with the torch ``prepare_python`` fetched."""
+        if self._torch is None:
+            raise ToolchainError("the docker toolchain builds only after prepare_python fetched torch")
+        fetch = self._torch
+        req = cibw.CibwRequest(
+            source_dir=request.source_dir, python=request.python_version, image=self.image.id, engine=self.engine,
+            torch=fetch.torch, torch_index=fetch.torch_index, cache_dir=fetch.cache_dir, out_dir=request.out_dir,
+            log_file=request.log_file, build_env=passed_env(request), requirements=fetch.requirements,
+            engine_env=self.engine_env)
+        log.info(f"build step: cibuildwheel in {self.toolkit.image} ({self.image.id[:19]}) with {self.engine}, "
+                 "network none")
+        try:
+            return cibw.build_with_cibuildwheel(req, on_line).wheel
+        except BuildFailed as e:
+            raise WheelBuildFailed(e.message) from e
 
 
-def _shared_mount(venvs: Path, uv_cache: Path) -> dict[Path, bool]:
-    """One writable mount holding both the venvs and uv's cache: across two bind mounts uv cannot hard-link a
-    package into the venv and copies it, which doubles the disk a CUDA torch takes (about 5 GiB more)."""
-    common = Path(os.path.commonpath([venvs.resolve(), uv_cache.resolve()]))
-    if common == Path(common.anchor):  # nothing shared but the root: mount the two folders
-        return {venvs: False, uv_cache: False}
-    return {common: False}
+def passed_env(request: WheelRequest) -> dict[str, str]:
+    """The build env cibuildwheel passes into its container: the request's, less what the container sets itself,
+    with the prefix maps naming the copy of the source that cibuildwheel builds (``/project``), not the host's."""
+    env = {k: v for k, v in request.env.items() if k not in CIBW_OWN}
+    host_root = f"{request.source_dir}="
+    for key in ("CFLAGS", "NVCC_APPEND_FLAGS"):
+        if key in env:
+            env[key] = env[key].replace(host_root, f"{cibw.CONTAINER_PROJECT}=")
+    return env
+
+
+def engine_name(client: Any) -> Literal["docker", "podman"]:
+    """Which engine answers: podman's Docker-API service names itself in the version's components."""
+    try:
+        components = client.version().get("Components") or []
+    except Exception:  # noqa: BLE001 - an engine that cannot say is taken to be Docker
+        return "docker"
+    return "podman" if any("podman" in str(c.get("Name", "")).lower() for c in components) else "docker"

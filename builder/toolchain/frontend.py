@@ -1,11 +1,10 @@
-"""The one PEP 517 frontend every toolchain builds with: pypa/build's ProjectBuilder, no isolation.
+"""The PEP 517 frontend of the builds on this machine: pypa/build's ProjectBuilder, no isolation.
 
 ProjectBuilder runs in this process and reads pyproject.toml here; each backend hook it calls (an interpreter, the
-in-process hook script, a control folder) is a command, and that command runs through the ``BuildHost``: on this
-machine, or in a container that sees the same paths (the script and the control folder are mounted for the
-call). So the hook calls, the log file, the progress and the failure handling are the same for every toolchain;
-only where the hook's interpreter runs differs. A toolchain that builds wheels another way (cibuildwheel, for
-issue 16) implements ``BuildHost.build_wheel`` itself instead of calling ``pep517_wheel``.
+in-process hook script, a control folder) is a command run through the ``BuildHost`` (the hook script and control
+folder are named as mounts, for a host that runs commands elsewhere). So the hook calls, the log file, the progress
+and the failure handling are the same for the pip and host toolchains. The docker toolchain builds with
+cibuildwheel instead (toolchain/cibw.py: its ``BuildHost.build_wheel``).
 """
 
 from __future__ import annotations

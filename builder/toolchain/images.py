@@ -1,4 +1,5 @@
-"""Build images for the docker toolchain: one per CUDA version, from ``dockerfiles/cuda-X.Y.Dockerfile``.
+"""Build images for the docker toolchain: one per CUDA version, from ``dockerfiles/manylinux-cuda-X.Y.Dockerfile``
+(a manylinux_2_28 image plus CUDA X.Y: what cibuildwheel builds in, toolchain/cibw.py).
 
 The tag encodes the CUDA version and a hash of the Dockerfile plus its build arguments
 (``cuda-wheel-builder:cuda12.8-<12 hex>``), so an edited Dockerfile or another base image gives another tag and
@@ -58,8 +59,16 @@ class ImageSpec:
                 LABEL_KEY: self.key}
 
 
+DOCKERFILE_PREFIX = "manylinux-cuda-"
+
+
+def dockerfile_for(key: str, dockerfiles: Path = DOCKERFILES) -> Path:
+    return dockerfiles / f"{DOCKERFILE_PREFIX}{key}.Dockerfile"
+
+
 def available_cudas(dockerfiles: Path = DOCKERFILES) -> list[str]:
-    return sorted(p.name.removeprefix("cuda-").removesuffix(".Dockerfile") for p in dockerfiles.glob("cuda-*.Dockerfile"))
+    return sorted((p.name.removeprefix(DOCKERFILE_PREFIX).removesuffix(".Dockerfile")
+                   for p in dockerfiles.glob(f"{DOCKERFILE_PREFIX}*.Dockerfile")), key=Version)
 
 
 def default_base_image(dockerfile: Path) -> str:
@@ -71,7 +80,7 @@ def default_base_image(dockerfile: Path) -> str:
 
 def image_spec(cuda: Version | str, base_image: str | None = None, dockerfiles: Path = DOCKERFILES) -> ImageSpec:
     key = cuda if isinstance(cuda, str) else f"{cuda.major}.{cuda.minor}"
-    dockerfile = dockerfiles / f"cuda-{key}.Dockerfile"
+    dockerfile = dockerfile_for(key, dockerfiles)
     if not dockerfile.is_file():
         raise UsageError(f"no Dockerfile for CUDA {key} ({dockerfile} missing)",
                          f"available: {', '.join(available_cudas(dockerfiles)) or 'none'}")

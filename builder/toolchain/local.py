@@ -18,7 +18,15 @@ from builder.core.errors import ToolchainError
 from builder.core.filememo import remembered
 from builder.core.streaming import stream
 from builder.core.uvtool import uv_bin
-from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, CudaToolkit, Mounts, RunResult, WheelRequest
+from builder.toolchain.base import (
+    NO_MOUNTS,
+    PYTHON_PROBE,
+    CudaToolkit,
+    Mounts,
+    PreparedPython,
+    RunResult,
+    WheelRequest,
+)
 from builder.toolchain.frontend import pep517_wheel
 from builder.toolchain.hostcompiler import host_compiler
 
@@ -28,8 +36,6 @@ class LocalRunner:
     cannot be turned off (the sources are fetched before the build either way)."""
 
     where = ""
-    venv_prefix = "build"
-    venv_key: tuple[str, ...] = ()
 
     def __init__(self, toolkit: CudaToolkit | None = None, *, memo: Path | None = None) -> None:
         self.toolkit = toolkit
@@ -67,8 +73,9 @@ class LocalRunner:
     def base_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         return dict(environ)
 
-    def base_python(self, version: str) -> str:
-        return str(find_interpreter(version, memo=self.memo))
+    def prepare_python(self, version: str, torch: str, index_url: str,
+                       requirements: Sequence[str]) -> PreparedPython | None:
+        return None  # the pyenv stage makes a cached build venv here
 
     def given_python(self, python: Path) -> Path:
         return Path(shutil.which(str(python)) or python)

@@ -33,7 +33,7 @@ def refuse_cuda12(cuda: Version) -> ToolchainError:
     return ToolchainError(
         f"--toolchain pip cannot provide CUDA {cuda}: PyPI has no CUDA 12 compiler "
         "(nvidia-cuda-nvcc-cu12 ships ptxas and headers only, no nvcc/cicc)",
-        f"use --toolchain docker (nvidia/cuda:{cuda}-devel image) or --toolchain host with CUDA_HOME "
+        f"use --toolchain docker (a manylinux CUDA {cuda} image) or --toolchain host with CUDA_HOME "
         f"pointing at a CUDA {cuda} install; or build with this toolchain for --cuda 13.0, with a CUDA 13.0 torch",
     )
 

@@ -17,19 +17,27 @@ from builder.toolchain import container as docker_toolchain
 from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
 from builder.toolchain.host import candidate_homes, find_host_toolkit
-from builder.toolchain.images import ImageSpec, base_present, build_image, find_image, image_spec
+from builder.toolchain.images import (
+    ImageSpec,
+    base_present,
+    build_image,
+    default_base_image,
+    dockerfile_for,
+    find_image,
+    image_spec,
+)
 from builder.toolchain.local import LocalRunner
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
 
-# The nvidia/cuda devel image each CUDA minor maps to (dockerfiles/ builds on these).
-_IMAGE_PATCH = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.2"}
-
-
 def docker_image_for(cuda: Version) -> str:
+    """What the docker toolchain builds CUDA ``cuda`` in, in words: the base image plus that CUDA, from its
+    Dockerfile (the built image's tag hashes both: ``builder images build`` names it)."""
     key = f"{cuda.major}.{cuda.minor}"
-    full = _IMAGE_PATCH.get(key, f"{key}.0")
-    return f"nvidia/cuda:{full}-devel-ubuntu24.04"
+    dockerfile = dockerfile_for(key)
+    if not dockerfile.is_file():
+        return f"no manylinux image for CUDA {key} (no dockerfiles/{dockerfile.name})"
+    return f"{default_base_image(dockerfile)} + CUDA {key} (dockerfiles/{dockerfile.name})"
 
 
 def container_engine_answers(env: Mapping[str, str]) -> str | None:
@@ -68,20 +76,21 @@ def may_use_container(requested: str, env: Mapping[str, str]) -> bool:
     return requested == "docker" or (requested == "auto" and container_engine_answers(env) is not None)
 
 
-def _container_host(client: Any, spec: ImageSpec, cuda: Version, reason: str,
-                    settings: Settings) -> docker_toolchain.ContainerToolchain:
+def _container_host(client: Any, spec: ImageSpec, cuda: Version, reason: str, settings: Settings,
+                    env: Mapping[str, str]) -> docker_toolchain.ContainerToolchain:
     return docker_toolchain.ContainerToolchain.open(client, spec, cuda, reason, cache=settings.cache("docker"),
-                                                    venvs=settings.cache("venvs"))
+                                                    engine_env=env)
 
 
 def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
+    spec = image_spec(cuda)
     client = docker_toolchain.connect(env)
     if client is None:
         raise ToolchainError(
-            f"--toolchain docker: no container engine answers (DOCKER_HOST={env.get('DOCKER_HOST', 'unset')})",
+            f"--toolchain docker: no container engine answers (DOCKER_HOST={env.get('DOCKER_HOST', 'unset')}) to "
+            f"build in {spec.tag} (dockerfiles/{spec.dockerfile.name} on {spec.base_image})",
             "start Docker or `podman system service`, or use --toolchain pip (CUDA >= 13)",
         )
-    spec = image_spec(cuda)
     try:
         if find_image(client, spec) is None:
             log.info(f"toolchain docker: {spec.tag} is not built yet; building it from {spec.dockerfile.name} "
@@ -89,7 +98,7 @@ def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: st
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
         container = _container_host(
             client, spec, cuda, f"--toolchain docker: engine at {env.get('DOCKER_HOST') or client.api.base_url}",
-            settings)
+            settings, env)
     except BaseException:
         client.close()
         raise
@@ -256,7 +265,7 @@ def _auto_container(cuda: Version, settings: Settings, env: Mapping[str, str]) -
             log.info(f"toolchain auto: building {spec.tag} on the local base {spec.base_image}")
             build_image(client, spec, log_line=lambda line: log.info(f"  {line}"))
         reason = f"auto: a container engine answers at {address} with an image for CUDA {cuda}"
-        container = _container_host(client, spec, cuda, reason, settings)
+        container = _container_host(client, spec, cuda, reason, settings, env)
     except ToolchainError as e:
         client.close()
         return f"a container engine answers at {address} but its image is unusable ({e.message})"
