@@ -57,7 +57,7 @@ def test_auto_never_pulls_and_falls_through_with_the_reason(monkeypatch: pytest.
 def test_auto_records_why_the_engine_was_passed_over(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setattr(docker_toolchain, "connect", lambda env, timeout=3: _FakeEngine())
     fake = CudaToolkit("host", tmp_path, Version("13.0.88"), "host CUDA")
-    monkeypatch.setattr(select, "find_host_toolkit", lambda cuda, env: fake)
+    monkeypatch.setattr(select, "find_host_toolkit", lambda cuda, env, memo=None: fake)
     choice = select.select_toolkit("auto", Version("13.0"), Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)}), {})
     assert choice.toolkit is not None and choice.toolkit.kind == "host" and isinstance(choice.host, LocalRunner)
     assert choice.toolkit.reason.startswith("auto: a container engine answers at http+docker://fake-engine but neither")
@@ -67,7 +67,7 @@ def test_auto_records_why_the_engine_was_passed_over(monkeypatch: pytest.MonkeyP
 def test_auto_without_engine_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setattr(docker_toolchain, "connect", lambda env, timeout=3: None)
     fake = CudaToolkit("host", tmp_path, Version("13.0.88"), "host CUDA")
-    monkeypatch.setattr(select, "find_host_toolkit", lambda cuda, env: fake)
+    monkeypatch.setattr(select, "find_host_toolkit", lambda cuda, env, memo=None: fake)
     choice = select.select_toolkit("auto", Version("13.0"), Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)}), {})
     assert ("no container engine answers for quay.io/pypa/manylinux_2_28_x86_64:latest + CUDA 13.0 "
             "(dockerfiles/manylinux-cuda-13.0.Dockerfile)") in choice.toolkit.reason
