@@ -377,7 +377,7 @@ def load_child(repeats: int) -> dict[str, Any]:
     ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
     ok(cu.cuCtxSetCurrent(ctx), "set")
     images = [(ctypes.create_string_buffer(Path(p).read_bytes()), [n.encode() for n in names])
-              for p, names in json.loads(os.environ["FATBINS"])]
+              for p, names in json.loads(Path(os.environ["FATBINS"]).read_text())]
     loads, totals = [], []
     for _ in range(repeats):
         mods = []
@@ -403,7 +403,10 @@ def time_loads(fatbins: list[Path], kernels: list[list[str]], mode: str, process
                repeats: int) -> dict[str, Any]:
     """`processes` fresh processes, each loading all fatbins `repeats` times (modules + every kernel looked up)."""
     firsts, warm, load_only = [], [], []
-    spec = json.dumps([[str(p), k] for p, k in zip(fatbins, kernels, strict=True)])
+    # the fatbin list (kernel names included) goes through a file: as an env value it passes the kernel's limit
+    spec_file = fatbins[0].parent / "fatbins-spec.json"
+    spec_file.write_text(json.dumps([[str(p), k] for p, k in zip(fatbins, kernels, strict=True)]))
+    spec = str(spec_file)
     for _ in range(processes):
         env = {**os.environ, "CUDA_MODULE_LOADING": mode, "FATBINS": spec}
         proc = subprocess.run([sys.executable, __file__, "load", "--child", "--repeats", str(repeats)],

@@ -11,6 +11,7 @@ from packaging.version import Version
 from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
 from builder.toolchain import pip as pip_toolchain
+from builder.toolchain.base import CudaToolkit
 from builder.toolchain.host import find_host_toolkit
 from builder.toolchain.select import select_toolkit
 
@@ -169,3 +170,50 @@ def test_a_host_runs_each_pep517_hook_with_the_script_and_control_folder_mounted
     assert argv[0] == sys.executable and argv[2] == "build_wheel" and network is False
     assert mounts[project] is False and mounts[Path(argv[1])] is True and mounts[Path(argv[3])] is False
     assert f"+ {' '.join(argv)}" in log_file.read_text() and any("bdist_wheel" in line for line in lines)
+
+
+# A translation unit shaped like torch extensions' kernel files: templates and internal-linkage code only. nvcc's
+# front end numbers its internal symbols (_INTERNAL_<path hash>_<file>_<hash>_<n>) with its process ID for such a
+# file unless -frandom-seed is given (docs/RELIABILITY.md, case 12).
+TEMPLATE_ONLY_TU = """#include <cuda/std/utility>
+namespace { template <typename T> __device__ T twice(T x) { return x + x; } }
+template <typename T> __global__ void scale(T* y, long n) {
+    auto p = cuda::std::make_pair(blockIdx.x * (long)blockDim.x + threadIdx.x, n);
+    if (p.first < p.second) y[p.first] = twice(y[p.first]);
+}
+template __global__ void scale<float>(float*, long);
+"""
+
+
+def host_cuda13() -> CudaToolkit | None:
+    import os
+
+    try:
+        return find_host_toolkit(Version("13.0"), os.environ)
+    except ToolchainError:
+        return None
+
+
+@pytest.mark.skipif(host_cuda13() is None, reason="no host CUDA 13.0 nvcc")
+def test_the_builders_nvcc_flags_make_a_template_only_translation_unit_compile_to_the_same_bytes(
+        tmp_path: Path) -> None:
+    import hashlib
+    import re
+    import subprocess
+
+    toolkit = host_cuda13()
+    assert toolkit is not None
+    source = tmp_path / "scale.cu"
+    source.write_text(TEMPLATE_ONLY_TU)
+
+    def digest(flags: tuple[str, ...], out: str) -> str:
+        subprocess.run([str(toolkit.nvcc), "-c", "-arch=sm_90", *flags, str(source), "-o", str(tmp_path / out)],
+                       check=True, capture_output=True)
+        # nvcc's temp file names (tmpxft_<pid>_…) are in the object too; finalize zeroes them in the .so
+        return hashlib.sha256(re.sub(rb"tmpxft_[0-9a-f]{8}_", b"tmpxft_00000000_", (tmp_path / out).read_bytes())
+                              ).hexdigest()
+
+    # two compiles are two processes: without the flags their objects differ (the control) ...
+    assert digest((), "a.o") != digest((), "b.o")
+    # ... with the builder's flags they are the same bytes
+    assert toolkit.nvcc_flags and digest(toolkit.nvcc_flags, "c.o") == digest(toolkit.nvcc_flags, "d.o")

@@ -181,6 +181,8 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
     if toolkit is not None:
         env.update(toolkit.build_env(env.get("PATH", "/usr/bin:/bin")))
         env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(plan.target.archs)
+        if toolkit.nvcc_flags:  # before the recipe's own NVCC_APPEND_FLAGS: nvcc takes an option's last value
+            env["NVCC_APPEND_FLAGS"] = " ".join([*toolkit.nvcc_flags, env.get("NVCC_APPEND_FLAGS", "")]).strip()
     env["MAX_JOBS"] = str(plan.target.jobs)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
     ccache = None

@@ -37,8 +37,9 @@ class Unknown(enum.Enum):
 
 UNKNOWN = Unknown.UNKNOWN
 # The toolkit fields that go into the key: a container build's image tag hashes its Dockerfile and base image
-# (a new compiler there is a new tag); its content ID, the CUDA_HOME path and the reason do not.
-TOOLKIT_KEY_FIELDS = ("kind", "nvcc", "image")
+# (a new compiler there is a new tag); its content ID, the CUDA_HOME path and the reason do not. nvcc_flags: what
+# the builder adds to every nvcc call (CudaToolkit.nvcc_flags; absent in records of builds that added none).
+TOOLKIT_KEY_FIELDS = ("kind", "nvcc", "image", "nvcc_flags")
 # Inputs that build records do not carry because another recorded input covers them: the recipe's build env is
 # in the recipe file, whose sha256 is recorded.
 COVERED_BY: Mapping[str, str] = {"env": "recipe"}

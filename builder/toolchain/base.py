@@ -55,8 +55,21 @@ class CudaToolkit:
         where = f" in {self.image}" if self.image else ""
         return f"{self.kind} (nvcc {self.version} at {self.cuda_home}{where})"
 
+    @property
+    def nvcc_flags(self) -> tuple[str, ...]:
+        """Flags the builder gives every nvcc call (NVCC_APPEND_FLAGS, before the recipe's own, so a recipe's
+        value wins): ``-frandom-seed`` makes the front end's internal symbol names (``_INTERNAL_…_<n>``, else
+        numbered by process ID) the same in every build; ``--compress-mode=size`` halves the fatbins and loads
+        faster than nvcc's default (docs/BENCHMARKS.md, "Compressed fatbins"). Both checked with nvcc 13.0; CUDA
+        12.x toolkits get none (not verified there)."""
+        if self.version.major < 13:
+            return ()
+        return ("-frandom-seed=cuda-wheel-builder", "--compress-mode=size")
+
     def record(self) -> dict[str, str]:
         record = {"kind": self.kind, "cuda_home": str(self.cuda_home), "nvcc": str(self.version), "reason": self.reason}
+        if self.nvcc_flags:  # in the cache key (stages/inputs.py): other flags, other bytes
+            record["nvcc_flags"] = " ".join(self.nvcc_flags)
         if self.image:
             record.update(image=self.image, image_id=self.image_id, image_digest=self.image_digest)
         return record
