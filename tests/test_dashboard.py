@@ -56,11 +56,13 @@ def _record(package: str, version: str, cuda: str, torch: str, archs: list[str],
 
 
 def _fake_so(wheel: Path, size: int) -> Path:
-    """Add an incompressible stand-in for the compiled extension, so the sizes look like a CUDA wheel's."""
+    """Add a stand-in for the compiled extension, so the sizes look like a CUDA wheel's: a real ELF file (publishing
+    reads every .so's glibc needs, stages/repair.py) padded with incompressible bytes."""
     import os
 
+    elf = Path("/bin/true").read_bytes()
     with zipfile.ZipFile(wheel, "a") as zf:
-        zf.writestr(zipfile.ZipInfo("causal_conv1d_cuda.so"), os.urandom(size))
+        zf.writestr(zipfile.ZipInfo("causal_conv1d_cuda.so"), elf + os.urandom(max(0, size - len(elf))))
     return wheel
 
 

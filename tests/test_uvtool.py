@@ -16,7 +16,6 @@ import pytest
 
 from builder.core.errors import ToolchainError
 from builder.core.uvtool import LOW_DISK_BYTES, install_failure, run_uv
-from builder.toolchain.container import _shared_mount
 
 
 def make_big_wheel(where: Path, size: int) -> Path:
@@ -89,11 +88,3 @@ def test_the_free_space_is_checked_where_the_venv_goes() -> None:
 
     assert _install_target(["venv", "--quiet", "--python", "/opt/py/bin/python3.12", "/c/venvs/b-1"]) == Path("/c/venvs/b-1")
     assert _install_target(["pip", "install", "--python", "/c/venvs/b-1/bin/python", "torch"]) == Path("/c/venvs/b-1")
-
-
-def test_container_venvs_and_uv_cache_share_one_mount(tmp_path: Path) -> None:
-    """Two bind mounts would make uv copy every package instead of hard-linking it (5 GiB more for torch)."""
-    cache = tmp_path / "cache"
-    assert _shared_mount(cache / "venvs", cache / "docker") == {cache.resolve(): False}
-    # a uv cache on another path entirely still gets mounted, just not shared
-    assert _shared_mount(Path("/a/venvs"), Path("/b/uv")) == {Path("/a/venvs"): False, Path("/b/uv"): False}

@@ -357,8 +357,8 @@ class Wheelhouse:
         (PortabilityError, exit 13) one that vendors libtorch/libc10/libcudart or whose objects need a newer glibc
         than its manylinux tag promises (stages/repair.py). Returns the published path.
         """
+        metadata = check_wheel(wheel)  # first: a file that is not a well-formed wheel is a PublishError
         check_portability(portability_report(wheel))
-        metadata = check_wheel(wheel)
         log_source = _log_source(wheel, record)
         digest = sha256_file(wheel)
         record = record.with_(wheel_sha256=digest)

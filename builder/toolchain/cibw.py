@@ -55,39 +55,6 @@ _HOST_VARS = ("PATH", "HOME", "TMPDIR", "XDG_RUNTIME_DIR", "LANG")
 
 
 @dataclass(frozen=True, kw_only=True)
-class CibwRequest:
-    """Everything one cibuildwheel build needs; paths are host paths."""
-
-    source_dir: Path  # the patched source tree (cibuildwheel copies it into the container's /project)
-    python: str  # "3.11"
-    image: str  # a manylinux-layout CUDA image already on the engine (cibuildwheel pulls only a missing one)
-    engine: Literal["docker", "podman"]
-    torch: str  # exact pin, e.g. "2.14.1"
-    torch_index: str  # index URL holding that torch (PyPI, a PyTorch channel, or file:// for a local one)
-    cache_dir: Path  # host folder for wheels/ (downloaded) and uv/ (unpacked); mounted read-write
-    out_dir: Path
-    log_file: Path
-    build_env: Mapping[str, str] = field(default_factory=dict)  # TORCH_CUDA_ARCH_LIST, MAX_JOBS, recipe env
-    requirements: tuple[str, ...] = BUILD_REQUIREMENTS
-    engine_env: Mapping[str, str] = field(default_factory=dict)  # for the engine CLI: CONTAINERS_CONF, DOCKER_HOST
-    plat: str = "auto"  # auditwheel --plat; "auto" = the most compatible tag the symbols allow
-    network: bool = False  # True only to debug an image: the build then may reach the network
-
-    @property
-    def tag(self) -> str:
-        major, minor = self.python.split(".")[:2]
-        return f"cp{major}{minor}"
-
-    @property
-    def wheels_dir(self) -> Path:
-        return self.cache_dir / "wheels"
-
-    @property
-    def uv_cache(self) -> Path:
-        return self.cache_dir / "uv"
-
-
-@dataclass(frozen=True, kw_only=True)
 class TorchCache:
     """The pinned torch and the build requirements for one CPython, fetched into ``cache_dir`` before a build."""
 
@@ -109,6 +76,22 @@ class TorchCache:
     @property
     def uv_cache(self) -> Path:
         return self.cache_dir / "uv"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CibwRequest(TorchCache):
+    """Everything one cibuildwheel build needs (the TorchCache's fields: python "3.11", the exact torch pin, its
+    index URL, the host folder for wheels/ and uv/, mounted read-write); paths are host paths."""
+
+    source_dir: Path  # the patched source tree (cibuildwheel copies it into the container's /project)
+    image: str  # a manylinux-layout CUDA image already on the engine (cibuildwheel pulls only a missing one)
+    engine: Literal["docker", "podman"]
+    out_dir: Path
+    log_file: Path
+    build_env: Mapping[str, str] = field(default_factory=dict)  # TORCH_CUDA_ARCH_LIST, MAX_JOBS, recipe env
+    engine_env: Mapping[str, str] = field(default_factory=dict)  # for the engine CLI: CONTAINERS_CONF, DOCKER_HOST
+    plat: str = "auto"  # auditwheel --plat; "auto" = the most compatible tag the symbols allow
+    network: bool = False  # True only to debug an image: the build then may reach the network
 
 
 @dataclass(frozen=True)
