@@ -81,7 +81,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
         assert line.startswith("serving "), line + log.read_text()
         yield Server(house, line.split(" at ", 1)[1].split(" ", 1)[0], log)
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # not SIGINT: a test run started in the background ignores it
         proc.wait(timeout=10)
 
 

@@ -126,8 +126,10 @@ def test_builder_serve_command(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
     house.publish(labelled_wheel(tmp_path, "demo", "1.0", "cu130torch2.14"), BuildRecord.from_json({}))
     env = {**os.environ, "COLUMNS": "300"}
+    # as from a terminal: a process started with SIGINT ignored (a background job of a script, nohup) keeps it so
     proc = subprocess.Popen([sys.executable, "-m", "builder", "serve", "--wheelhouse", str(house.root), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         assert line.startswith(f"serving {house.root} at http://127.0.0.1:"), line + proc.stderr.read()
