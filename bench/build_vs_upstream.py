@@ -2,6 +2,12 @@
 """Issue 9, item 1: a cold build of causal-conv1d for one arch with the builder, against upstream's own build.
 
     python bench/build_vs_upstream.py --out bench/results/build-vs-upstream.json [--arch 120] [--skip-upstream]
+        [--variant no-ptxas-split] [--variant issue-19-before]
+
+Builder variants (issue 19), each a cold build of its own, one after another in this one run: `defaults` (always),
+`no-ptxas-split` (a recipe copy with `[build] ptxas-split = false`) and `issue-19-before` (that, plus
+NVCC_APPEND_FLAGS=--compress-mode=default: the builder's nvcc flags before issue 19, bar -frandom-seed, which
+changes names only).
 
 Both sides use the same toolkit (the host's nvcc, --toolchain host), the same torch (2.14.1, CUDA 13.0 build),
 Python 3.12, MAX_JOBS sized the same way, and the same sdist from PyPI:
@@ -63,13 +69,36 @@ def wheel_archs(wheel: Path) -> List[str]:
     return sorted(set(re.findall(r"sm_\d+[af]?", out.stdout + out.stderr)))
 
 
-def bench_builder(work: Path, arch: str, jobs: int) -> Dict[str, Any]:
-    cache, house = work / "builder-cache", work / "wh"
+VARIANTS = {  # name → lines added to the recipe's [build] table (and its env) in a copy of recipes/
+    "defaults": ("", {}),
+    "no-ptxas-split": ("ptxas-split = false", {}),
+    "issue-19-before": ("ptxas-split = false", {"NVCC_APPEND_FLAGS": "--compress-mode=default"}),
+}
+
+
+def recipes_for(variant: str, work: Path) -> Path:
+    """recipes/ and patches/ copied, the causal-conv1d recipe's [build] table edited for `variant`."""
+    import shutil
+
+    line, env = VARIANTS[variant]
+    root = work / f"recipes-{variant}"
+    for name in ("recipes", "patches"):
+        shutil.copytree(ROOT / name, root / name)
+    recipe = root / "recipes" / "causal-conv1d" / "recipe.toml"
+    text = recipe.read_text()
+    extra = "".join(f', {k} = "{v}"' for k, v in env.items())
+    text = text.replace('CAUSAL_CONV1D_SKIP_CUDA_BUILD = "FALSE" }', f'CAUSAL_CONV1D_SKIP_CUDA_BUILD = "FALSE"{extra} }}')
+    recipe.write_text(text.replace("[build]\n", f"[build]\n{line}\n", 1))
+    return root / "recipes"
+
+
+def bench_builder(work: Path, arch: str, jobs: int, variant: str = "defaults") -> Dict[str, Any]:
+    cache, house = work / f"builder-cache-{variant}", work / f"wh-{variant}"
     env = dict(os.environ, BUILDER_CACHE_DIR=str(cache))
     argv = [sys.executable, "-m", "builder", "build", "causal-conv1d", "--version", VERSION, "--cuda", "13.0",
             "--arch", arch, "--torch", TORCH, "--python", PYTHON, "--toolchain", "host", "--jobs", str(jobs),
-            "--no-kernel-tests", "--wheelhouse", str(house)]
-    result = run(argv, env, work / "builder.core.log")
+            "--no-kernel-tests", "--wheelhouse", str(house), "--recipes", str(recipes_for(variant, work))]
+    result = run(argv, env, work / f"builder-{variant}.log")
     timings = json.loads(re.findall(r"timings: (\{.*\})", result.pop("text"))[-1])
     wheel = next((house / "wheels").glob("causal_conv1d-*.whl"))
     return {**result, "steps_s": timings, "wheel": wheel.name, "wheel_mib": round(wheel.stat().st_size / 2**20, 1),
@@ -95,6 +124,19 @@ def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
             "archs": sorted(set(re.findall(r"sm_\d+[af]?", (work / "upstream.log").read_text())))}
 
 
+def same_code_as(work: Path, a: str, b: str) -> Optional[bool]:
+    """Whether two variants' wheels hold the same GPU code (bench/compile_profile.py same-code; None: no cuobjdump)."""
+    import shutil
+
+    if not shutil.which("cuobjdump"):
+        return None
+    wa, wb = (next((work / f"wh-{v}" / "wheels").glob("causal_conv1d-*.whl")) for v in (a, b))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "compile_profile.py"), "same-code", str(wa), str(wb),
+                          "--work", str(work / f"same-{b}")], capture_output=True, text=True)
+    print(out.stdout[-600:], flush=True)
+    return out.returncode == 0
+
+
 def machine() -> Dict[str, Any]:
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -107,6 +149,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--arch", default="120")
     parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
+    parser.add_argument("--variant", action="append", default=[], choices=sorted(set(VARIANTS) - {"defaults"}),
+                        help="another builder variant, built after the defaults")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from builder.core.settings import default_jobs
@@ -118,6 +162,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"builder: cold build for sm_{args.arch} (MAX_JOBS={jobs}) ...", flush=True)
         report["builder"] = bench_builder(work, args.arch, jobs)
         print(f"  {report['builder']['wall_s']} s, {report['builder']['archs']}", flush=True)
+        for variant in args.variant:
+            print(f"builder, {variant}: cold build for sm_{args.arch} ...", flush=True)
+            report[f"builder-{variant}"] = bench_builder(work, args.arch, jobs, variant)
+            print(f"  {report[f'builder-{variant}']['wall_s']} s", flush=True)
+            report[f"builder-{variant}"]["same_code_as_defaults"] = same_code_as(work, "defaults", variant)
         if not args.skip_upstream:
             print("upstream: pip install --no-build-isolation (its default arch list) ...", flush=True)
             report["upstream"] = bench_upstream(work, Path(report["builder"]["sdist"]), jobs)
@@ -125,7 +174,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             report["ratio_upstream_over_builder"] = round(report["upstream"]["wall_s"] / report["builder"]["wall_s"], 2)
         keep = args.out.parent / "logs"
         keep.mkdir(parents=True, exist_ok=True)
-        for name in ("builder.core.log", "upstream.log"):  # the last 200 lines: enough to see flags and timings
+        for name in [f"builder-{v}.log" for v in ("defaults", *args.variant)] + ["upstream.log"]:  # last 200 lines
             if (work / name).exists():
                 lines = (work / name).read_text(errors="replace").splitlines()[-200:]
                 (keep / f"build-vs-upstream-{name}").write_text("\n".join(lines) + "\n")

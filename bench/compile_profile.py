@@ -12,6 +12,8 @@
         --variant split2=--split-compile=2@2 --group plain,split2 --work /tmp/cpl --out bench/results/x.json
     # 3. SASS of two objects: kernels, per-kernel resource usage, instructions
     python bench/compile_profile.py compare a.o b.o
+    # 3b. the same, exactly and fast: every cubin's code sections compared byte for byte (CODE_SECTIONS)
+    python bench/compile_profile.py same-code a.o b.o   # or two .so files, or two wheels; exit 1 if not
     # 4. fatbins of an object, .so or wheel under each compression mode: sizes (--sizes-only) and, on a GPU,
     #    module load times (bench/h200_fatbin_load.sh)
     python bench/compile_profile.py load --object causal_conv1d-....whl --arch 90 --out load.json
@@ -298,6 +300,58 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """A 64-bit ELF's sections by name (a cubin is one; NOBITS sections are empty)."""
+    import struct
+
+    if data[:5] != b"\x7fELF\x02":
+        raise SystemExit("not a 64-bit ELF")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
+    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
+            for h in heads}
+
+
+# What the GPU runs: machine code, resource use (.nv.info*: registers, stack, barriers), constants, shared and
+# global data. The rest is names and debug data: the symbol table, line info, the embedded PTX text (paths and the
+# `_INTERNAL_<hash of the source path>` names differ between build folders) and ptxas's command line (tool note).
+CODE_SECTIONS = (".text.", ".nv.info", ".nv.constant", ".nv.shared", ".nv.global", ".nv.local", ".nv.callgraph")
+_INTERNAL = re.compile(rb"_INTERNAL_[0-9a-f]{8}_\d+_\w+?_[0-9a-f]{8}")
+
+
+def code_sections(cubin: Path) -> dict[str, bytes]:
+    """The sections that hold what the GPU runs, keyed by name with internal-linkage hashes blanked."""
+    return {_INTERNAL.sub(b"_INTERNAL_", name.encode()).decode(): data
+            for name, data in elf_sections(cubin.read_bytes()).items() if name.startswith(CODE_SECTIONS)}
+
+
+def same_code(a: Path, b: Path, work: Path) -> dict[str, Any]:
+    """Every cubin of `a` against `b`'s of the same name, section by section, over CODE_SECTIONS."""
+    ca = {c.name: c for c in cubins_of(a, work / "a")}
+    cb = {c.name: c for c in cubins_of(b, work / "b")}
+    out: dict[str, Any] = {"a": str(a), "b": str(b), "cubins_a": sorted(ca), "cubins_b": sorted(cb), "cubins": {}}
+    for name in sorted(set(ca) & set(cb)):
+        sa, sb = code_sections(ca[name]), code_sections(cb[name])
+        differ = sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
+        out["cubins"][name] = {"code_sections": len(sa), "kernels": sum(k.startswith(".text.") for k in sa),
+                               "code_bytes": sum(len(v) for v in sa.values()), "differing_sections": differ}
+    out["same_code"] = sorted(ca) == sorted(cb) and all(not c["differing_sections"] for c in out["cubins"].values())
+    return out
+
+
+def cmd_same_code(ns: argparse.Namespace) -> int:
+    result = same_code(ns.a, ns.b, ns.work)
+    print(json.dumps({k: v for k, v in result.items() if k != "cubins"}
+                     | {"kernels": sum(c["kernels"] for c in result["cubins"].values()),
+                        "differing": sorted({s for c in result["cubins"].values() for s in c["differing_sections"]})},
+                     indent=1))
+    if ns.out:
+        ns.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0 if result["same_code"] else 1
+
+
 # --- 3. load -------------------------------------------------------------------------------------------------------
 
 FATBIN_VARIANTS = {"default": ["--compress-mode=default"], "size": ["--compress-mode=size"],
@@ -485,6 +539,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
     p.add_argument("--out", type=Path)
+    p = sub.add_parser("same-code", help="cubins of two objects, .so files or wheels: section by section")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    p.add_argument("--work", type=Path, default=Path("/tmp/same-code"))
+    p.add_argument("--out", type=Path)
     p = sub.add_parser("load")
     p.add_argument("--object", type=Path, help="a .o, a .so or a wheel (all its .so files)")
     p.add_argument("--arch", default="90")
@@ -505,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         ns.out.write_text(json.dumps({"log": ns.log.name, "commands": commands}, indent=1) + "\n")
         print(sorted(commands))
         return 0
-    return {"compile": cmd_compile, "compare": cmd_compare, "load": cmd_load}[ns.cmd](ns)
+    return {"compile": cmd_compile, "compare": cmd_compare, "same-code": cmd_same_code,
+            "load": cmd_load}[ns.cmd](ns)
 
 
 if __name__ == "__main__":

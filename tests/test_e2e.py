@@ -92,6 +92,30 @@ def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
     assert "import passed; kernel tests skipped (no CUDA GPU visible" in page
 
 
+def test_the_builders_nvcc_flags_reach_ptxas_and_the_record(e2e: dict, tmp_path: Path) -> None:
+    """ptxas writes its command line into each cubin (.note.nv.tkinfo): the split compilation the record claims is
+    the one the wheel's kernels were compiled with."""
+    import subprocess
+
+    from builder.core.settings import Settings
+    from builder.stages.inspection import find_cuobjdump
+    from builder.toolchain.base import PTXAS_THREADS
+
+    house = e2e["base"] / "wheelhouse"
+    published = json.loads((house / "records" / f"{WHEEL}.json").read_text())
+    assert f"--ptxas-options=--split-compile={PTXAS_THREADS}" in published["toolchain"]["nvcc_flags"]
+    assert published["parallel"] == {"max_jobs": published["parallel"]["max_jobs"], "nvcc_threads": 1,
+                                     "ptxas_threads": PTXAS_THREADS}  # one arch: no nvcc --threads
+    with zipfile.ZipFile(house / "wheels" / WHEEL) as zf:
+        so = next(n for n in zf.namelist() if n.endswith(".so"))
+        (tmp_path / "ext.so").write_bytes(zf.read(so))
+    cuobjdump = find_cuobjdump(Settings.from_env({"BUILDER_CACHE_DIR": str(e2e["base"] / "cache")}))
+    subprocess.run([str(cuobjdump), "-xelf", "all", str(tmp_path / "ext.so")], cwd=tmp_path, check=True,
+                   capture_output=True)
+    (cubin,) = tmp_path.glob("*.sm_90.cubin")
+    assert f"-split-compile {PTXAS_THREADS}".encode() in cubin.read_bytes()
+
+
 def test_inspect_shows_exactly_the_requested_arch(e2e: dict) -> None:
     wheel = e2e["base"] / "wheelhouse" / "wheels" / WHEEL
     result = run_cli("inspect", str(wheel), "--json", env=e2e["env"])

@@ -87,6 +87,31 @@ def test_first_run_builds_and_a_failed_target_does_not_stop_the_other(farm: dict
     assert "error: --toolchain docker" in (farm["first"]["logs"] / f"{TINYSCALE}.log").read_text()
     # the summary table on stdout
     assert "farm summary" in result.stdout and "1 built, 0 unchanged, 1 failed" in result.stdout
+    # neither was built before: both assumed long (farm/schedule.py), so the file's order stands
+    assert (f"start order, longest first: {TINYEXT} ~10m00s (no past build), {TINYSCALE} ~10m00s (no past build)"
+            in result.stdout + result.stderr)
+
+
+def test_the_next_run_starts_the_longest_target_first_by_its_real_record(farm: dict) -> None:
+    """tinyext's record from the first run gives it its real length (about a minute), so a never-built target
+    (assumed 10 minutes) goes before it, though the file lists it last."""
+    from builder.farm.schedule import longest_first, past_builds
+    from builder.farm.spec import load_farm
+
+    from builder.core.settings import Settings
+    from builder.farm.expand import expand
+
+    text = farm["base"].joinpath("farm.toml").read_text() + '\n[[package]]\nname = "tinyscale"\n' \
+        f'recipes = "{FIXTURES / "farm" / "recipes"}"\nversions = ["0.2.0"]\n'
+    path = farm["base"] / "farm-order.toml"
+    path.write_text(text)
+    settings = Settings.from_env({"BUILDER_CACHE_DIR": str(farm["base"] / "cache")})
+    targets = expand(load_farm(path), settings, releases=lambda name, s: [])
+    house = farm["base"] / "wheelhouse"
+    order = longest_first([t for t in targets if t.toolchain == "host"], past_builds([house]))
+    built = json.loads(next((house / "records").glob("tinyext-*.whl.json")).read_text())
+    assert [(e.target.package, e.basis) for e in order] == [("tinyscale", "no past build"), ("tinyext", "past build")]
+    assert order[1].seconds == pytest.approx(sum(built["timings"].values()))
 
 
 def test_second_run_skips_the_unchanged_target_fast(farm: dict) -> None:

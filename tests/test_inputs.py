@@ -113,3 +113,35 @@ def test_a_new_input_changes_the_key_and_what_matrix_changed_compares(tmp_path: 
     assert not target_inputs(plan, **partial).agrees(recorded_inputs(record))  # an old record: built without it
     add_new_input(monkeypatch, "two")
     assert target_inputs(plan, **parts).cache_key() != after.cache_key()
+
+
+def test_a_recipe_turning_ptxas_split_off_builds_without_it_and_gets_another_key(tmp_path: Path) -> None:
+    import shutil
+
+    from builder.pipeline.run import toolkit_record
+    from builder.toolchain.base import CudaToolkit
+
+    toolkit = CudaToolkit("host", Path("/cuda"), Version("13.0.88"))
+    plan = tinyext_plan(tmp_path)
+    assert plan.recipe.ptxas_split and "--split-compile=" in toolkit_record(plan, toolkit)["nvcc_flags"]
+    recipes = tmp_path / "recipes"
+    shutil.copytree(FIXTURES / "recipes", recipes)
+    for name in ("patches", "tinyext"):  # the recipe's patches and source.path, relative to it
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    recipe = recipes / "tinyext" / "recipe.toml"
+    text = recipe.read_text()
+    assert "[build]" in text
+    recipe.write_text(text.replace("[build]", "[build]\nptxas-split = false", 1))
+    settings = Settings.from_env({}, recipes_dir=recipes, cache_dir=tmp_path / "cache")
+    off = make_plan(plan.target, settings)
+    record = toolkit_record(off, toolkit)
+    assert not off.recipe.ptxas_split and "split-compile" not in record["nvcc_flags"]
+    assert "--compress-mode=size" in record["nvcc_flags"]  # only that flag goes
+    args = dict(source_digest="0" * 64, python=build_venv("3.11.7", "2.14.1+cu130"))
+    assert (target_inputs(off, toolkit=record, **args).cache_key()
+            != target_inputs(plan, toolkit=toolkit_record(plan, toolkit), **args).cache_key())
+    recipe.write_text(text.replace("[build]", '[build]\nptxas-split = "no"', 1))
+    from builder.model.recipe import RecipeError, load_recipe
+
+    with pytest.raises(RecipeError, match=r"field 'build.ptxas-split' must be a boolean"):
+        load_recipe(recipe, tmp_path / "patches")

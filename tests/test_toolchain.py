@@ -217,3 +217,87 @@ def test_the_builders_nvcc_flags_make_a_template_only_translation_unit_compile_t
     assert digest((), "a.o") != digest((), "b.o")
     # ... with the builder's flags they are the same bytes
     assert toolkit.nvcc_flags and digest(toolkit.nvcc_flags, "c.o") == digest(toolkit.nvcc_flags, "d.o")
+
+
+# Kernels enough for ptxas's split compilation to hand out (it compiles a file's functions in threads).
+MANY_KERNELS_TU = """
+template <int N, typename T> __global__ void smooth(const T* x, T* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    T acc = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) acc += x[(i + k) % n] * T(k + 1) / T(N);
+    y[i] = acc > T(0) ? acc : acc / T(2);
+}
+template __global__ void smooth<3, float>(const float*, float*, long);
+template __global__ void smooth<7, float>(const float*, float*, long);
+template __global__ void smooth<16, float>(const float*, float*, long);
+template __global__ void smooth<3, double>(const double*, double*, long);
+template __global__ void smooth<7, double>(const double*, double*, long);
+template __global__ void smooth<16, double>(const double*, double*, long);
+"""
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """A 64-bit little-endian ELF's sections by name (a cubin is one; NOBITS sections are empty)."""
+    import struct
+
+    assert data[:5] == b"\x7fELF\x02", "not a 64-bit ELF"
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
+    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
+            for h in heads}
+
+
+@pytest.mark.skipif(host_cuda13() is None, reason="no host CUDA 13.0 nvcc")
+def test_ptxas_split_compilation_gives_the_same_kernels_and_writes_its_thread_count_into_the_cubin(
+        tmp_path: Path) -> None:
+    import subprocess
+
+    from builder.toolchain.base import PTXAS_THREADS
+
+    toolkit = host_cuda13()
+    assert toolkit is not None
+    source = tmp_path / "smooth.cu"
+    source.write_text(MANY_KERNELS_TU)
+    split = next(f for f in toolkit.nvcc_flags if f.startswith("--ptxas-options=--split-compile="))
+    assert split == f"--ptxas-options=--split-compile={PTXAS_THREADS}"
+    assert split not in toolkit.nvcc_flags_for(ptxas_split=False)
+
+    def cubin(out: str, *flags: str) -> dict[str, bytes]:
+        subprocess.run([str(toolkit.nvcc), "-cubin", "-arch=sm_90", "-O3", "-frandom-seed=x", *flags, str(source),
+                        "-o", str(tmp_path / out)], check=True, capture_output=True)
+        return elf_sections((tmp_path / out).read_bytes())
+
+    plain, ours, again, two = (cubin("plain.cubin"), cubin("ours.cubin", split), cubin("again.cubin", split),
+                               cubin("two.cubin", "--ptxas-options=--split-compile=2"))
+    code = [name for name in plain if name.startswith((".text.", ".nv.info."))]
+    assert sum(name.startswith(".text.") for name in code) == 6  # the six kernels
+    # the same machine code and resource use (.nv.info: registers, stack, ...) in every section but the tool note
+    for other in (ours, two):
+        assert sorted(other) == sorted(plain)
+        assert [name for name in plain if plain[name] != other[name]] == [".note.nv.tkinfo"]
+    # ptxas writes its command line into that note: another thread count, other bytes. So the count is a
+    # constant (PTXAS_THREADS), never the machine's cores; with the same count the bytes are the same
+    assert f"-split-compile {PTXAS_THREADS}".encode() in ours[".note.nv.tkinfo"]
+    assert ours == again and ours[".note.nv.tkinfo"] != two[".note.nv.tkinfo"]
+
+
+def test_parallelism_threads_nvcc_only_for_a_multi_arch_list_within_cores_and_memory() -> None:
+    from builder.model.arch import parse_arch_list
+    from builder.stages.compile import Parallelism, parallelism
+    from builder.toolchain.base import PTXAS_THREADS
+
+    cuda13 = CudaToolkit("host", Path("/cuda"), Version("13.0.88"))
+    one, four = parse_arch_list("120"), parse_arch_list("80,90,100,120")
+    assert parallelism(2, one, cuda13, ptxas_split=True, cores=16, slots=30) == Parallelism(2, 1, PTXAS_THREADS)
+    assert parallelism(2, four, cuda13, ptxas_split=True, cores=16, slots=30).nvcc_threads == 4
+    assert parallelism(2, four, cuda13, ptxas_split=True, cores=2, slots=30).nvcc_threads == 2  # cores
+    assert parallelism(2, four, cuda13, ptxas_split=True, cores=16, slots=3).nvcc_threads == 3  # memory
+    assert parallelism(2, four, cuda13, ptxas_split=False, cores=2, slots=3).ptxas_threads == 1  # the recipe's off
+    cuda12 = CudaToolkit("docker", Path("/cuda"), Version("12.8.93"))
+    assert parallelism(2, one, cuda12, ptxas_split=True).ptxas_threads == 1  # not verified on 12.x: not given
+    assert parallelism(3, (), None, ptxas_split=True) == Parallelism(max_jobs=3)
+    assert Parallelism(2, 4, 8).nvcc_flags() == ("--threads=4",) and Parallelism(2, 1, 8).nvcc_flags() == ()

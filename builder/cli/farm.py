@@ -194,6 +194,7 @@ def cmd_farm(args: argparse.Namespace) -> int:
              f"{len(unchanged)} unchanged, {len(targets) - len(unchanged)} to build")
     todo = [t for t in targets if t.id not in results]
     if todo:
+        todo = _longest_first(todo, settings, args.parallel)
         results.update(_run_pool(todo, settings, options, jobs, args.parallel, log_dir, len(targets) - len(todo),
                                  len(targets)))
     elapsed = time.monotonic() - start
@@ -207,6 +208,19 @@ def cmd_farm(args: argparse.Namespace) -> int:
               f"{counts['failed']} failed in {_duration(elapsed)} (unchanged check {check_seconds:.1f}s); "
               f"logs and summary.json in {escape(str(log_dir))}")
     return 1 if counts["failed"] else 0
+
+
+def _longest_first(todo: list, settings: Any, parallel: int) -> list:
+    """The targets to build in the order they start: longest first by their past builds (farm/schedule.py)."""
+    from builder.core.log import log
+    from builder.farm.schedule import longest_first, past_builds
+
+    house = Path(settings.wheelhouse)
+    order = longest_first(todo, past_builds([house, house / "staging"]))
+    if len(order) > 1 and parallel > 1:
+        log.info("start order, longest first: " + ", ".join(
+            f"{e.target.id} ~{_duration(e.seconds)} ({e.basis})" for e in order))
+    return [e.target for e in order]
 
 
 def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int, log_dir: Path, already: int,

@@ -48,12 +48,20 @@ class Settings:
         return path
 
 
-def default_jobs(env: Mapping[str, str] = os.environ) -> int:
-    """MAX_JOBS sized to cores and memory: nvcc on a heavy .cu file peaks near 3 GiB per job."""
-    cores = os.cpu_count() or 1
+# One nvcc on a heavy .cu file (causal-conv1d's backward kernels) peaks at 3.0 GiB, and at 5.2 GiB with ptxas's
+# split compilation, the builder's default (docs/BENCHMARKS.md section 9).
+NVCC_PEAK_GIB = 5.5
+
+
+def memory_slots() -> int:
+    """How many heavy nvcc processes this machine's memory holds (NVCC_PEAK_GIB each)."""
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        by_memory = max(1, int(pages / (3.5 * 1024**3)))
+        return max(1, int(pages / (NVCC_PEAK_GIB * 1024**3)))
     except (ValueError, OSError):
-        by_memory = cores
-    return max(1, min(cores, by_memory))
+        return os.cpu_count() or 1
+
+
+def default_jobs(env: Mapping[str, str] = os.environ) -> int:
+    """MAX_JOBS sized to cores and memory (``memory_slots``)."""
+    return max(1, min(os.cpu_count() or 1, memory_slots()))

@@ -172,7 +172,7 @@ class _Resolver:
         return choice.toolkit
 
     def inputs(self, plan: Plan, offline: Settings) -> TargetInputs:
-        from builder.pipeline.run import compiler_identity, python_env_for
+        from builder.pipeline.run import compiler_identity, python_env_for, toolkit_record
         from builder.stages.source import fetch
         from builder.toolchain.local import LocalRunner
 
@@ -187,7 +187,7 @@ class _Resolver:
         if cc_key not in self.compilers:
             host = LocalRunner(toolkit, memo=memo_dir(offline))
             self.compilers[cc_key] = compiler_identity(plan, self.environ, host)
-        return target_inputs(plan, source_digest=self.sources[src_key], toolkit=toolkit.record() if toolkit else None,
+        return target_inputs(plan, source_digest=self.sources[src_key], toolkit=toolkit_record(plan, toolkit),
                              python=self.envs[env_key], compiler=self.compilers[cc_key])
 
 

@@ -75,6 +75,7 @@ class Recipe:
     runtime_drop: tuple[str, ...] = ()
     runtime_drop_reason: str = ""
     known_bad: tuple[KnownBad, ...] = ()  # [[known-bad]]: (arch, CUDA) combinations the plan refuses
+    ptxas_split: bool = True  # [build] ptxas-split: false turns off the builder's parallel ptxas (toolchain/base.py)
 
     @property
     def directory(self) -> Path:
@@ -107,7 +108,7 @@ _TOP = {
     "known-bad": list,
 }
 _SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
-_BUILD = {"env": dict, "requires": list}
+_BUILD = {"env": dict, "requires": list, "ptxas-split": bool}
 _PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
 _TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
@@ -205,6 +206,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         source=source,
         build_env=dict(env),
         build_requires=tuple(checker.str_list(build, "requires", "build")),
+        ptxas_split=build.get("ptxas-split", True),
         patches=patches,
         imports=tuple(checker.str_list(test, "imports", "test")),
         kernel_tests=kernel_path,

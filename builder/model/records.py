@@ -117,7 +117,7 @@ class RuntimeDropped:
 StrMap = Mapping[str, str]
 # What a build record holds besides the wheel's own part: added after finalize, in records/ only (the wheel's
 # bytes stay reproducible), written only where set.
-_AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256")
+_AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256", "parallel")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +151,7 @@ class BuildRecord:
     wheel: str | None = None
     compiler_cache: Mapping[str, int] | None = None
     wheel_sha256: str | None = None
+    parallel: Mapping[str, int] | None = None  # MAX_JOBS, nvcc and ptxas threads (stages/compile.Parallelism)
     extra: Mapping[str, Any] = field(default_factory=dict)
     # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
     # and any the builder set since, not with every default, so records of older builders keep their bytes
@@ -204,7 +205,7 @@ class BuildRecord:
             if isinstance(dropped, Mapping) else None,
             timings=data.get("timings"), tests=TestReport.from_json(tests) if isinstance(tests, Mapping) else None,
             inspect=data.get("inspect"), wheel=data.get("wheel"), compiler_cache=data.get("compiler_cache"),
-            wheel_sha256=data.get("wheel_sha256"),
+            wheel_sha256=data.get("wheel_sha256"), parallel=data.get("parallel"),
             extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),
         )
 

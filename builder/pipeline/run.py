@@ -27,7 +27,7 @@ from builder.model.records import (
     SourceDigest,
     TestReport,
 )
-from builder.stages.compile import base_env, build_wheel, prefix_map_env
+from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
 from builder.stages.inputs import target_inputs
@@ -117,6 +117,7 @@ class BuildInputs:
     key: str
     compiler: dict[str, str] | None  # the host C/C++ compiler (None: pure Python, or the toolkit brings its own)
     workdir: Path
+    parallel: Parallelism  # MAX_JOBS, nvcc and ptxas threads
 
 
 def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
@@ -133,7 +134,7 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
     with timed(timings, "python"):
         python, base_python = python_for(plan, settings, host)
     compiler = compiler_identity(plan, environ, host)
-    key = target_inputs(plan, source_digest=source_digest, toolkit=toolkit.record() if toolkit else None,
+    key = target_inputs(plan, source_digest=source_digest, toolkit=toolkit_record(plan, toolkit),
                         python=python, compiler=compiler).cache_key()
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
@@ -147,7 +148,9 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
         workdir = settings.cache("builds") / f"{plan.recipe.name}-{plan.version}-{key[:12]}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
-        inputs = BuildInputs(plan, host, python, base_python, source_path, source_digest, key, compiler, workdir)
+        parallel = parallelism(plan.target.jobs, plan.target.archs, toolkit, ptxas_split=plan.recipe.ptxas_split)
+        inputs = BuildInputs(plan, host, python, base_python, source_path, source_digest, key, compiler, workdir,
+                             parallel)
         try:
             _build_in(inputs, settings, options, environ, house, result)
         finally:
@@ -156,6 +159,11 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
                 # (hard links into uv's cache, but a full copy where the cache lives on another disk)
                 for name in ("src", "dist", "test-venv"):
                     shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+def toolkit_record(plan: Plan, toolkit: CudaToolkit | None) -> dict[str, str] | None:
+    """The toolkit's part of the record and the cache key, with the flags this recipe's build gives nvcc."""
+    return toolkit.record(ptxas_split=plan.recipe.ptxas_split) if toolkit is not None else None
 
 
 def compiler_identity(plan: Plan, environ: Mapping[str, str], host: BuildHost) -> dict[str, str] | None:
@@ -181,8 +189,9 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
     if toolkit is not None:
         env.update(toolkit.build_env(env.get("PATH", "/usr/bin:/bin")))
         env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(plan.target.archs)
-        if toolkit.nvcc_flags:  # before the recipe's own NVCC_APPEND_FLAGS: nvcc takes an option's last value
-            env["NVCC_APPEND_FLAGS"] = " ".join([*toolkit.nvcc_flags, env.get("NVCC_APPEND_FLAGS", "")]).strip()
+        flags = [*toolkit.nvcc_flags_for(ptxas_split=plan.recipe.ptxas_split), *inputs.parallel.nvcc_flags()]
+        if flags:  # before the recipe's own NVCC_APPEND_FLAGS: nvcc takes an option's last value
+            env["NVCC_APPEND_FLAGS"] = " ".join([*flags, env.get("NVCC_APPEND_FLAGS", "")]).strip()
     env["MAX_JOBS"] = str(plan.target.jobs)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
     ccache = None
@@ -208,6 +217,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         root = unpack(inputs.source, workdir / "src")
         apply_patches(root, plan.patches, plan.recipe.name, plan.version)
     log.step("build")
+    if toolkit is not None:
+        log.info(f"parallel: {inputs.parallel.describe()}")
     env, ccache = _compile_env(inputs, settings, options, environ, root)
     log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
     request = WheelRequest(source_dir=root, python=python.python, python_version=python.version, env=env,
@@ -243,7 +254,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
-                          compiler_cache=compiler_cache)
+                          compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
@@ -261,7 +272,7 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         source=SourceDigest(kind=plan.source.kind, location=plan.source.location, sha256=source_digest),
         patches=tuple(PatchDigest(file=p.name, sha256=p.sha256(), versions=str(p.versions)) for p in plan.patches),
         cuda=str(plan.cuda), archs=tuple(str(a) for a in plan.target.archs) if toolkit else (),
-        toolchain=toolkit.record() if toolkit else {"kind": "none (pure Python)"}, host_compiler=compiler,
+        toolchain=toolkit_record(plan, toolkit) or {"kind": "none (pure Python)"}, host_compiler=compiler,
         python=python.record(), torch_index=plan.index.url,
         host={"machine": platform.machine(), "system": platform.platform()}, build_log=str(log_file),
         runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,

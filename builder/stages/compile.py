@@ -13,14 +13,55 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import BuildFailed
 from builder.core.log import log
-from builder.toolchain.base import BuildHost, WheelBuildFailed, WheelRequest
+from builder.core.settings import memory_slots
+from builder.model.arch import Arch
+from builder.toolchain.base import PTXAS_THREADS, BuildHost, CudaToolkit, WheelBuildFailed, WheelRequest
 from builder.toolchain.local import LOCAL
 
 TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How one build spreads over the machine (docs/BENCHMARKS.md section 9): MAX_JOBS translation units at once;
+    nvcc's ``--threads`` (one thread per ``-gencode`` target: a multi-arch list only) and ptxas's split compilation
+    (a file's kernels in PTXAS_THREADS threads), which keep the last, longest file from running on one core.
+    Neither changes the SASS. ``--threads`` follows the machine and changes no byte of the output, so it is in the
+    build log and records/ but not in the wheel or the cache key; ptxas's count is a constant and is in both
+    (CudaToolkit.nvcc_flags_for)."""
+
+    max_jobs: int
+    nvcc_threads: int = 1  # 1: not passed (the upstream setup.py's own value, if any, stays)
+    ptxas_threads: int = 1  # 1: off
+
+    def nvcc_flags(self) -> tuple[str, ...]:
+        return (f"--threads={self.nvcc_threads}",) if self.nvcc_threads > 1 else ()
+
+    def record(self) -> dict[str, int]:
+        return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads, "ptxas_threads": self.ptxas_threads}
+
+    def describe(self) -> str:
+        return (f"MAX_JOBS {self.max_jobs}, nvcc --threads {self.nvcc_threads if self.nvcc_threads > 1 else 'not set'}"
+                f", ptxas threads {self.ptxas_threads if self.ptxas_threads > 1 else 'off'}")
+
+
+def parallelism(jobs: int, archs: tuple[Arch, ...], toolkit: CudaToolkit | None, *, ptxas_split: bool,
+                cores: int | None = None, slots: int | None = None) -> Parallelism:
+    """MAX_JOBS as given; nvcc threads for a multi-arch list, bounded by cores and memory (one nvcc thread holds
+    a whole cicc and ptxas); ptxas threads where the toolkit takes the flag and the recipe did not turn it off."""
+    if toolkit is None:
+        return Parallelism(max_jobs=jobs)
+    cores = cores or os.cpu_count() or 1
+    slots = slots or memory_slots()
+    threads = min(len(archs), cores, slots) if len(archs) > 1 else 1
+    flags = toolkit.nvcc_flags_for(ptxas_split=ptxas_split)
+    split = any(f.startswith("--ptxas-options=--split-compile=") for f in flags)
+    return Parallelism(max_jobs=jobs, nvcc_threads=threads, ptxas_threads=PTXAS_THREADS if split else 1)
 
 
 def build_wheel(request: WheelRequest, host: BuildHost = LOCAL) -> Path:

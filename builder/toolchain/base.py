@@ -26,6 +26,11 @@ from builder.core.errors import ToolchainError
 from builder.core.filememo import remembered
 from builder.model.arch import Arch
 
+# ptxas threads per nvcc call: a constant, not the machine's core count, because ptxas writes its command line
+# (``-split-compile 8``) into every cubin: a count that followed the machine would give other bytes on another one.
+# 8: past it the critical file gains little (BENCHMARKS section 9); where cores are fewer the threads share them.
+PTXAS_THREADS = 8
+
 
 @dataclass(frozen=True)
 class CudaToolkit:
@@ -57,19 +62,27 @@ class CudaToolkit:
 
     @property
     def nvcc_flags(self) -> tuple[str, ...]:
+        """The builder's nvcc flags with every default on (``nvcc_flags_for``)."""
+        return self.nvcc_flags_for()
+
+    def nvcc_flags_for(self, *, ptxas_split: bool = True) -> tuple[str, ...]:
         """Flags the builder gives every nvcc call (NVCC_APPEND_FLAGS, before the recipe's own, so a recipe's
         value wins): ``-frandom-seed`` makes the front end's internal symbol names (``_INTERNAL_…_<n>``, else
         numbered by process ID) the same in every build; ``--compress-mode=size`` halves the fatbins and loads
-        faster than nvcc's default (docs/BENCHMARKS.md, "Compressed fatbins"). Both checked with nvcc 13.0; CUDA
-        12.x toolkits get none (not verified there)."""
+        faster than nvcc's default (docs/BENCHMARKS.md, "Compressed fatbins"); ptxas's split compilation
+        (``ptxas_split``, a recipe's ``[build] ptxas-split``) runs ptxas on a file's kernels in PTXAS_THREADS
+        threads and gives the same SASS as without it (BENCHMARKS section 9). nvcc's own ``--split-compile``
+        (cicc too) is not used: its SASS changes from run to run. All checked with nvcc 13.0; CUDA 12.x
+        toolkits get none (not verified there)."""
         if self.version.major < 13:
             return ()
-        return ("-frandom-seed=cuda-wheel-builder", "--compress-mode=size")
+        flags = ("-frandom-seed=cuda-wheel-builder", "--compress-mode=size")
+        return (*flags, f"--ptxas-options=--split-compile={PTXAS_THREADS}") if ptxas_split else flags
 
-    def record(self) -> dict[str, str]:
+    def record(self, *, ptxas_split: bool = True) -> dict[str, str]:
         record = {"kind": self.kind, "cuda_home": str(self.cuda_home), "nvcc": str(self.version), "reason": self.reason}
-        if self.nvcc_flags:  # in the cache key (stages/inputs.py): other flags, other bytes
-            record["nvcc_flags"] = " ".join(self.nvcc_flags)
+        if flags := self.nvcc_flags_for(ptxas_split=ptxas_split):  # in the cache key (stages/inputs.py)
+            record["nvcc_flags"] = " ".join(flags)
         if self.image:
             record.update(image=self.image, image_id=self.image_id, image_digest=self.image_digest)
         return record
