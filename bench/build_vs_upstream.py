@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION, TORCH, PYTHON = "1.7.0", "2.14.1", "3.12"
+PACKAGE = "causal-conv1d"  # --package mamba-ssm --version 2.3.2.post1: the builder side only (--skip-upstream)
 
 
 def run(argv: List[str], env: Optional[Dict[str, str]] = None, log: Optional[Path] = None) -> Dict[str, Any]:
@@ -54,11 +55,15 @@ def run(argv: List[str], env: Optional[Dict[str, str]] = None, log: Optional[Pat
     return {"wall_s": round(wall, 1), "peak_rss_mib": round(int(peak[-1]) / 1024) if peak else None, "text": text}
 
 
+def dist() -> str:
+    return PACKAGE.replace("-", "_")
+
+
 def sdist(cache: Path) -> Path:
     """The sdist the builder fetched (same bytes for both sides)."""
-    found = sorted(cache.rglob(f"causal_conv1d-{VERSION}.tar.gz"))
+    found = sorted(cache.rglob(f"{dist()}-{VERSION}.tar.gz"))
     if not found:
-        raise SystemExit(f"no causal_conv1d-{VERSION}.tar.gz under {cache}")
+        raise SystemExit(f"no {dist()}-{VERSION}.tar.gz under {cache}")
     return found[0]
 
 
@@ -77,17 +82,17 @@ VARIANTS = {  # name → lines added to the recipe's [build] table (and its env)
 
 
 def recipes_for(variant: str, work: Path) -> Path:
-    """recipes/ and patches/ copied, the causal-conv1d recipe's [build] table edited for `variant`."""
+    """recipes/ and patches/ copied, the package's recipe's [build] table edited for `variant`."""
     import shutil
 
     line, env = VARIANTS[variant]
     root = work / f"recipes-{variant}"
     for name in ("recipes", "patches"):
         shutil.copytree(ROOT / name, root / name)
-    recipe = root / "recipes" / "causal-conv1d" / "recipe.toml"
+    recipe = root / "recipes" / PACKAGE / "recipe.toml"
     text = recipe.read_text()
     extra = "".join(f', {k} = "{v}"' for k, v in env.items())
-    text = text.replace('CAUSAL_CONV1D_SKIP_CUDA_BUILD = "FALSE" }', f'CAUSAL_CONV1D_SKIP_CUDA_BUILD = "FALSE"{extra} }}')
+    text = re.sub(r"(?m)^(env = \{.*?) \}$", lambda m: f"{m.group(1)}{extra} }}", text, count=1)
     recipe.write_text(text.replace("[build]\n", f"[build]\n{line}\n", 1))
     return root / "recipes"
 
@@ -95,12 +100,12 @@ def recipes_for(variant: str, work: Path) -> Path:
 def bench_builder(work: Path, arch: str, jobs: int, variant: str = "defaults") -> Dict[str, Any]:
     cache, house = work / f"builder-cache-{variant}", work / f"wh-{variant}"
     env = dict(os.environ, BUILDER_CACHE_DIR=str(cache))
-    argv = [sys.executable, "-m", "builder", "build", "causal-conv1d", "--version", VERSION, "--cuda", "13.0",
+    argv = [sys.executable, "-m", "builder", "build", PACKAGE, "--version", VERSION, "--cuda", "13.0",
             "--arch", arch, "--torch", TORCH, "--python", PYTHON, "--toolchain", "host", "--jobs", str(jobs),
             "--no-kernel-tests", "--wheelhouse", str(house), "--recipes", str(recipes_for(variant, work))]
     result = run(argv, env, work / f"builder-{variant}.log")
     timings = json.loads(re.findall(r"timings: (\{.*\})", result.pop("text"))[-1])
-    wheel = next((house / "wheels").glob("causal_conv1d-*.whl"))
+    wheel = next((house / "wheels").glob(f"{dist()}-*.whl"))
     return {**result, "steps_s": timings, "wheel": wheel.name, "wheel_mib": round(wheel.stat().st_size / 2**20, 1),
             "archs": wheel_archs(wheel), "sdist": str(sdist(cache))}
 
@@ -130,7 +135,7 @@ def same_code_as(work: Path, a: str, b: str) -> Optional[bool]:
 
     if not shutil.which("cuobjdump"):
         return None
-    wa, wb = (next((work / f"wh-{v}" / "wheels").glob("causal_conv1d-*.whl")) for v in (a, b))
+    wa, wb = (next((work / f"wh-{v}" / "wheels").glob(f"{dist()}-*.whl")) for v in (a, b))
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "compile_profile.py"), "same-code", str(wa), str(wb),
                           "--work", str(work / f"same-{b}")], capture_output=True, text=True)
     print(out.stdout[-600:], flush=True)
@@ -145,13 +150,19 @@ def machine() -> Dict[str, Any]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    global PACKAGE, VERSION
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--arch", default="120")
+    parser.add_argument("--package", default="causal-conv1d", help="a recipe (upstream's side is causal-conv1d's only)")
+    parser.add_argument("--version", default="1.7.0")
     parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
     parser.add_argument("--variant", action="append", default=[], choices=sorted(set(VARIANTS) - {"defaults"}),
                         help="another builder variant, built after the defaults")
     args = parser.parse_args(argv)
+    PACKAGE, VERSION = args.package, args.version
+    if PACKAGE != "causal-conv1d" and not args.skip_upstream:
+        raise SystemExit("upstream's build is scripted for causal-conv1d only: add --skip-upstream")
     sys.path.insert(0, str(ROOT))
     from builder.core.settings import default_jobs
 

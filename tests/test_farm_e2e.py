@@ -95,11 +95,10 @@ def test_first_run_builds_and_a_failed_target_does_not_stop_the_other(farm: dict
 def test_the_next_run_starts_the_longest_target_first_by_its_real_record(farm: dict) -> None:
     """tinyext's record from the first run gives it its real length (about a minute), so a never-built target
     (assumed 10 minutes) goes before it, though the file lists it last."""
-    from builder.farm.schedule import longest_first, past_builds
-    from builder.farm.spec import load_farm
-
     from builder.core.settings import Settings
     from builder.farm.expand import expand
+    from builder.farm.schedule import longest_first, past_builds
+    from builder.farm.spec import load_farm
 
     text = farm["base"].joinpath("farm.toml").read_text() + '\n[[package]]\nname = "tinyscale"\n' \
         f'recipes = "{FIXTURES / "farm" / "recipes"}"\nversions = ["0.2.0"]\n'
