@@ -150,17 +150,18 @@ def machine() -> Dict[str, Any]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    global PACKAGE, VERSION
+    global PACKAGE, VERSION, TORCH
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--arch", default="120")
     parser.add_argument("--package", default="causal-conv1d", help="a recipe (upstream's side is causal-conv1d's only)")
     parser.add_argument("--version", default="1.7.0")
+    parser.add_argument("--torch", default=TORCH, help="mamba-ssm 2.3.2.post1 needs < 2.14 (its -std=c++17)")
     parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
     parser.add_argument("--variant", action="append", default=[], choices=sorted(set(VARIANTS) - {"defaults"}),
                         help="another builder variant, built after the defaults")
     args = parser.parse_args(argv)
-    PACKAGE, VERSION = args.package, args.version
+    PACKAGE, VERSION, TORCH = args.package, args.version, args.torch
     if PACKAGE != "causal-conv1d" and not args.skip_upstream:
         raise SystemExit("upstream's build is scripted for causal-conv1d only: add --skip-upstream")
     sys.path.insert(0, str(ROOT))
