@@ -300,20 +300,6 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """A 64-bit ELF's sections by name (a cubin is one; NOBITS sections are empty)."""
-    import struct
-
-    if data[:5] != b"\x7fELF\x02":
-        raise SystemExit("not a 64-bit ELF")
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
-    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
-            for h in heads}
-
-
 # What the GPU runs: machine code, resource use (.nv.info*: registers, stack, barriers), constants, shared and
 # global data. The rest is names and debug data: the symbol table, line info, the embedded PTX text (paths and the
 # `_INTERNAL_<hash of the source path>` names differ between build folders) and ptxas's command line (tool note).
@@ -323,6 +309,9 @@ _INTERNAL = re.compile(rb"_INTERNAL_[0-9a-f]{8}_\d+_\w+?_[0-9a-f]{8}")
 
 def code_sections(cubin: Path) -> dict[str, bytes]:
     """The sections that hold what the GPU runs, keyed by name with internal-linkage hashes blanked."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's builder, any interpreter
+    from builder.core.elf import elf_sections
+
     return {_INTERNAL.sub(b"_INTERNAL_", name.encode()).decode(): data
             for name, data in elf_sections(cubin.read_bytes()).items() if name.startswith(CODE_SECTIONS)}
 

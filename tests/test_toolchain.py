@@ -238,24 +238,12 @@ template __global__ void smooth<16, double>(const double*, double*, long);
 """
 
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """A 64-bit little-endian ELF's sections by name (a cubin is one; NOBITS sections are empty)."""
-    import struct
-
-    assert data[:5] == b"\x7fELF\x02", "not a 64-bit ELF"
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
-    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
-            for h in heads}
-
-
 @pytest.mark.skipif(host_cuda13() is None, reason="no host CUDA 13.0 nvcc")
 def test_ptxas_split_compilation_gives_the_same_kernels_and_writes_its_thread_count_into_the_cubin(
         tmp_path: Path) -> None:
     import subprocess
 
+    from builder.core.elf import elf_sections
     from builder.toolchain.base import PTXAS_THREADS
 
     toolkit = host_cuda13()

@@ -1,0 +1,17 @@
+"""The sections of a 64-bit ELF file by name: enough to compare cubins section by section (a cubin is an ELF)."""
+
+from __future__ import annotations
+
+import struct
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """A 64-bit little-endian ELF's sections by name (NOBITS sections are empty). ValueError if it is not one."""
+    if data[:5] != b"\x7fELF\x02":
+        raise ValueError("not a 64-bit ELF file")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
+    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
+            for h in heads}
