@@ -3,6 +3,8 @@
 
     python bench/build_vs_upstream.py --out bench/results/build-vs-upstream.json [--arch 120] [--skip-upstream]
         [--variant no-ptxas-split] [--variant issue-19-before]
+        [--package mamba-ssm --version 2.3.2.post1 --torch 2.11.0]
+    python bench/build_vs_upstream.py --write-recipes DIR --variant V ...   (the recipe copies only)
 
 Builder variants (issue 19), each a cold build of its own, one after another in this one run: `defaults` (always),
 `no-ptxas-split` (a recipe copy with `[build] ptxas-split = false`) and `issue-19-before` (that, plus
@@ -16,8 +18,9 @@ Python 3.12, MAX_JOBS sized the same way, and the same sdist from PyPI:
   builder cache (sources, build venv, logs all start empty; uv's own download cache stays warm, as it would on any
   machine that has installed torch once). Its per-step timings come from its own `timings:` line.
 - upstream: what a user without a prebuilt wheel does, `pip install --no-build-isolation --no-deps SDIST` with
-  CAUSAL_CONV1D_FORCE_BUILD=TRUE (else setup.py tries to download a wheel from GitHub) into a venv that already
-  holds torch, setuptools, wheel, ninja and packaging (its creation is not timed): upstream's default arch list.
+  CAUSAL_CONV1D_FORCE_BUILD=TRUE or MAMBA_FORCE_BUILD=TRUE (else setup.py tries to download a wheel from GitHub)
+  into a venv that already holds torch, setuptools, wheel, ninja and packaging (its creation is not timed):
+  upstream's default arch list.
 
 Writes wall times, wheel sizes and the ratio measured in this one run.
 """
@@ -37,7 +40,11 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION, TORCH, PYTHON = "1.7.0", "2.14.1", "3.12"
-PACKAGE = "causal-conv1d"  # --package mamba-ssm --version 2.3.2.post1: the builder side only (--skip-upstream)
+PACKAGE = "causal-conv1d"  # or --package mamba-ssm --version 2.3.2.post1 --torch 2.11.0
+UPSTREAM = {  # package → (the env var that makes its setup.py compile instead of downloading, its extension's name)
+    "causal-conv1d": ("CAUSAL_CONV1D_FORCE_BUILD", "causal_conv1d_cuda"),
+    "mamba-ssm": ("MAMBA_FORCE_BUILD", "selective_scan_cuda"),
+}
 
 
 def run(argv: List[str], env: Optional[Dict[str, str]] = None, log: Optional[Path] = None) -> Dict[str, Any]:
@@ -118,13 +125,14 @@ def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
     subprocess.run([uv_bin(), "venv", "-q", "--python", str(find_interpreter(PYTHON)), str(venv)], check=True)
     subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"torch=={TORCH}",
                     "setuptools", "wheel", "ninja", "packaging", "pip"], check=True)
-    env = dict(os.environ, CAUSAL_CONV1D_FORCE_BUILD="TRUE", MAX_JOBS=str(jobs), PIP_NO_CACHE_DIR="1",
+    force, extension = UPSTREAM[PACKAGE]
+    env = dict(os.environ, **{force: "TRUE"}, MAX_JOBS=str(jobs), PIP_NO_CACHE_DIR="1",
                CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     result = run([str(venv / "bin" / "pip"), "install", "--no-build-isolation", "--no-deps", "-v", str(source)],
                  env, work / "upstream.log")
     result.pop("text")
     site = next(venv.glob("lib/python*/site-packages"))
-    so = sorted(site.glob("causal_conv1d_cuda*.so"))
+    so = sorted(site.glob(f"{extension}*.so"))
     return {**result, "extension_mib": round(so[0].stat().st_size / 2**20, 1) if so else None,
             "archs": sorted(set(re.findall(r"sm_\d+[af]?", (work / "upstream.log").read_text())))}
 
@@ -152,18 +160,26 @@ def machine() -> Dict[str, Any]:
 def main(argv: Optional[List[str]] = None) -> int:
     global PACKAGE, VERSION, TORCH
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the report (JSON); required unless --write-recipes")
     parser.add_argument("--arch", default="120")
-    parser.add_argument("--package", default="causal-conv1d", help="a recipe (upstream's side is causal-conv1d's only)")
+    parser.add_argument("--package", default="causal-conv1d", help=f"a recipe (upstream's side: {', '.join(UPSTREAM)})")
     parser.add_argument("--version", default="1.7.0")
     parser.add_argument("--torch", default=TORCH, help="mamba-ssm 2.3.2.post1 needs < 2.14 (its -std=c++17)")
     parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
-    parser.add_argument("--variant", action="append", default=[], choices=sorted(set(VARIANTS) - {"defaults"}),
+    parser.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS),
                         help="another builder variant, built after the defaults")
+    parser.add_argument("--write-recipes", type=Path, metavar="DIR",
+                        help="write each --variant's recipes/ copy (DIR/recipes-VARIANT/recipes), nothing else")
     args = parser.parse_args(argv)
     PACKAGE, VERSION, TORCH = args.package, args.version, args.torch
-    if PACKAGE != "causal-conv1d" and not args.skip_upstream:
-        raise SystemExit("upstream's build is scripted for causal-conv1d only: add --skip-upstream")
+    if args.write_recipes:  # bench/h200_build_speed.sh builds these on the lent GPU host
+        for variant in args.variant or ["defaults"]:
+            print(recipes_for(variant, args.write_recipes))
+        return 0
+    if not args.out:
+        parser.error("--out is required")
+    if PACKAGE not in UPSTREAM and not args.skip_upstream:
+        raise SystemExit(f"upstream's build is scripted for {', '.join(UPSTREAM)} only: add --skip-upstream")
     sys.path.insert(0, str(ROOT))
     from builder.core.settings import default_jobs
 
@@ -174,7 +190,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"builder: cold build for sm_{args.arch} (MAX_JOBS={jobs}) ...", flush=True)
         report["builder"] = bench_builder(work, args.arch, jobs)
         print(f"  {report['builder']['wall_s']} s, {report['builder']['archs']}", flush=True)
-        for variant in args.variant:
+        for variant in [v for v in args.variant if v != "defaults"]:
             print(f"builder, {variant}: cold build for sm_{args.arch} ...", flush=True)
             report[f"builder-{variant}"] = bench_builder(work, args.arch, jobs, variant)
             print(f"  {report[f'builder-{variant}']['wall_s']} s", flush=True)
@@ -186,10 +202,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             report["ratio_upstream_over_builder"] = round(report["upstream"]["wall_s"] / report["builder"]["wall_s"], 2)
         keep = args.out.parent / "logs"
         keep.mkdir(parents=True, exist_ok=True)
+        prefix = "build-vs-upstream-" + ("" if PACKAGE == "causal-conv1d" else f"{PACKAGE}-")
         for name in [f"builder-{v}.log" for v in ("defaults", *args.variant)] + ["upstream.log"]:  # last 200 lines
             if (work / name).exists():
                 lines = (work / name).read_text(errors="replace").splitlines()[-200:]
-                (keep / f"build-vs-upstream-{name}").write_text("\n".join(lines) + "\n")
+                (keep / f"{prefix}{name}").write_text("\n".join(lines) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1))
