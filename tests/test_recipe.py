@@ -149,3 +149,33 @@ def test_missing_source_path_names_recipe_and_field(tmp_path: Path) -> None:
         result = run_cli("plan", "demo", "--recipes", str(path.parent.parent), "--cuda", "13.0", "--arch", "90", *extra)
         assert_one_line_error(result, str(path), "field 'source.path'", "does not exist")
         assert result.code == 3
+
+
+def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to_torch(tmp_path: Path) -> None:
+    """mamba-ssm 2.3.2.post1 from PyPI (the recipe's sha256), its three patches applied by the patch stage: the
+    CUDA build names no -std, so torch's cpp_extension adds the standard its headers need (C++20 from torch 2.14,
+    whose ATen.h stops with #error below it; upstream's -std=c++17 came later on the command line and won).
+    The HIP branch keeps upstream's flags."""
+    from builder.core.settings import Settings
+    from builder.stages.patch import apply_patches
+    from builder.stages.resolve import pypi_releases
+    from builder.stages.source import fetch, unpack
+
+    recipe = load_recipe(ROOT / "recipes" / "mamba-ssm" / "recipe.toml")
+    version = "2.3.2.post1"
+    settings = Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=ROOT / "recipes",
+                        patches_dir=ROOT / "patches")
+    ref = pypi_releases("mamba-ssm", settings)[version]
+    assert ref.sha256 == recipe.source.sha256[version]
+    root = unpack(fetch(ref, settings)[0], tmp_path / "src")
+    before = (root / "setup.py").read_text()
+    patches = recipe.patches_for(version)
+    assert [p.name[:4] for p in patches] == ["0001", "0002", "0003"]
+    apply_patches(root, patches, "mamba-ssm", version)
+    setup = (root / "setup.py").read_text()
+    hip, cuda = (part.split("\n        }\n", 1)[0] for part in setup.split("extra_compile_args = {")[1:3])
+    assert "--offload-arch" in hip and "--offload-arch" not in cuda  # upstream's HIP branch first, then CUDA's
+    assert '"-O3"' in cuda and "--expt-relaxed-constexpr" in cuda  # the CUDA branch's flag lists
+    assert '"-std=' not in cuda, cuda
+    assert hip.count('"-std=c++17"') == 2  # cxx and hipcc, as upstream has them
+    assert before.count('"-std=c++17"') == 4
