@@ -164,7 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--arch", default="120")
     parser.add_argument("--package", default="causal-conv1d", help=f"a recipe (upstream's side: {', '.join(UPSTREAM)})")
     parser.add_argument("--version", default="1.7.0")
-    parser.add_argument("--torch", default=TORCH, help="mamba-ssm 2.3.2.post1 needs < 2.14 (its -std=c++17)")
+    parser.add_argument("--torch", default=TORCH, help="mamba-ssm before its patch 0003 needed < 2.14 (-std=c++17)")
     parser.add_argument("--skip-upstream", action="store_true", help="builder side only (upstream takes ~16 min)")
     parser.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS),
                         help="another builder variant, built after the defaults")

@@ -223,88 +223,97 @@ def _longest_first(todo: list, settings: Any, parallel: int) -> list:
     return [e.target for e in order]
 
 
+class _PoolProgress:
+    """What the pool's targets are doing, for the live display (a terminal) or plain start/finish lines (a log):
+    a target has started once its log file exists, finished once its future is done."""
+
+    def __init__(self, todo: list, log_dir: Path, already: int, total: int, live_display: bool) -> None:
+        self.todo, self.already, self.total, self.live_display = todo, already, total, live_display
+        self.logs = {t.id: log_dir / f"{t.id}.log" for t in todo}
+        for path in self.logs.values():
+            path.unlink(missing_ok=True)
+        self.results: dict[str, FarmOutcome] = {}
+        self.started: dict[str, float] = {}
+        self.begun = time.monotonic()
+
+    def poll_started(self, console: Any) -> None:
+        for t in self.todo:
+            if t.id not in self.started and t.id not in self.results and self.logs[t.id].exists():
+                self.started[t.id] = time.monotonic()
+                if not self.live_display:
+                    console.print(f"start    {t.id}", highlight=False)
+
+    def finished(self, target: Any, result: FarmOutcome, console: Any, live: Live | None) -> None:
+        self.results[target.id] = result
+        line = f"{result.status:9}{target.id}  {_duration(result.seconds)}"
+        line += f"  {result.error}" if result.error else ""
+        if live is not None:
+            live.console.print(Text(line, style=STATUS_STYLE.get(result.status, "")))
+        else:
+            console.print(line, highlight=False, markup=False)
+
+    def render(self) -> Group:
+        counts = {s: sum(1 for r in self.results.values() if r.status == s) for s in STATUS_STYLE}
+        head = Text.assemble(
+            (f"[{self.already + len(self.results)}/{self.total}] ", "bold"), (f"{counts['built']} built", "green"),
+            ", ", (f"{self.already + counts['unchanged']} unchanged", "cyan"), ", ",
+            (f"{counts['failed']} failed", "red" if counts["failed"] else ""),
+            f" — {_duration(time.monotonic() - self.begun)}",
+        )
+        running = Table("building", "stage", "time", box=None, padding=(0, 2))
+        for t in self.todo:
+            if t.id in self.started and t.id not in self.results:
+                running.add_row(t.id, _stage(self.logs[t.id]), _duration(time.monotonic() - self.started[t.id]))
+        queued = sum(1 for t in self.todo if t.id not in self.started and t.id not in self.results)
+        return Group(head, running, Text(f"{queued} queued", style="dim"))
+
+    @contextmanager
+    def display(self, console: Any) -> Iterator[Live | None]:
+        if not self.live_display:
+            yield None
+            return
+        from rich.live import Live
+
+        with Live(self.render(), console=console, refresh_per_second=2, transient=True) as live:
+            yield live
+
+
 def _run_pool(todo: list, settings: Any, options: Any, jobs: int, parallel: int, log_dir: Path, already: int,
               total: int) -> dict[str, FarmOutcome]:
     # here, not at the top: `builder build` and an unchanged farm do not start a pool (issue 19: no-op startup)
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from rich.live import Live
-
     from builder.core.log import log
     from builder.farm.worker import run_target
 
-    results: dict[str, FarmOutcome] = {}
-    started: dict[str, float] = {}
-    logs = {t.id: log_dir / f"{t.id}.log" for t in todo}
-    for path in logs.values():
-        path.unlink(missing_ok=True)
     console = log.console
-    live_display = console.is_terminal
+    progress = _PoolProgress(todo, log_dir, already, total, live_display=console.is_terminal)
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads (the live display)
     pool = ProcessPoolExecutor(max_workers=parallel, mp_context=context, max_tasks_per_child=1)
     futures: dict[Future, Any] = {
-        pool.submit(run_target, t, settings, options, jobs, str(logs[t.id])): t for t in todo
+        pool.submit(run_target, t, settings, options, jobs, str(progress.logs[t.id])): t for t in todo
     }
-    pool_start = time.monotonic()
-
-    def poll_started() -> None:
-        for t in todo:
-            if t.id not in started and t.id not in results and logs[t.id].exists():
-                started[t.id] = time.monotonic()
-                if not live_display:
-                    console.print(f"start    {t.id}", highlight=False)
-
-    def render() -> Group:
-        done = already + len(results)
-        counts = {s: sum(1 for r in results.values() if r.status == s) for s in STATUS_STYLE}
-        head = Text.assemble(
-            (f"[{done}/{total}] ", "bold"), (f"{counts['built']} built", "green"), ", ",
-            (f"{already + counts['unchanged']} unchanged", "cyan"), ", ",
-            (f"{counts['failed']} failed", "red" if counts["failed"] else ""),
-            f" — {_duration(time.monotonic() - pool_start)}",
-        )
-        running = Table("building", "stage", "time", box=None, padding=(0, 2))
-        for t in todo:
-            if t.id in started and t.id not in results:
-                running.add_row(t.id, _stage(logs[t.id]), _duration(time.monotonic() - started[t.id]))
-        queued = sum(1 for t in todo if t.id not in started and t.id not in results)
-        return Group(head, running, Text(f"{queued} queued", style="dim"))
-
-    @contextmanager
-    def display() -> Iterator[Live | None]:
-        if live_display:
-            with Live(render(), console=console, refresh_per_second=2, transient=True) as live:
-                yield live
-        else:
-            yield None
-
     try:
-        with display() as live:
+        with progress.display(console) as live:
             pending = set(futures)
             while pending:
-                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                poll_started()
-                for future in finished:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                progress.poll_started(console)
+                for future in done:
                     t = futures[future]
                     try:
                         result = future.result()
                     except Exception as e:  # noqa: BLE001 - a worker that died (killed, out of memory)
                         result = FarmOutcome(id=t.id, status="failed", error=f"worker died: {type(e).__name__}: {e}")
-                    results[t.id] = result
-                    line = (f"{result.status:9}{t.id}  {_duration(result.seconds)}"
-                            + (f"  {result.error}" if result.error else ""))
-                    if live is not None:
-                        live.console.print(Text(line, style=STATUS_STYLE.get(result.status, "")))
-                    else:
-                        console.print(line, highlight=False, markup=False)
+                    progress.finished(t, result, console, live)
                 if live is not None:
-                    live.update(render())
+                    live.update(progress.render())
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    return results
+    return progress.results
 
 
 def _stage(log_file: Path) -> str:
