@@ -138,14 +138,18 @@ def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
 
 
 def same_code_as(work: Path, a: str, b: str) -> Optional[bool]:
-    """Whether two variants' wheels hold the same GPU code (bench/compile_profile.py same-code; None: no cuobjdump)."""
-    import shutil
+    """Whether two variants' wheels hold the same GPU code (bench/compile_profile.py same-code; None: no cuobjdump
+    on this machine: PATH, /usr/local/cuda*, the builder's user cache)."""
+    from builder.core.settings import Settings
+    from builder.stages.inspection import find_local_cuobjdump
 
-    if not shutil.which("cuobjdump"):
+    found = find_local_cuobjdump(Settings.from_env(os.environ))
+    if found is None:
         return None
     wa, wb = (next((work / f"wh-{v}" / "wheels").glob(f"{dist()}-*.whl")) for v in (a, b))
+    env = dict(os.environ, PATH=f"{found.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "compile_profile.py"), "same-code", str(wa), str(wb),
-                          "--work", str(work / f"same-{b}")], capture_output=True, text=True)
+                          "--work", str(work / f"same-{b}")], capture_output=True, text=True, env=env)
     print(out.stdout[-600:], flush=True)
     return out.returncode == 0
 
