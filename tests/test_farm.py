@@ -413,3 +413,34 @@ def test_fixture_tree_is_clean() -> None:
     for folder in ("tinyext-0.2.0", "tinyscale", "tinyscale-0.2.0"):
         root = FIXTURES / "farm" / folder
         assert not any(p.name in {"build", "dist"} or p.suffix == ".so" for p in root.rglob("*")), folder
+
+
+def test_pool_progress_counts_starts_and_finishes_for_the_live_display_and_the_log(tmp_path: Path) -> None:
+    """The farm pool's progress: a target has started once its log exists, finished once its outcome is in; the
+    live display's head counts them (plus the targets found unchanged before the pool), a log gets plain lines."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from builder.cli.farm import _PoolProgress
+    from builder.model.records import FarmOutcome
+
+    todo = [SimpleNamespace(id=name) for name in ("a", "b", "c")]
+    (tmp_path / "a.log").write_text("stale, from an earlier run\n")
+    progress = _PoolProgress(todo, tmp_path, already=2, total=5, live_display=False)
+    assert not (tmp_path / "a.log").exists()  # an earlier run's log never counts as started
+    log = Console(record=True, width=120)
+    (tmp_path / "a.log").write_text("==> build\n")
+    (tmp_path / "b.log").write_text("==> test\n")
+    progress.poll_started(log)
+    progress.poll_started(log)  # once per target
+    progress.finished(todo[1], FarmOutcome(id="b", status="failed", error="boom", seconds=3.0), log, None)
+    lines = log.export_text().splitlines()
+    assert lines == ["start    a", "start    b", "failed   b  3.0s  boom"]
+    screen = Console(record=True, width=120)
+    screen.print(progress.render())
+    text = screen.export_text()
+    assert "[3/5] 0 built, 2 unchanged, 1 failed" in text
+    rows = [line.split() for line in text.splitlines()[2:-1]]  # under the "building stage time" header
+    assert [row[:2] for row in rows] == [["a", "build"]]  # the stage from its log; b is done, c not started
+    assert text.splitlines()[-1] == "1 queued"

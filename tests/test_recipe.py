@@ -151,6 +151,7 @@ def test_missing_source_path_names_recipe_and_field(tmp_path: Path) -> None:
         assert result.code == 3
 
 
+@pytest.mark.network
 def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to_torch(tmp_path: Path) -> None:
     """mamba-ssm 2.3.2.post1 from PyPI (the recipe's sha256), its three patches applied by the patch stage: the
     CUDA build names no -std, so torch's cpp_extension adds the standard its headers need (C++20 from torch 2.14,
