@@ -1,93 +1,120 @@
-"""Shared fixtures: running the real CLI, temporary recipe trees, the local torch index."""
+"""Test tiers, the unit tier's guard, and the fixtures tests share (plain helpers live in tests/helpers.py).
+
+Tiers, chosen with ``--tier`` (markers in pyproject.toml):
+- ``unit`` (plain ``pytest``): every test without an ``e2e``, ``docker``, ``network`` or ``slow`` marker. It must not
+  compile, start containers or reach the network: an autouse guard puts refusing stand-ins for nvcc (all but
+  ``--version``), ninja, podman, docker and cibuildwheel first on PATH, points proxies at a closed port and refuses
+  non-loopback connections in the test process, so an accidental build or download fails loudly and names the marker.
+- ``integration``: the ``e2e``, ``docker`` and ``network`` tests (real compiles, a podman container, PyPI).
+- ``all``: both. ``slow`` tests (full upstream builds) run only with ``--run-slow``.
+An explicit ``-m EXPR`` replaces the tier's selection.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
+import socket
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures"
-# torch 2.14.1 (a CUDA 13.0 build) and its nvidia wheels lie on this workplace's disk for Python 3.11.
-LOCAL_TORCH_INDEX = Path("/opt/pypi-more/simple")
+from tests.helpers import FIXTURES
 
-
-def local_cuda_path_missing() -> str | None:
-    """Why the fast local CUDA path (host nvcc 13.0 + torch 2.14.1 for Python 3.11 on disk) is unusable, or None."""
-    if not LOCAL_TORCH_INDEX.is_dir():
-        return f"no local torch index at {LOCAL_TORCH_INDEX}"
-    if not shutil.which("nvcc"):
-        return "no nvcc on PATH"
-    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
-        return "no Python 3.11 interpreter"
-    return None
+INTEGRATION_MARKERS = ("e2e", "docker", "network")
+# Per-test time limits (pytest-timeout); the ini's `timeout` is the unit tier's.
+TIER_TIMEOUT_S = {"network": 900, "e2e": 1800, "docker": 1800, "slow": 7200}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="run slow tests (full upstream builds)")
+    parser.addoption("--tier", choices=("unit", "integration", "all"), default="unit",
+                     help="unit (default): no compiles, containers or network; integration: e2e, docker and "
+                          "network tests; all: both")
+
+
+def is_unit(item: pytest.Item) -> bool:
+    return not any(m in item.keywords for m in (*INTEGRATION_MARKERS, "slow"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="slow test: full upstream build, run by hand with --run-slow")
+    tier = config.getoption("--tier")
+    if not config.getoption("markexpr"):
+        wanted = {"unit": is_unit, "integration": lambda i: not is_unit(i), "all": lambda i: True}[tier]
+        deselected = [i for i in items if not wanted(i)]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [i for i in items if wanted(i)]
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        limits = [s for m, s in TIER_TIMEOUT_S.items() if m in item.keywords]
+        if limits and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(max(limits)))
+    if not config.getoption("--run-slow"):
+        skip = pytest.mark.skip(reason="slow test: full upstream build, run by hand with --run-slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
 
 
-@dataclass
-class CliResult:
-    code: int
-    stdout: str
-    stderr: str
+# ---------------------------------------------------------------- the unit tier's guard
 
-    @property
-    def error_lines(self) -> list[str]:
-        return [l for l in self.stderr.splitlines() if l.startswith("error:")]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: int = 1800) -> CliResult:
-    """Run the real ``builder`` command line in a subprocess."""
-    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "builder", *args],
-        capture_output=True, text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout,
-    )
-    return CliResult(result.returncode, result.stdout, result.stderr)
-
-
-# Runs the CLI like ``python -m builder`` with an audit hook noting each subprocess the builder process starts.
-_AUDITED = r"""
-import json, os, sys
-started = []
-def hook(event, args):
-    if event == "subprocess.Popen":
-        started.append([os.fspath(a) for a in (args[1] if isinstance(args[1], (list, tuple)) else [args[1]])])
-sys.addaudithook(hook)
-from builder.cli.main import main
-try:
-    code = main(sys.argv[1:])
-finally:
-    with open(os.environ["BUILDER_TEST_SPAWNS"], "w") as f:
-        json.dump(started, f)
-sys.exit(code)
+_REFUSE = """#!/bin/sh
+echo "unit-tier guard: a unit test ran '{name} $*'; mark the test e2e, docker or network (tests/conftest.py)" >&2
+exit 97
 """
+# nvcc --version (and the arch list) are facts the plan reads, not builds: those pass through to the real nvcc
+_NVCC = """#!/bin/sh
+case "$1" in --version|--list-gpu-arch|--list-gpu-code) [ -n "{real}" ] && exec "{real}" "$@";; esac
+echo "unit-tier guard: a unit test ran 'nvcc $*'; mark the test e2e (tests/conftest.py)" >&2
+exit 97
+"""
+_GUARDED = ("ninja", "podman", "docker", "cibuildwheel")
 
 
-def run_cli_audited(*args: str, spawns: Path, env: dict[str, str] | None = None) -> tuple[CliResult, list[list[str]]]:
-    """``run_cli``, also returning the argv of every subprocess the builder process started (children of those
-    are not seen)."""
-    full_env = {**os.environ, **(env or {}), "COLUMNS": "200", "BUILDER_TEST_SPAWNS": str(spawns)}
-    result = subprocess.run([sys.executable, "-c", _AUDITED, *args], capture_output=True, text=True, env=full_env,
-                            cwd=ROOT, timeout=1800)
-    return CliResult(result.returncode, result.stdout, result.stderr), json.loads(spawns.read_text())
+class NetworkRefused(OSError):
+    pass
+
+
+@pytest.fixture(scope="session")
+def _guard_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("unit-guard-bin")
+    real_nvcc = shutil.which("nvcc") or ""
+    for name, text in [("nvcc", _NVCC.replace("{real}", real_nvcc)),
+                       *((n, _REFUSE.replace("{name}", n)) for n in _GUARDED)]:
+        path = folder / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In the unit tier: no compiles, containers or network, in this process or in the processes it starts."""
+    if not is_unit(request.node):
+        yield
+        return
+    guard_bin: Path = request.getfixturevalue("_guard_bin")
+    monkeypatch.setenv("PATH", f"{guard_bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # the discard port: closed, so a download fails at once
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: object) -> None:
+        host = address[0] if isinstance(address, tuple) else None
+        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+            raise NetworkRefused(f"unit-tier guard: a unit test connected to {address}; mark it network "
+                                 "(tests/conftest.py)")
+        real_connect(self, address)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    yield
+
+
+# ---------------------------------------------------------------- fixtures
 
 
 @pytest.fixture
@@ -103,12 +130,3 @@ def recipe_tree(tmp_path: Path) -> Path:
     for name in ("recipes", "patches", "tinyext"):
         shutil.copytree(FIXTURES / name, root / name)
     return root / "recipes"
-
-
-def assert_one_line_error(result: CliResult, *needles: str) -> None:
-    """A user error: non-zero exit, exactly one 'error:' line naming the cause, no traceback."""
-    assert result.code != 0, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert len(result.error_lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in result.error_lines[0], result.error_lines[0]

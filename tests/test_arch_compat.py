@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from packaging.version import Version
 
 from builder.core.errors import UsageError
 from builder.discovery.compat import check_torch_matches_cuda, default_torch, resolve_index
 from builder.model.arch import Arch, check_archs_for_cuda, parse_arch_list, torch_arch_list
+from builder.model.cuda import CudaVersion
 
 
 @pytest.mark.parametrize(
@@ -37,29 +37,29 @@ def test_arch_names() -> None:
 
 
 def test_cuda_arch_support() -> None:
-    check_archs_for_cuda(parse_arch_list("120"), Version("12.8"))
-    check_archs_for_cuda(parse_arch_list("121"), Version("12.9"))
+    check_archs_for_cuda(parse_arch_list("120"), CudaVersion.parse("12.8"))
+    check_archs_for_cuda(parse_arch_list("121"), CudaVersion.parse("12.9"))
     with pytest.raises(UsageError, match="CUDA 12.8 cannot compile sm_121"):
-        check_archs_for_cuda(parse_arch_list("121"), Version("12.8"))
+        check_archs_for_cuda(parse_arch_list("121"), CudaVersion.parse("12.8"))
     with pytest.raises(UsageError, match="cannot compile sm_53"):
-        check_archs_for_cuda(parse_arch_list("53"), Version("13.0"))
+        check_archs_for_cuda(parse_arch_list("53"), CudaVersion.parse("13.0"))
 
 
 def test_default_torch_per_cuda() -> None:
     pypi = resolve_index(None)
-    assert default_torch(pypi, Version("12.8")) == "2.10.0"
-    assert default_torch(pypi, Version("13.0")) == "2.14.1"
-    assert default_torch(resolve_index("cu128"), Version("12.8")) == "2.11.0"
+    assert default_torch(pypi, CudaVersion.parse("12.8")) == "2.10.0"
+    assert default_torch(pypi, CudaVersion.parse("13.0")) == "2.14.1"
+    assert default_torch(resolve_index("cu128"), CudaVersion.parse("12.8")) == "2.11.0"
     with pytest.raises(UsageError, match="no torch build for CUDA 12.9"):
-        default_torch(pypi, Version("12.9"))
+        default_torch(pypi, CudaVersion.parse("12.9"))
 
 
 def test_torch_cuda_mismatch_suggests_index() -> None:
     with pytest.raises(UsageError) as info:
-        check_torch_matches_cuda(resolve_index(None), "2.11.0", Version("12.8"))
+        check_torch_matches_cuda(resolve_index(None), "2.11.0", CudaVersion.parse("12.8"))
     assert "CUDA 13.0 build, not CUDA 12.8" in info.value.message
     assert "pytorch-cu128" in (info.value.hint or "")
-    check_torch_matches_cuda(resolve_index("cu128"), "2.11.0", Version("12.8"))
+    check_torch_matches_cuda(resolve_index("cu128"), "2.11.0", CudaVersion.parse("12.8"))
 
 
 def test_custom_index_url() -> None:
@@ -94,25 +94,25 @@ def test_arch_support_from_a_real_nvcc(tmp_path) -> None:  # type: ignore[no-unt
     release = re.search(r"release (\d+\.\d+)", subprocess.run(["nvcc", "--version"], capture_output=True, check=False,
                                                                text=True).stdout)
     assert release
-    support = arch_support(Version(release.group(1)), settings)
+    support = arch_support(CudaVersion.parse(release.group(1)), settings)
     assert support is not None and "--list-gpu-code" in support.source
     assert 90 in support.sass and 90 in support.ptx
     assert (tmp_path / "cache" / "index" / "nvcc-archs.json").exists()
-    assert arch_support(Version("12.8"), settings).source == "builder/arch.py table"  # type: ignore[union-attr]
+    assert arch_support(CudaVersion.parse("12.8"), settings).source == "builder/arch.py table"  # type: ignore[union-attr]
 
 
 def test_cuda_13_minors_accept_sm_103_and_sm_121() -> None:
     for cuda in ("13.0", "13.1", "13.2"):
-        assert check_archs_for_cuda(parse_arch_list("103,121"), Version(cuda)) is None  # raises when refused
+        assert check_archs_for_cuda(parse_arch_list("103,121"), CudaVersion.parse(cuda)) is None  # raises when refused
     with pytest.raises(UsageError, match="cannot compile sm_121"):  # and the check does refuse: 12.8 predates sm_121
-        check_archs_for_cuda(parse_arch_list("121"), Version("12.8"))
+        check_archs_for_cuda(parse_arch_list("121"), CudaVersion.parse("12.8"))
 
 
 def test_label_follows_the_torch_cuda() -> None:
     from builder.discovery.compat import torch_cuda
 
     pypi = resolve_index(None)  # the shipped snapshot: read from PyPI when it was written
-    assert str(torch_cuda(pypi, "2.15.0", Version("13.0"))) == "13.2"
-    assert default_torch(pypi, Version("13.2")) == "2.15.0"
+    assert str(torch_cuda(pypi, "2.15.0", CudaVersion.parse("13.0"))) == "13.2"
+    assert default_torch(pypi, CudaVersion.parse("13.2")) == "2.15.0"
     with pytest.raises(UsageError, match="torch 2.15.0 on pypi is a CUDA 13.2 build, not CUDA 13.0"):
-        check_torch_matches_cuda(pypi, "2.15.0", Version("13.0"))
+        check_torch_matches_cuda(pypi, "2.15.0", CudaVersion.parse("13.0"))

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
+from builder.model.cuda import CudaVersion
 from builder.toolchain import container as docker_toolchain
 from builder.toolchain import host, select
 
@@ -30,7 +30,7 @@ def bare_machine(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cuda_12_8_refusal_names_the_cuda_13_way(bare_machine: None, tmp_path: Path) -> None:
     settings = Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)})
     with pytest.raises(ToolchainError) as e:
-        select.select_toolkit("auto", Version("12.8"), settings, NO_ENGINE)
+        select.select_toolkit("auto", CudaVersion.parse("12.8"), settings, NO_ENGINE)
     assert "no CUDA 12.8 compiler here" in e.value.message and "no nvcc found" in e.value.message
     hint = "\n".join(e.value.extra)  # the ways forward, a line each under the one error line
     newest = select._pip_cuda(settings)  # the newest CUDA PyPI has torch builds for (13.2 on 2026-12-01)
@@ -42,15 +42,15 @@ def test_cuda_12_8_refusal_names_the_cuda_13_way(bare_machine: None, tmp_path: P
 
 def test_plan_row_on_a_bare_machine(bare_machine: None, tmp_path: Path) -> None:
     settings = Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)})
-    no = select.probe_build_here("auto", Version("12.8"), settings, NO_ENGINE)
+    no = select.probe_build_here("auto", CudaVersion.parse("12.8"), settings, NO_ENGINE)
     assert not no.possible
     assert no.text().startswith("no: no CUDA 12.8 compiler here (no container engine answers")
     newest = select._pip_cuda(settings)
     assert f"ways forward: this machine can build CUDA {newest} wheels (pip toolchain)" in no.text()
-    yes = select.probe_build_here("auto", Version("13.0"), settings, NO_ENGINE)
+    yes = select.probe_build_here("auto", CudaVersion.parse("13.0"), settings, NO_ENGINE)
     assert yes.text() == ("yes: pip toolchain (CUDA 13.0 from PyPI, not yet provisioned: about 100 MB on the "
                           "first build)")
     offline = Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)}, offline=True)
-    stuck = select.probe_build_here("auto", Version("13.0"), offline, NO_ENGINE)
+    stuck = select.probe_build_here("auto", CudaVersion.parse("13.0"), offline, NO_ENGINE)
     assert not stuck.possible and "--offline forbids downloading" in stuck.text()
     assert not (tmp_path / "toolkits" / "cuda-13.0").exists()

@@ -8,15 +8,20 @@ torch 2.14.1's ninja output, which really says ``-c -c``); the setuptools banner
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import textwrap
 import time
 import warnings
 from pathlib import Path
 
+import pytest
+
 from builder.core.log import elapsed, log, target_prefix
 from builder.stages.compile import (
+    FAILURE_LINES,
     CompileProgress,
+    build_failed,
     build_wheel,
     compile_step,
     console_lines,
@@ -63,6 +68,22 @@ csrc/causal_conv1d_bwd.cu(12): error: identifier "foo" is undefined
 """
 
 
+# What ninja writes into a pipe when a .cpp fails while two .cu units still run (shaped like torch's ninja file,
+# the order as ninja 1.11 writes it, see test_ninja_reports_a_failed_unit_before_the_running_ones_end): a step's
+# line comes when the step ends; a failed one's is followed by FAILED, the command again and the compiler's output.
+FAILING_BUILD = [
+    f"[1/3] c++ -MMD -MF x.o.d -fPIC -I{SRC}/csrc -c -c {SRC}/csrc/causal_conv1d.cpp -o {SRC}/build/causal_conv1d.o",
+    f"FAILED: {SRC}/build/causal_conv1d.o",
+    f"c++ -MMD -MF x.o.d -fPIC -I{SRC}/csrc -c -c {SRC}/csrc/causal_conv1d.cpp -o {SRC}/build/causal_conv1d.o",
+    f"{SRC}/csrc/causal_conv1d.cpp:12:10: fatal error: ATen/cuda/CUDAContext.h: No such file or directory",
+    "12 | #include <ATen/cuda/CUDAContext.h>",
+    "compilation terminated.",
+    f"[2/3] /usr/local/cuda-13.0/bin/nvcc -MD -MF y.o.d -c -c {SRC}/csrc/causal_conv1d_fwd.cu -o y.o",
+    f"[3/3] /usr/local/cuda-13.0/bin/nvcc -MD -MF z.o.d -c -c {SRC}/csrc/causal_conv1d_bwd.cu -o z.o",
+    "ninja: build stopped: subcommand failed.",
+]
+
+
 def test_compile_steps_are_short_names_of_translation_units() -> None:
     steps = [compile_step(line) for line in REAL_LINES]
     assert steps == [
@@ -78,6 +99,88 @@ def test_progress_reports_only_step_changes() -> None:
     for line in REAL_LINES + REAL_LINES[4:6]:  # nvcc's warnings and ptxas chatter after a step change nothing
         progress(line)
     assert seen == [s for s in (compile_step(l) for l in REAL_LINES) if s]
+
+
+def test_a_failed_unit_is_shown_when_it_fails_and_not_named_as_the_step_after() -> None:
+    """Issue 26 6(g): the .cpp's error reached the console 20 minutes late, while the status still named the
+    .cpp. Its output is shown as it comes; the command ninja repeats is no new step; later steps say it failed."""
+    steps: list[str] = []
+    shown: list[str] = []
+    progress = CompileProgress(steps.append, shown.append)
+    for line in FAILING_BUILD[:6]:
+        progress(line)
+    assert shown == ["c++ causal_conv1d.cpp failed (ninja goes on until the units still running end); its output:",
+                     f"  {FAILING_BUILD[3]}", "  12 | #include <ATen/cuda/CUDAContext.h>", "  compilation terminated."]
+    assert steps == ["[1/3] c++ causal_conv1d.cpp", "c++ causal_conv1d.cpp failed; waiting for the units still running"]
+    for line in FAILING_BUILD[6:]:
+        progress(line)
+    assert steps[2:] == ["[2/3] nvcc causal_conv1d_fwd.cu (c++ causal_conv1d.cpp failed)",
+                         "[3/3] nvcc causal_conv1d_bwd.cu (c++ causal_conv1d.cpp failed)"]
+    assert len(shown) == 4 and progress.failed == ["c++ causal_conv1d.cpp"]
+
+
+def test_a_failed_units_output_is_cut_on_the_console() -> None:
+    shown: list[str] = []
+    progress = CompileProgress(lambda step: None, shown.append)
+    for line in [*FAILING_BUILD[:3], *(f"error line {i}" for i in range(FAILURE_LINES + 10)), "x" * 400]:
+        progress(line)
+    assert len(shown) == 1 + FAILURE_LINES + 1 and shown[-1] == "  … (the rest is in the build log)"
+    assert shown[FAILURE_LINES] == f"  error line {FAILURE_LINES - 1}"
+
+
+def test_the_output_loop_shows_a_failed_unit_while_the_build_still_runs(tmp_path: Path) -> None:
+    """FAILING_BUILD written by a process that, like ninja, then waits for its slow units: the error is on the
+    console a second before the process ends."""
+    from builder.core.streaming import stream
+
+    script = (f"import sys, time\nlines = {FAILING_BUILD!r}\nprint(*lines[:6], sep='\\n', flush=True)\n"
+              "time.sleep(1.5)\nprint(*lines[6:], sep='\\n', flush=True)\nsys.exit(1)\n")
+    shown: list[float] = []
+    progress = CompileProgress(lambda step: None, lambda text: shown.append(time.monotonic()))
+    with (tmp_path / "build.log").open("w") as out:
+        code, _ = stream([sys.executable, "-c", script], out=out, on_line=progress)
+    assert code == 1 and len(shown) == 4 and time.monotonic() - shown[-1] > 1.0
+
+
+@pytest.mark.e2e  # a real ninja (the unit tier's guard refuses it), though its units are shell commands, seconds
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="no ninja on PATH")
+def test_ninja_reports_a_failed_unit_before_the_running_ones_end(tmp_path: Path) -> None:
+    """The real ninja through the builder's output loop: the failed unit's error reaches the console while a
+    slower unit still runs."""
+    from builder.core.streaming import stream
+
+    (tmp_path / "build.ninja").write_text(textwrap.dedent("""\
+        rule run
+          command = sh -c "$cmd"
+        build slow.o: run
+          cmd = sleep 2; touch slow.o
+        build bad.o: run
+          cmd = echo 'bad.cpp:1:1: error: boom' >&2; exit 1
+    """))
+    shown: list[tuple[float, str]] = []
+    progress = CompileProgress(lambda step: None, lambda text: shown.append((time.monotonic(), text)))
+    with (tmp_path / "build.log").open("w") as out:
+        code, last = stream(["ninja", "-v", "-j", "2"], out=out, on_line=progress, cwd=tmp_path)
+    ended = time.monotonic()
+    assert code != 0 and last == "ninja: build stopped: subcommand failed."
+    assert [text for _, text in shown] == ["bad.o failed (ninja goes on until the units still running end); its output:",
+                                           "  bad.cpp:1:1: error: boom"]
+    assert ended - shown[1][0] > 1.0 and progress.failed == ["bad.o"]
+
+
+def test_the_failure_summary_names_the_failed_unit_and_its_first_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """One summary for every toolchain (the docker one's cibuildwheel log included): the tail, the first compiler
+    error as the message, the failed units."""
+    log_file = tmp_path / "build.log"
+    log_file.write_text("\n".join([*FAILING_BUILD, "Traceback (most recent call last):",
+                                   "subprocess.CalledProcessError: Command '['ninja', '-v']' returned 1."]) + "\n")
+    error = build_failed(log_file, " in cuda-wheel-builder:x", 61.4, RuntimeError("backend failed"),
+                         ["c++ causal_conv1d.cpp"])
+    assert error.message == f"build failed in cuda-wheel-builder:x after 61s (c++ causal_conv1d.cpp failed): {FAILING_BUILD[3]}"
+    assert error.hint == f"full log: {log_file}" and "subprocess.CalledProcessError" in capsys.readouterr().err
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert build_failed(empty, "", 1, RuntimeError("no wheel"), []).message == "build failed after 1s: no wheel"
 
 
 def test_upstream_noise_is_left_out_of_the_console_tail(tmp_path: Path) -> None:
@@ -122,8 +225,8 @@ def test_backend_warnings_go_to_the_log_not_the_console(tmp_path: Path, capfd) -
     with warnings.catch_warnings(record=True) as escaped:  # what Python would print on the CLI's console
         warnings.simplefilter("always")
         python = probe(Path(sys.executable), with_torch=False)
-        request = WheelRequest(source_dir=project, python=python.python, python_version=python.version,
-                               env={"PATH": "/usr/bin:/bin"}, archs=(), out_dir=tmp_path / "dist", log_file=log_file)
+        request = WheelRequest(source_dir=project, python=python.python, env={"PATH": "/usr/bin:/bin"},
+                               out_dir=tmp_path / "dist", log_file=log_file)
         wheel = build_wheel(request)
     assert wheel.name.startswith("warner-0.1-")
     assert not [str(w.message) for w in escaped], "backend warnings escaped to the console"

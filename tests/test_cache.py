@@ -12,7 +12,7 @@ import pytest
 
 from builder.core.cachedir import clean, disk_bytes, freed_bytes, usage
 from builder.core.settings import Settings
-from tests.conftest import assert_one_line_error, run_cli
+from tests.helpers import assert_one_line_error, run_cli
 
 MiB = 1024 * 1024
 
@@ -100,7 +100,7 @@ def test_cli_shows_and_cleans(tmp_path: Path) -> None:
     shown = run_cli("cache", env={**env, "COLUMNS": "200"})
     assert shown.code == 0, shown.stderr
     logs = next(line for line in shown.stdout.splitlines() if line.startswith("│ logs"))
-    assert "3.0 MiB" in logs and " 1 " in logs
+    assert [cell.strip() for cell in logs.strip("│ ").split("│")][:3] == ["logs", "1", "3.0 MiB"], logs
     cleaned = run_cli("cache", "clean", "--all", env=env)
     assert cleaned.code == 0 and "removed 1 entry, 3.0 MiB freed" in cleaned.stdout, cleaned.stdout
     assert not (tmp_path / "cache" / "logs" / "a.log").exists()

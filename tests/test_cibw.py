@@ -146,3 +146,35 @@ def test_the_wheelhouse_refuses_to_publish_a_wheel_vendoring_libtorch(tmp_path: 
         house.publish(_vendoring_wheel(tmp_path), BuildRecord(cache_key="k" * 64))
     assert err.value.exit_code == 13 and "vendors libtorch_cpu-1a2b3c4d.so" in err.value.one_line()
     assert not list((tmp_path / "house").rglob("*.whl"))
+
+
+def test_cibuildwheel_output_goes_through_the_shared_loop_and_a_failure_is_left_to_the_compile_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in for cibuildwheel (no engine, no container): its lines reach the log file after the echoed
+    command and reach on_line as the other toolchains' do; without a wheel the result says so (the compile
+    stage summarises the log for every toolchain), with one the wheel comes back."""
+    from builder.toolchain import cibw
+
+    req = _request(tmp_path)
+    script = tmp_path / "cibuildwheel.py"
+    script.write_text(
+        "import pathlib, sys\nprint('Building cp312-manylinux_x86_64 wheel')\nprint()\n"
+        "print('[1/1] c++ -c -c csrc/x.cpp -o x.o', flush=True)\n"
+        "if sys.argv[1] == 'ok':\n    (pathlib.Path(sys.argv[2]) / 'tinyext-0.1-cp312-cp312-manylinux_2_28_x86_64.whl')"
+        ".write_text('')\nelse:\n    print('csrc/x.cpp:1:1: error: boom')\n    sys.exit(1)\n")
+    monkeypatch.setattr(cibw, "fetch_locked", lambda r: 0.0)
+    monkeypatch.setattr(cibw.shutil, "which", lambda name, path=None: f"/usr/bin/{name}")
+    for outcome in ("fails", "ok"):
+        monkeypatch.setattr(cibw, "cibuildwheel_argv", lambda r, o=outcome: [sys.executable, str(script), o,
+                                                                            str(r.out_dir)])
+        lines: list[str] = []
+        result = cibw.build_with_cibuildwheel(req, lines.append)
+        assert lines[:2] == ["Building cp312-manylinux_x86_64 wheel", "[1/1] c++ -c -c csrc/x.cpp -o x.o"]
+        if outcome == "fails":
+            assert result.wheel is None and result.exit_code == 1 and lines[2:] == ["csrc/x.cpp:1:1: error: boom"]
+        else:
+            assert result.wheel == req.out_dir / "tinyext-0.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+    logged = req.log_file.read_text().splitlines()
+    assert logged[0].startswith("+ CIBW_PLATFORM=linux CIBW_BUILD=cp312-manylinux_x86_64 ")  # the echoed command
+    assert logged[0].endswith(f" {script} fails {req.out_dir}") and logged[1:5] == [
+        "Building cp312-manylinux_x86_64 wheel", "", "[1/1] c++ -c -c csrc/x.cpp -o x.o", "csrc/x.cpp:1:1: error: boom"]

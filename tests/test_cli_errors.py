@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, assert_one_line_error, run_cli
+from tests.helpers import FIXTURES, assert_one_line_error, run_cli
 
 
 def test_unknown_package(cli_env: dict[str, str]) -> None:
@@ -187,12 +187,12 @@ def test_recipes_list_and_show(cli_env: dict[str, str]) -> None:
 
 
 def test_help_names_allowed_values_and_hides_test_only_flags(cli_env: dict[str, str]) -> None:
-    from builder.stages.plan import KNOWN_CUDA
+    from builder.discovery.compat import known_cuda
 
     for command in ("build", "plan"):
         shown = run_cli(command, "--help", env=cli_env)
         text = " ".join(shown.stdout.split())  # argparse wraps lines
         assert shown.code == 0
-        assert ", ".join(KNOWN_CUDA) in text, text
+        assert ", ".join(map(str, known_cuda())) in text, text
         assert "required for CUDA extensions" in text and "not needed for pure-Python recipes" in text
         assert "--test-patch" not in text  # test-only: still accepted (test_unknown_test_patch uses it)

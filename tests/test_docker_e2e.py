@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from builder.toolchain.images import image_spec
-from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, run_cli
+from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -284,6 +284,6 @@ def test_docker_without_engine_is_one_line_suggesting_pip(tmp_path: Path) -> Non
     env = {"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock", "BUILDER_CACHE_DIR": str(tmp_path / "cache")}
     result = run_cli("build", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0", "--arch", "90",
                      "--python", "3.11", "--toolchain", "docker", env=env)
-    from tests.conftest import assert_one_line_error
+    from tests.helpers import assert_one_line_error
 
     assert_one_line_error(result, "--toolchain docker: no container engine answers", "--toolchain pip")

@@ -19,8 +19,9 @@ from builder.farm.unchanged import changed_targets, known_inputs, record_matches
 from builder.farm.watch import watch
 from builder.model.arch import format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
-from tests.conftest import FIXTURES, ROOT, run_cli
+from tests.helpers import FIXTURES, ROOT, run_cli
 
 DEMO = FIXTURES / "farm-demo.toml"
 
@@ -163,10 +164,10 @@ def test_schema_errors_name_file_and_field(tree: Path, mutation, needle: str, hi
 def test_good_farm_loads_with_defaults_and_overrides(tree: Path) -> None:
     farm = load_farm(write_farm(tree, GOOD))
     demo, pure = farm.entries
-    assert demo.newest == 2 and demo.python == ("3.12",) and demo.recipes == tree / "recipes"
+    assert demo.newest == 2 and demo.python == (PythonSpec("3.12"),) and demo.recipes == tree / "recipes"
     assert demo.archs == (parse_arch_list("120"), parse_arch_list("90,120+ptx"))  # typed, sorted
     assert [str(c) for c in demo.cuda] == ["12.8", "13.0"] and demo.cuda[0] == CudaVersion((12, 8))
-    assert pure.python == ("3.12",) and pure.versions == ("0.2",)
+    assert pure.python == (PythonSpec("3.12"),) and pure.versions == ("0.2",)
     assert farm.excludes[1].arch == parse_arch_list("90,120+ptx")  # "120+ptx,90" normalised the same way
     with pytest.raises(Exception):
         demo.name = "x"  # type: ignore[misc]  (frozen)
@@ -178,7 +179,7 @@ def test_good_farm_loads_with_defaults_and_overrides(tree: Path) -> None:
 def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
     farm = load_farm(write_farm(tree, GOOD))
     targets = expand(farm, settings_for(tree), releases=fake_releases)
-    cells = [(t.package, t.version, str(t.cuda), format_arch_list(t.archs), t.python, t.torch) for t in targets]
+    cells = [(t.package, t.version, str(t.cuda), format_arch_list(t.archs), str(t.python), t.torch) for t in targets]
     assert cells == [
         # newest 2 in range >=1.0,<2 (1.2rc1 is a pre-release, 2.0 outside): 1.4 and 1.1, newest first;
         # exclude[2] drops arch 120 on 12.8, exclude[1] arch 90,120+ptx on 13.0, exclude[0] 1.1 on 12.8
@@ -245,7 +246,7 @@ def test_demo_farm_expands_to_two_packages_two_versions_two_targets() -> None:
     assert len(targets) == 8
     assert {(t.package, t.version) for t in targets} == {
         ("tinyext", "0.1.0"), ("tinyext", "0.2.0"), ("tinyscale", "0.1.0"), ("tinyscale", "0.2.0")}
-    assert {format_arch_list(t.archs) for t in targets} == {"90,120"} and {t.python for t in targets} == {"3.11", "3.12"}
+    assert {format_arch_list(t.archs) for t in targets} == {"90,120"} and {str(t.python) for t in targets} == {"3.11", "3.12"}
     by_id = {t.id: t for t in targets}
     assert by_id["tinyext-0.2.0-cu130-sm90_120-py3.11-torch2.14.1"].source == str(FIXTURES / "farm" / "tinyext-0.2.0")
     assert by_id["tinyext-0.1.0-cu130-sm90_120-py3.12-torch2.14.1"].source is None  # the recipe's own

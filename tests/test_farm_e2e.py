@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX, local_cuda_path_missing, run_cli
+from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX, local_cuda_path_missing, run_cli
 
 pytestmark = pytest.mark.e2e
 

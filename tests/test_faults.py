@@ -26,7 +26,7 @@ from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from builder.stages.resolve import SourceRef
 from builder.stages.source import fetch
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def make_wheel(tmp: Path, name: str, version: str, payload: int = 0) -> Path:

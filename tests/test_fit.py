@@ -10,6 +10,7 @@ import pytest
 
 from builder.core.errors import SourceError
 from builder.index.store import Wheelhouse
+from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
 from builder.user.fit import (
     EnvFacts,
@@ -20,7 +21,7 @@ from builder.user.fit import (
     label_cuda,
     runs_on,
 )
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.test_index import labelled_wheel
 
 TAGS = frozenset({"cp312-cp312-linux_x86_64", "py3-none-any", "cp312-none-any"})
@@ -49,7 +50,8 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
 
 
 def test_labels_and_arch_rules() -> None:
-    assert label_cuda("cu128torch2.10") == "12.8" and label_cuda("cu132torch2.15") == "13.2"
+    assert label_cuda("cu128torch2.10") == CudaVersion.parse("12.8")
+    assert label_cuda("cu132torch2.15") == CudaVersion.parse("13.2")
     assert label_cuda("local") is None and label_cuda(None) is None
     assert env_label("2.10.0+cu128", "12.8") == "cu128torch2.10"
     assert runs_on(("sm_120",), (), 121)  # same major, newer minor

@@ -24,7 +24,7 @@ from builder.core.wheelfile import write_wheel
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
-from tests.conftest import ROOT, assert_one_line_error, run_cli
+from tests.helpers import ROOT, assert_one_line_error, run_cli
 
 
 def raw_wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ...] = (), tag: str = "py3-none-any",
@@ -186,6 +186,38 @@ def test_refuses_wheel_whose_metadata_version_differs(tmp_path: Path) -> None:
     with pytest.raises(PublishError, match="not a readable wheel"):
         house.publish(garbage, BuildRecord.from_json({}))
     assert not house.wheels.exists() or not any(house.wheels.iterdir())
+
+
+def test_publish_takes_the_inspections_portability_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build hands publish the report inspection made of the same file: publish does not read the wheel's
+    objects again, yet a refusal in that report still refuses, and a broken file is still a PublishError first.
+    Without a report, or with one of another file, publish makes its own."""
+    from builder.core.errors import PortabilityError
+    from builder.index import store
+    from builder.stages.repair import PortabilityReport
+
+    made: list[str] = []
+    monkeypatch.setattr(store, "portability_report",
+                        lambda wheel: made.append(wheel.name) or PortabilityReport(wheel.name, ("any",), None, ()))
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = raw_wheel(tmp_path / "w", "demo", "1.0")
+    given = PortabilityReport(wheel.name, ("any",), None, ())
+    house.publish(wheel, BuildRecord.from_json({"cache_key": "a"}), portability=given)
+    assert made == [] and (house.wheels / wheel.name).is_file()
+    vendoring = PortabilityReport(wheel.name, ("any",), None, ("demo.libs/libcudart.so.13",))
+    with pytest.raises(PortabilityError, match="vendors libcudart.so.13"):
+        house.publish(wheel, BuildRecord.from_json({"cache_key": "b"}), portability=vendoring)
+    kept = house.record_of(wheel.name)
+    assert kept is not None and kept.cache_key == "a", "a refused wheel changed the wheelhouse"
+    garbage = tmp_path / "broken-1.0-py3-none-any.whl"
+    garbage.write_text("not a zip")
+    with pytest.raises(PublishError, match="not a readable wheel"):
+        house.publish(garbage, BuildRecord.from_json({}),
+                      portability=PortabilityReport(garbage.name, ("any",), None, ("x.libs/libtorch.so",)))
+    other = raw_wheel(tmp_path / "o", "other", "2.0")
+    house.publish(other, BuildRecord.from_json({"cache_key": "c"}), portability=given)  # given is of demo's file
+    house.publish(raw_wheel(tmp_path / "p", "third", "3.0"), BuildRecord.from_json({"cache_key": "d"}))
+    assert made == [other.name, "third-3.0-py3-none-any.whl"]
 
 
 def test_rebuild_regenerates_everything(house: Wheelhouse, tmp_path: Path) -> None:

@@ -27,9 +27,10 @@ from builder.core.settings import Settings
 from builder.farm.expand import expand
 from builder.farm.spec import load_farm
 from builder.farm.unchanged import known_inputs
-from builder.index.store import Wheelhouse, is_builder_temp
+from builder.index.store import Wheelhouse
+from builder.index.txn import is_builder_temp
 from builder.model.records import BuildRecord
-from tests.conftest import FIXTURES, ROOT, assert_one_line_error, run_cli
+from tests.helpers import FIXTURES, ROOT, assert_one_line_error, run_cli
 from tests.test_farm import _record_for
 from tests.test_index import labelled_wheel
 from tests.test_publish_txn import assert_consistent, make_wheel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,11 +11,13 @@ from packaging.version import Version
 
 from builder.core.settings import Settings
 from builder.model.arch import parse_arch_list
+from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
 from builder.stages.inputs import UNKNOWN, TargetInputs, recorded_inputs, target_inputs
 from builder.stages.plan import Target, make_plan
 from builder.stages.pyenv import PythonEnv
-from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
+from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
 
 # Computed on main (52c90c2) with stages.plan.cache_key before the inputs were given their own type: the same
 # inputs must keep the same key, or every wheel in every wheelhouse would be rebuilt. They change only with
@@ -29,8 +32,9 @@ PINNED = {
 def tinyext_plan(tmp_path: Path):
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
     archs = parse_arch_list("90,120+ptx")
-    return make_plan(Target(package="tinyext", version="0.1.0", cuda=Version("13.0"), archs=archs,
-                            python="3.11", torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX), toolchain="host"),
+    return make_plan(Target(package="tinyext", version="0.1.0", cuda=CudaVersion.parse("13.0"), archs=archs,
+                            python=PythonSpec("3.11"), torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX),
+                            toolchain="host"),
                      settings)
 
 
@@ -116,9 +120,7 @@ def test_a_new_input_changes_the_key_and_what_matrix_changed_compares(tmp_path: 
 
 
 def test_a_recipe_turning_ptxas_split_off_builds_without_it_and_gets_another_key(tmp_path: Path) -> None:
-    import shutil
-
-    from builder.pipeline.run import toolkit_record
+    from builder.stages.inputs import toolkit_record
     from builder.toolchain.base import CudaToolkit
 
     toolkit = CudaToolkit("host", Path("/cuda"), Version("13.0.88"))
@@ -145,3 +147,83 @@ def test_a_recipe_turning_ptxas_split_off_builds_without_it_and_gets_another_key
 
     with pytest.raises(RecipeError, match=r"field 'build.ptxas-split' must be a boolean"):
         load_recipe(recipe, tmp_path / "patches")
+
+
+# ---------------------------------------------------------------- one resolution for the build and the farm's check
+
+
+@pytest.fixture
+def resolving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
+    """resolve_inputs with a stand-in toolkit and build venv (no CUDA or torch needed); each call is counted."""
+    from builder.pipeline import inputs as resolver
+    from builder.stages.plan import Plan
+    from builder.toolchain.base import BuildHost, CudaToolkit, ToolchainChoice
+    from builder.toolchain.local import LocalRunner
+
+    calls: dict[str, list[object]] = {"select": [], "python": [], "patches": [], "container": []}
+    toolkit = CudaToolkit("host", Path("/cuda"), Version("13.0.88"), reason="stand-in")
+
+    def select(requested: str, cuda: object, settings: Settings, env: object) -> ToolchainChoice:
+        calls["select"].append((requested, str(cuda)))
+        return ToolchainChoice(requested, toolkit, host=LocalRunner(toolkit, memo=tmp_path / "memo"))
+
+    def python_for(plan: Plan, settings: Settings, host: BuildHost) -> tuple[PythonEnv, Path]:
+        calls["python"].append(plan.target.python)
+        return build_venv("3.11.7", "2.14.1+cu130"), Path("/usr/bin/python3.11")
+
+    check_patches = resolver.check_patches
+    monkeypatch.setattr(resolver, "select_toolkit", select)
+    monkeypatch.setattr(resolver, "python_for", python_for)
+    monkeypatch.setattr(resolver, "check_patches", lambda *a: (calls["patches"].append(a), check_patches(*a)))
+    monkeypatch.setattr(resolver, "may_use_container", lambda name, env: calls["container"].append(name) or False)
+    return calls
+
+
+@pytest.mark.skipif(not shutil.which("c++"), reason="no c++ on PATH: a host build's key names it")
+def test_the_build_and_the_farms_check_resolve_the_same_key(tmp_path: Path, resolving: dict,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_build's key and find_unchanged's (offline, memoised, no patch dry run) come from one function; matrix
+    --changed's inputs agree with them, differing only in what it cannot know."""
+    import dataclasses
+
+    from builder.pipeline import run
+    from builder.pipeline.inputs import InputsMemo, known_inputs, resolve_inputs
+    from builder.pipeline.run import BuildOptions, run_build
+
+    plan = tinyext_plan(tmp_path)
+    settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache",
+                                 wheelhouse=tmp_path / "wheelhouse")
+    built: list[object] = []
+    monkeypatch.setattr(run, "_build_in", lambda inputs, *a: built.append(inputs.resolved))  # no compile
+    result = run_build(plan.target, settings, BuildOptions(), env={"PATH": "/usr/bin:/bin"})
+    (resolved,) = built
+    assert list(result.timings) == ["plan", "toolchain", "source", "python"]
+    toolkit = resolved.toolkit
+    assert toolkit is not None and resolved.compiler is not None  # this machine's c++, as the key names it
+    assert resolved.inputs == target_inputs(plan, source_digest=resolved.source_digest, python=resolved.python,
+                                            toolkit=toolkit.record(ptxas_split=True), compiler=resolved.compiler)
+    assert len(resolving["patches"]) == 1 and resolving["container"] == []  # a build dry-runs the patches
+    offline = dataclasses.replace(settings, offline=True)
+    with InputsMemo.for_check() as memo:
+        checked = [resolve_inputs(plan, offline, {"PATH": "/usr/bin:/bin"}, memo) for _ in range(3)]
+    assert {c.key for c in checked} == {resolved.key} == {resolved.inputs.cache_key()}
+    assert len(resolving["select"]) == 2 and len(resolving["python"]) == 2  # the check: once for three targets
+    assert len(resolving["patches"]) == 1 and resolving["container"] == ["host"]  # no dry run, one engine question
+    known = known_inputs(plan)
+    assert known.toolkit is UNKNOWN and known.python is UNKNOWN and known.compiler is UNKNOWN
+    assert known.agrees(resolved.inputs) and known.source == resolved.source_digest
+
+
+def test_the_farms_check_leaves_a_possible_container_build_undecided(tmp_path: Path, resolving: dict,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.pipeline import inputs as resolver
+    from builder.pipeline.inputs import InputsMemo, Undecided, resolve_inputs
+
+    monkeypatch.setattr(resolver, "may_use_container", lambda name, env: resolving["container"].append(name) or True)
+    plan = tinyext_plan(tmp_path)
+    offline = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache", offline=True)
+    with InputsMemo.for_check() as memo:
+        for _ in range(2):
+            with pytest.raises(Undecided):
+                resolve_inputs(plan, offline, {}, memo)
+    assert resolving["container"] == ["host"] and resolving["select"] == [] and resolving["python"] == []

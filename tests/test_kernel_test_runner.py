@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from builder.stages.testing import run_streaming
 
 CHILD_AND_GRANDCHILD = """
@@ -109,3 +111,31 @@ def test_test_env_values_must_be_strings(tmp_path: Path) -> None:
 
     with pytest.raises(RecipeError, match=r"field 'test.env.N' must be a string, not int"):
         load_recipe(_recipe(tmp_path, "env = { N = 1 }"))
+
+
+def test_a_missing_kernel_tests_file_is_a_skip_naming_the_file(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26 6(d): the recipe loads (plan, recipes show) before its suite is written; the test stage says the
+    file is missing in one line and records a skip (never a pass; --require-kernel-tests fails on it)."""
+    from builder.model.recipe import load_recipe
+    from builder.model.records import TestReport
+    from builder.stages.inspection import WheelReport
+    from builder.stages.pyenv import PythonEnv
+    from builder.stages.testing import KernelTestPlan, TestStageFailed, kernel_tests, run_tests
+
+    path = _recipe(tmp_path, "")
+    (path.parent / "kernel_tests.py").unlink()
+    recipe = load_recipe(path)
+    env = PythonEnv(python=tmp_path / "no-python", version="3.11.7", torch="2.14.1", torch_cuda="13.0",
+                    purelib=tmp_path, managed=True)  # never run: the check comes first
+    wheel = WheelReport("w.whl", "w", "1", (), (), ())
+    report = kernel_tests(env, recipe, wheel, TestReport(import_status="passed"), tmp_path, quick=False)
+    missing = f"the recipe's kernel-tests file {path.parent / 'kernel_tests.py'} does not exist"
+    assert (report.kernel_status, report.kernel_reason) == ("skipped", missing)
+    assert [line for line in capsys.readouterr().err.splitlines() if "kernel" in line] == [
+        f"warning: kernel tests skipped: {missing}"]
+    imported = TestReport(import_status="passed")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("builder.stages.testing.import_test", lambda env, modules: imported)
+        with pytest.raises(TestStageFailed, match="kernel tests skipped .*does not exist.* --require-kernel-tests"):
+            run_tests(env, recipe, wheel, tmp_path, KernelTestPlan(required=True))

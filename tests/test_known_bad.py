@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 from builder.core.errors import RecipeError, UsageError
 from builder.model.arch import check_known_bad, parse_arch_list
+from builder.model.cuda import CudaVersion
 from builder.model.recipe import load_recipe
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 BASE = """
 name = "demo"
@@ -43,14 +43,14 @@ def test_entry_loads_and_matches(tmp_path: Path) -> None:
     assert entry.archs == ("103",) and entry.instead == "100+ptx"
     bad = parse_arch_list("90,103")
     with pytest.raises(UsageError) as info:
-        check_known_bad("demo", recipe.known_bad, bad, Version("13.2"), "1.4")
+        check_known_bad("demo", recipe.known_bad, bad, CudaVersion.parse("13.2"), "1.4")
     assert info.value.message.startswith("--arch 103: sm_103 code of demo 1.4 from CUDA 13.2 is known bad: sm_103")
     assert info.value.hint == "use --arch 100+ptx instead" and info.value.exit_code == 2
-    check_known_bad("demo", recipe.known_bad, bad, Version("12.9"), "1.4")  # outside cuda
-    check_known_bad("demo", recipe.known_bad, bad, Version("13.2"), "1.6")  # outside versions
-    check_known_bad("demo", recipe.known_bad, parse_arch_list("100+ptx,120,121"), Version("13.2"), "1.4")
+    check_known_bad("demo", recipe.known_bad, bad, CudaVersion.parse("12.9"), "1.4")  # outside cuda
+    check_known_bad("demo", recipe.known_bad, bad, CudaVersion.parse("13.2"), "1.6")  # outside versions
+    check_known_bad("demo", recipe.known_bad, parse_arch_list("100+ptx,120,121"), CudaVersion.parse("13.2"), "1.4")
     with pytest.raises(UsageError):  # 103a is sm_103 SASS too
-        check_known_bad("demo", recipe.known_bad, parse_arch_list("103a"), Version("13.0"), "1.4")
+        check_known_bad("demo", recipe.known_bad, parse_arch_list("103a"), CudaVersion.parse("13.0"), "1.4")
 
 
 @pytest.mark.parametrize(

@@ -217,3 +217,40 @@ def test_a_marker_without_the_identity_or_naming_another_python_is_probed(venv: 
     (venv["purelib"] / "torch" / "version.py").unlink()  # nothing to key on: probed (and here, failing)
     with pytest.raises(ToolchainError, match="torch is not importable"):
         reuse_env(marker, python)
+
+
+# ---------------------------------------------------------------- offline: no side effects
+
+
+def test_offline_never_installs_build_requirements_into_a_given_python(venv: dict[str, Path], tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--python PATH`` lacking ``build``: an offline resolution (the farm's up-front check is one) installs
+    nothing into it and fails with one error naming what is missing and the cure (the check leaves it to the
+    worker). Before, it ran ``uv pip install`` into that interpreter."""
+    import builder.core.uvtool
+    import builder.stages.pyenv
+    from builder.core.settings import Settings
+    from builder.model.arch import parse_arch_list
+    from builder.model.cuda import CudaVersion
+    from builder.model.python import PythonSpec
+    from builder.stages.plan import Target, make_plan
+    from builder.stages.pyenv import python_for
+    from tests.helpers import FIXTURES
+
+    def no_install(args: list[str], **kwargs: object) -> None:
+        raise AssertionError(f"uv ran: {args}")
+
+    monkeypatch.setattr(builder.stages.pyenv, "run_uv", no_install)
+    monkeypatch.setattr(builder.core.uvtool, "run_uv", no_install)
+    settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache", offline=True)
+    plan = make_plan(Target(package="tinyext", version="0.1.0", cuda=CudaVersion.parse("13.0"),
+                            archs=parse_arch_list("120"), python=PythonSpec(str(venv["python"])),
+                            toolchain="host"), settings)
+    with pytest.raises(ToolchainError) as failed:
+        python_for(plan, settings)
+    error = failed.value
+    assert "the build requirements build, setuptools>=64, wheel" in error.message
+    assert "--offline forbids installing them" in error.message
+    assert error.hint and f"uv pip install --python {venv['python']} build" in error.hint
+    has_build = subprocess.run([str(venv["python"]), "-c", "import build"], capture_output=True, check=False)
+    assert has_build.returncode != 0  # still not there

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.uvtool import uv_bin
-from tests.conftest import FIXTURES, ROOT
+from tests.helpers import FIXTURES, ROOT
 
 RECIPES = ("causal-conv1d", "fla-core", "flash-linear-attention")
 
@@ -23,6 +23,11 @@ def _run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None,
          timeout: int = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {}), "COLUMNS": "200"},
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+# uv builds the project (setuptools from PyPI) and installs it with its dependencies; `recipes show` and `plan`
+# read causal-conv1d's release list from PyPI
+pytestmark = pytest.mark.network
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +92,6 @@ def test_installed_builder_lists_and_shows_recipes_outside_the_checkout(built: d
     assert ".patch" in shown.stdout
 
 
-@pytest.mark.network  # the plan reads causal-conv1d's release list from PyPI (cached afterwards for --offline)
 def test_installed_builder_plans(built: dict[str, Path]) -> None:
     plan = _builder(built, "plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120")
     assert plan.returncode == 0, plan.stderr

@@ -22,10 +22,12 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import PublishError
-from builder.index.store import JOURNAL, Wheelhouse, is_builder_temp
+from builder.index.layout import JOURNAL
+from builder.index.store import Wheelhouse
+from builder.index.txn import is_builder_temp
 from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 LABEL = "cu130torch2.14"
 

@@ -8,7 +8,7 @@ import pytest
 
 from builder.core.errors import RecipeError
 from builder.model.recipe import find_recipe, list_recipes, load_recipe
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 GOOD = """
 name = "demo"
@@ -125,7 +125,7 @@ def test_bad_git_ref_names_file_and_field(tmp_path: Path, mutation, needle: str)
 
 
 def test_unreadable_recipe_files_are_one_line_errors(tmp_path: Path) -> None:
-    from tests.conftest import assert_one_line_error, run_cli
+    from tests.helpers import assert_one_line_error, run_cli
 
     path = write(tmp_path, GOOD.replace('name = "demo"', 'name = "demo" # caf\xe9'))
     path.write_bytes(path.read_bytes().replace("\xe9".encode(), b"\xe9"))  # latin-1, not UTF-8
@@ -142,7 +142,7 @@ def test_unreadable_recipe_files_are_one_line_errors(tmp_path: Path) -> None:
 
 
 def test_missing_source_path_names_recipe_and_field(tmp_path: Path) -> None:
-    from tests.conftest import assert_one_line_error, run_cli
+    from tests.helpers import assert_one_line_error, run_cli
 
     path = write(tmp_path, GOOD.replace('pypi = "demo"', 'path = "../../nowhere"'))
     for extra in ([], ["--version", "1.0"]):
@@ -180,3 +180,107 @@ def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to
     assert '"-std=' not in cuda, cuda
     assert hip.count('"-std=c++17"') == 2  # cxx and hipcc, as upstream has them
     assert before.count('"-std=c++17"') == 4
+
+
+GIT = GOOD.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"')
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "hint"),
+    [
+        (GIT + f'\n[source.sha256]\n"1.0" = "{"a" * 64}"\n',
+         "field 'source.sha256' pins nothing for a git source", "[source.commits]"),
+        (GOOD + f'\n[source.commits]\n"1.0" = "{COMMIT}"\n', "field 'source.commits' is only for a git source",
+         "[source.sha256]"),
+        (GIT + '\n[source.commits]\n"1.0" = "v1.0"\n', "field 'source.commits.1.0' must be a full commit id",
+         "git ls-remote"),
+        (GIT + f'\n[source.commits]\n"one" = "{COMMIT}"\n', "field 'source.commits.one' is not a version", None),
+    ],
+)
+def test_git_sources_are_pinned_by_commit_not_sha256(tmp_path: Path, text: str, needle: str, hint: str | None) -> None:
+    """Issue 26 6(b): a sha256 would pin nothing for a clone (it was silently accepted); commits pin git only."""
+    path = write(tmp_path, text)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    assert str(path) in info.value.message and needle in info.value.message, info.value.message
+    assert hint is None or hint in (info.value.hint or ""), info.value.hint
+
+
+@pytest.mark.parametrize(
+    ("versions", "commits", "default"),
+    [
+        (">=1.0,<2", {"1.0": COMMIT}, "1.0"),  # the one pinned version
+        (">=1.0,<2", {"1.0": COMMIT, "1.1": COMMIT}, None),  # several: default-version or --version says which
+        (">=1.0,<2", {"1.0": COMMIT, "3.0": COMMIT}, "1.0"),  # the one pinned inside the range
+        ("==1.2", {}, "1.2"),  # the one version the range allows
+        (">=1.0,<2", {}, None),
+    ],
+)
+def test_a_git_recipe_with_one_possible_version_needs_no_default_version(
+        tmp_path: Path, versions: str, commits: dict[str, str], default: str | None) -> None:
+    table = "".join(f'"{v}" = "{c}"\n' for v, c in commits.items())
+    text = GIT.replace('versions = ">=1.0,<2"', f'versions = "{versions}"') + f"\n[source.commits]\n{table}"
+    recipe = load_recipe(write(tmp_path, text))
+    assert recipe.default_version == default and recipe.source.commits == commits
+    explicit = load_recipe(write(tmp_path, text.replace("[source]", 'default-version = "1.1"\n[source]', 1)))
+    assert explicit.default_version == "1.1"  # an explicit default-version wins
+    pypi = load_recipe(write(tmp_path, GOOD.replace('versions = ">=1.0,<2"', 'versions = "==1.2"')))
+    assert pypi.default_version is None  # PyPI sources pick from PyPI's releases, as before
+
+
+def test_a_missing_kernel_tests_file_does_not_stop_loading(tmp_path: Path) -> None:
+    """Issue 26 6(d): the walk-through plans and builds before the suite is written; the test stage checks it
+    (tests/test_kernel_test_runner.py)."""
+    recipe = load_recipe(write(tmp_path, GOOD + 'kernel-tests = "kernel_tests.py"\n'))
+    assert recipe.kernel_tests == recipe.directory / "kernel_tests.py" and not recipe.kernel_tests.exists()
+
+
+def test_the_content_digest_ignores_comments_and_formatting(tmp_path: Path) -> None:
+    """Issue 26 6(e): the cache key covers the parsed recipe, so a comment edit does not rebuild; the file's
+    sha256 (kept for the record's provenance) changes with every byte."""
+    path = write(tmp_path, GOOD)
+    digest, sha = load_recipe(path).content_digest(), load_recipe(path).sha256()
+    reformatted = "# why versions below 1.0 are out\n" + GOOD.replace('name = "demo"', "name = 'demo'  # the name")
+    path.write_text(reformatted.replace("[build]\n", "\n[build]  # comment\n"))
+    recipe = load_recipe(path)
+    assert recipe.content_digest() == digest and recipe.sha256() != sha
+    path.write_text(GOOD.replace('FOO = "1"', 'FOO = "2"'))
+    assert load_recipe(path).content_digest() != digest
+    path.write_text(GOOD.replace('requires = ["ninja"]', 'requires = ["ninja", "wheel"]'))
+    assert load_recipe(path).content_digest() != digest
+
+
+def test_a_comment_edit_keeps_the_cache_key_and_a_value_edit_changes_it(tmp_path: Path) -> None:
+    """The key itself (stages/inputs.py), for a copy of the tinyext fixture recipe."""
+    import shutil
+
+    from builder.core.settings import Settings
+    from builder.model.arch import parse_arch_list
+    from builder.model.cuda import CudaVersion
+    from builder.model.python import PythonSpec
+    from builder.stages.inputs import target_inputs
+    from builder.stages.plan import Target, make_plan
+    from builder.stages.pyenv import PythonEnv
+    from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
+
+    shutil.copytree(FIXTURES / "recipes" / "tinyext", tmp_path / "recipes" / "tinyext")
+    shutil.copytree(FIXTURES / "patches", tmp_path / "patches")
+    path = tmp_path / "recipes" / "tinyext" / "recipe.toml"
+    original = path.read_text().replace('path = "../../tinyext"', f'path = "{FIXTURES / "tinyext"}"')
+    settings = Settings.from_env({}, recipes_dir=tmp_path / "recipes", cache_dir=tmp_path / "cache")
+    target = Target(package="tinyext", version="0.1.0", cuda=CudaVersion.parse("13.0"), archs=parse_arch_list("90"),
+                    python=PythonSpec("3.11"), torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX), toolchain="host")
+
+    def key(text: str) -> str:
+        path.write_text(text)
+        venv = PythonEnv(python=Path("/venv/bin/python"), version="3.11.7", torch="2.14.1+cu130", torch_cuda="13.0",
+                         purelib=Path("/venv/lib/python3.11/site-packages"), managed=True)
+        return target_inputs(make_plan(target, settings), source_digest="0" * 64, toolkit={"kind": "host"},
+                             python=venv).cache_key()
+
+    before = key(original)
+    assert key(original + "\n# a comment at the end\n") == before
+    assert key(original.replace("# Test fixture", "# Test fixture (edited)")) == before
+    assert key(original.replace('requires = ["ninja", ', 'requires = ["ninja>=1.11", ')) != before
+

@@ -10,12 +10,14 @@ from builder.farm.schedule import UNKNOWN_CUDA_SECONDS, longest_first, past_buil
 from builder.farm.spec import FarmTarget
 from builder.model.arch import parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
+from builder.model.recipe import RecipeKind
 from builder.model.records import BuildRecord
 
 
 def target(package: str, archs: str = "90", kind: str = "cuda-extension", toolchain: str = "host") -> FarmTarget:
-    return FarmTarget(package=package, version="1.0", kind=kind, cuda=CudaVersion.parse("13.0"),
-                      archs=parse_arch_list(archs) if kind == "cuda-extension" else (), python="3.11",
+    return FarmTarget(package=package, version="1.0", kind=RecipeKind(kind), cuda=CudaVersion.parse("13.0"),
+                      archs=parse_arch_list(archs) if kind == "cuda-extension" else (), python=PythonSpec("3.11"),
                       torch="2.14.1", torch_index=None, toolchain=toolchain, recipes=Path("/recipes"), source=None,
                       jobs=None, entry="package[0]")
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from builder.index.pages import SIMPLE_HTML, SIMPLE_JSON
 from builder.index.serve import base_url, make_server, negotiate
-from builder.index.store import SIMPLE_HTML, SIMPLE_JSON, Wheelhouse
+from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
-from tests.conftest import ROOT, assert_one_line_error, run_cli
+from tests.helpers import ROOT, assert_one_line_error, run_cli
 from tests.test_index import labelled_wheel
 
 

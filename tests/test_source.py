@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -158,21 +160,90 @@ def test_url_source_that_changed_since_its_first_fetch_is_refused(tmp_path: Path
     assert not cached.exists()
 
 
-def test_git_source(tmp_path: Path) -> None:
-    import subprocess
-
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "setup.py").write_text("VERSION = '1.0'\n")
+def git_repo(repo: Path, tag: str, text: str = "VERSION = '1.0'\n") -> str:
+    """A local git repository with one more commit of setup.py, tagged ``tag`` (moved there if it exists);
+    returns the commit."""
+    repo.mkdir(exist_ok=True)
+    (repo / "setup.py").write_text(text)
     git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    if not (repo / ".git").exists():
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "init"], check=True)
-    subprocess.run([*git, "tag", "v1.0"], check=True)
+    subprocess.run([*git, "commit", "-qm", text], check=True)
+    subprocess.run([*git, "tag", "-f", tag], check=True, capture_output=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_git_source(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    git_repo(repo, "v1.0")
     ref = SourceRef("git", repo.as_uri(), "repo", None, "v1.0")
     path, commit = fetch(ref, settings(tmp_path))
     assert len(commit) == 40 and (path / "setup.py").exists()
     assert (unpack(path, tmp_path / "work") / "setup.py").exists()
+
+
+def test_a_git_source_is_pinned_by_commit_and_a_moved_tag_is_refused(tmp_path: Path) -> None:
+    """Issue 26 6(b): the recipe's source.commits pins the tag's commit; checked after the clone, and again on
+    the cached clone (also offline). A moved tag is one line naming the tag, the pinned and the found commit."""
+    repo = tmp_path / "repo"
+    first = git_repo(repo, "v1.0")
+    pinned = SourceRef("git", repo.as_uri(), "repo", None, "v1.0", first)
+    path, commit = fetch(pinned, settings(tmp_path))
+    assert commit == first and (path / "setup.py").read_text() == "VERSION = '1.0'\n"
+    assert fetch(pinned, settings(tmp_path, offline=True)) == (path, first)  # the cached clone, checked again
+    moved = git_repo(repo, "v1.0", "VERSION = '1.0'  # retagged\n")
+    with pytest.raises(ChecksumError) as info:
+        fetch(SourceRef("git", repo.as_uri(), "repo", None, "v1.0", "0" * 40), settings(tmp_path))
+    assert info.value.message == f"git v1.0 of {repo.as_uri()} is at commit {moved}, the recipe pins {'0' * 40}"
+    assert "the tag moved upstream" in (info.value.hint or "")
+    assert not [p for p in (tmp_path / "cache" / "git").iterdir() if p.name.startswith(".")], "no clone left behind"
+    repinned = SourceRef("git", repo.as_uri(), "repo", None, "v1.0", moved)  # the pin updated: cloned again
+    assert fetch(repinned, settings(tmp_path))[1] == moved
+
+
+def test_the_source_digest_is_named_commit_for_git() -> None:
+    assert source.describe_source_digest("git", "a" * 40) == f"commit {'a' * 40}"
+    assert source.describe_source_digest("pypi", "b" * 64) == f"sha256 {'b' * 64}"
+    assert source.describe_source_digest("path", "c" * 64) == f"sha256 {'c' * 64}"
+
+
+def test_the_plans_source_row_names_the_git_tag_and_commit() -> None:
+    pypi = SourceRef("pypi", "https://x/p-1.0.tar.gz", "p-1.0.tar.gz", "ab" * 32)
+    assert pypi.describe() == f"pypi: https://x/p-1.0.tar.gz sha256 {'ab' * 8}…"  # as the plan showed it before
+    assert SourceRef("path", "/src/p", "p", None).describe() == "path: /src/p"
+    git = SourceRef("git", "https://github.com/o/p", "p", None, "v1.0", "c" * 40)
+    assert git.describe() == f"git: https://github.com/o/p at v1.0 (commit {'c' * 40})"
+    assert SourceRef("git", "https://github.com/o/p", "p", None, "main").describe() == (
+        "git: https://github.com/o/p at main (commit not pinned)")
+
+
+def test_a_git_recipe_with_one_pinned_version_plans_without_default_version(tmp_path: Path) -> None:
+    """Issue 26 6(b): a git recipe pinning one version needs no default-version; the plan carries the tag and the
+    pinned commit, and a --source override of the URL carries no pin (the pin is for the recipe's URL)."""
+    from builder.model.arch import parse_arch_list
+    from builder.model.cuda import CudaVersion
+    from builder.model.python import PythonSpec
+    from builder.stages.plan import Target, make_plan
+    from tests.helpers import LOCAL_TORCH_INDEX
+
+    repo = tmp_path / "repo"
+    commit = git_repo(repo, "v1.0")
+    folder = tmp_path / "recipes" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "recipe.toml").write_text(
+        f'name = "demo"\nkind = "pure-python"\nversions = ">=1.0"\n[source]\ngit = "{repo.as_uri()}"\n'
+        f'[source.commits]\n"1.0" = "{commit}"\n[test]\nimports = ["demo"]\n')
+    plan_settings = Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh",
+                             recipes_dir=tmp_path / "recipes", patches_dir=tmp_path / "patches")
+    target = Target(package="demo", cuda=CudaVersion.parse("13.0"), archs=parse_arch_list("90"),
+                    python=PythonSpec("3.11"), torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX))
+    plan = make_plan(target, plan_settings)
+    assert plan.version == "1.0"
+    assert plan.source == SourceRef("git", repo.as_uri(), "repo", None, "v1.0", commit)
+    assert fetch(plan.source, plan_settings)[1] == commit
+    override = make_plan(replace(target, source=f"git+{repo.as_uri()}@v1.0"), plan_settings)
+    assert override.source.commit is None
 
 
 @pytest.mark.parametrize("fmt", ["gnu long name", "pax header"])

@@ -10,6 +10,8 @@ from packaging.version import Version
 
 from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
+from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
 from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.base import CudaToolkit
 from builder.toolchain.host import find_host_toolkit
@@ -23,35 +25,35 @@ def settings(tmp_path: Path, offline: bool = False) -> Settings:
 
 def test_pip_refuses_cuda12_with_alternatives(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError) as info:
-        pip_toolchain.provision(Version("12.8"), settings(tmp_path))
+        pip_toolchain.provision(CudaVersion.parse("12.8"), settings(tmp_path))
     assert "PyPI has no CUDA 12 compiler" in info.value.message
     assert "--toolchain docker" in (info.value.hint or "") and "--toolchain host" in (info.value.hint or "")
 
 
 def test_host_toolkit_must_match_requested_version(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError, match="no CUDA 12.9 toolkit"):
-        find_host_toolkit(Version("12.9"), {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(tmp_path)})
+        find_host_toolkit(CudaVersion.parse("12.9"), {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(tmp_path)})
 
 
 def test_host_toolkit_none_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("builder.toolchain.host.Path.glob", lambda self, pattern: iter(()))
     monkeypatch.setattr("builder.toolchain.host.candidate_homes", lambda env: [])
     with pytest.raises(ToolchainError, match="no nvcc found"):
-        find_host_toolkit(Version("13.0"), {"PATH": "/nonexistent"})
+        find_host_toolkit(CudaVersion.parse("13.0"), {"PATH": "/nonexistent"})
 
 
 @pytest.mark.network
 def test_pip_toolkit_provisioned_cached_and_repaired(tmp_path: Path) -> None:
     cfg = settings(tmp_path)
-    first = pip_toolchain.provision(Version("13.0"), cfg)
+    first = pip_toolchain.provision(CudaVersion.parse("13.0"), cfg)
     assert first.kind == "pip" and (first.version.major, first.version.minor) == (13, 0)
     assert (first.cuda_home / "lib" / "libcudart.so").exists(), "the unversioned cudart link is made"
-    again = pip_toolchain.provision(Version("13.0"), cfg)
+    again = pip_toolchain.provision(CudaVersion.parse("13.0"), cfg)
     assert again.cuda_home == first.cuda_home and "cached" in again.reason
     (first.cuda_home / "nvvm" / "bin" / "cicc").unlink()  # damage the cached toolkit
     with pytest.raises(ToolchainError, match="--offline forbids"):
-        pip_toolchain.provision(Version("13.0"), settings(tmp_path, offline=True))
-    repaired = pip_toolchain.provision(Version("13.0"), cfg)
+        pip_toolchain.provision(CudaVersion.parse("13.0"), settings(tmp_path, offline=True))
+    repaired = pip_toolchain.provision(CudaVersion.parse("13.0"), cfg)
     assert (repaired.cuda_home / "nvvm" / "bin" / "cicc").exists() and "cached" not in repaired.reason
 
 
@@ -59,7 +61,7 @@ def test_pip_toolkit_provisioned_cached_and_repaired(tmp_path: Path) -> None:
 def test_auto_prefers_matching_host_toolkit(tmp_path: Path) -> None:
     import os
 
-    choice = select_toolkit("auto", Version("13.0"), settings(tmp_path), dict(os.environ))
+    choice = select_toolkit("auto", CudaVersion.parse("13.0"), settings(tmp_path), dict(os.environ))
     assert choice.toolkit is not None and choice.toolkit.kind == "host"
     assert choice.toolkit.reason.startswith("auto:") and "host nvcc is CUDA 13.0" in choice.toolkit.reason
 
@@ -94,11 +96,12 @@ def test_cache_key_changes_with_the_host_compiler_only_when_given(tmp_path: Path
     def cache_key(plan, *, python: str, torch: str, **parts) -> str:
         return target_inputs(plan, python=build_venv(python, torch), **parts).cache_key()
 
-    from tests.conftest import FIXTURES, LOCAL_TORCH_INDEX
+    from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
 
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
-    plan = make_plan(Target(package="tinyext", version="0.1.0", cuda=Version("13.0"), archs=parse_arch_list("90"),
-                            python="3.11", torch="2.14.1", torch_index=str(LOCAL_TORCH_INDEX), toolchain="host"),
+    plan = make_plan(Target(package="tinyext", version="0.1.0", cuda=CudaVersion.parse("13.0"),
+                            archs=parse_arch_list("90"), python=PythonSpec("3.11"), torch="2.14.1",
+                            torch_index=str(LOCAL_TORCH_INDEX), toolchain="host"),
                      settings)
     args = dict(source_digest="0" * 64, toolkit={"kind": "host", "nvcc": "13.0.88"}, python="3.11.7", torch="2.14.1")
     base = cache_key(plan, **args)
@@ -125,7 +128,9 @@ def test_every_build_host_has_the_protocols_members() -> None:
     methods = {n for n, v in vars(BuildHost).items() if callable(v) and (not n.startswith("_") or n in
                                                                           ("__enter__", "__exit__"))}
     attributes = set(BuildHost.__annotations__)
-    assert {"run", "build_wheel", "base_env", "host_compiler", "record"} <= methods and "toolkit" in attributes
+    # each one called by the stages, the pipeline or the farm (describe and record were not: removed)
+    assert methods == {"__enter__", "__exit__", "close", "run", "path", "base_env", "prepare_python", "given_python",
+                       "host_compiler", "build_wheel"} and attributes == {"toolkit", "where"}
     for cls in (LocalRunner, ContainerToolchain):
         missing = [m for m in methods if not callable(getattr(cls, m, None))]
         missing += [a for a in attributes if not hasattr(cls, a) and a not in cls.__init__.__code__.co_names]
@@ -133,6 +138,20 @@ def test_every_build_host_has_the_protocols_members() -> None:
         for name in methods:
             wanted = set(inspect.signature(getattr(BuildHost, name)).parameters)
             assert wanted <= set(inspect.signature(getattr(cls, name)).parameters), (cls.__name__, name)
+
+
+def test_nvcc_version_text_has_one_reading() -> None:
+    """model/arch.parse_nvcc_version: what the host and pip probes (toolchain/base.nvcc_version), the container's
+    probe and the arch lookups (model/arch.py) read from ``nvcc --version``."""
+    from builder.model.arch import parse_nvcc_version
+
+    text = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n"
+            "Built on Wed_Aug_20_01:58:59_PM_PDT_2025\nCuda compilation tools, release 13.0, V13.0.88\n"
+            "Build cuda_13.0.r13.0/compiler.36424714_0\n")
+    assert parse_nvcc_version(text) == Version("13.0.88") and str(parse_nvcc_version(text)) == "13.0.88"
+    assert parse_nvcc_version("Cuda compilation tools, release 12.8, V12.8.93") == Version("12.8.93")
+    assert parse_nvcc_version("bash: nvcc: command not found") is None
+    assert parse_nvcc_version("Cuda compilation tools, release 13.0") is None  # no full version: not nvcc's text
 
 
 def test_a_host_runs_each_pep517_hook_with_the_script_and_control_folder_mounted(tmp_path: Path) -> None:
@@ -161,8 +180,8 @@ def test_a_host_runs_each_pep517_hook_with_the_script_and_control_folder_mounted
         setup(name="demo", version="0.1", packages=["demo"])
     """))
     log_file = tmp_path / "build.log"
-    request = WheelRequest(source_dir=project, python=Path(sys.executable), python_version="3.11",
-                           env={"PATH": "/usr/bin:/bin"}, archs=(), out_dir=tmp_path / "dist", log_file=log_file)
+    request = WheelRequest(source_dir=project, python=Path(sys.executable), env={"PATH": "/usr/bin:/bin"},
+                           out_dir=tmp_path / "dist", log_file=log_file)
     lines: list[str] = []
     wheel = pep517_wheel(request, Recording(), lines.append, mounts={project: False})
     assert wheel.name == "demo-0.1-py3-none-any.whl" and wheel.is_file()
@@ -189,7 +208,7 @@ def host_cuda13() -> CudaToolkit | None:
     import os
 
     try:
-        return find_host_toolkit(Version("13.0"), os.environ)
+        return find_host_toolkit(CudaVersion.parse("13.0"), os.environ)
     except ToolchainError:
         return None
 

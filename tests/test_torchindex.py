@@ -26,7 +26,8 @@ from builder.discovery.torchindex import (
     load_snapshot,
     read_toolkit_versions,
 )
-from tests.conftest import FIXTURES, assert_one_line_error, run_cli
+from builder.model.cuda import CudaVersion
+from tests.helpers import FIXTURES, assert_one_line_error, run_cli
 
 # made-up releases, one per style: (version, Requires-Dist lines or None for "no .metadata file served")
 RELEASES = {
@@ -227,9 +228,9 @@ def test_requirement_and_label_parsing() -> None:
 def test_compat_on_a_discovered_index(fixture_index: tuple[str, list[str]], tmp_path: Path) -> None:
     url, _ = fixture_index
     index = TorchIndex("fixture", f"{url}/simple", discover("fixture", f"{url}/simple", _settings(tmp_path)))
-    assert default_torch(index, Version("13.2")) == "3.2.0"
+    assert default_torch(index, CudaVersion.parse("13.2")) == "3.2.0"
     with pytest.raises(UsageError, match="torch 3.2.0 on fixture is a CUDA 13.2 build, not CUDA 13.0"):
-        check_torch_matches_cuda(index, "3.2.0", Version("13.0"))
+        check_torch_matches_cuda(index, "3.2.0", CudaVersion.parse("13.0"))
 
 
 def test_snapshot_has_every_row_sourced() -> None:
@@ -326,7 +327,27 @@ def test_pip_toolchain_refuses_a_minor_pypi_lacks(tmp_path: Path) -> None:
     (settings.cache("index") / "cuda-toolkit-versions.json").write_text(
         json.dumps({"versions": ["13.0", "13.2"], "read_at": _now()}))
     with pytest.raises(ToolchainError, match=r"cannot provide CUDA 13.1: PyPI's cuda-toolkit has 13.0, 13.2"):
-        provision(Version("13.1"), settings)
+        provision(CudaVersion.parse("13.1"), settings)
     assert str(validate_cuda("13.2", settings)) == "13.2"
     with pytest.raises(UsageError, match="--cuda 13.1: unknown CUDA version"):
         validate_cuda("13.1", settings)
+
+
+def test_farm_file_and_cuda_flag_check_one_list_of_known_cuda(tmp_path: Path) -> None:
+    """farm.toml's ``cuda`` and ``--cuda`` ask discovery/compat.known_cuda: the same answer for the same settings
+    (here a fresh cache entry without 13.1), and the shipped snapshot's for neither settings."""
+    from builder.discovery.torchindex import _now
+    from builder.farm.spec import FarmError, load_farm
+    from builder.stages.plan import validate_cuda
+
+    settings = _settings(tmp_path)
+    (settings.cache("index") / "cuda-toolkit-versions.json").write_text(
+        json.dumps({"versions": ["13.0", "13.2"], "read_at": _now()}))
+    farm = tmp_path / "farm.toml"
+    farm.write_text('[defaults]\ncuda = ["13.1"]\narchs = "120"\n\n[[package]]\nname = "demo"\n')
+    with pytest.raises(FarmError, match=r"field 'defaults.cuda\[0\]' is not a known CUDA version: '13.1'"):
+        load_farm(farm, settings)
+    with pytest.raises(UsageError, match="--cuda 13.1: unknown CUDA version"):
+        validate_cuda("13.1", settings)
+    assert [str(c) for c in load_farm(farm).entries[0].cuda] == ["13.1"]  # the snapshot has 13.1
+    assert str(validate_cuda("13.1")) == "13.1"

@@ -24,7 +24,7 @@ from builder.core.uvtool import uv_bin
 from builder.core.wheelfile import write_wheel
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from tests.test_index import labelled_wheel
 
 TORCHES = {"2.10.0": "12.8", "2.14.1": "13.0", "2.15.0": "13.2"}

@@ -21,7 +21,7 @@ import pytest
 from builder.core.settings import Settings
 from builder.farm.expand import expand, github_matrix
 from builder.farm.spec import load_farm
-from tests.conftest import FIXTURES, ROOT
+from tests.helpers import FIXTURES, ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 NIGHTLY = WORKFLOWS / "nightly.yml"

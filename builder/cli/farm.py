@@ -69,7 +69,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
     from builder.farm.spec import find_farm_file, load_farm
 
     settings = settings_from_args(args)
-    farm = load_farm(find_farm_file(args.file))
+    farm = load_farm(find_farm_file(args.file), settings)
     return settings, farm, expand(farm, settings, only=args.only)
 
 
@@ -101,7 +101,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                   title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
     for target, row in zip(targets, matrix["include"]):
         table.add_row(row["package"], row["version"], row["cuda"],
-                      row["arch"] if target.kind == "cuda-extension" else "(any)", row["python"], row["torch"],
+                      row["arch"] if target.kind.is_cuda else "(any)", row["python"], row["torch"],
                       target.toolchain, row["runner"])
     out.print(table)
     return 0
@@ -116,7 +116,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from builder.farm.watch import watch, watch_torch
 
     settings = settings_from_args(args)
-    farm = load_farm(find_farm_file(args.file))
+    farm = load_farm(find_farm_file(args.file), settings)
     wanted = check_only(farm, args.only)
     rows = watch(farm, settings, only=wanted)
     if args.format == "json":
@@ -214,9 +214,10 @@ def _longest_first(todo: list, settings: Any, parallel: int) -> list:
     """The targets to build in the order they start: longest first by their past builds (farm/schedule.py)."""
     from builder.core.log import log
     from builder.farm.schedule import longest_first, past_builds
+    from builder.index.store import Wheelhouse
 
-    house = Path(settings.wheelhouse)
-    order = longest_first(todo, past_builds([house, house / "staging"]))
+    house = Wheelhouse(Path(settings.wheelhouse))
+    order = longest_first(todo, past_builds([house.root, house.staging().root]))
     if len(order) > 1 and parallel > 1:
         log.info("start order, longest first: " + ", ".join(
             f"{e.target.id} ~{_duration(e.seconds)} ({e.basis})" for e in order))

@@ -44,11 +44,11 @@ def cmd_index(args: argparse.Namespace) -> int:
         return cmd_pull(args)
     house = Wheelhouse(settings_from_args(args).wheelhouse)
     areas = [house]
-    if (house.root / "staging" / "wheels").is_dir():
+    if house.staging().wheels.is_dir():
         areas.insert(0, house.staging())
     for area in areas:
         area.rebuild_index()
-        count = len(area._wheel_files())
+        count = len(area.wheel_files())
         out.print(f"index rebuilt: {area.index_url()} ({count} wheel{'s' if count != 1 else ''})")
     for label in house.labels():
         out.print(f"  channel {label}: {house.channel_url(label)}")
@@ -80,11 +80,12 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from builder.core.errors import UsageError
     from builder.core.log import log
+    from builder.index.layout import simple_path
     from builder.index.serve import base_url, make_server
     from builder.index.store import Wheelhouse
 
     house = Wheelhouse(settings_from_args(args).wheelhouse)
-    if not (house.simple / "index.html").is_file():
+    if not house.has_index():
         raise UsageError(f"no index in {house.root}",
                          "build a wheel first, or run `builder index rebuild` (give --wheelhouse for another folder)")
     if not 0 <= args.port <= 65535:
@@ -97,7 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = base_url(server)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(f"listening on {args.host}: anyone who can reach this machine can read the wheelhouse")
-    out.print(f"serving {house.root} at {url} (index: {url}simple/, dashboard: {url}) — Ctrl-C stops", markup=False)
+    out.print(f"serving {house.root} at {url} (index: {url}{simple_path()}, dashboard: {url}) — Ctrl-C stops", markup=False)
     out.file.flush()
     try:
         server.serve_forever()

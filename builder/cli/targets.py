@@ -16,9 +16,11 @@ from builder.cli.common import out, settings_from_args
 from builder.core.cachedir import memo_dir
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings, default_jobs
+from builder.discovery.compat import known_cuda_text
+from builder.model.python import PythonSpec
 from builder.model.recipe import expand_name, list_recipes, load_recipe
 from builder.stages.compilercache import add_compiler_cache_arg
-from builder.stages.plan import KNOWN_CUDA, Plan, Target, load_target_recipe, make_plan, validate_cuda
+from builder.stages.plan import Plan, Target, load_target_recipe, make_plan, validate_cuda
 from builder.toolchain import TOOLCHAINS
 
 
@@ -26,13 +28,14 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("package", help="recipe name, e.g. causal-conv1d")
     parser.add_argument("--version", help="upstream version (default: newest the recipe supports)")
     parser.add_argument("--cuda", metavar="X.Y",
-                        help=f"CUDA version: one of {', '.join(KNOWN_CUDA)}; default with --python PATH: that env's "
+                        help=f"CUDA version: one of {known_cuda_text()}; default with --python PATH: that env's "
                         "torch's CUDA. 12.x needs Docker or a host CUDA install (PyPI has no CUDA 12 compiler); 12.9 "
                         "needs --torch-index cu129; `builder torch-table` shows the torch builds per CUDA")
     parser.add_argument("--arch", help="GPU archs: 120, 90,120, 120+ptx (+ptx also embeds PTX) or native (this "
                         "machine's GPUs; the default when a GPU is present); required for CUDA extensions "
                         "(causal-conv1d), not needed for pure-Python recipes (fla)")
-    parser.add_argument("--python", default="3.12", help="Python version (3.12) or path to an interpreter with torch")
+    parser.add_argument("--python", type=PythonSpec, default="3.12",
+                        help="Python version (3.12) or path to an interpreter with torch")
     parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
     parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
     parser.add_argument("--toolchain", choices=TOOLCHAINS, default="auto", help="where nvcc comes from")
@@ -82,7 +85,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     show.add_argument("--version")
     show.add_argument("--cuda", default="13.0")
     show.add_argument("--arch", default="120")
-    show.add_argument("--python", default="3.12")
+    show.add_argument("--python", type=PythonSpec, default="3.12")
     show.add_argument("--torch")
     show.add_argument("--torch-index")
     add_common(show)
@@ -135,21 +138,21 @@ def _check_cheap_flags(args: argparse.Namespace) -> None:
         except InvalidVersion as e:
             raise UsageError(f"{flag} {value!r} is not a version", f"e.g. {flag} "
                              + ("2.11.0" if flag == "--torch" else "1.7.0")) from e
-    python = args.python
-    if "/" not in python and python[:1].isdigit() and not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
-        raise UsageError(f"--python {python!r} is neither a Python version nor a path", "e.g. --python 3.12 or "
+    python: PythonSpec = args.python
+    if not python.is_path and not re.fullmatch(r"\d+\.\d+(\.\d+)?", python.text):
+        raise UsageError(f"--python {python.text!r} is neither a Python version nor a path", "e.g. --python 3.12 or "
                          "--python /path/to/venv/bin/python")
 
 
 def _is_pure_python(package: str, args: argparse.Namespace) -> bool:
     """Pure-Python recipes (fla) compile no GPU code, so --arch may be left out for them."""
-    from builder.model.recipe import find_recipe
+    from builder.model.recipe import RecipeKind, find_recipe
 
     try:
         settings = settings_from_args(args)
         names = expand_name(package, settings.recipes_dir)
-        return all(load_recipe(find_recipe(n, settings.recipes_dir), settings.patches_dir).kind == "pure-python"
-                   for n in names)
+        return all(load_recipe(find_recipe(n, settings.recipes_dir), settings.patches_dir).kind
+                   is RecipeKind.PURE_PYTHON for n in names)
     except BuilderError:
         return False
 
@@ -231,7 +234,7 @@ def buildable_here(plan: Plan, settings: Settings) -> str:
         check_python_flag(plan.target.python, memo_dir(settings))
     except UsageError as e:
         return f"no: {e.message}"
-    if plan.recipe.kind != "cuda-extension":
+    if not plan.recipe.kind.is_cuda:
         return "yes: pure Python, no CUDA compiler needed"
     return probe_build_here(plan.target.toolchain, plan.cuda, settings, os.environ).text()
 
@@ -267,12 +270,13 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from builder.index.store import Wheelhouse
     from builder.stages.inspection import inspect_wheel, render_report
 
     if not args.wheel.is_file():
         raise UsageError(f"{args.wheel}: no such wheel file")
     report = inspect_wheel(args.wheel, settings_from_args(args))
-    published = args.wheel.resolve().parent.parent / "records" / f"{args.wheel.name}.json"
+    published = Wheelhouse.holding(args.wheel.resolve()).record_file(args.wheel.name)
     tests = json.loads(published.read_text()).get("tests") if published.exists() else None
     if args.json:
         print(json.dumps({**report.as_dict(), "tests": tests}, indent=2))

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from builder.cli.common import out, settings_from_args
 from builder.core.errors import UsageError
+from builder.model.cuda import CudaVersion
 
 if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
@@ -102,7 +103,7 @@ def _render_env(report: DoctorReport) -> None:
     compilers = ", ".join(f"nvcc {c.version} at {c.home}" for c in machine.compilers) or "no nvcc / CUDA_HOME"
     rows.add_row("compilers", compilers + f"; container engine: {machine.engine or 'none answers'}")
     if torch.cuda:
-        can, how = machine.can_build(torch.cuda)
+        can, how = machine.can_build(CudaVersion.parse(torch.cuda))
         rows.add_row("build here", f"CUDA {torch.cuda} wheels: " + (f"yes, with {how}" if can else f"no: {how}"))
     out.print(rows)
 

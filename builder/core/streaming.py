@@ -1,8 +1,11 @@
 """Run a subprocess with its output streamed into a log file line by line, the latest line offered as progress.
 
-Used by the compile (build.py, through pypa/build's runner hook) and by the kernel tests (testing.py), which also
-need a time limit: then the child runs in its own process group, and the whole group (worker processes too) is
-killed when the limit passes or when the builder is interrupted.
+``follow`` is the one output loop of every build: the pip and host toolchains' PEP 517 hooks (``stream``, through
+toolchain/local.py), the docker toolchain's containers (toolchain/container.py) and cibuildwheel
+(toolchain/cibw.py) all hand their lines to it, so the log file and the compile progress see the same lines
+whichever toolchain runs. ``stream`` is also used by the kernel tests (stages/testing.py), which need a time
+limit: then the child runs in its own process group, and the whole group (worker processes too) is killed when
+the limit passes or when the builder is interrupted.
 """
 
 from __future__ import annotations
@@ -11,22 +14,37 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
+
+
+def follow(lines: Iterable[str], *, out: TextIO | None, on_line: Callable[[str], None]) -> str:
+    """Write each of ``lines`` into ``out`` as it comes (flushed: the log is read while it grows; a last line
+    without its newline gets one) and hand each non-empty line, stripped and whole, to ``on_line`` (the compile
+    progress needs the end of nvcc's long command lines to name the translation unit). Returns the last such
+    line."""
+    last = ""
+    for line in lines:
+        if out is not None:
+            out.write(line if line.endswith("\n") else line + "\n")
+            out.flush()
+        if line.strip():
+            last = line.strip()
+            on_line(last)
+    return last
 
 
 def stream(argv: Sequence[str], *, out: TextIO, on_line: Callable[[str], None], cwd: str | os.PathLike | None = None,
            env: Mapping[str, str] | None = None, timeout_s: float | None = None) -> tuple[int | None, str]:
-    """Run argv, write stdout+stderr into `out` as they come, call on_line(each non-empty line, stripped, whole:
-    the compile progress needs the end of nvcc's long command lines to name the translation unit).
+    """Run argv, its stdout+stderr followed into ``out`` and ``on_line`` (``follow``; bytes that are not UTF-8
+    are replaced, not fatal: a compiler may quote a source's latin-1 comment).
 
     Returns (exit code, last non-empty line); the exit code is None when timeout_s passed and the child's process
     group was killed.
     """
-    last = ""
     own_group = timeout_s is not None
     proc = subprocess.Popen(list(argv), cwd=cwd, env=None if env is None else dict(env), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=own_group)
+                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=own_group)
     stopped = threading.Event()
 
     def stop() -> None:
@@ -38,12 +56,7 @@ def stream(argv: Sequence[str], *, out: TextIO, on_line: Callable[[str], None], 
         timer.start()
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            out.flush()
-            if line.strip():
-                last = line.strip()
-                on_line(last)
+        last = follow(proc.stdout, out=out, on_line=on_line)
         code = proc.wait()
     finally:
         if timer is not None:

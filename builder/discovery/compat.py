@@ -14,19 +14,47 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
-from builder.discovery.torchindex import PYPI_SIMPLE, PYTORCH_CHANNELS, PYTORCH_INDEX, Listing, discover
+from builder.discovery.torchindex import (
+    PYPI_SIMPLE,
+    PYTORCH_CHANNELS,
+    PYTORCH_INDEX,
+    Listing,
+    discover,
+    toolkit_versions,
+)
+from builder.model.cuda import CudaVersion
 
 __all__ = [
     "PYPI_SIMPLE",
     "PYTORCH_INDEX",
     "TorchIndex",
     "check_torch_matches_cuda",
-    "cuda_flavour",
     "default_torch",
+    "known_cuda",
     "known_indexes",
     "resolve_index",
     "table_rows",
 ]
+
+# CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
+# CUDA 13+ is every minor that PyPI's cuda-toolkit carries (discovered; the shipped snapshot without settings).
+CUDA_12 = ("12.6", "12.8", "12.9")
+
+
+def known_cuda(settings: Settings | None = None) -> tuple[CudaVersion, ...]:
+    """The CUDA lines a target may name: the one list that ``--cuda`` and farm.toml's ``cuda`` are checked against.
+    ``settings=None``: the shipped snapshot only (no cache, no network), as for ``--help``."""
+    return tuple(CudaVersion.parse(v) for v in CUDA_12 + toolkit_versions(settings)[0])
+
+
+def is_known_cuda(cuda: CudaVersion, settings: Settings | None = None) -> bool:
+    return any(cuda.same_line(known) for known in known_cuda(settings))
+
+
+def known_cuda_text(settings: Settings | None = None) -> str:
+    """``12.6, 12.8, ...``: the known lines as messages name them."""
+    return ", ".join(map(str, known_cuda(settings)))
+
 
 # The indexes known by name: PyPI and PyPI's-style names for PyTorch's channels.
 KNOWN_INDEXES: dict[str, str] = {
@@ -53,8 +81,13 @@ class TorchIndex:
         return self.listing.source if self.listing else "none"
 
     def cuda_of(self, torch: str) -> str | None:
+        """The CUDA line ("13.2") or "cpu" that ``torch`` was built for on this index; None where unknown."""
         release = self.listing.release(torch) if self.listing else None
         return release.cuda if release else None
+
+    def torch_for(self, cuda: CudaVersion) -> tuple[str, ...]:
+        """The torch releases built for ``cuda``'s line on this index, oldest first."""
+        return self.torch_by_cuda.get(cuda.line, ())
 
 
 def known_indexes(settings: Settings | None) -> list[TorchIndex]:
@@ -83,36 +116,27 @@ def resolve_index(spec: str | None, settings: Settings | None = None) -> TorchIn
     return TorchIndex("custom", url, discover("custom", url, settings) if settings is not None else None)
 
 
-def cuda_flavour(cuda: Version | str) -> str:
-    """``12.8`` → ``cu128`` (the spelling of PyTorch's indexes and of our local labels)."""
-    v = Version(str(cuda))
-    return f"cu{v.major}{v.minor}"
-
-
-def _key(cuda: Version) -> str:
-    return f"{cuda.major}.{cuda.minor}"
-
-
-def default_torch(index: TorchIndex, cuda: Version) -> str:
+def default_torch(index: TorchIndex, cuda: CudaVersion) -> str:
     """The newest torch on ``index`` built for ``cuda``; a clear error when there is none."""
-    versions = index.torch_by_cuda.get(_key(cuda))
+    versions = index.torch_for(cuda)
     if not versions:
         where = ", ".join(f"{c}: {v[0]}–{v[-1]}" for c, v in index.torch_by_cuda.items()) or "nothing known"
         raise UsageError(
-            f"no torch build for CUDA {_key(cuda)} is known on index {index.name} ({where}; read from "
+            f"no torch build for CUDA {cuda.line} is known on index {index.name} ({where}; read from "
             f"{index.source})",
             "pass --torch X.Y.Z (and --torch-index for PyTorch's cuXYZ index), or another --cuda",
         )
     return max(versions, key=Version)
 
 
-def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: Version, settings: Settings | None = None) -> None:
+def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: CudaVersion,
+                             settings: Settings | None = None) -> None:
     """Refuse a torch whose CUDA differs from the requested one on an index we can classify."""
     found = index.cuda_of(str(Version(torch).public))
-    key = _key(cuda)
+    key = cuda.line
     if found is not None and found != key:
         public = str(Version(torch).public)
-        alternatives = [i for i in known_indexes(settings) if public in i.torch_by_cuda.get(key, ())]
+        alternatives = [i for i in known_indexes(settings) if public in i.torch_for(cuda)]
         other = default_torch_or_none(index, cuda)
         hint = (f"use --torch-index {alternatives[0].name}{_hearsay(alternatives[0], public)}" if alternatives
                 else f"use --cuda {found}") + (
@@ -145,17 +169,17 @@ def _hearsay(index: TorchIndex, torch: str) -> str:
         "release notes") else ""
 
 
-def default_torch_or_none(index: TorchIndex, cuda: Version) -> str | None:
+def default_torch_or_none(index: TorchIndex, cuda: CudaVersion) -> str | None:
     try:
         return default_torch(index, cuda)
     except UsageError:
         return None
 
 
-def torch_cuda(index: TorchIndex, torch: str, fallback: Version) -> Version:
+def torch_cuda(index: TorchIndex, torch: str, fallback: CudaVersion) -> CudaVersion:
     """The CUDA the given torch was built with on ``index`` (``fallback`` where the index does not say)."""
     found = index.cuda_of(torch)
-    return Version(found) if found and found[:1].isdigit() else fallback
+    return CudaVersion.parse(found) if found and found[:1].isdigit() else fallback
 
 
 def table_rows(settings: Settings | None = None) -> list[tuple[str, str, str, str]]:

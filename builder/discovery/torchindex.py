@@ -52,6 +52,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.model.cuda import CudaVersion
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{flavour}"
@@ -67,7 +68,6 @@ ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 # Requirements that name the CUDA runtime a torch wheel was built with.
 _CUDA_PINS = ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime-cu12",
               "nvidia-cuda-runtime-cu13")
-_LABEL = re.compile(r"^cu(\d+)(\d)$")
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,8 @@ def cuda_from_label(version: str) -> str | None:
         return None
     if local == "cpu":
         return "cpu"
-    match = _LABEL.match(local)
-    return f"{match.group(1)}.{match.group(2)}" if match else None
+    cuda = CudaVersion.from_flavour(local)
+    return cuda.line if cuda else None
 
 
 def cuda_from_requirements(requires: Iterable[str]) -> tuple[str, str]:
@@ -142,7 +142,7 @@ def cuda_from_requirements(requires: Iterable[str]) -> tuple[str, str]:
                     continue
                 extras = f"[{','.join(sorted(req.extras))}]" if req.extras and len(req.extras) < 3 else (
                     "[...]" if req.extras else "")
-                return f"{v.major}.{v.minor}", f"METADATA: {req.name}{extras}{spec}"
+                return CudaVersion.of(v).line, f"METADATA: {req.name}{extras}{spec}"
     return "cpu", "METADATA: no CUDA requirement"
 
 
@@ -527,14 +527,14 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
 
 def read_toolkit_versions(index_url: str = PYPI_SIMPLE) -> tuple[str, ...]:
     """major.minor of every final ``cuda-toolkit`` release >= 13 that has a wheel."""
-    found: set[Version] = set()
+    found: set[CudaVersion] = set()
     for wheel in project_files(index_url, TOOLKIT_PROJECT):
         try:
             _, version, _, _ = parse_wheel_filename(wheel.filename)
         except InvalidWheelFilename:
             continue
         if version.major >= 13 and not (version.is_prerelease or version.is_devrelease):
-            found.add(Version(f"{version.major}.{version.minor}"))
+            found.add(CudaVersion((version.major, version.minor)))  # the line: 13.2.1 and 13.2.0 are 13.2
     return tuple(str(v) for v in sorted(found))
 
 
@@ -556,9 +556,9 @@ RELEASE_NOTES_READ = "2026-12-01"
 
 
 def release_notes_listing(channel: str) -> Listing:
-    match = _LABEL.match(channel)
-    assert match, channel
-    cuda = f"{match.group(1)}.{match.group(2)}"
+    parsed = CudaVersion.from_flavour(channel)
+    assert parsed, channel
+    cuda = parsed.line
     evidence = f"release notes, not read from the index ({RELEASE_NOTES_READ})"
     releases = tuple(Release(v, cuda, (), evidence, RELEASE_NOTES_READ) for v in RELEASE_NOTES[channel])
     return Listing(f"pytorch-{channel}", PYTORCH_INDEX.format(flavour=channel), releases, "snapshot",

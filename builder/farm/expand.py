@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -15,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import check_torch_matches_cuda, default_torch, resolve_index
+from builder.discovery.compat import TorchIndex, check_torch_matches_cuda, default_torch, resolve_index
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
 from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
@@ -152,14 +151,14 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
            settings: Settings | None = None) -> list[FarmTarget]:
     cells: list[FarmTarget] = []
     index = resolve_index(entry.torch_index, settings)
-    cuda_ext = recipe.kind == "cuda-extension"
+    cuda_ext = recipe.kind.is_cuda
     # A pure-Python wheel holds no GPU code: it is built once; its first arch list only picks the test runner.
     arch_lists = entry.archs if cuda_ext else entry.archs[:1]
     for cuda in entry.cuda:
         torches = entry.torch
         if not torches:
             try:
-                torches = newest_torches(index, cuda.version, entry.torch_newest)
+                torches = newest_torches(index, cuda, entry.torch_newest)
             except UsageError as e:
                 raise FarmError(f"{farm.file}: field '{entry.where}.torch' is needed for CUDA {cuda}: {e.message}",
                                 "give torch = ['X.Y.Z'] (here or in [defaults])") from e
@@ -177,11 +176,11 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
     return cells
 
 
-def newest_torches(index: Any, cuda: Version, count: int) -> tuple[str, ...]:
+def newest_torches(index: TorchIndex, cuda: CudaVersion, count: int) -> tuple[str, ...]:
     """The newest ``count`` torch minors built for ``cuda`` on ``index``: the newest patch of each, newest first."""
     default_torch(index, cuda)  # the error naming what the index has, when it has nothing for this CUDA
     by_minor: dict[tuple[int, int], Version] = {}
-    for text in index.torch_by_cuda.get(f"{cuda.major}.{cuda.minor}", ()):
+    for text in index.torch_for(cuda):
         v = Version(text)
         if not (v.is_prerelease or v.is_devrelease):
             key = (v.major, v.minor)
@@ -194,7 +193,7 @@ def _arch_lists(arch_lists: tuple[Archs, ...], cuda: CudaVersion, trim: bool,
     """Each arch list as given, or (``archs-where-supported``) without the archs this CUDA cannot compile."""
     if not trim:
         return list(arch_lists)
-    known = supported_archs(cuda.version, settings)
+    known = supported_archs(cuda, settings)
     out: list[Archs] = []
     for archs in arch_lists:
         kept = tuple(a for a in archs if known is None or a.number in known)
@@ -203,17 +202,17 @@ def _arch_lists(arch_lists: tuple[Archs, ...], cuda: CudaVersion, trim: bool,
     return out
 
 
-def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: Any, cuda: CudaVersion, archs: Archs,
+def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: TorchIndex, cuda: CudaVersion, archs: Archs,
                 torch: str, settings: Settings | None = None) -> None:
     """Every combination the farm names must be buildable; the ones that are not are excluded explicitly."""
     try:
-        check_torch_matches_cuda(index, torch, cuda.version, settings)
+        check_torch_matches_cuda(index, torch, cuda, settings)
     except UsageError as e:
         raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with torch {torch}: {e.message}",
                         f"add [[exclude]] package = {entry.name!r}, cuda = {str(cuda)!r}, torch = {torch!r}") from e
     if cuda_ext:
         try:
-            check_archs_for_cuda(archs, cuda.version, settings)
+            check_archs_for_cuda(archs, cuda, settings)
         except UsageError as e:
             raise FarmError(f"{farm.file}: {entry.where} combines CUDA {cuda} with archs {format_arch_list(archs)}: "
                             f"{e.message.removeprefix('--arch ')}",
@@ -233,10 +232,10 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
             "id": t.id,
             "package": t.package,
             "version": t.version,
-            "kind": t.kind,
+            "kind": str(t.kind),
             "cuda": str(t.cuda),
             "arch": format_arch_list(t.archs),
-            "python": t.python,
+            "python": str(t.python),
             "torch": t.torch,
             "torch_index": t.torch_index or "",
             "recipes": _relative(t.recipes, base),

@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from builder.farm.spec import FarmTarget
+from builder.index.layout import Layout
 from builder.model.arch import format_arch_list
 
 UNKNOWN_CUDA_SECONDS = 600.0  # per arch, for a CUDA target with no past build (causal-conv1d sm_120 here: ~220 s)
@@ -47,7 +48,7 @@ def past_builds(wheelhouses: Iterable[Path]) -> list[PastBuild]:
     the order is a hint, never a reason to fail)."""
     found = []
     for house in wheelhouses:
-        for path in sorted((house / "records").glob("*.whl.json")):
+        for path in Layout(house).record_files():
             try:
                 data = json.loads(path.read_text())
                 seconds = sum(float(v) for v in (data.get("timings") or {}).values())
@@ -61,7 +62,7 @@ def past_builds(wheelhouses: Iterable[Path]) -> list[PastBuild]:
 
 def estimate(target: FarmTarget, past: list[PastBuild]) -> Estimate:
     package = canonicalize_name(target.package)
-    cuda = target.kind == "cuda-extension"
+    cuda = target.kind.is_cuda
     archs = format_arch_list(target.archs) if cuda else ""
     toolchain = target.toolchain if cuda else "none (pure Python)"
     same = [b for b in past if b.package == package and b.archs == archs

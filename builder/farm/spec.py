@@ -19,11 +19,12 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import resolve_index
+from builder.discovery.compat import is_known_cuda, known_cuda_text, resolve_index
 from builder.model.arch import Arch, format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
-from builder.model.recipe import TomlChecker
-from builder.stages.plan import KNOWN_CUDA, Target
+from builder.model.python import PythonSpec
+from builder.model.recipe import RecipeKind, TomlChecker
+from builder.stages.plan import Target
 from builder.toolchain import TOOLCHAINS
 
 DEFAULT_FARM_FILE = "farm.toml"
@@ -71,7 +72,7 @@ class FarmEntry:
     toolchain: str = "auto"
     cuda: tuple[CudaVersion, ...] = ()
     archs: tuple[Archs, ...] = ()  # each one target's arch list: (120,), (90, 120+ptx)
-    python: tuple[str, ...] = ("3.12",)
+    python: tuple[PythonSpec, ...] = (PythonSpec("3.12"),)
     torch: tuple[str, ...] = ()  # empty → the newest torch built for each CUDA on the index
     torch_index: str | None = None
     jobs: int | None = None
@@ -93,10 +94,10 @@ class Exclusion:
     version: SpecifierSet | None = None
     cuda: CudaVersion | None = None
     arch: Archs | None = None
-    python: str | None = None
+    python: PythonSpec | None = None
     torch: str | None = None
 
-    def matches(self, package: str, version: str, cuda: CudaVersion, archs: Archs, python: str,
+    def matches(self, package: str, version: str, cuda: CudaVersion, archs: Archs, python: PythonSpec,
                 torch: str | None) -> bool:
         if self.package is not None and canonicalize_name(self.package) != canonicalize_name(package):
             return False
@@ -142,10 +143,10 @@ class FarmTarget:
 
     package: str
     version: str
-    kind: str
+    kind: RecipeKind
     cuda: CudaVersion
     archs: Archs
-    python: str
+    python: PythonSpec
     torch: str
     torch_index: str | None
     toolchain: str
@@ -157,19 +158,18 @@ class FarmTarget:
     @property
     def id(self) -> str:
         """A name safe for files and artifact names: tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1."""
-        cuda = "cu" + str(self.cuda).replace(".", "")
-        python = self.python if not is_interpreter_path(self.python) else Path(self.python).name
+        cuda = "cu" + str(self.cuda).replace(".", "")  # as given: 13.0.1 → cu1301 (not the flavour, cu130)
         parts = [canonicalize_name(self.package), self.version, cuda]
-        if self.kind == "cuda-extension":
+        if self.kind.is_cuda:
             parts.append("sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx"))
-        parts += [f"py{python}", f"torch{self.torch}"]
+        parts += [f"py{self.python.name}", f"torch{self.torch}"]
         return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
     @property
     def wheel_identity(self) -> tuple[str, ...]:
         """What the wheel's file name is made of: targets equal here would overwrite each other's wheel."""
         torch = Version(self.torch)
-        tag = self.python if self.kind == "cuda-extension" else "py3-none-any"
+        tag = str(self.python) if self.kind.is_cuda else "py3-none-any"
         return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
                 f"{torch.major}.{torch.minor}", tag)
 
@@ -177,7 +177,7 @@ class FarmTarget:
         return Target(
             package=self.package,
             version=self.version,
-            cuda=self.cuda.version,
+            cuda=self.cuda,
             archs=self.archs,
             python=self.python,
             torch=self.torch,
@@ -204,8 +204,9 @@ def find_farm_file(given: Path | None, cwd: Path | None = None) -> Path:
     return here / DEFAULT_FARM_FILE
 
 
-def load_farm(path: Path) -> Farm:
-    """Parse and validate a farm file (schema and values; recipes and PyPI are consulted by ``expand``)."""
+def load_farm(path: Path, settings: Settings | None = None) -> Farm:
+    """Parse and validate a farm file (schema and values; recipes and PyPI are consulted by ``expand``).
+    ``settings`` decide the known CUDA versions as for ``--cuda`` (None: the shipped snapshot's)."""
     path = path.resolve()
     try:
         data = tomllib.loads(path.read_text())
@@ -213,7 +214,7 @@ def load_farm(path: Path) -> Farm:
         raise FarmError(f"{path}: farm file not found", "pass --file PATH or create farm.toml") from e
     except tomllib.TOMLDecodeError as e:
         raise FarmError(f"{path}: not valid TOML: {e}") from e
-    c = _Checker(path)
+    c = _Checker(path, settings)
     c.keys(data, _TOP, "")
     defaults_table = data.get("defaults", {})
     c.keys(defaults_table, _SETTINGS, "defaults")
@@ -256,6 +257,10 @@ class _Checker(TomlChecker):
 
     error = FarmError
 
+    def __init__(self, path: Path, settings: Settings | None = None) -> None:
+        super().__init__(path)
+        self.known_settings = settings  # for the known CUDA versions (discovery/compat.known_cuda)
+
     def strings(self, value: str | list[Any], dotted: str) -> tuple[str, ...]:
         """A string or a list of strings, as a tuple; an empty list is an error."""
         items = [value] if isinstance(value, str) else value
@@ -289,12 +294,12 @@ class _Checker(TomlChecker):
             for i, value in enumerate(values):
                 try:
                     versions.append(CudaVersion.parse(value))
-                    ok = versions[-1].line in KNOWN_CUDA
+                    ok = is_known_cuda(versions[-1], self.known_settings)
                 except InvalidVersion:
                     ok = False
                 if not ok:
                     self.fail(f"{at('cuda')}[{i}]", f"is not a known CUDA version: {value!r}",
-                              f"use one of {', '.join(KNOWN_CUDA)}")
+                              f"use one of {known_cuda_text(self.known_settings)}")
             out["cuda"] = tuple(versions)
         if "archs" in table:
             normalised: list[Archs] = []
@@ -309,12 +314,12 @@ class _Checker(TomlChecker):
                 self.fail(at("archs"), f"names one arch list twice: {list(table['archs'])}")
             out["archs"] = tuple(normalised)
         if "python" in table:
-            values = self.strings(table["python"], at("python"))
-            for i, value in enumerate(values):
-                if not (is_interpreter_path(value) or re.fullmatch(r"3\.\d{1,2}", value)):
-                    self.fail(f"{at('python')}[{i}]", f"is neither a Python version nor a path: {value!r}",
+            pythons = tuple(map(PythonSpec, self.strings(table["python"], at("python"))))
+            for i, python in enumerate(pythons):
+                if not (python.is_path or re.fullmatch(r"3\.\d{1,2}", python.text)):
+                    self.fail(f"{at('python')}[{i}]", f"is neither a Python version nor a path: {python.text!r}",
                               "use a version such as '3.12' or a path to an interpreter")
-            out["python"] = values
+            out["python"] = pythons
         if "torch" in table:
             values = self.strings(table["torch"], at("torch"))
             for i, value in enumerate(values):
@@ -409,11 +414,8 @@ class _Checker(TomlChecker):
         if "torch" in table:
             self.version(table["torch"], f"{where}.torch")
             values["torch"] = table["torch"]
-        for key in ("package", "python"):
-            if key in table:
-                values[key] = table[key]
+        if "package" in table:
+            values["package"] = table["package"]
+        if "python" in table:
+            values["python"] = PythonSpec(table["python"])
         return Exclusion(where=where, **values)
-
-
-def is_interpreter_path(python: str) -> bool:
-    return "/" in python or not python[:1].isdigit()

@@ -18,7 +18,6 @@ from builder.core.settings import Settings
 from builder.farm.expand import Releases, pypi_versions, versions_in_range
 from builder.farm.spec import Farm
 from builder.farm.unchanged import wheelhouse_records
-from builder.model.cuda import CudaVersion
 from builder.model.recipe import find_recipe, load_recipe
 
 
@@ -124,12 +123,13 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
         wanted.setdefault(key, set()).update(c.line for c in entry.cuda)
     built: dict[tuple[str, str], set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
+        record_cuda = record.cuda_version
         try:
             torch = Version(str(record.python.get("torch"))).public
-            built.setdefault((record.torch_index, CudaVersion.parse(record.cuda).line), set()).add(
-                Version(torch))
         except (InvalidVersion, AttributeError):
             continue
+        if record_cuda is not None:
+            built.setdefault((record.torch_index, record_cuda.line), set()).add(Version(torch))
     rows: list[TorchWatchRow] = []
     farm_cuda: set[str] = set()
     for key, spec in specs.items():

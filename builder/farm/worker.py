@@ -6,15 +6,18 @@ import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING
 
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.farm.spec import FarmTarget
 from builder.model.records import FarmOutcome
 
+if TYPE_CHECKING:
+    from builder.pipeline.run import BuildOptions
 
-def run_target(farm_target: FarmTarget, settings: Settings, options: Any, jobs: int, log_path: str) -> FarmOutcome:
+
+def run_target(farm_target: FarmTarget, settings: Settings, options: BuildOptions, jobs: int, log_path: str) -> FarmOutcome:
     """Build one target with the pipeline, all output into ``log_path``; returns its outcome (picklable)."""
     from rich.console import Console
 

@@ -20,6 +20,14 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from builder.index.layout import (
+    Layout,
+    log_path,
+    record_path,
+    sidecar_path,
+    simple_path,
+    wheel_path,
+)
 from builder.model.records import BuildRecord, TestReport
 
 _LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
@@ -63,12 +71,12 @@ class WheelFacts:
     has_log: bool
 
 
-def rows_of(root: Path, wheels: list[Path], *, area: str, prefix: str = "") -> list[Row]:
+def rows_of(paths: Layout, wheels: list[Path], *, area: str, prefix: str = "") -> list[Row]:
     """One row per wheel of one wheelhouse area; ``prefix`` makes links relative to the dashboard's folder."""
     facts = []
     for wheel in wheels:
         try:
-            data = json.loads((root / "records" / f"{wheel.name}.json").read_text())
+            data = json.loads(paths.record_file(wheel.name).read_text())
             record = BuildRecord.from_json(data) if isinstance(data, dict) else None
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             record = None
@@ -76,8 +84,7 @@ def rows_of(root: Path, wheels: list[Path], *, area: str, prefix: str = "") -> l
             size = wheel.stat().st_size
         except FileNotFoundError:  # taken out of staging by a promotion while we looked
             continue
-        facts.append(WheelFacts(wheel.name, size, record,
-                                (root / "logs" / f"{wheel.name}.log").exists()))
+        facts.append(WheelFacts(wheel.name, size, record, paths.log_file(wheel.name).exists()))
     return rows_from(facts, area=area, prefix=prefix)
 
 
@@ -99,11 +106,11 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     objects = inspect.get("objects") or []
     sass = sorted({a for o in objects for a in o.get("sass", [])}, key=_arch_key)
     ptx = sorted({a for o in objects for a in o.get("ptx", [])}, key=_arch_key)
-    links = {"wheel": f"{prefix}wheels/{facts.filename}", "metadata": f"{prefix}wheels/{facts.filename}.metadata"}
+    links = {"wheel": prefix + wheel_path(facts.filename), "metadata": prefix + sidecar_path(facts.filename)}
     if facts.record is not None:
-        links["record"] = f"{prefix}records/{facts.filename}.json"
+        links["record"] = prefix + record_path(facts.filename)
     if facts.has_log:
-        links["log"] = f"{prefix}logs/{facts.filename}.log"
+        links["log"] = prefix + log_path(facts.filename)
     import_status = tests.import_status or "not run"
     kernel_status = tests.kernel_status or "not run"
     return Row(
@@ -169,7 +176,7 @@ def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool =
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     packages = len({r.package for r in rows})
     channels = "".join(
-        f'<li><a href="channels/{_e(lab)}/simple/"><code>{_e(lab)}</code></a></li>' for lab in labels
+        f'<li><a href="{_e(simple_path(lab))}"><code>{_e(lab)}</code></a></li>' for lab in labels
     ) or "<li>none yet</li>"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return f"""<!DOCTYPE html>
@@ -185,7 +192,7 @@ def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool =
   <h1>{title}</h1>
   <p class="summary" id="summary">{len(rows)} wheels of {packages} packages{": " + summary if summary else ""}</p>
   <nav>
-    <div><b>Combined index</b> <a href="simple/"><code>simple/</code></a>
+    <div><b>Combined index</b> <a href="{simple_path()}"><code>{simple_path()}</code></a>
       (PEP 503 HTML + PEP 691 JSON, PEP 658 metadata)</div>
     <div><b>Channels</b> (one per CUDA + torch): <ul class="channels">{channels}</ul></div>
   </nav>

@@ -34,11 +34,20 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from builder.core.errors import ChecksumError, SourceError
 from builder.core.log import log
-from builder.index.store import SIMPLE_JSON, Restored, RestoreResult, Wheelhouse
+from builder.index.layout import (
+    PAGE_JSON,
+    log_path,
+    project_path,
+    record_path,
+    simple_path,
+)
+from builder.index.pages import SIMPLE_JSON
+from builder.index.store import Restored, RestoreResult, Wheelhouse
 from builder.model.records import BuildRecord
 
 TRIES = 3  # transient failures (a 5xx, a reset connection) are retried, 1 s then 2 s apart
 CHUNK = 1 << 20
+TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
 
 
 @dataclass(frozen=True)
@@ -66,11 +75,11 @@ def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: 
     root = normalize(location)
     fetch = _Fetcher(root, timeout_s)
     try:
-        top = fetch.json(root + "simple/index.json")
+        top = fetch.json(root + TOP)
     except _Missing:
         if missing_ok:
             return None
-        raise SourceError(f"no published index at {root} ({root}simple/index.json is missing)",
+        raise SourceError(f"no published index at {root} ({root}{TOP} is missing)",
                           "point at the wheelhouse root (the folder holding simple/ and wheels/), or give --missing-ok "
                           "for a first run") from None
     wheels, urls = _published_wheels(fetch, top)
@@ -90,13 +99,13 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
     for project in top.get("projects", []):
         name = project.get("name") if isinstance(project, dict) else None
         if not isinstance(name, str) or not _safe_segment(name):
-            raise SourceError(f"{fetch.root}simple/index.json names an odd project {name!r}",
+            raise SourceError(f"{fetch.root}{TOP} names an odd project {name!r}",
                               "the published index is damaged: run `builder index rebuild` where it is published")
-        page_url = f"{fetch.root}simple/{name}/index.json"
+        page_url = fetch.root + project_path(name) + PAGE_JSON
         try:
             page = fetch.json(page_url)
         except _Missing:
-            raise SourceError(f"{page_url} is missing, though simple/index.json lists {name}",
+            raise SourceError(f"{page_url} is missing, though {TOP} lists {name}",
                               "the published index is damaged: run `builder index rebuild` where it is published") \
                 from None
         for entry in page.get("files", []):
@@ -125,13 +134,13 @@ def _published_wheel(fetch: _Fetcher, page_url: str, entry: dict) -> tuple[Resto
                             f"core-metadata sha256 {metadata_sha256}; nothing was changed",
                             "run `builder index rebuild` where it is published and deploy it again")
     record = _record(fetch, filename, sha256)
-    log_bytes = fetch.optional(f"{fetch.root}logs/{urllib.parse.quote(filename)}.log")
+    log_bytes = fetch.optional(fetch.root + log_path(urllib.parse.quote(filename)))
     mtime = _mtime_ns(entry.get("upload-time"))
     return Restored(filename, sha256, size, mtime, metadata, record, log_bytes), url
 
 
 def _record(fetch: _Fetcher, filename: str, sha256: str) -> BuildRecord | None:
-    url = f"{fetch.root}records/{urllib.parse.quote(filename)}.json"
+    url = fetch.root + record_path(urllib.parse.quote(filename))
     data = fetch.optional(url)
     if data is None:
         log.warning(f"{filename} has no published record ({url}): restored without one")

@@ -30,7 +30,8 @@ from typing import IO
 
 from packaging.utils import canonicalize_name
 
-from builder.index.store import SIMPLE_HTML, SIMPLE_JSON
+from builder.index.layout import PAGE_HTML, PAGE_JSON, SIMPLE
+from builder.index.pages import SIMPLE_HTML, SIMPLE_JSON
 
 _LATEST_JSON = "application/vnd.pypi.simple.latest+json"
 _LATEST_HTML = "application/vnd.pypi.simple.latest+html"
@@ -119,8 +120,8 @@ class IndexHandler(SimpleHTTPRequestHandler):
             return None
         if not fs_path.exists() and self._redirect_to_normalized(parts, parsed):
             return None
-        if fs_path.is_dir() and parsed.path.endswith("/") and (fs_path / "index.json").is_file() \
-                and (fs_path / "index.html").is_file():
+        if fs_path.is_dir() and parsed.path.endswith("/") and (fs_path / PAGE_JSON).is_file() \
+                and (fs_path / PAGE_HTML).is_file():
             query = urllib.parse.parse_qs(parsed.query).get("format", [None])[0]
             query = query.replace(" ", "+") if query else None  # an unencoded "+json" reads as " json"
             chosen = negotiate(self.headers.get("Accept"), query)
@@ -128,7 +129,7 @@ class IndexHandler(SimpleHTTPRequestHandler):
                 self.send_error(HTTPStatus.NOT_ACCEPTABLE, "Not Acceptable",
                                 f"this index serves {SIMPLE_JSON}, {SIMPLE_HTML} and text/html")
                 return None
-            page = fs_path / ("index.json" if chosen == SIMPLE_JSON else "index.html")
+            page = fs_path / (PAGE_JSON if chosen == SIMPLE_JSON else PAGE_HTML)
             return self._send_file(page, chosen if chosen != "text/html" else "text/html; charset=utf-8")
         return super().send_head()
 
@@ -161,7 +162,7 @@ class IndexHandler(SimpleHTTPRequestHandler):
     def _redirect_to_normalized(self, parts: list[str], parsed: urllib.parse.SplitResult) -> bool:
         """PEP 503: ``/simple/Causal_Conv1D/`` → 301 to ``/simple/causal-conv1d/``."""
         try:
-            at = len(parts) - 1 - parts[::-1].index("simple")
+            at = len(parts) - 1 - parts[::-1].index(SIMPLE)
         except ValueError:
             return False
         if at + 1 >= len(parts):

@@ -25,6 +25,7 @@ from builder.core.cachedir import memo_dir
 from builder.core.errors import UsageError
 from builder.core.filememo import remembered
 from builder.core.fsutil import atomic_write
+from builder.model.cuda import CudaVersion
 
 if TYPE_CHECKING:
     from builder.core.settings import Settings
@@ -100,11 +101,10 @@ _SUPPORTED_ARCHS: dict[str, tuple[int, ...]] = {
 }
 
 
-def table_archs(cuda: Version) -> tuple[int, ...] | None:
+def table_archs(cuda: CudaVersion) -> tuple[int, ...] | None:
     """The table's answer: SASS archs nvcc of this CUDA major.minor can build, or None when it has no row."""
-    key = f"{cuda.major}.{cuda.minor}"
-    if key in _SUPPORTED_ARCHS:
-        return _SUPPORTED_ARCHS[key]
+    if cuda.line in _SUPPORTED_ARCHS:
+        return _SUPPORTED_ARCHS[cuda.line]
     if cuda.major == 13:  # later 13.x minors keep 13.0's list (and may add to it)
         return _SUPPORTED_ARCHS["13.0"]
     return None
@@ -126,6 +126,17 @@ def parse_gpu_list(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(sass), tuple(ptx)
 
 
+_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+
+
+def parse_nvcc_version(text: str) -> Version | None:
+    """nvcc's full version from its ``--version`` text (``Cuda compilation tools, release 13.0, V13.0.88`` →
+    13.0.88; its major.minor is the release); None where the text has no such line. The one reading of that
+    text: the toolkit probes (toolchain/base.py, toolchain/container.py) and the lookups below use it."""
+    match = _NVCC_RELEASE.search(text)
+    return Version(match.group(2)) if match else None
+
+
 def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSupport:
     """Ask ``nvcc`` itself (cached per nvcc path and file identity)."""
     stat = nvcc.resolve().stat()
@@ -142,13 +153,13 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
         return ArchSupport(tuple(entry["sass"]), tuple(entry["ptx"]), str(entry["source"]))  # type: ignore[arg-type]
     run = lambda *args: subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60,
                                        check=True).stdout
-    release = re.search(r"release (\d+\.\d+), V([\d.]+)", run("--version"))
+    version = parse_nvcc_version(run("--version"))
     sass, _ = parse_gpu_list(run("--list-gpu-code"))  # sm_XX: the SASS it can emit
     _, ptx = parse_gpu_list(run("--list-gpu-arch"))  # compute_XX: the virtual archs (PTX)
-    source = f"nvcc {release.group(2) if release else '?'} at {nvcc} (--list-gpu-code/--list-gpu-arch)"
+    source = f"nvcc {version or '?'} at {nvcc} (--list-gpu-code/--list-gpu-arch)"
     if cache is not None:
         known[key] = {"sass": list(sass), "ptx": list(ptx), "source": source,
-                      "release": release.group(1) if release else None}
+                      "release": CudaVersion.of(version).line if version else None}
         atomic_write(cache, json.dumps(known, indent=1))
     return ArchSupport(sass, ptx, source)
 
@@ -165,13 +176,13 @@ def _ask_release(nvcc: Path) -> str | None:
                               check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    match = re.search(r"release (\d+\.\d+)", text)
-    return match.group(1) if match else None
+    version = parse_nvcc_version(text)
+    return CudaVersion.of(version).line if version else None
 
 
-def nvcc_at_hand(cuda: Version, settings: Settings | None, env: Mapping[str, str] = os.environ) -> Path | None:
+def nvcc_at_hand(cuda: CudaVersion, settings: Settings | None, env: Mapping[str, str] = os.environ) -> Path | None:
     """An nvcc of this CUDA major.minor that is already here: the pip toolkit cache, CUDA_HOME or PATH."""
-    key = f"{cuda.major}.{cuda.minor}"
+    key = cuda.line
     candidates: list[Path] = []
     if settings is not None:
         candidates.append(settings.cache_dir / "toolkits" / f"cuda-{key}" / "nvidia" / f"cu{cuda.major}" / "bin" / "nvcc")
@@ -186,7 +197,7 @@ def nvcc_at_hand(cuda: Version, settings: Settings | None, env: Mapping[str, str
     return None
 
 
-def arch_support(cuda: Version, settings: Settings | None = None, env: Mapping[str, str] = os.environ) -> ArchSupport | None:
+def arch_support(cuda: CudaVersion, settings: Settings | None = None, env: Mapping[str, str] = os.environ) -> ArchSupport | None:
     """What CUDA ``cuda`` compiles: from its nvcc where one is at hand, else from the table (None: unknown)."""
     nvcc = nvcc_at_hand(cuda, settings, env) if settings is not None else None
     if nvcc is not None:
@@ -198,13 +209,13 @@ def arch_support(cuda: Version, settings: Settings | None = None, env: Mapping[s
     return ArchSupport(table, table, "builder/arch.py table") if table is not None else None
 
 
-def supported_archs(cuda: Version, settings: Settings | None = None) -> tuple[int, ...] | None:
+def supported_archs(cuda: CudaVersion, settings: Settings | None = None) -> tuple[int, ...] | None:
     """The SASS archs nvcc of this CUDA major.minor can build, or None when nothing says."""
     support = arch_support(cuda, settings)
     return support.sass if support else None
 
 
-def check_archs_for_cuda(archs: tuple[Arch, ...], cuda: Version, settings: Settings | None = None) -> None:
+def check_archs_for_cuda(archs: tuple[Arch, ...], cuda: CudaVersion, settings: Settings | None = None) -> None:
     """Refuse an arch this CUDA release cannot compile, before anything is downloaded."""
     support = arch_support(cuda, settings)
     if support is None:
@@ -234,10 +245,10 @@ class KnownBad:
     instead: str | None = None
     versions: SpecifierSet | None = None
 
-    def matches(self, arch: Arch, cuda: Version, version: str) -> bool:
+    def matches(self, arch: Arch, cuda: CudaVersion, version: str) -> bool:
         if self.versions is not None and not self.versions.contains(Version(version), prereleases=True):
             return False
-        if not self.cuda.contains(cuda, prereleases=True):
+        if not self.cuda.contains(cuda.version, prereleases=True):
             return False
         return any(_same_sass(bad, arch) for bad in self.archs)
 
@@ -247,7 +258,7 @@ def _same_sass(bad: str, arch: Arch) -> bool:
     return bool(match) and int(match.group(1)) == arch.number and (not match.group(2) or match.group(2) == arch.suffix)
 
 
-def check_known_bad(package: str, known_bad: Sequence[KnownBad], archs: tuple[Arch, ...], cuda: Version,
+def check_known_bad(package: str, known_bad: Sequence[KnownBad], archs: tuple[Arch, ...], cuda: CudaVersion,
                     version: str) -> None:
     """Refuse a combination the recipe knows gives wrong code, naming the reason and the alternative."""
     for entry in known_bad:

@@ -5,6 +5,7 @@ given (``str``), so a cache key or record that names it does not change."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -33,8 +34,24 @@ class CudaVersion:
         return f"{self.major}.{self.minor}"
 
     @property
+    def flavour(self) -> str:
+        """``cu130`` for 13.0 and 13.0.1: the spelling of PyTorch's indexes and of the builder's local labels."""
+        return f"cu{self.major}{self.minor}"
+
+    @property
     def version(self) -> Version:
         return Version(str(self))
+
+    @classmethod
+    def of(cls, version: Version) -> CudaVersion:
+        """A packaging ``Version`` (an nvcc release, a requirement's pin) as a CUDA version: its release part."""
+        return cls(version.release)
+
+    @classmethod
+    def from_flavour(cls, flavour: str) -> CudaVersion | None:
+        """``cu128`` → 12.8 (the last digit is the minor); None for text that is not such a flavour."""
+        match = re.fullmatch(r"cu(\d+)(\d)", flavour)
+        return cls((int(match.group(1)), int(match.group(2)))) if match else None
 
     def same_line(self, other: CudaVersion) -> bool:
         return (self.major, self.minor) == (other.major, other.minor)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -21,8 +23,22 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError, RecipeError, UsageError
 from builder.model.arch import KnownBad, parse_arch_list
+from builder.model.cudacomponents import CUDA_COMPONENTS
 
-KINDS = ("cuda-extension", "pure-python")
+
+
+class RecipeKind(StrEnum):
+    """What a recipe builds: GPU code compiled per CUDA and arch, or a pure-Python wheel (any CUDA, no arch)."""
+
+    CUDA_EXTENSION = "cuda-extension"
+    PURE_PYTHON = "pure-python"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self is RecipeKind.CUDA_EXTENSION
+
+
+KINDS = tuple(RecipeKind)
 
 
 @dataclass(frozen=True)
@@ -44,13 +60,15 @@ class PatchSpec:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Where sources come from: a PyPI sdist (default), a git URL, or a local path or archive."""
+    """Where sources come from: a PyPI sdist (default), a git URL, or a local path or archive. An sdist or
+    archive is pinned by ``sha256``, a git checkout by ``commits`` (version → the commit its tag must be at)."""
 
     pypi: str | None = None
     git: str | None = None
     git_ref: str = "v{version}"
     path: Path | None = None
     sha256: dict[str, str] = field(default_factory=dict)
+    commits: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,7 +76,7 @@ class Recipe:
     name: str
     file: Path
     summary: str
-    kind: str
+    kind: RecipeKind
     versions: SpecifierSet
     default_version: str | None
     source: SourceSpec
@@ -76,6 +94,7 @@ class Recipe:
     runtime_drop_reason: str = ""
     known_bad: tuple[KnownBad, ...] = ()  # [[known-bad]]: (arch, CUDA) combinations the plan refuses
     ptxas_split: bool = True  # [build] ptxas-split: false turns off the builder's parallel ptxas (toolchain/base.py)
+    cuda_components: tuple[str, ...] = ()  # [build] cuda-components: extra CUDA libraries, sorted (cudacomponents.py)
 
     @property
     def directory(self) -> Path:
@@ -92,6 +111,13 @@ class Recipe:
     def sha256(self) -> str:
         return hashlib.sha256(self.file.read_bytes()).hexdigest()
 
+    def content_digest(self) -> str:
+        """The sha256 of the recipe's parsed data as canonical JSON (keys sorted): what the cache key covers, so
+        that comments, blank lines, quoting and key order do not rebuild; ``sha256()`` is the file's bytes."""
+        data = _read_toml(self.file)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
 
 # The schema: section → {key: expected type}. It is also the registry of legal names (for "did you mean").
 _TOP = {
@@ -107,8 +133,8 @@ _TOP = {
     "runtime": dict,
     "known-bad": list,
 }
-_SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict}
-_BUILD = {"env": dict, "requires": list, "ptxas-split": bool}
+_SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict, "commits": dict}
+_BUILD = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
 _PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
 _TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
@@ -173,7 +199,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     checker = TomlChecker(path)
     checker.keys(data, _TOP, "")
     name = checker.required(data, "name", "")
-    kind = data.get("kind", "cuda-extension")
+    kind = data.get("kind", RecipeKind.CUDA_EXTENSION.value)
     if kind not in KINDS:
         raise RecipeError(f"{path}: field 'kind' is {kind!r}", f"use one of {', '.join(KINDS)}")
     versions = checker.specifier(data.get("versions", ""), "versions")
@@ -182,6 +208,8 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         checker.version(default_version, "default-version")
 
     source = _load_source(checker, data.get("source", {}), path)
+    if default_version is None:
+        default_version = _sole_git_version(source, versions)
     build = data.get("build", {})
     checker.keys(build, _BUILD, "build")
     env = _string_table(checker, build, "build")
@@ -200,13 +228,14 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         name=name,
         file=path,
         summary=data.get("summary", ""),
-        kind=kind,
+        kind=RecipeKind(kind),
         versions=versions,
         default_version=default_version,
         source=source,
         build_env=dict(env),
         build_requires=tuple(checker.str_list(build, "requires", "build")),
         ptxas_split=build.get("ptxas-split", True),
+        cuda_components=_cuda_components(checker, build),
         patches=patches,
         imports=tuple(checker.str_list(test, "imports", "test")),
         kernel_tests=kernel_path,
@@ -230,12 +259,22 @@ def _string_table(checker: TomlChecker, section: dict[str, Any], where: str) -> 
     return dict(env)
 
 
+def _cuda_components(checker: TomlChecker, build: dict[str, Any]) -> tuple[str, ...]:
+    """``[build] cuda-components``: extra CUDA libraries every toolchain must provide, e.g. ["cublas", "cusparse"];
+    sorted and without repeats, so the same set is the same toolkit."""
+    names = checker.str_list(build, "cuda-components", "build")
+    for i, name in enumerate(names):
+        if name not in CUDA_COMPONENTS:
+            close = difflib.get_close_matches(name.lower(), list(CUDA_COMPONENTS), n=1)
+            checker.fail(f"build.cuda-components[{i}]", f"is not a known CUDA component: {name!r}",
+                         f"did you mean {close[0]!r}?" if close else f"known: {', '.join(CUDA_COMPONENTS)}")
+    return tuple(sorted(set(names)))
+
+
 def _kernel_tests(checker: TomlChecker, test: dict[str, Any], path: Path) -> tuple[Path | None, float]:
     """``[test] kernel-tests`` (a file beside the recipe) and its timeout in seconds."""
     kernel_tests = test.get("kernel-tests")
-    kernel_path = path.parent / kernel_tests if kernel_tests else None
-    if kernel_path is not None and not kernel_path.is_file():
-        checker.fail("test.kernel-tests", f"file {kernel_path} does not exist")
+    kernel_path = path.parent / kernel_tests if kernel_tests else None  # may not exist yet: the test stage checks
     timeout_s = test.get("kernel-tests-timeout", DEFAULT_KERNEL_TESTS_TIMEOUT_S)
     if timeout_s <= 0:
         checker.fail("test.kernel-tests-timeout", f"must be a positive number of seconds, not {timeout_s}")
@@ -312,10 +351,14 @@ def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> Sou
     if len(given) > 1:
         checker.fail("source", f"give only one of pypi, git, path (found {', '.join(given)})")
     sha256 = table.get("sha256", {})
+    if sha256 and "git" in table:
+        checker.fail("source.sha256", "pins nothing for a git source (a clone is not an archive)",
+                     'pin each version to its commit instead: [source.commits] "<version>" = "<40-hex commit>"')
     for version, digest in sha256.items():
         checker.version(version, f"source.sha256.{version}")
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             checker.fail(f"source.sha256.{version}", "must be 64 lowercase hex digits")
+    commits = _load_commits(checker, table)
     local = table.get("path")
     git_ref = table.get("git-ref", "v{version}")
     try:
@@ -328,7 +371,41 @@ def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> Sou
         git_ref=git_ref,
         path=(path.parent / local).resolve() if local else None,
         sha256=dict(sha256),
+        commits=commits,
     )
+
+
+def _load_commits(checker: TomlChecker, table: dict[str, Any]) -> dict[str, str]:
+    """``[source.commits]``: version → the full commit id its git ref must be at (checked after the clone)."""
+    commits = table.get("commits", {})
+    if commits and "git" not in table:
+        checker.fail("source.commits", "is only for a git source", "an sdist or archive is pinned by [source.sha256]")
+    for version, commit in commits.items():
+        checker.version(version, f"source.commits.{version}")
+        if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
+            checker.fail(f"source.commits.{version}",
+                         f"must be a full commit id (40 lowercase hex digits), not {commit!r}",
+                         "`git ls-remote URL TAG 'TAG^{}'` prints it (an annotated tag's commit is the ^{} line)")
+    return dict(commits)
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1, or SHA-256 for repositories in that format
+
+
+def _sole_git_version(source: SourceSpec, versions: SpecifierSet) -> str | None:
+    """The version a git recipe builds when none is given and it names no ``default-version``: the only one it
+    pins in ``[source.commits]``, else the only one its range allows (``versions = "==X"``); None when several."""
+    if source.git is None:
+        return None
+    pinned = [v for v in source.commits if versions.contains(v, prereleases=True)]
+    if len(pinned) == 1:
+        return pinned[0]
+    if pinned:
+        return None
+    specs = list(versions)
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return specs[0].version
+    return None
 
 
 def _load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path) -> PatchSpec:

@@ -8,6 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion
+
+from builder.model.cuda import CudaVersion
+
 FARM_STATUSES = ("built", "unchanged", "failed")
 
 
@@ -135,7 +139,7 @@ class BuildRecord:
     recipe: FileDigest | None = None
     source: SourceDigest | None = None
     patches: tuple[PatchDigest, ...] = ()
-    cuda: str = ""
+    cuda: str = ""  # as the JSON says it (str(CudaVersion)); read typed through ``cuda_version``
     archs: tuple[str, ...] = ()  # () for pure Python
     toolchain: StrMap = field(default_factory=dict)  # the toolkit's record; {"kind": "none (pure Python)"}
     host_compiler: StrMap | None = None
@@ -156,6 +160,14 @@ class BuildRecord:
     # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
     # and any the builder set since, not with every default, so records of older builders keep their bytes
     read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def cuda_version(self) -> CudaVersion | None:
+        """The CUDA the wheel was built for; None where the record names none (or not a version)."""
+        try:
+            return CudaVersion.parse(self.cuda) if self.cuda else None
+        except InvalidVersion:
+            return None
 
     def with_(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)

@@ -76,7 +76,7 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
     record = record.with_(tests=tests)
     if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
-        published = house.publish(wheel, record)
+        published = house.publish(wheel, record, portability=report.portability)
         staging.remove(wheel.name)
         log.ok(f"promoted into the published index: {published}")
     else:

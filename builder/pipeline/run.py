@@ -1,14 +1,13 @@
-"""Chains the stages in one direction: plan → toolchain → python → source → patch → build → finalize →
-inspect → test → publish. Nothing reaches the wheelhouse unless every stage before publish succeeded."""
+"""Chains the stages in one direction: plan → toolchain → source → python (these three resolve the inputs,
+pipeline/inputs.py) → patch → build → finalize → inspect → test → publish. Nothing reaches the wheelhouse
+unless every stage before publish succeeded."""
 
 from __future__ import annotations
 
 import os
 import platform
 import shutil
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,24 +26,24 @@ from builder.model.records import (
     SourceDigest,
     TestReport,
 )
+from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
-from builder.stages.inputs import target_inputs
+from builder.stages.inputs import toolkit_record
 from builder.stages.inspection import (
     WheelReport,
     inspect_wheel,
     render_report,
     verify_archs,
 )
-from builder.stages.patch import apply_patches, check_patches
+from builder.stages.patch import apply_patches
 from builder.stages.plan import Plan, Target, make_plan
-from builder.stages.pyenv import PythonEnv, fresh_test_env, python_for
-from builder.stages.source import fetch, unpack
+from builder.stages.pyenv import PythonEnv, fresh_test_env
+from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan, run_tests
-from builder.toolchain import CudaToolkit, select_toolkit
-from builder.toolchain.base import BuildHost, WheelRequest
-from builder.toolchain.local import LOCAL
+from builder.toolchain import CudaToolkit
+from builder.toolchain.base import WheelRequest
 
 
 @dataclass
@@ -68,15 +67,6 @@ class BuildOptions:
     replace: bool = False  # replace a published wheel of the same file name built for another arch set
 
 
-@contextmanager
-def timed(timings: dict[str, float], stage: str) -> Iterator[None]:
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        timings[stage] = round(time.monotonic() - start, 2)
-
-
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
     environ = dict(os.environ if env is None else env)
     with timed(timings := {}, "plan"):
@@ -92,50 +82,23 @@ def run_build(target: Target, settings: Settings, options: BuildOptions, env: Ma
 
 def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str],
                    result: BuildResult) -> None:
-    host: BuildHost = LOCAL  # a pure-Python build runs here, without a CUDA toolkit
-    if plan.recipe.kind == "cuda-extension":
-        log.step("toolchain")
-        with timed(result.timings, "toolchain"):
-            choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ)
-        assert choice.host is not None and choice.toolkit is not None
-        host = choice.host
-        log.info(f"toolchain: {choice.toolkit.describe()} — {choice.toolkit.reason}")
-    with host:
-        _build_with(plan, settings, options, environ, result, host)
+    with InputsMemo() as memo:  # closes the toolchain's host (a container) after the build
+        resolved = resolve_inputs(plan, settings, environ, memo, timings=result.timings)
+        _build_with(resolved, settings, options, environ, result)
 
 
 @dataclass(frozen=True)
 class BuildInputs:
     """What the build of one target works from once its cache key is known."""
 
-    plan: Plan
-    host: BuildHost  # where the build's commands run; its toolkit is None for a pure-Python build
-    python: PythonEnv  # the build's Python, with the pinned torch
-    test_python: Path  # the interpreter on this machine that the test venv starts from
-    source: Path
-    source_digest: str
-    key: str
-    compiler: dict[str, str] | None  # the host C/C++ compiler (None: pure Python, or the toolkit brings its own)
+    resolved: ResolvedInputs  # the host, source, Python, host compiler and the cache key
     workdir: Path
     parallel: Parallelism  # MAX_JOBS, nvcc and ptxas threads
 
 
-def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str], result: BuildResult,
-                host: BuildHost) -> None:
-    timings = result.timings
-    toolkit = host.toolkit
-    # the source first: a bad checksum or URL fails in seconds, before gigabytes of torch are installed
-    log.step("source")
-    with timed(timings, "source"):
-        source_path, source_digest = fetch(plan.source, settings)
-    log.info(f"source: {source_path.name} sha256 {source_digest}")
-    check_patches(source_path, plan.patches, plan.recipe.name, plan.version, settings.cache("builds"))  # drift: now
-    log.step("python")
-    with timed(timings, "python"):
-        python, base_python = python_for(plan, settings, host)
-    compiler = compiler_identity(plan, environ, host)
-    key = target_inputs(plan, source_digest=source_digest, toolkit=toolkit_record(plan, toolkit),
-                        python=python, compiler=compiler).cache_key()
+def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOptions, environ: dict[str, str],
+                result: BuildResult) -> None:
+    plan, key = resolved.plan, resolved.key
     main_house = Wheelhouse(settings.wheelhouse)
     house = main_house.staging() if options.stage else main_house
     with target_lock(settings, key):
@@ -148,9 +111,9 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
         workdir = settings.cache("builds") / f"{plan.recipe.name}-{plan.version}-{key[:12]}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
-        parallel = parallelism(plan.target.jobs, plan.target.archs, toolkit, ptxas_split=plan.recipe.ptxas_split)
-        inputs = BuildInputs(plan, host, python, base_python, source_path, source_digest, key, compiler, workdir,
-                             parallel)
+        parallel = parallelism(plan.target.jobs, plan.target.archs, resolved.toolkit,
+                               ptxas_split=plan.recipe.ptxas_split)
+        inputs = BuildInputs(resolved, workdir, parallel)
         try:
             _build_in(inputs, settings, options, environ, house, result)
         finally:
@@ -161,29 +124,11 @@ def _build_with(plan: Plan, settings: Settings, options: BuildOptions, environ: 
                     shutil.rmtree(workdir / name, ignore_errors=True)
 
 
-def toolkit_record(plan: Plan, toolkit: CudaToolkit | None) -> dict[str, str] | None:
-    """The toolkit's part of the record and the cache key, with the flags this recipe's build gives nvcc."""
-    return toolkit.record(ptxas_split=plan.recipe.ptxas_split) if toolkit is not None else None
-
-
-def compiler_identity(plan: Plan, environ: Mapping[str, str], host: BuildHost) -> dict[str, str] | None:
-    """The host C/C++ compiler a CUDA build on ``host`` uses (None for pure Python and where the toolkit brings
-    its own compiler: container builds)."""
-    if host.toolkit is None:
-        return None
-    return host.host_compiler({**base_env(dict(environ)), **plan.env})
-
-
-def python_env_for(plan: Plan, settings: Settings) -> tuple[PythonEnv, Path]:
-    """The host build venv of ``plan`` and its base interpreter (the farm's up-front check resolves it offline)."""
-    return python_for(plan, settings)
-
-
 def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: Mapping[str, str],
                  root: Path) -> tuple[dict[str, str], CompilerCache | None]:
     """The build's environment: the host's base (in a container none of this machine's variables), the recipe's
     env, the toolkit, the arch list, MAX_JOBS, the compiler cache (builds with a host compiler) and prefix maps."""
-    plan, host, toolkit = inputs.plan, inputs.host, inputs.host.toolkit
+    plan, host, toolkit = inputs.resolved.plan, inputs.resolved.host, inputs.resolved.toolkit
     env = base_env(host.base_env(environ))
     env.update(plan.env)
     if toolkit is not None:
@@ -195,34 +140,35 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
     env["MAX_JOBS"] = str(plan.target.jobs)
     env.setdefault("SOURCE_DATE_EPOCH", "315532800")
     ccache = None
-    if toolkit is not None and inputs.compiler is not None:  # ccache wraps the host's compilers, not an image's
+    if toolkit is not None and inputs.resolved.compiler is not None:  # ccache wraps host compilers, not an image's
         ccache = find_compiler_cache(options.compiler_cache, settings)
         if ccache is not None:
             env.update(ccache.build_env(toolkit.cuda_home, inputs.workdir / "ccache-stats.log", env))
             log.info(f"compiler cache: {ccache.describe()}")
     if toolkit is not None:  # after the compiler cache: the maps differ per build folder, their output does not
         env.update(prefix_map_env(env, [(host.path(root), f"/build/{root.name}"),
-                                        (host.path(inputs.python.purelib), "/site-packages"),
+                                        (host.path(inputs.resolved.python.purelib), "/site-packages"),
                                         (toolkit.cuda_home, "/cuda")]))
     return env, ccache
 
 
 def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: dict[str, str],
               house: Wheelhouse, result: BuildResult) -> None:
-    plan, host, python, key, workdir = inputs.plan, inputs.host, inputs.python, inputs.key, inputs.workdir
+    resolved, workdir = inputs.resolved, inputs.workdir
+    plan, host, python, key = resolved.plan, resolved.host, resolved.python, resolved.key
     toolkit, timings = host.toolkit, result.timings
     torch = python.torch or ""
     log.step("patch")
     with timed(timings, "patch"):
-        root = unpack(inputs.source, workdir / "src")
+        root = unpack(resolved.source, workdir / "src")
         apply_patches(root, plan.patches, plan.recipe.name, plan.version)
     log.step("build")
     if toolkit is not None:
         log.info(f"parallel: {inputs.parallel.describe()}")
     env, ccache = _compile_env(inputs, settings, options, environ, root)
     log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
-    request = WheelRequest(source_dir=root, python=python.python, python_version=python.version, env=env,
-                           archs=plan.target.archs if toolkit else (), out_dir=workdir / "dist", log_file=log_file)
+    request = WheelRequest(source_dir=root, python=python.python, env=env, out_dir=workdir / "dist",
+                           log_file=log_file, prepared=python.prepared)
     with timed(timings, "build"):
         raw = build_wheel(request, host)
     compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None
@@ -232,8 +178,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     label = plan.label(torch) if torch else None
     pins = [f"torch=={torch.split('+')[0]}"] if torch else []
     pins += list(plan.recipe.runtime_requires)
-    record = build_record(plan, key=key, source_digest=inputs.source_digest, toolkit=toolkit,
-                          compiler=inputs.compiler, python=python, log_file=log_file)
+    record = build_record(plan, key=key, source_digest=resolved.source_digest, toolkit=toolkit,
+                          compiler=resolved.compiler, python=python, log_file=log_file)
     with timed(timings, "finalize"):
         final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
                                build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
@@ -249,14 +195,14 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
     log.step("test")
     with timed(timings, "test"):
-        companions = settings.wheelhouse / ("staging/wheels" if options.stage else "wheels")
-        tests = test_stage(plan, options, python, inputs.test_python, final, report, workdir, main_wheels=companions)
+        companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
+        tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions)
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
                           compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None)
     with timed(timings, "publish"):
-        published = house.publish(final, record, replace=options.replace)
+        published = house.publish(final, record, replace=options.replace, portability=report.portability)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     log.ok(f"{where}: {published} (index: {house.index_url()})")

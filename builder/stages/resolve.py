@@ -26,13 +26,22 @@ PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 
 @dataclass(frozen=True)
 class SourceRef:
-    """One resolved source: ``kind`` is pypi, url, git or path; ``sha256`` is what the file must hash to."""
+    """One resolved source: ``kind`` is pypi, url, git or path; ``sha256`` is what the file must hash to; for git,
+    ``git_ref`` is the tag or branch cloned and ``commit`` the one it must be at (the recipe's source.commits)."""
 
     kind: str
     location: str
     filename: str
     sha256: str | None
     git_ref: str | None = None
+    commit: str | None = None
+
+    def describe(self) -> str:
+        """The plan's source row: where from and what pins it (git: the ref and its commit)."""
+        if self.kind == "git":
+            pin = f"commit {self.commit}" if self.commit else "commit not pinned"
+            return f"git: {self.location} at {self.git_ref} ({pin})"
+        return f"{self.kind}: {self.location}" + (f" sha256 {self.sha256[:16]}…" if self.sha256 else "")
 
 
 def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
@@ -140,7 +149,8 @@ def source_for(recipe: Recipe, version: str, override: str | None, settings: Set
     if location is not None:
         if override is None:
             check_recipe_path(recipe)
-        return _ref_from_location(location, version, recipe, recorded)
+        commit = recipe.source.commits.get(version) if override is None else None  # a pin is the recipe's URL's
+        return _ref_from_location(location, version, recipe, recorded, commit)
     releases = pypi_releases(recipe.source.pypi or recipe.name, settings)
     if version not in releases:
         raise SourceError(f"{recipe.name} {version} has no sdist on PyPI")
@@ -160,10 +170,12 @@ def check_recipe_path(recipe: Recipe) -> None:
                           "fix the path (relative to the recipe's folder) or give --source")
 
 
-def _ref_from_location(location: str, version: str, recipe: Recipe, recorded: str | None) -> SourceRef:
+def _ref_from_location(location: str, version: str, recipe: Recipe, recorded: str | None,
+                       commit: str | None = None) -> SourceRef:
     if location.startswith("git+"):
         url, _, ref = location[4:].partition("@")
-        return SourceRef("git", url, Path(url).name, None, ref or recipe.source.git_ref.format(version=version))
+        return SourceRef("git", url, Path(url).name, None, ref or recipe.source.git_ref.format(version=version),
+                         commit)
     if "://" in location:
         return SourceRef("url", location, location.rsplit("/", 1)[-1], recorded)
     path = Path(location).expanduser().resolve()

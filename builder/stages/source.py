@@ -115,10 +115,20 @@ def _check_digest(ref: SourceRef, digest: str, path: Path) -> None:
         )
 
 
+def describe_source_digest(kind: str, digest: str) -> str:
+    """The fetched source's digest as the build log names it: a git checkout's is its commit, others' a sha256."""
+    return f"commit {digest}" if kind == "git" else f"sha256 {digest}"
+
+
 def _fetch_git(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
-    key = hashlib.sha256(f"{ref.location}@{ref.git_ref}".encode()).hexdigest()[:16]
+    """A shallow clone of ``ref.git_ref``, cached per URL and ref (and pin); its HEAD must be the pinned commit."""
+    pin = f"#{ref.commit}" if ref.commit else ""  # a changed pin is another clone: an unpinned one keeps its key
+    key = hashlib.sha256(f"{ref.location}@{ref.git_ref}{pin}".encode()).hexdigest()[:16]
     dest = settings.cache("git") / key
-    if not dest.exists():
+    if dest.exists():
+        commit = _git_head(dest)
+        _check_commit(ref, commit, f"remove {dest} to clone it again")
+    else:
         if settings.offline:
             raise SourceError(f"{ref.location}@{ref.git_ref} is not in the cache and --offline forbids cloning")
         tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{key}."))
@@ -128,11 +138,30 @@ def _fetch_git(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
         if result.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SourceError(f"git clone of {ref.location}@{ref.git_ref} failed: {result.stderr.strip()[-300:]}")
+        commit = _git_head(tmp)
+        try:
+            _check_commit(ref, commit, "the tag moved upstream: check what changed, then update source.commits "
+                                       "in the recipe; nothing was built")
+        except ChecksumError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         tmp.rename(dest)
-    commit = subprocess.run(
-        ["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    if ref.commit is None:
+        log.warning(f"source {ref.location} at {ref.git_ref}: commit {commit}, not pinned (a recipe pins it in "
+                    "[source.commits])")
     return dest, commit
+
+
+def _git_head(checkout: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _check_commit(ref: SourceRef, found: str, hint: str) -> None:
+    if ref.commit is not None and found != ref.commit:
+        raise ChecksumError(f"git {ref.git_ref} of {ref.location} is at commit {found}, the recipe pins {ref.commit}",
+                            hint)
 
 
 # ---------------------------------------------------------------- extraction

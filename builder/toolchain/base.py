@@ -6,13 +6,13 @@ A toolchain is a CUDA toolkit (``CudaToolkit``: a CUDA home with a working nvcc 
 (toolchain/container.py ``ContainerToolchain``). The stages (pyenv: the build venv; compile: the wheel) call only
 this Protocol, so they have one code path for every toolchain. Where a toolchain brings the build's Python and
 torch itself (the docker toolchain: cibuildwheel installs the pinned torch in its container), ``prepare_python``
-says so and the pyenv stage makes no venv. docs/ARCHITECTURE.md "The toolchain seam" says how
+says so and the pyenv stage makes no venv; what it answers travels to ``build_wheel`` in the ``WheelRequest``
+(``prepared``), so a host keeps no state between the two. docs/ARCHITECTURE.md "The toolchain seam" says how
 to add one.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,7 +24,9 @@ from packaging.version import Version
 
 from builder.core.errors import ToolchainError
 from builder.core.filememo import remembered
-from builder.model.arch import Arch
+from builder.model.arch import parse_nvcc_version
+from builder.model.cuda import CudaVersion
+from builder.toolchain.cibw import TorchCache
 
 # ptxas threads per nvcc call: a constant, not the machine's core count, because ptxas writes its command line
 # (``-split-compile 8``) into every cubin: a count that followed the machine would give other bytes on another one.
@@ -100,30 +102,31 @@ class RunResult:
     output: str = ""
 
 
+@dataclass(frozen=True)
+class PreparedPython:
+    """The build's Python as a host that brings its own provides it (``BuildHost.prepare_python``): paths as the
+    build's commands see them; ``torch`` and ``torch_cuda`` are what ``torch.__version__`` and
+    ``torch.version.cuda`` of the torch the build installs say; ``fetched`` is that torch and the build
+    requirements, already fetched, which the build installs offline."""
+
+    python: Path
+    version: str  # "3.12": the CPython a frontend such as cibuildwheel selects
+    torch: str  # e.g. "2.14.1+cu130"
+    torch_cuda: str | None
+    purelib: Path
+    fetched: TorchCache
+
+
 @dataclass(frozen=True, kw_only=True)
 class WheelRequest:
     """Everything a toolchain needs to build one wheel from a patched source tree (``BuildHost.build_wheel``)."""
 
     source_dir: Path
     python: Path  # the build's interpreter as its commands see it: a venv, or the image's CPython (with the torch)
-    python_version: str  # e.g. "3.12": the CPython a frontend such as cibuildwheel selects
     env: Mapping[str, str]  # the build's whole environment (CUDA_HOME, TORCH_CUDA_ARCH_LIST, MAX_JOBS, ...)
-    archs: tuple[Arch, ...]  # what TORCH_CUDA_ARCH_LIST in env says, typed; () for a pure-Python build
     out_dir: Path
     log_file: Path  # every line of the build's output goes here
-
-
-@dataclass(frozen=True)
-class PreparedPython:
-    """The build's Python as a host that brings its own provides it (``BuildHost.prepare_python``): paths as the
-    build's commands see them; ``torch`` and ``torch_cuda`` are what ``torch.__version__`` and
-    ``torch.version.cuda`` of the torch the build installs say."""
-
-    python: Path
-    version: str  # "3.12"
-    torch: str  # e.g. "2.14.1+cu130"
-    torch_cuda: str | None
-    purelib: Path
+    prepared: PreparedPython | None = None  # what the host's prepare_python answered; None: a venv made here
 
 
 class WheelBuildFailed(Exception):
@@ -176,15 +179,9 @@ class BuildHost(Protocol):
         """The C/C++ compiler ``env`` selects, named for the cache key; None where the toolkit brings its own."""
         ...
 
-    def describe(self) -> str: ...
-
-    def record(self) -> dict[str, str]:
-        """The toolchain for the build record."""
-        ...
-
     def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
         """Build the wheel ``request`` asks for; output lines go to ``request.log_file`` and ``on_line``. Raises
-        WheelBuildFailed when no wheel came out."""
+        WheelBuildFailed when no wheel came out (the compile stage summarises the log, the same for every host)."""
         ...
 
 
@@ -198,8 +195,6 @@ class ToolchainChoice:
     notes: tuple[str, ...] = field(default_factory=tuple)
     host: BuildHost | None = None  # where the build runs (close it after); select_toolkit always sets it
 
-
-RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
 
 # Run by an interpreter to report its version, paths and torch (``--no-torch``: skip the slow torch import).
 PYTHON_PROBE = r"""
@@ -230,11 +225,11 @@ def _ask_nvcc(nvcc: Path) -> Version:
         result = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"{nvcc} does not run: {e}") from e
-    match = RELEASE_RE.search(result.stdout)
-    if result.returncode != 0 or not match:
+    version = parse_nvcc_version(result.stdout)
+    if result.returncode != 0 or version is None:
         raise ToolchainError(f"{nvcc} --version failed: {(result.stderr or result.stdout).strip()[-200:]}")
-    return Version(match.group(2))
+    return version
 
 
-def same_minor(a: Version, b: Version) -> bool:
+def same_minor(a: Version | CudaVersion, b: Version | CudaVersion) -> bool:
     return (a.major, a.minor) == (b.major, b.minor)

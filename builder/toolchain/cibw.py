@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -38,6 +37,7 @@ from typing import Literal
 from builder.core.cachedir import PREFETCH_LOCK
 from builder.core.errors import BuildFailed, ToolchainError, UsageError
 from builder.core.log import log
+from builder.core.streaming import stream
 
 # Sonames auditwheel must leave out: they come from the installed torch, its CUDA wheels, or the NVIDIA driver.
 EXCLUDED_LIBS = (
@@ -105,7 +105,8 @@ class TorchWheel:
 
 @dataclass(frozen=True)
 class CibwResult:
-    wheel: Path  # the repaired wheel in out_dir
+    wheel: Path | None  # the repaired wheel in out_dir; None: cibuildwheel failed (exit_code), its log says why
+    exit_code: int
     command_line: str  # the cibuildwheel command line with its CIBW_* settings, as echoed
     prefetch_seconds: float
     build_seconds: float
@@ -251,9 +252,9 @@ def fetched_torch(req: CibwRequest | TorchCache) -> TorchWheel:
                              f"remove {req.wheels_dir} and build again")
     with zipfile.ZipFile(found[0]) as zf:
         text = zf.read("torch/version.py").decode()
-    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    said = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
     cuda = re.search(r"^cuda(?:\s*:[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
-    return TorchWheel(found[0], version.group(1) if version else str(pin), cuda.group(1) if cuda else None)
+    return TorchWheel(found[0], said.group(1) if said else str(pin), cuda.group(1) if cuda else None)
 
 
 def fetch_locked(req: CibwRequest | TorchCache) -> float:
@@ -265,9 +266,10 @@ def fetch_locked(req: CibwRequest | TorchCache) -> float:
         return prefetch(req)
 
 
-def build_with_cibuildwheel(req: CibwRequest, on_line: Callable[[str], None] | None = None) -> CibwResult:
-    """Prefetch, then cibuildwheel in the image; output is appended to ``req.log_file`` (each line also to
-    ``on_line``, else a status line shows the steps); the repaired wheel comes back."""
+def build_with_cibuildwheel(req: CibwRequest, on_line: Callable[[str], None]) -> CibwResult:
+    """Prefetch, then cibuildwheel in the image; its output is followed into ``req.log_file`` (appended) and
+    ``on_line`` by the loop every build shares (core/streaming.py). The result names the repaired wheel, or none
+    when cibuildwheel failed: the caller raises, and the compile stage summarises the log as for every toolchain."""
     check_request(req)
     if shutil.which(req.engine, path=req.engine_env.get("PATH") or os.environ.get("PATH")) is None:
         raise ToolchainError(f"cibuildwheel needs the {req.engine} command, which is not on PATH",
@@ -279,33 +281,13 @@ def build_with_cibuildwheel(req: CibwRequest, on_line: Callable[[str], None] | N
     line = command_line(req)
     log.info("+ " + line)
     start = time.monotonic()
-    with req.log_file.open("a") as out, (nullcontext(on_line) if on_line else log.status(
-            f"cibuildwheel in {req.image}")) as update:
+    with req.log_file.open("a") as out:
         out.write(f"+ {line}\n")
         out.flush()
-        proc = subprocess.Popen(cibuildwheel_argv(req), cwd=req.source_dir, env=process_env(req),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-        assert proc.stdout is not None
-        for text in proc.stdout:
-            out.write(text)
-            out.flush()
-            if on_line is not None and text.strip():
-                on_line(text.strip())
-            elif text.startswith(("    + ", "Repairing", "Building", "Running", "✓")):
-                update(text.strip()[:120])
-        code = proc.wait()
+        code, _ = stream(cibuildwheel_argv(req), out=out, on_line=on_line, cwd=req.source_dir, env=process_env(req))
     seconds = time.monotonic() - start
     wheels = sorted(set(req.out_dir.glob("*.whl")) - before)
     if code != 0 or not wheels:
-        raise BuildFailed(f"cibuildwheel failed after {seconds:.0f}s (exit code {code}): {_last_error(req.log_file)}",
-                          f"full log: {req.log_file}")
+        return CibwResult(None, -1 if code is None else code, line, fetched, seconds)
     log.ok(f"cibuildwheel built {wheels[-1].name} in {seconds:.0f}s")
-    return CibwResult(wheels[-1], line, fetched, seconds)
-
-
-def _last_error(log_file: Path) -> str:
-    lines = [t.strip() for t in log_file.read_text(errors="replace").splitlines() if t.strip()]
-    for text in reversed(lines):
-        if text.lower().startswith(("error", "cibuildwheel: error")) or "Error:" in text:
-            return text[:300]
-    return lines[-1][:300] if lines else "no output"
+    return CibwResult(wheels[-1], code, line, fetched, seconds)

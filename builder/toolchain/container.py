@@ -3,10 +3,12 @@
 ``ContainerToolchain`` is a ``BuildHost`` (toolchain/base.py) for one image on one engine (docker, or podman).
 It brings the build's Python itself (``prepare_python``): the image's ``/opt/python/cp3XX-cp3XX`` interpreter,
 and the pinned torch and build requirements, which it fetches now on the host into a cache (one per torch
-index) and which cibuildwheel's before-build step installs offline. Its ``build_wheel`` is
-``cibw.build_with_cibuildwheel``: the recipe's build env, TORCH_CUDA_ARCH_LIST and MAX_JOBS passed through
-verbatim, the network off, ``auditwheel repair`` with torch's and CUDA's libraries excluded, so the wheel comes
-back tagged ``manylinux_2_XX``. Plan, source, patch, finalize, inspect, test and publish run on the host exactly
+index) and which cibuildwheel's before-build step installs offline; its answer (``PreparedPython``, with what
+was fetched) comes back to ``build_wheel`` in the request, so the toolchain keeps no state between the two. Its
+``build_wheel`` is ``cibw.build_with_cibuildwheel``: the recipe's build env, TORCH_CUDA_ARCH_LIST and MAX_JOBS
+passed through verbatim, the network off, ``auditwheel repair`` with torch's and CUDA's libraries excluded, so
+the wheel comes back tagged ``manylinux_2_XX`` (the only place a wheel is repaired: stages/repair.py reads the
+result back). Plan, source, patch, finalize, inspect, test and publish run on the host exactly
 as for the pip and host toolchains. The toolkit probe (``nvcc --version``) runs in a throwaway container through
 the docker SDK (Docker, or podman's Docker-API service); cibuildwheel drives the engine's own CLI, which sees the
 same images (the same user and CONTAINERS_CONF). No shell command is ever assembled from strings.
@@ -14,21 +16,22 @@ same images (the same user and CONTAINERS_CONF). No shell command is ever assemb
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from packaging.version import Version
-
-from builder.core.errors import BuildFailed, ToolchainError
+from builder.core.errors import ToolchainError
 from builder.core.log import log
+from builder.core.streaming import follow
+from builder.model.arch import parse_nvcc_version
+from builder.model.cuda import CudaVersion
 from builder.toolchain import cibw
 from builder.toolchain.base import (
     NO_MOUNTS,
-    RELEASE_RE,
     CudaToolkit,
     Mounts,
     PreparedPython,
@@ -82,7 +85,7 @@ class ContainerToolchain:
     """An engine connection plus one build image. Used as a context manager: containers it started are removed
     and the client closed on exit."""
 
-    def __init__(self, client: Any, image: Any, spec: ImageSpec, cuda: Version, reason: str = "", *,
+    def __init__(self, client: Any, image: Any, spec: ImageSpec, cuda: CudaVersion, reason: str = "", *,
                  cache: Path, engine_env: Mapping[str, str] | None = None) -> None:
         self.client = client
         self.image = image
@@ -93,13 +96,12 @@ class ContainerToolchain:
         self.engine_env = {k: v for k, v in (engine_env or {}).items() if k in ENGINE_VARS}
         self.engine = engine_name(client)
         self._live: list[Any] = []
-        self._torch: cibw.TorchCache | None = None  # what prepare_python fetched, for build_wheel
         self.toolkit: CudaToolkit = self._probe_toolkit()
         self.where = f" in {self.toolkit.image}"
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, client: Any, spec: ImageSpec, cuda: Version, reason: str, *, cache: Path,
+    def open(cls, client: Any, spec: ImageSpec, cuda: CudaVersion, reason: str, *, cache: Path,
              engine_env: Mapping[str, str] | None = None) -> ContainerToolchain:
         image = find_image(client, spec)
         if image is None:
@@ -169,34 +171,23 @@ class ContainerToolchain:
 
     @staticmethod
     def _follow(container: Any, out: TextIO | None, on_line: Callable[[str], None] | None) -> list[str]:
-        """The container's output lines as they come: into ``out`` and to ``on_line`` (non-empty, stripped)."""
+        """The container's output lines as they come: into ``out`` and to ``on_line`` (core/streaming.follow)."""
         output: list[str] = []
-        pending = ""
 
-        def emit(line: str) -> None:
-            output.append(line)
-            if out is not None:
-                out.write(line + "\n")
-                out.flush()
-            if on_line is not None and line.strip():
-                on_line(line.strip())
-
-        for chunk in container.logs(stream=True, follow=True):
-            pending += chunk.decode(errors="replace")
-            *lines, pending = pending.split("\n")
+        def kept(lines: Iterable[str]) -> Iterator[str]:
             for line in lines:
-                emit(line)
-        if pending:
-            emit(pending)
+                output.append(line.rstrip("\n"))
+                yield line
+
+        follow(kept(_lines(container.logs(stream=True, follow=True))), out=out, on_line=on_line or _ignore)
         return output
 
     def _probe_toolkit(self) -> CudaToolkit:
         result = self.run([str(CONTAINER_CUDA_HOME / "bin" / "nvcc"), "--version"], network=False)
-        match = RELEASE_RE.search(result.output)
-        if result.code != 0 or not match:
+        version = parse_nvcc_version(result.output)
+        if result.code != 0 or version is None:
             raise ToolchainError(f"--toolchain docker: nvcc does not run in {self.spec.tag}: "
                                  f"{result.output.strip()[-200:]}")
-        version = Version(match.group(2))
         if not same_minor(version, self.cuda):
             raise ToolchainError(f"--toolchain docker: {self.spec.tag} has nvcc {version}, not CUDA {self.cuda}",
                                  f"rebuild it with `builder images build --cuda {self.cuda}` on a CUDA {self.cuda} "
@@ -223,11 +214,10 @@ class ContainerToolchain:
                                 requirements=tuple(requirements))
         cibw.fetch_locked(fetch)
         wheel = cibw.fetched_torch(fetch)
-        self._torch = fetch
         tag = fetch.tag
         root = Path(f"/opt/python/{tag}-{tag}")
         return PreparedPython(root / "bin" / "python", version, wheel.version, wheel.cuda,
-                              root / "lib" / f"python{version}" / "site-packages")
+                              root / "lib" / f"python{version}" / "site-packages", fetch)
 
     def given_python(self, python: Path) -> Path:
         raise ToolchainError(f"--python {python}: with --toolchain docker the build's Python comes from the image",
@@ -236,28 +226,48 @@ class ContainerToolchain:
     def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
         return None  # the image's compiler: the image's tag (a hash of its Dockerfile and base) is in the key
 
-    def describe(self) -> str:
-        return self.toolkit.describe()
-
-    def record(self) -> dict[str, str]:
-        return self.toolkit.record()
-
     def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
-        """cibuildwheel on the patched source in this image, with the torch ``prepare_python`` fetched."""
-        if self._torch is None:
-            raise ToolchainError("the docker toolchain builds only after prepare_python fetched torch")
-        fetch = self._torch
-        req = cibw.CibwRequest(
-            source_dir=request.source_dir, python=request.python_version, image=self.image.id, engine=self.engine,
-            torch=fetch.torch, torch_index=fetch.torch_index, cache_dir=fetch.cache_dir, out_dir=request.out_dir,
-            log_file=request.log_file, build_env=passed_env(request), requirements=fetch.requirements,
-            engine_env=self.engine_env)
+        """cibuildwheel on the patched source in this image, with the torch ``prepare_python`` fetched (carried
+        in ``request.prepared``); WheelBuildFailed when no wheel came out."""
+        if request.prepared is None:
+            raise ToolchainError("the docker toolchain builds with the Python its prepare_python answered",
+                                 "pass that answer as WheelRequest.prepared")
+        req = cibuildwheel_request(request, request.prepared, image=self.image.id, engine=self.engine,
+                                   engine_env=self.engine_env)
         log.info(f"build step: cibuildwheel in {self.toolkit.image} ({self.image.id[:19]}) with {self.engine}, "
                  "network none")
-        try:
-            return cibw.build_with_cibuildwheel(req, on_line).wheel
-        except BuildFailed as e:
-            raise WheelBuildFailed(e.message) from e
+        result = cibw.build_with_cibuildwheel(req, on_line)
+        if result.wheel is None:
+            raise WheelBuildFailed(f"cibuildwheel exited with code {result.exit_code} after "
+                                   f"{result.build_seconds:.0f}s without a wheel")
+        return result.wheel
+
+
+def cibuildwheel_request(request: WheelRequest, prepared: PreparedPython, *, image: str,
+                         engine: Literal["docker", "podman"], engine_env: Mapping[str, str]) -> cibw.CibwRequest:
+    """The cibuildwheel build of ``request`` in ``image``, installing what ``prepared`` fetched."""
+    fetch = prepared.fetched
+    return cibw.CibwRequest(
+        source_dir=request.source_dir, python=prepared.version, image=image, engine=engine, torch=fetch.torch,
+        torch_index=fetch.torch_index, cache_dir=fetch.cache_dir, out_dir=request.out_dir,
+        log_file=request.log_file, build_env=passed_env(request), requirements=fetch.requirements,
+        engine_env=engine_env)
+
+
+def _ignore(line: str) -> None:
+    pass
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """The engine's log stream (byte chunks cut anywhere, a character too) as text lines, each with its newline
+    but the last."""
+    decoder, pending = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
+    for chunk in chunks:
+        pending += decoder.decode(chunk)
+        *lines, pending = pending.split("\n")
+        yield from (line + "\n" for line in lines)
+    if pending:
+        yield pending
 
 
 def passed_env(request: WheelRequest) -> dict[str, str]:

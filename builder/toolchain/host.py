@@ -1,4 +1,7 @@
-"""The host toolchain: an existing CUDA install (CUDA_HOME, nvcc on PATH, or /usr/local/cuda*)."""
+"""The host toolchain: an existing CUDA install (CUDA_HOME, nvcc on PATH, or /usr/local/cuda*).
+
+A recipe's ``[build] cuda-components`` are looked for as headers in the install (include/cusparse.h, …); an
+install without one is refused before anything builds, naming the package that brings it."""
 
 from __future__ import annotations
 
@@ -6,9 +9,9 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from packaging.version import Version
-
 from builder.core.errors import ToolchainError
+from builder.model.cuda import CudaVersion
+from builder.model.cudacomponents import CudaComponent, components_of
 from builder.toolchain.base import CudaToolkit, nvcc_version, same_minor
 
 
@@ -33,18 +36,46 @@ def candidate_homes(env: Mapping[str, str]) -> list[Path]:
     return unique
 
 
-def find_host_toolkit(cuda: Version, env: Mapping[str, str], memo: Path | None = None) -> CudaToolkit:
-    """The first host toolkit whose nvcc is CUDA ``cuda`` (major.minor); a ToolchainError listing what was found.
+def find_host_toolkit(cuda: CudaVersion, env: Mapping[str, str], memo: Path | None = None,
+                      components: tuple[str, ...] = ()) -> CudaToolkit:
+    """The first host toolkit whose nvcc is CUDA ``cuda`` (major.minor) and that has the headers of every one of
+    ``components`` (a recipe's cuda-components); a ToolchainError listing what was found.
     ``memo``: where nvcc's answers are remembered (``nvcc_version``)."""
     seen: list[str] = []
+    lacking: list[tuple[Path, tuple[CudaComponent, ...]]] = []
     for home in candidate_homes(env):
         version = nvcc_version(home / "bin" / "nvcc", memo)
         if same_minor(version, cuda):
-            return CudaToolkit("host", home, version, f"host CUDA at {home}")
-        seen.append(f"{home} is CUDA {version.major}.{version.minor}")
+            missing = missing_components(home, components)
+            if not missing:
+                return CudaToolkit("host", home, version, f"host CUDA at {home}")
+            lacking.append((home, missing))
+            continue
+        seen.append(f"{home} is CUDA {CudaVersion.of(version).line}")
+    if lacking:
+        raise _lacks(cuda, *lacking[0])
     found = "; ".join(seen) if seen else "no nvcc found (CUDA_HOME unset, nvcc not on PATH, no /usr/local/cuda)"
     raise ToolchainError(
         f"--toolchain host: no CUDA {cuda} toolkit on this machine ({found})",
         f"set CUDA_HOME to a CUDA {cuda} install, or use --toolchain docker"
         + (" or --toolchain pip" if cuda.major >= 13 else ""),
+    )
+
+
+def missing_components(home: Path, components: tuple[str, ...]) -> tuple[CudaComponent, ...]:
+    """Those of ``components`` whose header is in neither include/ nor targets/x86_64-linux/include of ``home``."""
+    return tuple(c for c in components_of(components)
+                 if not any((home / inc / c.header).exists() for inc in ("include", "targets/x86_64-linux/include")))
+
+
+def _lacks(cuda: CudaVersion, home: Path, missing: tuple[CudaComponent, ...]) -> ToolchainError:
+    line = cuda.line
+    what = ", ".join(f"{c.name} (include/{c.header})" for c in missing)
+    debs = " ".join(c.deb(line) for c in missing)
+    rpms = " ".join(c.rpm(line) for c in missing)
+    return ToolchainError(
+        f"--toolchain host: CUDA {line} at {home} lacks {what}, which the recipe's [build] cuda-components "
+        "asks for",
+        f"install cuda-libraries-dev-{line.replace('.', '-')}, or just {debs} (rpm: {rpms}); "
+        "or use --toolchain " + ("pip or docker" if cuda.major >= 13 else "docker"),
     )

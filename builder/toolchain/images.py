@@ -6,12 +6,18 @@ The tag encodes the CUDA version and a hash of the Dockerfile plus its build arg
 a stale image is never reused. Images carry labels naming their CUDA, Dockerfile hash and base image, so the
 toolchain can also find an image built from the current Dockerfile on a substitute base (``--base-image``).
 Everything goes through the docker SDK (Docker, or podman's Docker-API service).
+
+A recipe's ``[build] cuda-components`` that the Dockerfile does not install already (it has cublas, cusparse,
+cusolver, curand, cufft, nvrtc, nvtx and the profiler API) make another image: the Dockerfile with
+``cuda-components.Dockerfile.part`` appended and the rpms in the ``EXTRA_PACKAGES`` build argument, both hashed
+into its tag. Without such components the spec, its tag and its build are exactly what they were before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,8 @@ from packaging.version import Version
 
 from builder.core.datafiles import data_dir
 from builder.core.errors import ToolchainError, UsageError
+from builder.model.cuda import CudaVersion
+from builder.model.cudacomponents import components_of
 
 REPOSITORY = "cuda-wheel-builder"
 DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
@@ -27,6 +35,8 @@ LABEL_CUDA = "org.cuda-wheel-builder.cuda"
 LABEL_DOCKERFILE = "org.cuda-wheel-builder.dockerfile-sha256"
 LABEL_BASE = "org.cuda-wheel-builder.base-image"
 LABEL_KEY = "org.cuda-wheel-builder.key"
+LABEL_PACKAGES = "org.cuda-wheel-builder.extra-packages"  # only on images with EXTRA_PACKAGES
+EXTRAS_PART = "cuda-components.Dockerfile.part"
 
 
 @dataclass(frozen=True)
@@ -36,14 +46,26 @@ class ImageSpec:
     cuda: str
     dockerfile: Path
     buildargs: dict[str, str]
+    extras_part: Path | None = None  # appended to the Dockerfile when buildargs has EXTRA_PACKAGES
+
+    def dockerfile_text(self) -> bytes:
+        """What the image is built from: the Dockerfile, with the extra components' part appended if any."""
+        text = self.dockerfile.read_bytes()
+        if self.extras_part is None:
+            return text
+        return text + (b"" if text.endswith(b"\n") else b"\n") + self.extras_part.read_bytes()
+
+    @property
+    def extra_packages(self) -> str:
+        return self.buildargs.get("EXTRA_PACKAGES", "")
 
     @property
     def dockerfile_sha256(self) -> str:
-        return hashlib.sha256(self.dockerfile.read_bytes()).hexdigest()
+        return hashlib.sha256(self.dockerfile_text()).hexdigest()
 
     @property
     def key(self) -> str:
-        text = self.dockerfile.read_bytes() + json.dumps(self.buildargs, sort_keys=True).encode()
+        text = self.dockerfile_text() + json.dumps(self.buildargs, sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()[:12]
 
     @property
@@ -55,8 +77,9 @@ class ImageSpec:
         return self.buildargs.get("BASE_IMAGE") or default_base_image(self.dockerfile)
 
     def labels(self) -> dict[str, str]:
-        return {LABEL_CUDA: self.cuda, LABEL_DOCKERFILE: self.dockerfile_sha256, LABEL_BASE: self.base_image,
-                LABEL_KEY: self.key}
+        labels = {LABEL_CUDA: self.cuda, LABEL_DOCKERFILE: self.dockerfile_sha256, LABEL_BASE: self.base_image,
+                  LABEL_KEY: self.key}
+        return labels | {LABEL_PACKAGES: self.extra_packages} if self.extra_packages else labels
 
 
 DOCKERFILE_PREFIX = "manylinux-cuda-"
@@ -78,13 +101,25 @@ def default_base_image(dockerfile: Path) -> str:
     return ""
 
 
-def image_spec(cuda: Version | str, base_image: str | None = None, dockerfiles: Path = DOCKERFILES) -> ImageSpec:
-    key = cuda if isinstance(cuda, str) else f"{cuda.major}.{cuda.minor}"
+def image_spec(cuda: CudaVersion | str, base_image: str | None = None, dockerfiles: Path = DOCKERFILES,
+               components: tuple[str, ...] = ()) -> ImageSpec:
+    """The image for ``cuda`` (a CUDA's line, or the key as given to ``builder images build --cuda``)."""
+    key = cuda if isinstance(cuda, str) else cuda.line
     dockerfile = dockerfile_for(key, dockerfiles)
     if not dockerfile.is_file():
         raise UsageError(f"no Dockerfile for CUDA {key} ({dockerfile} missing)",
                          f"available: {', '.join(available_cudas(dockerfiles)) or 'none'}")
-    return ImageSpec(key, dockerfile, {"BASE_IMAGE": base_image} if base_image else {})
+    buildargs = {"BASE_IMAGE": base_image} if base_image else {}
+    extra = extra_packages(dockerfile, key, components)  # components: a recipe's cuda-components
+    if not extra:
+        return ImageSpec(key, dockerfile, buildargs)
+    return ImageSpec(key, dockerfile, buildargs | {"EXTRA_PACKAGES": " ".join(extra)}, dockerfiles / EXTRAS_PART)
+
+
+def extra_packages(dockerfile: Path, cuda: str, components: tuple[str, ...]) -> list[str]:
+    """The rhel8 rpms of ``components`` for CUDA ``cuda`` ("12.8") that ``dockerfile`` does not install, sorted."""
+    installed = set(dockerfile.read_text().split())
+    return sorted({c.rpm(cuda) for c in components_of(components)} - installed)
 
 
 def _sdk_error(what: str, e: Exception) -> str:
@@ -106,7 +141,8 @@ def find_image(client: Any, spec: ImageSpec, *, any_base: bool = True) -> Any | 
     if not any_base:
         return None
     candidates = [i for i in list_images(client)
-                  if i.labels.get(LABEL_CUDA) == spec.cuda and i.labels.get(LABEL_DOCKERFILE) == spec.dockerfile_sha256]
+                  if i.labels.get(LABEL_CUDA) == spec.cuda and i.labels.get(LABEL_DOCKERFILE) == spec.dockerfile_sha256
+                  and i.labels.get(LABEL_PACKAGES, "") == spec.extra_packages]
     candidates.sort(key=lambda i: i.attrs.get("Created", ""), reverse=True)
     return candidates[0] if candidates else None
 
@@ -142,11 +178,19 @@ def short_tag(tag: str) -> str:
 
 def build_image(client: Any, spec: ImageSpec, log_line: Any = None) -> Any:
     """Build and tag ``spec`` through the SDK; build output goes to ``log_line``; a one-line ToolchainError on failure."""
+    if spec.extras_part is None:
+        return _build(client, spec, spec.dockerfile.parent, spec.dockerfile.name, log_line)
+    with tempfile.TemporaryDirectory(prefix="cwb-dockerfile-") as tmp:  # the Dockerfiles COPY nothing: a folder
+        (Path(tmp) / "Dockerfile").write_bytes(spec.dockerfile_text())  # with the combined text is the context
+        return _build(client, spec, Path(tmp), "Dockerfile", log_line)
+
+
+def _build(client: Any, spec: ImageSpec, context: Path, dockerfile: str, log_line: Any) -> Any:
     import docker
 
     try:
         stream = client.api.build(
-            path=str(spec.dockerfile.parent), dockerfile=spec.dockerfile.name, tag=spec.tag, buildargs=spec.buildargs,
+            path=str(context), dockerfile=dockerfile, tag=spec.tag, buildargs=spec.buildargs,
             labels=spec.labels(), rm=True, forcerm=True, decode=True, network_mode="host",
         )
         for chunk in stream:

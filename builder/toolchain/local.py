@@ -16,6 +16,7 @@ from typing import TextIO
 
 from builder.core.errors import ToolchainError
 from builder.core.filememo import remembered
+from builder.core.log import log
 from builder.core.streaming import stream
 from builder.core.uvtool import uv_bin
 from builder.toolchain.base import (
@@ -83,13 +84,10 @@ class LocalRunner:
     def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
         return host_compiler(env, self.memo)
 
-    def describe(self) -> str:
-        return self.toolkit.describe() if self.toolkit else "this machine (pure Python)"
-
-    def record(self) -> dict[str, str]:
-        return self.toolkit.record() if self.toolkit else {"kind": "none (pure Python)"}
-
     def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
+        """pypa/build's ProjectBuilder in this process (no ``python -m build`` runs); each PEP 517 hook it calls is
+        a command here, echoed into the build log."""
+        log.info(f"build step: pypa/build ProjectBuilder with {request.python}, no isolation")
         return pep517_wheel(request, self, on_line)
 
 

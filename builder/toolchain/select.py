@@ -13,6 +13,7 @@ from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
+from builder.model.cuda import CudaVersion
 from builder.toolchain import container as docker_toolchain
 from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
@@ -30,10 +31,10 @@ from builder.toolchain.local import LocalRunner
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
 
-def docker_image_for(cuda: Version) -> str:
+def docker_image_for(cuda: CudaVersion) -> str:
     """What the docker toolchain builds CUDA ``cuda`` in, in words: the base image plus that CUDA, from its
     Dockerfile (the built image's tag hashes both: ``builder images build`` names it)."""
-    key = f"{cuda.major}.{cuda.minor}"
+    key = cuda.line
     dockerfile = dockerfile_for(key)
     if not dockerfile.is_file():
         return f"no manylinux image for CUDA {key} (no dockerfiles/{dockerfile.name})"
@@ -50,20 +51,22 @@ def container_engine_answers(env: Mapping[str, str]) -> str | None:
     return address
 
 
-def select_toolkit(requested: str, cuda: Version, settings: Settings, env: Mapping[str, str]) -> ToolchainChoice:
-    """Resolve ``requested`` (auto/pip/host/docker) into a toolkit, or raise one clear ToolchainError.
+def select_toolkit(requested: str, cuda: CudaVersion, settings: Settings, env: Mapping[str, str], *,
+                   components: tuple[str, ...] = ()) -> ToolchainChoice:
+    """Resolve ``requested`` (auto/pip/host/docker) into a toolkit that also holds ``components`` (the recipe's
+    ``[build] cuda-components``: ``plan.recipe.cuda_components``), or raise one clear ToolchainError.
 
     The choice carries the BuildHost the build runs on (``choice.host``: this machine, or the open
     ContainerToolchain for docker); the caller closes it.
     """
     image = docker_image_for(cuda)
     if requested == "pip":
-        return _here("pip", pip_toolchain.provision(cuda, settings), settings)
+        return _here("pip", pip_toolchain.provision(cuda, settings, components), settings)
     if requested == "host":
-        return _here("host", find_host_toolkit(cuda, env, memo_dir(settings)), settings)
+        return _here("host", find_host_toolkit(cuda, env, memo_dir(settings), components), settings)
     if requested == "docker":
-        return _docker(cuda, settings, env, image)
-    return _auto(cuda, settings, env, image)
+        return _docker(cuda, settings, env, image, components)
+    return _auto(cuda, settings, env, image, components)
 
 
 def _here(requested: str, toolkit: CudaToolkit, settings: Settings, notes: tuple[str, ...] = ()) -> ToolchainChoice:
@@ -76,14 +79,15 @@ def may_use_container(requested: str, env: Mapping[str, str]) -> bool:
     return requested == "docker" or (requested == "auto" and container_engine_answers(env) is not None)
 
 
-def _container_host(client: Any, spec: ImageSpec, cuda: Version, reason: str, settings: Settings,
+def _container_host(client: Any, spec: ImageSpec, cuda: CudaVersion, reason: str, settings: Settings,
                     env: Mapping[str, str]) -> docker_toolchain.ContainerToolchain:
     return docker_toolchain.ContainerToolchain.open(client, spec, cuda, reason, cache=settings.cache("docker"),
                                                     engine_env=env)
 
 
-def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
-    spec = image_spec(cuda)
+def _docker(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image: str,
+            components: tuple[str, ...] = ()) -> ToolchainChoice:
+    spec = image_spec(cuda, components=components)
     client = docker_toolchain.connect(env)
     if client is None:
         raise ToolchainError(
@@ -105,23 +109,24 @@ def _docker(cuda: Version, settings: Settings, env: Mapping[str, str], image: st
     return ToolchainChoice("docker", container.toolkit, image, host=container)
 
 
-def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str) -> ToolchainChoice:
+def _auto(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image: str,
+          components: tuple[str, ...] = ()) -> ToolchainChoice:
     """A container engine with an image for ``cuda`` (present, or buildable from a base image present locally),
     else a host toolkit of ``cuda``, else PyPI for CUDA >= 13, else one line naming what is missing.
     Never pulls: a base image that is not on the engine already makes auto fall through."""
     notes: list[str] = []
-    engine_note = _auto_container(cuda, settings, env)
+    engine_note = _auto_container(cuda, settings, env, components)
     if isinstance(engine_note, ToolchainChoice):
         return engine_note
     notes.append(engine_note)
     try:
-        toolkit = find_host_toolkit(cuda, env, memo_dir(settings))
+        toolkit = find_host_toolkit(cuda, env, memo_dir(settings), components)
         return _here("auto", toolkit.with_reason(f"auto: {engine_note}; host nvcc is CUDA {toolkit.version}"),
                      settings, tuple(notes))
     except ToolchainError as e:
         notes.append(e.message.removeprefix("--toolchain host: "))
     if cuda.major >= 13:
-        toolkit = pip_toolchain.provision(cuda, settings)
+        toolkit = pip_toolchain.provision(cuda, settings, components)
         return _here("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
                      settings, tuple(notes))
     ways = [*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]
@@ -131,14 +136,14 @@ def _auto(cuda: Version, settings: Settings, env: Mapping[str, str], image: str)
     )
 
 
-def _ways_to(cuda: Version, image: str) -> list[str]:
+def _ways_to(cuda: CudaVersion, image: str) -> list[str]:
     """How to get a compiler for ``cuda`` onto this machine (a container or a host install)."""
     return [(f"for CUDA {cuda} itself: install Docker or podman and use --toolchain docker "
              f"(`builder images build --cuda {cuda}` pulls {image}), or set CUDA_HOME to a CUDA {cuda} install "
              "and use --toolchain host")]
 
 
-def alternatives_here(cuda: Version, settings: Settings, env: Mapping[str, str]) -> list[str]:
+def alternatives_here(cuda: CudaVersion, settings: Settings, env: Mapping[str, str]) -> list[str]:
     """What this machine CAN build instead of ``cuda``, found cheaply (nvcc --version, the toolkit cache): host
     toolkits of another CUDA, and CUDA 13.x from PyPI with the torch builds PyPI has for it."""
     ways: list[str] = []
@@ -147,13 +152,13 @@ def alternatives_here(cuda: Version, settings: Settings, env: Mapping[str, str])
             version = nvcc_version(home / "bin" / "nvcc", memo_dir(settings))
         except ToolchainError:
             continue
-        key = f"{version.major}.{version.minor}"
-        if key != f"{cuda.major}.{cuda.minor}":
+        key = CudaVersion.of(version).line
+        if key != cuda.line:
             ways.append(f"this machine can build CUDA {key} wheels (host CUDA at {home}): use --cuda {key} "
                         f"with a CUDA {key} torch{_torch_on_pypi(key, settings)}")
     pip_cuda = _pip_cuda(settings)
-    if pip_cuda is not None and pip_cuda != f"{cuda.major}.{cuda.minor}" and not any(f"--cuda {pip_cuda} " in w for w in ways):
-        cached = pip_toolchain.cached_home(Version(pip_cuda), settings) is not None
+    if pip_cuda is not None and pip_cuda != cuda.line and not any(f"--cuda {pip_cuda} " in w for w in ways):
+        cached = pip_toolchain.cached_home(CudaVersion.parse(pip_cuda), settings) is not None
         if cached or not settings.offline:
             ways.append(f"this machine can build CUDA {pip_cuda} wheels (pip toolchain): use --cuda {pip_cuda} "
                         f"with a CUDA {pip_cuda} torch{_torch_on_pypi(pip_cuda, settings)}")
@@ -187,19 +192,20 @@ class BuildHere:
         return f"no: {self.how}" + (f"; ways forward: {'; '.join(self.ways_forward)}" if self.ways_forward else "")
 
 
-def probe_build_here(requested: str, cuda: Version, settings: Settings, env: Mapping[str, str]) -> BuildHere:
+def probe_build_here(requested: str, cuda: CudaVersion, settings: Settings, env: Mapping[str, str], *,
+                     components: tuple[str, ...] = ()) -> BuildHere:
     """The answer ``select_toolkit(requested, …)`` would give, cheaply: an engine ping and image lookup, nvcc
     --version of host toolkits, the pip toolkit cache. Nothing is downloaded, provisioned or built."""
     image = docker_image_for(cuda)
     reasons: list[str] = []
     if requested in ("auto", "docker"):
-        found, note = _probe_container(cuda, env)
+        found, note = _probe_container(cuda, env, components)
         if found:
             return BuildHere(True, note)
         reasons.append(note)
     if requested in ("auto", "host"):
         try:
-            toolkit = find_host_toolkit(cuda, env, memo_dir(settings))
+            toolkit = find_host_toolkit(cuda, env, memo_dir(settings), components)
             return BuildHere(True, f"host CUDA {toolkit.version} at {toolkit.cuda_home}")
         except ToolchainError as e:
             reasons.append(e.message.removeprefix("--toolchain host: "))
@@ -207,7 +213,7 @@ def probe_build_here(requested: str, cuda: Version, settings: Settings, env: Map
         if cuda.major < 13:
             reasons.append("PyPI has no CUDA 12 compiler")
         else:
-            home = pip_toolchain.cached_home(cuda, settings)
+            home = pip_toolchain.cached_home(cuda, settings, components)
             if home is not None:
                 return BuildHere(True, f"pip toolchain (CUDA {cuda} from PyPI, cached at {home})")
             if not settings.offline:
@@ -215,7 +221,8 @@ def probe_build_here(requested: str, cuda: Version, settings: Settings, env: Map
                                        "on the first build)")
             reasons.append(f"CUDA {cuda} is not in the toolkit cache and --offline forbids downloading")
     ways: list[str] = []
-    if requested != "auto" and (other := probe_build_here("auto", cuda, settings, env)).possible:
+    other = probe_build_here("auto", cuda, settings, env, components=components) if requested != "auto" else None
+    if other is not None and other.possible:
         ways.append(f"--toolchain auto would build it here with the {other.how}")
     ways += alternatives_here(cuda, settings, env)
     if not ways or cuda.major < 13 or requested != "pip":
@@ -224,13 +231,13 @@ def probe_build_here(requested: str, cuda: Version, settings: Settings, env: Map
     return BuildHere(False, f"no CUDA {cuda} compiler here{where} ({'; '.join(reasons)})", tuple(ways))
 
 
-def _probe_container(cuda: Version, env: Mapping[str, str]) -> tuple[bool, str]:
+def _probe_container(cuda: CudaVersion, env: Mapping[str, str], components: tuple[str, ...] = ()) -> tuple[bool, str]:
     client = docker_toolchain.connect(env)
     if client is None:
         return False, f"no container engine answers for {docker_image_for(cuda)}"
     address = env.get("DOCKER_HOST") or client.api.base_url
     try:
-        spec = image_spec(cuda)
+        spec = image_spec(cuda, components=components)
         if find_image(client, spec) is not None:
             return True, f"docker toolchain ({spec.tag} on the engine at {address})"
         if base_present(client, spec):
@@ -243,7 +250,8 @@ def _probe_container(cuda: Version, env: Mapping[str, str]) -> tuple[bool, str]:
         client.close()
 
 
-def _auto_container(cuda: Version, settings: Settings, env: Mapping[str, str]) -> ToolchainChoice | str:
+def _auto_container(cuda: CudaVersion, settings: Settings, env: Mapping[str, str],
+                    components: tuple[str, ...] = ()) -> ToolchainChoice | str:
     """The docker choice when an engine answers and has (or can build without a registry) an image for ``cuda``;
     otherwise the reason why not, for the printed/recorded choice."""
     client = docker_toolchain.connect(env)
@@ -251,7 +259,7 @@ def _auto_container(cuda: Version, settings: Settings, env: Mapping[str, str]) -
         return f"no container engine answers for {docker_image_for(cuda)}"
     address = env.get("DOCKER_HOST") or client.api.base_url
     try:
-        spec = image_spec(cuda)
+        spec = image_spec(cuda, components=components)
     except UsageError:
         client.close()
         return f"a container engine answers at {address} but there is no Dockerfile for CUDA {cuda}"

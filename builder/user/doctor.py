@@ -18,7 +18,8 @@ from packaging.version import Version
 
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
-from builder.model.recipe import Recipe, list_recipes, load_recipe
+from builder.model.cuda import CudaVersion
+from builder.model.recipe import Recipe, RecipeKind, list_recipes, load_recipe
 from builder.stages.inspection import find_local_cuobjdump, list_gpu_code
 from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, probe_env
 from builder.user.fit import (
@@ -48,7 +49,7 @@ class GpuCode:
 @dataclass(frozen=True)
 class PackageState:
     report: PackageReport
-    kind: str  # the recipe's kind: cuda-extension / pure-python
+    kind: RecipeKind
     gpu_code: GpuCode
 
 
@@ -111,12 +112,12 @@ def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> Doctor
     return DoctorReport(python, env, machine, facts, states, root, error, tuple(offers), commands, advice)
 
 
-def _gpu_code(package: PackageReport, kind: str, facts: EnvFacts, cuobjdump: Path | None) -> GpuCode:
+def _gpu_code(package: PackageReport, kind: RecipeKind, facts: EnvFacts, cuobjdump: Path | None) -> GpuCode:
     if not package.installed:
         return GpuCode((), (), "none", "-")
-    if kind != "cuda-extension" or not package.shared_objects:
+    if not kind.is_cuda or not package.shared_objects:
         return GpuCode((), (), "none", "no GPU code of its own (Triton compiles at run time)"
-                       if kind != "cuda-extension" else "no shared objects found")
+                       if not kind.is_cuda else "no shared objects found")
     sass: set[str] = set()
     ptx: set[str] = set()
     source = "unknown"
@@ -173,8 +174,8 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
     kinds = {s.report.distribution: s.kind for s in states}
     for offer in offers:
         if offer.package in missing and offer.chosen is None and facts.torch and facts.torch_cuda:
-            can, how = machine.can_build(facts.torch_cuda)
-            if kinds.get(offer.package) != "cuda-extension":
+            can, how = machine.can_build(CudaVersion.parse(facts.torch_cuda))
+            if kinds.get(offer.package) is not RecipeKind.CUDA_EXTENSION:
                 can, how = True, "no compiler at all (pure Python)"
             label = env_label(facts.torch, facts.torch_cuda)
             if can:

@@ -24,6 +24,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.errors import SourceError
+from builder.index.layout import record_path, simple_path
+from builder.model.cuda import CudaVersion
 
 if TYPE_CHECKING:
     from builder.user.envprobe import EnvReport
@@ -74,7 +76,7 @@ class IndexedWheel:
     @property
     def index_url(self) -> str:
         """The index to install it from: its channel (or the combined index for an unlabelled wheel)."""
-        return f"{self.wheelhouse}channels/{self.label}/simple/" if self.label else f"{self.wheelhouse}simple/"
+        return self.wheelhouse + simple_path(self.label)
 
     @property
     def has_gpu_code(self) -> bool:
@@ -91,22 +93,16 @@ class Verdict:
         return not self.reasons
 
 
-def cuda_flavour(cuda: str) -> str:
-    """``12.8`` → ``cu128`` (PyTorch's spelling, and the start of our labels)."""
-    major, minor = cuda.split(".")[:2]
-    return f"cu{major}{minor}"
-
-
-def label_cuda(label: str | None) -> str | None:
-    """``cu128torch2.10`` → ``12.8``; None for a label of another shape."""
+def label_cuda(label: str | None) -> CudaVersion | None:
+    """``cu128torch2.10`` → 12.8; None for a label of another shape."""
     match = _LABEL_RE.match(label or "")
-    return f"{match.group(1)[:-1]}.{match.group(1)[-1]}" if match else None
+    return CudaVersion.from_flavour(f"cu{match.group(1)}") if match else None
 
 
 def env_label(torch: str, torch_cuda: str) -> str:
     """The channel an environment's wheels live in: torch 2.10.0 with CUDA 12.8 → ``cu128torch2.10``."""
     v = Version(torch)
-    return f"{cuda_flavour(torch_cuda)}torch{v.major}.{v.minor}"
+    return f"{CudaVersion.parse(torch_cuda).flavour}torch{v.major}.{v.minor}"
 
 
 def runs_on(sass: tuple[str, ...], ptx: tuple[str, ...], cc: int) -> bool:
@@ -149,7 +145,7 @@ def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
     if wheel_cuda is not None and env.torch is not None:
         if env.torch_cuda is None:
             reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is a CPU build")
-        elif cuda_flavour(env.torch_cuda) != cuda_flavour(wheel_cuda):
+        elif not CudaVersion.parse(env.torch_cuda).same_line(wheel_cuda):
             reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is CUDA {env.torch_cuda}")
     if env.gpus and wheel.sass is not None and wheel.has_gpu_code:
         for cc in env.gpus:
@@ -198,10 +194,10 @@ class WheelhouseReader:
         return Path(urllib.request.url2pathname(urllib.parse.urlparse(self.root).path)) if self.is_local else None
 
     def simple_url(self) -> str:
-        return self.root + "simple/"
+        return self.root + simple_path()
 
     def channel_url(self, label: str) -> str:
-        return f"{self.root}channels/{label}/simple/"
+        return self.root + simple_path(label)
 
     def check(self) -> None:
         """Fail with one clear message when the wheelhouse cannot be read at all."""
@@ -235,7 +231,7 @@ class WheelhouseReader:
         requires: tuple[str, ...] = ()
         if metadata:
             requires = tuple(HeaderParser().parsestr(metadata).get_all("Requires-Dist") or ())
-        record = self._json(f"{self.root}records/{filename}.json", required=False)
+        record = self._json(self.root + record_path(filename), required=False)
         sass = ptx = None
         kernel = None
         if isinstance(record, dict):

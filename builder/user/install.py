@@ -20,7 +20,10 @@ from builder.core.errors import InstallError, ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, uv_bin
+from builder.index.layout import Layout
 from builder.model.arch import Arch, format_arch_list
+from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
 from builder.user.fit import (
     EnvFacts,
     IndexedWheel,
@@ -89,10 +92,11 @@ def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offl
             log.info(f"  {line.strip()}")
 
 
-def torch_for_this_machine(choices: list[Choice], machine: MachineFacts, env: EnvFacts) -> tuple[str, str] | None:
+def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
+                           env: EnvFacts) -> tuple[str, CudaVersion] | None:
     """A torch (version, CUDA) this machine can build for, preferring one the wheelhouse already serves
     for the same Python: the way forward when the env's own CUDA cannot be compiled here."""
-    seen: list[tuple[Version, str]] = []
+    seen: list[tuple[Version, CudaVersion]] = []
     for choice in choices:
         for verdict in choice.verdicts:
             pin, cuda = verdict.wheel.torch_pin, label_cuda(verdict.wheel.label)
@@ -112,11 +116,12 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
     """The refusal when nothing fits and this machine cannot build: what would carry it, what works here."""
     names = " ".join(c.package for c in missing)
     cuda = env.torch_cuda or "cpu"
+    torch_cuda = CudaVersion.parse(env.torch_cuda) if env.torch_cuda else None
     label = env_label(env.torch, env.torch_cuda) if env.torch and env.torch_cuda else None
-    _, why = machine.can_build(cuda) if env.torch_cuda else (False, "the env's torch is a CPU build")
+    _, why = machine.can_build(torch_cuda) if torch_cuda else (False, "the env's torch is a CPU build")
     arch_text = format_arch_list(archs) if archs else "<your GPU's arch, e.g. 120>"
     torch_public = Version(env.torch).public if env.torch else "?"
-    index_flag = f" --torch-index cu{cuda.replace('.', '')}" if env.torch and Version(env.torch).local else ""
+    index_flag = f" --torch-index {torch_cuda.flavour}" if torch_cuda and env.torch and Version(env.torch).local else ""
     hints = []
     if label:
         hints.append(f"on a machine with Docker or a CUDA {cuda} toolkit: `builder build {missing[0].package} "
@@ -224,7 +229,7 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
 
 def _readable(reader: WheelhouseReader) -> bool:
     """A local wheelhouse that does not exist yet is empty (a build may fill it); a remote one must answer."""
-    if reader.local_path is not None and not (reader.local_path / "simple").is_dir():
+    if reader.local_path is not None and not Layout(reader.local_path).simple.is_dir():
         return False
     reader.check()
     return True
@@ -256,15 +261,15 @@ def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
     if facts.torch is None or facts.torch_cuda is None:
         return built
     version = Version(facts.torch)
-    index = f"cu{facts.torch_cuda.replace('.', '')}" if version.local else None  # PyTorch's own channel
+    cuda = CudaVersion.parse(facts.torch_cuda)
+    index = cuda.flavour if version.local else None  # PyTorch's own channel
     for choice in missing:
-        gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind \
-            == "cuda-extension"
-        if gpu_code and not machine.can_build(facts.torch_cuda)[0]:
+        gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind.is_cuda
+        if gpu_code and not machine.can_build(cuda)[0]:
             continue
         archs = _archs(request, facts, required=gpu_code) if gpu_code else ()
         log.step(f"no {choice.package} wheel fits; building one here (CUDA {facts.torch_cuda}, torch {version.public})")
-        target = Target(package=choice.package, cuda=Version(facts.torch_cuda), archs=archs, python=python_minor,
+        target = Target(package=choice.package, cuda=cuda, archs=archs, python=PythonSpec(python_minor),
                         torch=version.public, torch_index=index, jobs=default_jobs())
         result = run_build(target, settings, BuildOptions())
         built.append(choice.package)

@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
-
 from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
+from builder.model.cuda import CudaVersion
 from builder.toolchain.base import nvcc_version
 from builder.toolchain.host import candidate_homes
 from builder.user.envprobe import GpuDevice
@@ -44,15 +43,16 @@ class MachineFacts:
     env: Mapping[str, str] = field(repr=False, compare=False)
     _answers: dict[str, tuple[bool, str]] = field(default_factory=dict, repr=False, compare=False)
 
-    def can_build(self, cuda: str) -> tuple[bool, str]:
+    def can_build(self, cuda: CudaVersion) -> tuple[bool, str]:
         """Whether this machine can compile for CUDA ``cuda`` (12.8), and how or why not, in one phrase: the
         answer ``builder plan`` gives (toolchain.select.probe_build_here), asked once per CUDA."""
         from builder.toolchain.select import probe_build_here
 
-        if cuda not in self._answers:
-            answer = probe_build_here("auto", Version(cuda), self.settings, self.env)
-            self._answers[cuda] = (answer.possible, answer.how)
-        return self._answers[cuda]
+        key = str(cuda)  # as the doctor's JSON names it (its "builds" table)
+        if key not in self._answers:
+            answer = probe_build_here("auto", cuda, self.settings, self.env)
+            self._answers[key] = (answer.possible, answer.how)
+        return self._answers[key]
 
 
 def query_driver(timeout_s: float = 20.0) -> Driver:

@@ -9,43 +9,41 @@ from pathlib import Path
 from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.model.arch import Arch, format_arch_list, parse_arch_list
+from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
 from builder.stages.pyenv import probe
 from builder.user.machine import query_driver
 
 
-def is_path(python: str) -> bool:
-    return "/" in python or not python[:1].isdigit()
-
-
-def resolve_python(python: str) -> Path:
+def resolve_python(python: PythonSpec) -> Path:
     """``--python PATH`` (or a command on PATH) as an interpreter that exists, else a usage error (exit 2)."""
     check_python_flag(python)
-    return Path(shutil.which(python) or python)
+    return Path(shutil.which(python.text) or python.text)
 
 
-def check_python_flag(python: str, memo: Path | None = None) -> None:
+def check_python_flag(python: PythonSpec, memo: Path | None = None) -> None:
     """``--python`` names an interpreter that exists here (a build needs one; ``plan`` only reports it).
 
     A version is looked up like the build would (PATH, pyenv, uv-managed); a path must exist. Whether that
     interpreter has torch is checked by the build itself (importing torch takes seconds)."""
     from builder.stages.pyenv import find_interpreter
 
-    if "/" in python or not python[:1].isdigit():
-        if not Path(shutil.which(python) or python).is_file():
+    if python.is_path:
+        if not Path(shutil.which(python.text) or python.text).is_file():
             raise UsageError(f"--python {python}: no such interpreter", "give a path to a python executable, "
                              "e.g. /path/to/venv/bin/python, or a version such as 3.12")
         return
     try:
-        find_interpreter(python, memo=memo)  # memo: its answer is remembered keyed by the interpreter's file
+        find_interpreter(python.text, memo=memo)  # memo: its answer is remembered keyed by the interpreter's file
     except ToolchainError as e:
         raise UsageError(e.message, e.hint) from e
 
 
 
 
-def infer_cuda(cuda: str | None, python: str) -> str:
+def infer_cuda(cuda: str | None, python: PythonSpec) -> str:
     """``--cuda`` as given (checked against an interpreter's torch), or that torch's CUDA."""
-    if not is_path(python):
+    if not python.is_path:
         if cuda is None:
             raise UsageError("--cuda is required with --python VERSION",
                              "e.g. --cuda 13.0, or --python /path/to/venv/bin/python to take it from that env's torch")
@@ -63,7 +61,7 @@ def infer_cuda(cuda: str | None, python: str) -> str:
     if env.torch_cuda is None:
         raise UsageError(f"--python {python}: its torch {env.torch} is a CPU build; a CUDA extension needs a CUDA torch",
                          "install a CUDA build of torch there (e.g. torch 2.14.1 from PyPI is CUDA 13.0)")
-    have = ".".join(env.torch_cuda.split(".")[:2])
+    have = CudaVersion.parse(env.torch_cuda).line
     if cuda is not None and ".".join(cuda.split(".")[:2]) != have:
         raise UsageError(f"--cuda {cuda} but the torch {env.torch} in {python} is a CUDA {have} build",
                          f"use --cuda {have} (or leave --cuda out), or an env whose torch is CUDA {cuda}")

@@ -12,8 +12,10 @@ GPU that can run the wheel; it writes the JSON report to --out (also when it cra
 A suite subclasses ``Suite`` and ends with ``sys.exit(MySuite().main())``. The harness does the rest: argument
 parsing, the seed, the "no GPU" / "no kernel image for this GPU" skips, the cases (in worker processes when
 ``group_key`` groups them, with ``--jobs``), refusals (an error the package raises on purpose for a GPU it
-knows to compute wrong on: that case is skipped with the package's own words), a broken CUDA context (the rest
-is skipped, not blamed on later cases), CUDA-event timing of the speed rows, and the report.
+knows to compute wrong on: that case is skipped with the package's own words), known upstream defects (a case
+declared to fail because of a reported upstream bug: its failure is counted as ``known_defect``, never as
+passed, and its pass fails it), a broken CUDA context (the rest is skipped, not blamed on later cases),
+CUDA-event timing of the speed rows, and the report.
 
 Only the standard library and torch are imported: the file travels with the suite into the clean test venv
 (the suite finds it at ../_harness/ beside itself; the builder also puts this folder on PYTHONPATH).
@@ -45,6 +47,8 @@ from typing import (
 import torch
 
 EXIT_CODES = {"passed": 0, "failed": 1, "skipped": 3}
+KNOWN_DEFECT = "known_defect"  # a case's status (and counts key) when it failed as a declared upstream defect
+KNOWN_DEFECT_PREFIX = "known upstream defect: "
 NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -78,9 +82,22 @@ class Check:
         return f"{self.tensor} {flag} {value}{' ' + self.note if self.note else ''}"
 
 
+@dataclass(frozen=True)
+class KnownDefect:
+    """A defect upstream has and has been told about: the cases whose name matches ``cases`` (a regex) are
+    expected to fail, for ``reason``, reported at ``url`` (the upstream issue)."""
+
+    cases: str
+    reason: str
+    url: str
+
+    def describe(self) -> str:
+        return f"{self.reason} ({self.url})"
+
+
 @dataclass
 class CaseResult:
-    """One row of the report's "cases" list. status: passed / failed / skipped."""
+    """One row of the report's "cases" list. status: passed / failed / skipped / known_defect."""
 
     name: str
     status: str
@@ -91,6 +108,26 @@ class CaseResult:
     worst: float | None = None  # the largest error / allowed error of the case's checks (< 1 passes)
     detail: str = ""
     checks: list[dict[str, Any]] = field(default_factory=list)
+
+
+def expect_defect(results: list[CaseResult], reason: str | None) -> list[CaseResult]:
+    """The results of a case declared a known upstream defect (``reason``; None: not declared), strictly: where
+    the case failed, each failed result becomes known_defect ("known upstream defect: <reason>; <what failed>")
+    and its passed ones (e.g. the forward of a case whose backward has the defect) stay passed; where nothing
+    failed, its passed results fail (the declaration is stale: upstream fixed it, or the case no longer reaches
+    the defect). Skipped results stay skipped."""
+    if not reason:
+        return results
+    reason = " ".join(reason.split()).replace("; ", ", ")  # the report's reason is read back up to the first "; "
+    failed = any(r.status == "failed" for r in results)
+    for result in results:
+        if failed and result.status == "failed":
+            result.status, result.detail = KNOWN_DEFECT, f"{KNOWN_DEFECT_PREFIX}{reason}; {result.detail}"
+        elif not failed and result.status == "passed":
+            result.status = "failed"
+            result.detail = (f"passed, but is declared a known upstream defect ({reason}): if upstream fixed it, "
+                             f"remove the declaration; {result.detail}")
+    return results
 
 
 def finite_float(value: float) -> float | None:
@@ -318,6 +355,9 @@ class Suite:
     # Errors the package raises on purpose for a GPU it knows to compute wrong results on (not defects of the
     # wheel): a case that raises one is reported as skipped with the package's own words.
     refusals: tuple[Pattern[str], ...] = ()
+    # Cases expected to fail because of a reported upstream defect (see known_defect): a failure is reported as
+    # "known upstream defect: <reason>" and counted apart, never as passed; a pass fails the case (strict).
+    known_defects: tuple[KnownDefect, ...] = ()
     env_vars: tuple[str, ...] = ()  # environment variables recorded in the report
 
     # --- what a suite provides
@@ -336,6 +376,15 @@ class Suite:
 
     def skip_reason(self, api: Any, case: Any) -> str | None:
         """A reason to skip one case (a feature this version lacks), else None."""
+        return None
+
+    def known_defect(self, api: Any, case: Any) -> str | None:
+        """Why this case is expected to fail because of an upstream defect (what goes wrong and the upstream
+        issue's URL), else None. The default matches the case's name against ``known_defects``; override it
+        for a defect only some versions have (``self.version()``)."""
+        for defect in self.known_defects:
+            if re.search(defect.cases, case.name):
+                return defect.describe()
         return None
 
     def group_key(self, case: Any) -> Hashable | None:
@@ -364,11 +413,15 @@ class Suite:
 
     # --- the machinery
     def run_one(self, api: Any, case: Any, device: torch.device) -> list[CaseResult]:
-        """A missing feature → skipped; a refusal → skipped with its words; any other exception → failed.
+        """A missing feature → skipped; a refusal → skipped with its words; any other exception → failed; then a
+        declared known upstream defect turns a failure into known_defect and a pass into a failure.
         ``run_case`` may return one result or several (e.g. a checked forward and a refused backward)."""
         reason = self.skip_reason(api, case)
         if reason:
             return [CaseResult(case.name, "skipped", detail=reason)]
+        return expect_defect(self._run_checked(api, case, device), self.known_defect(api, case))
+
+    def _run_checked(self, api: Any, case: Any, device: torch.device) -> list[CaseResult]:
         try:
             result = self.run_case(api, case, device)
             if device.type == "cuda":
@@ -399,7 +452,7 @@ class Suite:
                 result.detail += f" [{seconds:.1f}s]"
                 print(f"{result.status:7} {result.name} ({seconds:.1f}s)", flush=True)
             results += case_results
-            if any(r.status == "failed" and r.detail.startswith("raised") for r in case_results):
+            if any(r.status in ("failed", KNOWN_DEFECT) and "raised " in r.detail for r in case_results):
                 broken = cuda_context_ok(device)
         return results
 
@@ -547,24 +600,33 @@ class Suite:
 
 def finalize(report: dict[str, Any]) -> None:
     """Counts, the worst error/bound ratio, and the overall status (a status set earlier, e.g. skipped, is
-    kept). A passed run with skipped cases says which and why in its reason."""
+    kept). A passed run with skipped cases says which and why in its reason; known upstream defects are counted
+    apart (``known_defect``, only when there are any) and named in every reason."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     for case in report["cases"]:
-        counts[case["status"]] += 1
+        counts[case["status"]] = counts.get(case["status"], 0) + 1
     report["counts"] = counts
     worsts = [c["worst"] for c in report["cases"] if c.get("worst") is not None]
     report["worst"] = max(worsts) if worsts else None
+    defects = _known_defects(report["cases"])
     if report["status"] is None:
         if counts["failed"]:
             report["status"] = "failed"
-            report["reason"] = f"{counts['failed']} case(s) failed"
+            report["reason"] = "; ".join([f"{counts['failed']} case(s) failed", *defects])
         elif counts["passed"]:
             report["status"] = "passed"
             skipped = Counter(c["detail"].split(" [")[0] for c in report["cases"] if c["status"] == "skipped")
-            report["reason"] = "; ".join(f"{n} case(s) skipped: {why}" for why, n in skipped.most_common())
+            report["reason"] = "; ".join(defects + [f"{n} case(s) skipped: {why}" for why, n in skipped.most_common()])
         else:
             report["status"] = "skipped"
-            report["reason"] = report["reason"] or "no case ran"
+            report["reason"] = report["reason"] or "; ".join(defects) or "no case ran"
+
+
+def _known_defects(cases: list[dict[str, Any]]) -> list[str]:
+    """'N case(s) known upstream defect: <reason>' per declared reason, most cases first."""
+    reasons = Counter(c["detail"].removeprefix(KNOWN_DEFECT_PREFIX).split("; ", 1)[0]
+                      for c in cases if c["status"] == KNOWN_DEFECT)
+    return [f"{n} case(s) {KNOWN_DEFECT_PREFIX}{why}" for why, n in reasons.most_common()]
 
 
 def json_safe(value: Any) -> Any:
@@ -587,10 +649,13 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 
 def print_summary(report: dict[str, Any]) -> None:
-    """One line per failed case, the speed rows, the run's reason, then 'N passed, N failed, N skipped'."""
+    """One line per failed case and per known upstream defect, the speed rows, the run's reason, then
+    'N passed, N failed, N skipped' (and ', N known upstream defect(s)' when there are any)."""
     for case in report["cases"]:
         if case["status"] == "failed":
             print(f"FAILED {case['name']}: {case['detail']}")
+        elif case["status"] == KNOWN_DEFECT:
+            print(f"KNOWN UPSTREAM DEFECT {case['name']}: {case['detail'].removeprefix(KNOWN_DEFECT_PREFIX)}")
     for row in report.get("speed", []):
         if row.get("kernel_ms") is not None:
             print(f"speed {row['name']}: kernel {row['kernel_ms']:.4f} ms, reference {row['reference_ms']:.4f} ms, "
@@ -602,7 +667,8 @@ def print_summary(report: dict[str, Any]) -> None:
     if report["reason"]:
         print(f"{report['status']}: {report['reason']}")
     c = report["counts"]
-    print(f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
+    known = f", {c[KNOWN_DEFECT]} known upstream defect(s)" if c.get(KNOWN_DEFECT) else ""
+    print(f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped{known}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,228 @@
+"""The page writers: the simple index (PEP 503 HTML, PEP 691 JSON, PEP 658/714 metadata attributes), its channels
+and the dashboard, staged into a ``Transaction`` from the state it is about to commit, so the pages cannot drift
+from the wheels."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import time
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from builder.core.fsutil import sha256_file
+from builder.index.checks import check_wheel, wheel_label
+from builder.index.dashboard import WheelFacts, render_dashboard, rows_from, rows_of
+from builder.index.layout import (
+    PAGE_HTML,
+    PAGE_JSON,
+    SIMPLE,
+    Layout,
+    staging_href,
+    wheels_href,
+)
+from builder.index.txn import Transaction
+from builder.model.records import BuildRecord
+
+API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One wheel of a wheelhouse state (committed, or the one a transaction is about to commit)."""
+
+    filename: str
+    data: Path  # where the wheel's bytes are now: its published path, or a staged temp file
+    metadata: Path  # its METADATA sidecar (likewise)
+    record: BuildRecord | None
+    has_log: bool
+    sha256: str | None = None  # known already (a wheel being published); else hashed or read from the pages
+
+
+@dataclass(frozen=True)
+class WheelInfo:
+    """What the index says about one wheel; cached per (size, mtime) so big wheels are hashed once."""
+
+    filename: str
+    project: str
+    version: str
+    label: str | None
+    size: int
+    mtime_ns: int
+    sha256: str
+    metadata_sha256: str
+    requires_python: str | None
+
+
+def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
+                rehash: bool = False) -> None:
+    """Every page of ``entries``: the combined index, one per channel, the channel list and the dashboard; pages
+    and channels of wheels no longer there go."""
+    infos = _infos(txn, paths, entries, rehash)
+    statuses = {e.filename: _tests_summary(e.record) for e in entries}
+    _stage_simple(txn, paths, None, infos, statuses)
+    labels = sorted({i.label for i in infos if i.label})
+    for label in labels:
+        _stage_simple(txn, paths, label, [i for i in infos if i.label == label], statuses)
+    if paths.channels.is_dir():
+        txn.trees += [d for d in paths.channels.iterdir() if d.is_dir() and d.name not in labels]
+    if labels:
+        items = [f'    <a href="{html.escape(lab)}/{SIMPLE}/">{html.escape(lab)}</a><br/>' for lab in labels]
+        txn.put_bytes(paths.channels / PAGE_HTML, _page("Channels", items).encode())
+    stage_dashboard(txn, paths, entries, staging_area=staging_area)
+
+
+def stage_dashboard(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool) -> None:
+    """The dashboard of ``entries``; the main one shows the staged wheels too."""
+    facts = [WheelFacts(e.filename, e.data.stat().st_size, e.record, e.has_log) for e in entries]
+    rows = rows_from(facts, area="staged" if staging_area else "published")
+    staging = paths.staging_paths()
+    if not staging_area and staging.wheels.is_dir():
+        rows += rows_of(staging, staging.wheel_files(), area="staged", prefix=staging_href())
+    labels = sorted({lab for e in entries if (lab := wheel_label(e.filename))})
+    txn.put_bytes(paths.dashboard, render_dashboard(rows, labels, staging_area=staging_area).encode())
+
+
+def listed(paths: Layout, wheel_name: str, digest: str) -> bool:
+    """Whether the pages (combined and channel, JSON and HTML) list ``wheel_name`` with this sha256."""
+    label = wheel_label(wheel_name)
+    project = canonicalize_name(parse_wheel_filename(wheel_name)[0])
+    for page in [paths.project_page(project, None, json=True)] + (
+            [paths.project_page(project, label, json=True)] if label else []):
+        try:
+            files = json.loads(page.read_text()).get("files", [])
+            if not any(f.get("filename") == wheel_name and f.get("hashes", {}).get("sha256") == digest
+                       for f in files):
+                return False
+            html_page = (page.parent / PAGE_HTML).read_text()
+        except (OSError, ValueError, AttributeError):
+            return False
+        if f"{wheel_name}#sha256={digest}" not in html_page:
+            return False
+    return True
+
+
+def _infos(txn: Transaction, paths: Layout, entries: list[Entry], rehash: bool) -> list[WheelInfo]:
+    """Index facts per wheel; hashes are reused from the previous JSON pages while size and mtime match."""
+    previous = {} if rehash else _previous_entries(paths)
+    infos = []
+    for entry in entries:
+        st = entry.data.stat()
+        name, version, _, _ = parse_wheel_filename(entry.filename)
+        old = previous.get(entry.filename)
+        sidecar = entry.metadata
+        if entry.sha256 is None and old and old.get("size") == st.st_size \
+                and old.get("upload-time") == _stamp(st.st_mtime_ns) and sidecar.exists():
+            sha256, metadata_sha256 = old["hashes"]["sha256"], old["core-metadata"]["sha256"]
+            requires_python = old.get("requires-python")
+        else:
+            if sidecar.exists():
+                metadata = sidecar.read_bytes()
+            else:  # a wheel published before sidecars existed
+                metadata = check_wheel(entry.data)
+                txn.put_bytes(paths.sidecar_file(entry.filename), metadata)
+            sha256 = entry.sha256 or sha256_file(entry.data)
+            metadata_sha256 = hashlib.sha256(metadata).hexdigest()
+            requires_python = HeaderParser().parsestr(metadata.decode("utf-8", "replace")).get("Requires-Python")
+            requires_python = requires_python.strip() if requires_python else None
+        infos.append(WheelInfo(
+            filename=entry.filename, project=str(canonicalize_name(name)), version=str(version),
+            label=version.local, size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256,
+            metadata_sha256=metadata_sha256, requires_python=requires_python,
+        ))
+    return infos
+
+
+def _previous_entries(paths: Layout) -> dict[str, dict]:
+    entries: dict[str, dict] = {}
+    for page in paths.simple.glob(f"*/{PAGE_JSON}") if paths.simple.is_dir() else []:
+        try:
+            for entry in json.loads(page.read_text()).get("files", []):
+                entries[entry["filename"]] = entry
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return entries
+
+
+def _stage_simple(txn: Transaction, paths: Layout, label: str | None, infos: list[WheelInfo],
+                  statuses: dict[str, str]) -> None:
+    """One simple index (combined or a channel): root + one folder per project, HTML and JSON each."""
+    simple, href = paths.index(label), wheels_href(label)
+    projects: dict[str, list[WheelInfo]] = {}
+    for info in infos:
+        projects.setdefault(info.project, []).append(info)
+    for name, files in projects.items():
+        links = [_link(info, href, statuses.get(info.filename)) for info in files]
+        versions: list[str] = sorted({i.version for i in files}, key=Version)
+        txn.put_bytes(paths.project_page(name, label), _page(f"Links for {name}", links).encode())
+        txn.put_bytes(paths.project_page(name, label, json=True), _json({
+            "meta": {"api-version": API_VERSION},
+            "name": name,
+            "versions": versions,
+            "files": [_json_file(info, href) for info in files],
+        }).encode())
+    root_links = [f'    <a href="{n}/">{n}</a><br/>' for n in sorted(projects)]
+    txn.put_bytes(simple / PAGE_HTML, _page("Simple index", root_links).encode())
+    txn.put_bytes(simple / PAGE_JSON, _json({
+        "meta": {"api-version": API_VERSION},
+        "projects": [{"name": n} for n in sorted(projects)],
+    }).encode())
+    if simple.is_dir():
+        txn.trees += [d for d in simple.iterdir() if d.is_dir() and d.name not in projects]
+
+
+def _link(info: WheelInfo, wheels_href: str, status: str | None) -> str:
+    href = html.escape(f"{wheels_href}{info.filename}")
+    attrs = f'href="{href}#sha256={info.sha256}"'
+    if info.requires_python:
+        attrs += f' data-requires-python="{html.escape(info.requires_python)}"'
+    attrs += f' data-core-metadata="sha256={info.metadata_sha256}"'
+    attrs += f' data-dist-info-metadata="sha256={info.metadata_sha256}"'
+    note = f' <span class="tests">{html.escape(status)}</span>' if status else ""
+    return f"    <a {attrs}>{html.escape(info.filename)}</a>{note}<br/>"
+
+
+def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, str | int | bool | dict[str, str]]:
+    entry: dict[str, str | int | bool | dict[str, str]] = {
+        "filename": info.filename,
+        "url": f"{wheels_href}{info.filename}",
+        "hashes": {"sha256": info.sha256},
+        "core-metadata": {"sha256": info.metadata_sha256},
+        "dist-info-metadata": {"sha256": info.metadata_sha256},
+        "size": info.size,
+        "upload-time": _stamp(info.mtime_ns),
+        "yanked": False,
+    }
+    if info.requires_python:
+        entry["requires-python"] = info.requires_python
+    return entry
+
+
+def _tests_summary(record: BuildRecord | None) -> str:
+    tests = record.tests if record else None
+    return tests.summary() if tests is not None else ""
+
+
+def _page(title: str, links: list[str]) -> str:
+    body = "\n".join(links)
+    return (
+        f'<!DOCTYPE html>\n<html>\n  <head><meta name="pypi:repository-version" content="{API_VERSION}">'
+        f"<title>{html.escape(title)}</title></head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n{body}\n  </body>\n</html>\n"
+    )
+
+
+def _json(data: object) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def _stamp(mtime_ns: int) -> str:
+    """PEP 700 upload-time (ISO 8601, UTC, microseconds) from a file's mtime."""
+    seconds, ns = divmod(mtime_ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ns // 1000:06d}Z"

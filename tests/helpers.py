@@ -1,0 +1,86 @@
+"""What tests share that is not a fixture: the project's paths, running the real CLI, the one-line error check,
+and the local torch index the fast CUDA path uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+# A PEP 503 folder holding torch 2.14.1 (a CUDA 13.0 build) and its nvidia wheels for Python 3.11: on this workplace's
+# disk at /opt/pypi-more/simple; BUILDER_TEST_TORCH_INDEX names another. Tests that need it skip, saying why, without it.
+LOCAL_TORCH_INDEX = Path(os.environ.get("BUILDER_TEST_TORCH_INDEX", "/opt/pypi-more/simple"))
+
+
+def local_cuda_path_missing() -> str | None:
+    """Why the fast local CUDA path (host nvcc 13.0 + torch 2.14.1 for Python 3.11 on disk) is unusable, or None."""
+    if not LOCAL_TORCH_INDEX.is_dir():
+        return f"no local torch index at {LOCAL_TORCH_INDEX}"
+    if not shutil.which("nvcc"):
+        return "no nvcc on PATH"
+    if not shutil.which("python3.11") and not list(Path.home().glob(".pyenv/versions/3.11.*/bin/python3.11")):
+        return "no Python 3.11 interpreter"
+    return None
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def error_lines(self) -> list[str]:
+        return [l for l in self.stderr.splitlines() if l.startswith("error:")]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: int = 1800) -> CliResult:
+    """Run the real ``builder`` command line in a subprocess."""
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        capture_output=True, text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout,
+    )
+    return CliResult(result.returncode, result.stdout, result.stderr)
+
+
+# Runs the CLI like ``python -m builder`` with an audit hook noting each subprocess the builder process starts.
+_AUDITED = r"""
+import json, os, sys
+started = []
+def hook(event, args):
+    if event == "subprocess.Popen":
+        started.append([os.fspath(a) for a in (args[1] if isinstance(args[1], (list, tuple)) else [args[1]])])
+sys.addaudithook(hook)
+from builder.cli.main import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open(os.environ["BUILDER_TEST_SPAWNS"], "w") as f:
+        json.dump(started, f)
+sys.exit(code)
+"""
+
+
+def run_cli_audited(*args: str, spawns: Path, env: dict[str, str] | None = None) -> tuple[CliResult, list[list[str]]]:
+    """``run_cli``, also returning the argv of every subprocess the builder process started (children of those
+    are not seen)."""
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200", "BUILDER_TEST_SPAWNS": str(spawns)}
+    result = subprocess.run([sys.executable, "-c", _AUDITED, *args], capture_output=True, text=True, env=full_env,
+                            cwd=ROOT, timeout=1800)
+    return CliResult(result.returncode, result.stdout, result.stderr), json.loads(spawns.read_text())
+
+
+def assert_one_line_error(result: CliResult, *needles: str) -> None:
+    """A user error: non-zero exit, exactly one 'error:' line naming the cause, no traceback."""
+    assert result.code != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(result.error_lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in result.error_lines[0], result.error_lines[0]
