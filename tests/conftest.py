@@ -1,11 +1,12 @@
 """Test tiers, the unit tier's guard, and the fixtures tests share (plain helpers live in tests/helpers.py).
 
 Tiers, chosen with ``--tier`` (markers in pyproject.toml):
-- ``unit`` (plain ``pytest``): every test without an ``e2e``, ``docker``, ``network`` or ``slow`` marker. It must not
+- ``unit`` (plain ``pytest``): every test without an ``e2e``, ``docker``, ``network``, ``heavy`` or ``slow`` marker. It must not
   compile, start containers or reach the network: an autouse guard puts refusing stand-ins for nvcc (all but
   ``--version``), ninja, podman, docker and cibuildwheel first on PATH, points proxies at a closed port and refuses
   non-loopback connections in the test process, so an accidental build or download fails loudly and names the marker.
-- ``integration``: the ``e2e``, ``docker`` and ``network`` tests (real compiles, a podman container, PyPI).
+- ``integration``: the ``e2e``, ``docker``, ``network`` and ``heavy`` tests (real compiles, a podman container, PyPI,
+  CPU-only checks that take over 10 s).
 - ``all``: both. ``slow`` tests (full upstream builds) run only with ``--run-slow``.
 An explicit ``-m EXPR`` replaces the tier's selection.
 """
@@ -16,6 +17,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,16 +25,16 @@ import pytest
 
 from tests.helpers import FIXTURES
 
-INTEGRATION_MARKERS = ("e2e", "docker", "network")
+INTEGRATION_MARKERS = ("e2e", "docker", "network", "heavy")
 # Per-test time limits (pytest-timeout); the ini's `timeout` is the unit tier's.
-TIER_TIMEOUT_S = {"network": 900, "e2e": 1800, "docker": 1800, "slow": 7200}
+TIER_TIMEOUT_S = {"heavy": 600, "network": 900, "e2e": 1800, "docker": 1800, "slow": 7200}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="run slow tests (full upstream builds)")
     parser.addoption("--tier", choices=("unit", "integration", "all"), default="unit",
-                     help="unit (default): no compiles, containers or network; integration: e2e, docker and "
-                          "network tests; all: both")
+                     help="unit (default): no compiles, containers or network; integration: e2e, docker, network "
+                          "and heavy tests; all: both")
 
 
 def is_unit(item: pytest.Item) -> bool:
@@ -77,6 +79,28 @@ class NetworkRefused(OSError):
     pass
 
 
+class BuildRefused(RuntimeError):
+    pass
+
+
+_GUARD = {"active": False}
+_COMPILERS = {"nvcc", "cicc", "ptxas", "nvlink", "fatbinary", *_GUARDED}
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    """Refuses, while a unit test runs, a compiler or engine started from this process by its full path (the PATH
+    stand-ins catch the rest, also in child processes)."""
+    if event != "subprocess.Popen" or not _GUARD["active"]:
+        return
+    argv = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+    name = os.path.basename(os.fspath(argv[0])) if argv else ""  # type: ignore[arg-type]
+    if name in _COMPILERS and not (name == "nvcc" and len(argv) > 1 and argv[1] in ("--version", "--list-gpu-arch", "--list-gpu-code")):
+        raise BuildRefused(f"unit-tier guard: a unit test ran {name}; mark the test e2e (tests/conftest.py)")
+
+
+sys.addaudithook(_audit)
+
+
 @pytest.fixture(scope="session")
 def _guard_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("unit-guard-bin")
@@ -111,7 +135,11 @@ def unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         real_connect(self, address)  # type: ignore[arg-type]
 
     monkeypatch.setattr(socket.socket, "connect", connect)
-    yield
+    _GUARD["active"] = True
+    try:
+        yield
+    finally:
+        _GUARD["active"] = False
 
 
 # ---------------------------------------------------------------- fixtures

@@ -141,12 +141,6 @@ def test_toolchains_are_told_apart_only_inside_the_toolchain_package() -> None:
     assert not found, "toolchain-specific branches outside builder/toolchain:\n" + "\n".join(found)
 
 
-# Spellings that the engineers reworking these files remove (issue 26); each entry is "module 'literal'" or
-# "module call". Temporary: this list is emptied when that work lands, and must stay empty afterwards.
-TEMPORARY_UNTIL_REWORK_LANDS = {
-    "builder.toolchain.cibw 'wheels'",  # the cache's wheels/ folder (<cache>/docker/.../wheels), not the wheelhouse's
-}
-
 WHEELHOUSE_NAMES = {layout.WHEELS, layout.RECORDS, layout.STAGING, layout.SIMPLE, layout.CHANNELS, layout.LOCK,
                     layout.JOURNAL}
 
@@ -173,8 +167,7 @@ def test_only_the_index_spells_the_wheelhouse_layout() -> None:
     """cli/, pipeline/, farm/, user/ ask a `Wheelhouse` (or index/layout.py, for a served one) for a path; a
     second spelling of ``records/`` is how a layout change would miss a reader."""
     found = [f"{module_name(p)}:{line} {text!r}" for p in SOURCES if p.parent.name != "index"
-             for line, text in layout_spellings(p)
-             if f"{module_name(p)} {text!r}" not in TEMPORARY_UNTIL_REWORK_LANDS]
+             for line, text in layout_spellings(p)]
     assert not found, "the wheelhouse layout spelled outside builder/index:\n" + "\n".join(found)
 
 
@@ -222,14 +215,6 @@ def private_calls(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_private_function_is_called_across_modules() -> None:
-    found = [f"{module_name(p)}:{line} {call}" for p in SOURCES for line, call in private_calls(p)
-             if f"{module_name(p)} {call}" not in TEMPORARY_UNTIL_REWORK_LANDS]
+    found = [f"{module_name(p)}:{line} {call}" for p in SOURCES for line, call in private_calls(p)]
     assert not found, "private functions called from another module (make them public, or move the caller):\n" \
         + "\n".join(found)
-
-
-def test_the_temporary_list_names_only_what_is_still_there() -> None:
-    """Each entry of TEMPORARY_UNTIL_REWORK_LANDS is still found; one that is fixed goes from the list."""
-    found = {f"{module_name(p)} {text!r}" for p in SOURCES if p.parent.name != "index" for _, text in layout_spellings(p)}
-    found |= {f"{module_name(p)} {call}" for p in SOURCES for _, call in private_calls(p)}
-    assert TEMPORARY_UNTIL_REWORK_LANDS <= found, f"fixed, remove from the list: {TEMPORARY_UNTIL_REWORK_LANDS - found}"

@@ -339,7 +339,7 @@ def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path)
 def _record_for(target, ident, **over) -> BuildRecord:
     record = {
         "builder_version": __version__, "cache_key": "k" * 64, "package": target.package, "version": target.version,
-        "recipe": {"file": "recipe.toml", "sha256": ident.recipe},
+        "recipe": {"file": "recipe.toml", "sha256": "f" * 64, "content_sha256": ident.recipe},
         "source": {"kind": "path", "location": "x", "sha256": ident.source},
         "patches": [{"file": n, "sha256": s, "versions": ">=0.1,<1"} for n, s in ident.patches],
         "cuda": str(target.cuda), "archs": [str(a) for a in target.archs], "toolchain": {"kind": "host", "nvcc": "13.0.88"},
@@ -370,7 +370,7 @@ def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) 
     changed = changed_targets(targets, settings)
     assert first not in changed and len(changed) == 7
     # any changed input makes it a target again
-    for over in ({"builder_version": "0.0.1"}, {"recipe": {"sha256": "0" * 64}}, {"patches": []},
+    for over in ({"builder_version": "0.0.1"}, {"recipe": {"content_sha256": "0" * 64}}, {"patches": []},
                  {"source": {"sha256": "1" * 64}}, {"python": {"version": "3.12.1", "torch": "2.14.1"}},
                  {"archs": ["120"]}, {"torch_index": "file:///opt/pypi-more/simple"}, {"cuda": "12.8"}):
         assert not record_matches(_record_for(first, ident, **over), first, ident), over

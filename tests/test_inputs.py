@@ -19,13 +19,14 @@ from builder.stages.plan import Target, make_plan
 from builder.stages.pyenv import PythonEnv
 from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
 
-# Computed on main (52c90c2) with stages.plan.cache_key before the inputs were given their own type: the same
-# inputs must keep the same key, or every wheel in every wheelhouse would be rebuilt. They change only with
-# builder.__version__ or the tinyext fixture's recipe/patches.
+# The same inputs must keep the same key, or every wheel in every wheelhouse would be rebuilt. They change only
+# with builder.__version__, the tinyext fixture's recipe content or patches, or a change to what the key covers:
+# computed on main (52c90c2) before the inputs were given their own type, and again once (issue 26) when the key
+# began to cover the recipe's parsed content instead of its file's bytes (a comment no longer rebuilds).
 PINNED = {
-    "host": "0c551d6c5ccb60458d25f8cb883426127a1c745dbc3cab78dc1d40a824082b34",
-    "host+compiler": "5fe751b7def1328d078320fddd935107367661e8b942bc975fdc597f2af00ee8",
-    "no toolkit": "a8184238bff0bbc31c94a3880b925c2e377ec3fbe4e56c6e8526ce602d772f35",
+    "host": "52cbce45aea1e40d258d721ca8e3ea982fcdf537623cdde2cbb04f98657c9956",
+    "host+compiler": "548043d837627145124d911f1a91f4d15f27589fd153bf429331aa5dddec1880",
+    "no toolkit": "ab0438cc94184616ed10df3b85a33201f02bf66893270067d75475d591d2905a",
 }
 
 
@@ -90,7 +91,8 @@ def record_of(plan, inputs: TargetInputs, toolkit: dict[str, str]) -> dict:
     """The input fields of a build record as pipeline/run.py writes them."""
     return {
         "builder_version": inputs.builder, "cache_key": inputs.cache_key(), "package": plan.recipe.name,
-        "version": plan.version, "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
+        "version": plan.version, "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256(),
+                                                  "content_sha256": plan.recipe.content_digest()},
         "source": {"kind": "path", "location": "x", "sha256": inputs.source},
         "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
         "cuda": str(plan.cuda), "archs": [str(a) for a in plan.target.archs], "toolchain": toolkit,
@@ -163,7 +165,8 @@ def resolving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list
     calls: dict[str, list[object]] = {"select": [], "python": [], "patches": [], "container": []}
     toolkit = CudaToolkit("host", Path("/cuda"), Version("13.0.88"), reason="stand-in")
 
-    def select(requested: str, cuda: object, settings: Settings, env: object) -> ToolchainChoice:
+    def select(requested: str, cuda: object, settings: Settings, env: object, *,
+               components: tuple[str, ...] = ()) -> ToolchainChoice:
         calls["select"].append((requested, str(cuda)))
         return ToolchainChoice(requested, toolkit, host=LocalRunner(toolkit, memo=tmp_path / "memo"))
 

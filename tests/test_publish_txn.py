@@ -108,6 +108,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy  # a killed publisher per rename and fsync, about 10 s each: the integration tier
 @pytest.mark.parametrize("case", ["new file name", "same file name, other bytes"])
 def test_sigkill_at_every_rename_and_fsync_leaves_the_old_or_the_new_state(tmp_path: Path, case: str) -> None:
     old_wheel = make_wheel(tmp_path, "demo", "1.0", key="old", payload=2000)

@@ -62,9 +62,10 @@ def test_the_pipeline_record_is_the_one_main_wrote_into_the_wheel(tmp_path: Path
     log_file = tmp_path / "x.log"
     record = build_record(plan, key="k" * 64, source_digest="0" * 64, toolkit=toolkit, compiler=compiler,
                           python=python, log_file=log_file)
-    main = {  # as main's pipeline/run.py _build_in wrote it (52c90c2)
+    main = {  # as main's pipeline/run.py _build_in wrote it (52c90c2), with the recipe's content digest (issue 26)
         "builder_version": __version__, "cache_key": "k" * 64, "package": plan.recipe.name, "version": plan.version,
-        "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256()},
+        "recipe": {"file": plan.recipe.file.name, "sha256": plan.recipe.sha256(),
+                   "content_sha256": plan.recipe.content_digest()},
         "source": {"kind": plan.source.kind, "location": plan.source.location, "sha256": "0" * 64},
         "patches": [{"file": p.name, "sha256": p.sha256(), "versions": str(p.versions)} for p in plan.patches],
         "cuda": str(plan.cuda), "archs": [str(a) for a in plan.target.archs], "toolchain": toolkit.record(),

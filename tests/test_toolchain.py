@@ -213,6 +213,7 @@ def host_cuda13() -> CudaToolkit | None:
         return None
 
 
+@pytest.mark.e2e  # compiles with the real nvcc
 @pytest.mark.skipif(host_cuda13() is None, reason="no host CUDA 13.0 nvcc")
 def test_the_builders_nvcc_flags_make_a_template_only_translation_unit_compile_to_the_same_bytes(
         tmp_path: Path) -> None:
@@ -257,6 +258,7 @@ template __global__ void smooth<16, double>(const double*, double*, long);
 """
 
 
+@pytest.mark.e2e  # compiles with the real nvcc
 @pytest.mark.skipif(host_cuda13() is None, reason="no host CUDA 13.0 nvcc")
 def test_ptxas_split_compilation_gives_the_same_kernels_and_writes_its_thread_count_into_the_cubin(
         tmp_path: Path) -> None:

@@ -236,7 +236,8 @@ def buildable_here(plan: Plan, settings: Settings) -> str:
         return f"no: {e.message}"
     if not plan.recipe.kind.is_cuda:
         return "yes: pure Python, no CUDA compiler needed"
-    return probe_build_here(plan.target.toolchain, plan.cuda, settings, os.environ).text()
+    return probe_build_here(plan.target.toolchain, plan.cuda, settings, os.environ,
+                            components=plan.recipe.cuda_components).text()
 
 
 def _print_plan(rows: list[tuple[str, str]]) -> None:

@@ -95,7 +95,8 @@ class TestReport:
 @dataclass(frozen=True, kw_only=True)
 class FileDigest:
     file: str
-    sha256: str
+    sha256: str  # the file's bytes (provenance)
+    content_sha256: str = ""  # its parsed content (model/recipe.py content_digest): what the cache key covers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,7 +181,7 @@ class BuildRecord:
         out: dict[str, Any] = dict(self.extra)
         out.update(
             builder_version=self.builder_version, cache_key=self.cache_key, package=self.package,
-            version=self.version, recipe=_plain(self.recipe), source=_plain(self.source),
+            version=self.version, recipe=_recipe_json(self.recipe), source=_plain(self.source),
             patches=[_plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
             toolchain=dict(self.toolchain),
             host_compiler=None if self.host_compiler is None else dict(self.host_compiler),
@@ -202,7 +203,8 @@ class BuildRecord:
         return cls(
             builder_version=str(data.get("builder_version") or ""), cache_key=str(data.get("cache_key") or ""),
             package=str(data.get("package") or ""), version=str(data.get("version") or ""),
-            recipe=FileDigest(file=str(recipe.get("file", "")), sha256=str(recipe.get("sha256", "")))
+            recipe=FileDigest(file=str(recipe.get("file", "")), sha256=str(recipe.get("sha256", "")),
+                              content_sha256=str(recipe.get("content_sha256", "")))
             if isinstance(recipe, Mapping) else None,
             source=SourceDigest(kind=str(source.get("kind", "")), location=str(source.get("location", "")),
                                 sha256=source.get("sha256")) if isinstance(source, Mapping) else None,
@@ -238,6 +240,14 @@ def _as_read(record: Any, out: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items()
             if k in record.read_keys or k not in {f.name for f in dataclasses.fields(record)}
             or getattr(record, k) != getattr(default, k)}
+
+
+def _recipe_json(recipe: FileDigest | None) -> dict[str, str] | None:
+    """The recipe's digests; records written before the content digest existed are written back as they were."""
+    plain = _plain(recipe)
+    if plain is not None and not plain["content_sha256"]:
+        del plain["content_sha256"]
+    return plain
 
 
 def _plain(value: Any) -> Any:

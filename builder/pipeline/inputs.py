@@ -29,7 +29,7 @@ from builder.stages.patch import check_patches
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv, python_for
 from builder.stages.resolve import SourceRef
-from builder.stages.source import fetch
+from builder.stages.source import describe_source_digest, fetch
 from builder.toolchain import CudaToolkit, select_toolkit
 from builder.toolchain.base import BuildHost
 from builder.toolchain.local import LOCAL
@@ -78,7 +78,8 @@ class InputsMemo:
     with the memo). ``check``: the farm's up-front check (no container, no patch dry run: see the module)."""
 
     check: bool = False
-    hosts: dict[tuple[str, str], BuildHost | None] = field(default_factory=dict)  # (toolchain, CUDA); None: failed
+    hosts: dict[tuple[str, str, tuple[str, ...]], BuildHost | None] = field(default_factory=dict)  # (toolchain, CUDA,
+    # the recipe's CUDA components); None: failed
     containers: dict[str, bool] = field(default_factory=dict)  # per toolchain name: may it pick a container here?
     sources: dict[SourceRef, tuple[Path, str]] = field(default_factory=dict)
     pythons: dict[PythonKey, tuple[PythonEnv, Path]] = field(default_factory=dict)
@@ -135,7 +136,7 @@ def _host(plan: Plan, settings: Settings, environ: Mapping[str, str], memo: Inpu
     """Where the build runs: this machine for pure Python, else the selected toolchain's host."""
     if not plan.recipe.kind.is_cuda:
         return LOCAL  # without a CUDA toolkit
-    key = (plan.target.toolchain, str(plan.cuda))
+    key = (plan.target.toolchain, str(plan.cuda), plan.recipe.cuda_components)
     if key in memo.hosts:
         known = memo.hosts[key]
         if known is None:
@@ -146,7 +147,8 @@ def _host(plan: Plan, settings: Settings, environ: Mapping[str, str], memo: Inpu
         raise Undecided  # its toolkit and Python live in an image that would have to be opened
     log.step("toolchain")
     with timed(timings, "toolchain"):
-        choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ)
+        choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ,
+                                components=plan.recipe.cuda_components)
     assert choice.host is not None and choice.toolkit is not None
     memo.hosts[key] = choice.host
     log.info(f"toolchain: {choice.toolkit.describe()} — {choice.toolkit.reason}")
@@ -166,7 +168,7 @@ def _source(plan: Plan, settings: Settings, memo: InputsMemo, timings: dict[str,
         log.step("source")
         with timed(timings, "source"):
             path, digest = memo.sources[plan.source] = fetch(plan.source, settings)
-        log.info(f"source: {path.name} sha256 {digest}")
+        log.info(f"source: {path.name} {describe_source_digest(plan.source.kind, digest)}")
     path, digest = memo.sources[plan.source]
     if not memo.check:
         check_patches(path, plan.patches, plan.recipe.name, plan.version, settings.cache("builds"))
@@ -198,10 +200,10 @@ def _compiler(plan: Plan, environ: Mapping[str, str], host: BuildHost, memo: Inp
 
 def _known_digest(ref: SourceRef) -> str | Unknown:
     """The source's digest without fetching: a local path's (as ``fetch`` computes it), else the recorded sha256;
-    a git source's commit is known only after cloning."""
+    a git source's pinned commit (an unpinned one is known only after cloning)."""
     if ref.kind == "path":
         path = Path(ref.location)
         return tree_digest(path) if path.is_dir() else sha256_file(path)
     if ref.kind == "git":
-        return UNKNOWN
+        return ref.commit or UNKNOWN  # a pinned commit is what the clone is checked against
     return ref.sha256 or UNKNOWN

@@ -214,7 +214,8 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
     drop = plan.recipe.runtime_drop  # absent otherwise, so records (and wheels) of other recipes stay as they were
     return BuildRecord(
         builder_version=__version__, cache_key=key, package=plan.recipe.name, version=plan.version,
-        recipe=FileDigest(file=plan.recipe.file.name, sha256=plan.recipe.sha256()),
+        recipe=FileDigest(file=plan.recipe.file.name, sha256=plan.recipe.sha256(),
+                          content_sha256=plan.recipe.content_digest()),
         source=SourceDigest(kind=plan.source.kind, location=plan.source.location, sha256=source_digest),
         patches=tuple(PatchDigest(file=p.name, sha256=p.sha256(), versions=str(p.versions)) for p in plan.patches),
         cuda=str(plan.cuda), archs=tuple(str(a) for a in plan.target.archs) if toolkit else (),

@@ -44,7 +44,7 @@ UNKNOWN = Unknown.UNKNOWN
 # the builder adds to every nvcc call (CudaToolkit.nvcc_flags; absent in records of builds that added none).
 TOOLKIT_KEY_FIELDS = ("kind", "nvcc", "image", "nvcc_flags")
 # Inputs that build records do not carry because another recorded input covers them: the recipe's build env is
-# in the recipe file, whose sha256 is recorded.
+# in the recipe, whose content digest is recorded.
 COVERED_BY: Mapping[str, str] = {"env": "recipe"}
 
 Pairs = tuple[tuple[str, str], ...]
@@ -55,7 +55,7 @@ class TargetInputs:
     """Everything that can change a target's wheel; equal inputs mean nothing needs building."""
 
     builder: str
-    recipe: str  # the recipe file's sha256
+    recipe: str  # the recipe's content digest (its parsed TOML: comments and layout do not count)
     patches: tuple[tuple[str, str], ...]  # (file name, sha256) in apply order
     source: str | Unknown  # sha256 of the archive or tree; UNKNOWN for a git source before it is cloned
     toolkit: Pairs | Unknown  # TOOLKIT_KEY_FIELDS of the toolkit's record; () for pure Python
@@ -144,12 +144,12 @@ def target_inputs(
 
 def recorded_inputs(record: BuildRecord) -> TargetInputs:
     """The inputs a build record (in a wheel, or records/*.json, also those written before this type) names.
-    A field the record does not carry is UNKNOWN: the recipe's build env (its sha256 covers it), and any input
+    A field the record does not carry is UNKNOWN: the recipe's build env (its content digest covers it), and any input
     newer than the record (``agrees`` then says the record was built from other inputs)."""
     pure = not record.archs and str(record.toolchain.get("kind", "")).startswith("none")
     known: dict[str, Any] = {
         "builder": record.builder_version,
-        "recipe": record.recipe.sha256 if record.recipe else "",
+        "recipe": record.recipe.content_sha256 if record.recipe else "",
         "patches": tuple((p.file, p.sha256) for p in record.patches),
         "source": (record.source.sha256 if record.source else None) or "",
         "toolkit": () if pure else _pairs({k: v for k, v in record.toolchain.items() if k in TOOLKIT_KEY_FIELDS}),

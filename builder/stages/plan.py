@@ -89,8 +89,7 @@ class Plan:
         torch = self.torch or f"from {self.target.python}"
         rows = [
             ("package", f"{self.recipe.name} {self.version} ({self.recipe.kind})"),
-            ("source", f"{self.source.kind}: {self.source.location}"
-             + (f" sha256 {self.source.sha256[:16]}…" if self.source.sha256 else "")),
+            ("source", self.source.describe()),
             ("patches", ", ".join(p.name for p in self.patches) or "none"),
             ("cuda", str(self.cuda)),
             ("archs", format_arch_list(self.target.archs) + f"  (TORCH_CUDA_ARCH_LIST={torch_arch_list(self.target.archs)})"),

@@ -6,7 +6,7 @@
   toolkit, dockerfiles/manylinux-cuda-*.Dockerfile) with docker or podman (``CIBW_CONTAINER_ENGINE``).
 - The container has no network (``create_args: --network=none``): cibuildwheel passes create_args to
   ``<engine> create`` as they are, and the setting holds for the container's whole life, so the pinned torch and
-  the build requirements are fetched first, on the host, into ``<cache>/wheels`` (``pip download``; files already
+  the build requirements are fetched first, on the host, into ``<cache>/downloads`` (``pip download``; files already
   there are not fetched again). The cache folder is bind-mounted at the same path; ``CIBW_BEFORE_BUILD`` installs
   from it with ``uv pip install --offline --no-index --find-links`` and keeps uv's unpacked copies in
   ``<cache>/uv``, so a second build neither downloads nor unzips torch again.
@@ -71,7 +71,7 @@ class TorchCache:
 
     @property
     def wheels_dir(self) -> Path:
-        return self.cache_dir / "wheels"
+        return self.cache_dir / "downloads"
 
     @property
     def uv_cache(self) -> Path:
@@ -81,7 +81,7 @@ class TorchCache:
 @dataclass(frozen=True, kw_only=True)
 class CibwRequest(TorchCache):
     """Everything one cibuildwheel build needs (the TorchCache's fields: python "3.11", the exact torch pin, its
-    index URL, the host folder for wheels/ and uv/, mounted read-write); paths are host paths."""
+    index URL, the host folder for downloads/ and uv/, mounted read-write); paths are host paths."""
 
     source_dir: Path  # the patched source tree (cibuildwheel copies it into the container's /project)
     image: str  # a manylinux-layout CUDA image already on the engine (cibuildwheel pulls only a missing one)
@@ -131,7 +131,7 @@ def _torch_index_args(req: CibwRequest | TorchCache) -> list[str]:
 
 
 def prefetch_argv(req: CibwRequest | TorchCache) -> list[str]:
-    """``pip download`` of torch and the build requirements for the image's CPython into ``<cache>/wheels``."""
+    """``pip download`` of torch and the build requirements for the image's CPython into ``<cache>/downloads``."""
     major, minor = req.python.split(".")[:2]
     return [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
             "--dest", str(req.wheels_dir), "--only-binary=:all:", "--implementation", "cp",

@@ -523,6 +523,7 @@ def test_harness_passes_a_correct_backend() -> None:
         assert r.checks and r.max_abs_err is not None and r.atol > 0
 
 
+@pytest.mark.heavy  # about 20 s of CPU: the integration tier
 def test_harness_passes_a_correct_backend_at_full_size_quick_design() -> None:
     results = _run(fake_api(), kt.build_cases(quick=True))
     bad = {n: r.detail for n, r in results.items() if r.status != "passed"}
