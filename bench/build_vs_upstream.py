@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION, TORCH, PYTHON = "1.7.0", "2.14.1", "3.12"
@@ -47,7 +47,7 @@ UPSTREAM = {  # package → (the env var that makes its setup.py compile instead
 }
 
 
-def run(argv: List[str], env: Optional[Dict[str, str]] = None, log: Optional[Path] = None) -> Dict[str, Any]:
+def run(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> dict[str, Any]:
     """Run argv, return wall seconds and peak RSS of the largest child (GNU time), output into log."""
     timed = ["/usr/bin/time", "-f", "TIME %e %M", *argv]
     start = time.monotonic()
@@ -74,7 +74,7 @@ def sdist(cache: Path) -> Path:
     return found[0]
 
 
-def wheel_archs(wheel: Path) -> List[str]:
+def wheel_archs(wheel: Path) -> list[str]:
     """SASS archs in the wheel's extension (cuobjdump through the builder's inspect stage)."""
     out = subprocess.run([sys.executable, "-m", "builder", "inspect", str(wheel)], capture_output=True, text=True,
                          cwd=ROOT)
@@ -104,7 +104,7 @@ def recipes_for(variant: str, work: Path) -> Path:
     return root / "recipes"
 
 
-def bench_builder(work: Path, arch: str, jobs: int, variant: str = "defaults") -> Dict[str, Any]:
+def bench_builder(work: Path, arch: str, jobs: int, variant: str = "defaults") -> dict[str, Any]:
     cache, house = work / f"builder-cache-{variant}", work / f"wh-{variant}"
     env = dict(os.environ, BUILDER_CACHE_DIR=str(cache))
     argv = [sys.executable, "-m", "builder", "build", PACKAGE, "--version", VERSION, "--cuda", "13.0",
@@ -117,7 +117,7 @@ def bench_builder(work: Path, arch: str, jobs: int, variant: str = "defaults") -
             "archs": wheel_archs(wheel), "sdist": str(sdist(cache))}
 
 
-def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
+def bench_upstream(work: Path, source: Path, jobs: int) -> dict[str, Any]:
     from builder.core.uvtool import uv_bin
     from builder.stages.pyenv import find_interpreter
 
@@ -137,7 +137,7 @@ def bench_upstream(work: Path, source: Path, jobs: int) -> Dict[str, Any]:
             "archs": sorted(set(re.findall(r"sm_\d+[af]?", (work / "upstream.log").read_text())))}
 
 
-def same_code_as(work: Path, a: str, b: str) -> Optional[bool]:
+def same_code_as(work: Path, a: str, b: str) -> bool | None:
     """Whether two variants' wheels hold the same GPU code (bench/compile_profile.py same-code; None: no cuobjdump
     on this machine: PATH, /usr/local/cuda*, the builder's user cache)."""
     from builder.core.settings import Settings
@@ -154,14 +154,14 @@ def same_code_as(work: Path, a: str, b: str) -> Optional[bool]:
     return out.returncode == 0
 
 
-def machine() -> Dict[str, Any]:
+def machine() -> dict[str, Any]:
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return {"host": platform.node(), "cores": os.cpu_count(), "memory_gib": round(mem / 2**30, 1),
             "nvcc": nvcc[-1] if nvcc else None, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     global PACKAGE, VERSION, TORCH
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, help="the report (JSON); required unless --write-recipes")
@@ -188,7 +188,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from builder.core.settings import default_jobs
 
     jobs = default_jobs()
-    report: Dict[str, Any] = {"machine": machine(), "jobs": jobs, "version": VERSION, "torch": TORCH}
+    report: dict[str, Any] = {"machine": machine(), "jobs": jobs, "version": VERSION, "torch": TORCH}
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
         work = Path(tmp)
         print(f"builder: cold build for sm_{args.arch} (MAX_JOBS={jobs}) ...", flush=True)

@@ -23,14 +23,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["build", "causal-conv1d", "--version", "1.7.0", "--cuda", "13.0", "--arch", "120", "--torch", "2.14.1",
         "--python", "3.12", "--toolchain", "host", "--no-kernel-tests"]
 
 
-def build(extra: List[str], env: Dict[str, str], house: Path) -> Dict[str, Any]:
+def build(extra: list[str], env: dict[str, str], house: Path) -> dict[str, Any]:
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "builder", *ARGS, *extra, "--wheelhouse", str(house)],
                           capture_output=True, text=True, env=env, cwd=ROOT)
@@ -57,13 +57,13 @@ def compress_recipes(base: Path) -> Path:
     return base / "recipes"
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--parts", default="cold,rebuild,compress", help="comma-separated subset")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
-    report: Dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     report.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), cores=os.cpu_count())
     with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
         base = Path(tmp)

@@ -29,14 +29,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FARM = ROOT / "tests" / "fixtures" / "farm-demo.toml"
 FIXTURE_RECIPES = ROOT / "tests" / "fixtures" / "recipes"
 
 
-def builder(*args: str, env: Dict[str, str]) -> Dict[str, Any]:
+def builder(*args: str, env: dict[str, str]) -> dict[str, Any]:
     """Run the builder CLI; wall seconds and its stderr (which carries its progress)."""
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "builder", *args], capture_output=True, text=True, env=env,
@@ -47,7 +47,7 @@ def builder(*args: str, env: Dict[str, str]) -> Dict[str, Any]:
     return {"wall_s": wall, "stderr": proc.stderr}
 
 
-def spread(values: List[float]) -> Dict[str, Any]:
+def spread(values: list[float]) -> dict[str, Any]:
     return {"median_s": round(statistics.median(values), 2), "min_s": round(min(values), 2),
             "max_s": round(max(values), 2), "runs": [round(v, 2) for v in values]}
 
@@ -66,7 +66,7 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def bench_farm(env: Dict[str, str], repeats: int) -> Dict[str, Any]:
+def bench_farm(env: dict[str, str], repeats: int) -> dict[str, Any]:
     args = ("farm", "--file", str(FARM), "--parallel", "2")
     first = builder(*args, env=env)
     again = [builder(*args, env=env)["wall_s"] for _ in range(repeats)]
@@ -75,7 +75,7 @@ def bench_farm(env: Dict[str, str], repeats: int) -> Dict[str, Any]:
             "unchanged": spread(again)}
 
 
-def tinyext_args(house: Path) -> List[str]:
+def tinyext_args(house: Path) -> list[str]:
     sys.path.insert(0, str(ROOT))
     from tests.conftest import LOCAL_TORCH_INDEX
 
@@ -84,7 +84,7 @@ def tinyext_args(house: Path) -> List[str]:
             "--wheelhouse", str(house)]
 
 
-def bench_target(env: Dict[str, str], house: Path, repeats: int) -> Dict[str, Any]:
+def bench_target(env: dict[str, str], house: Path, repeats: int) -> dict[str, Any]:
     args = tinyext_args(house)
     first = builder(*args, env=env)
     again = [builder(*args, env=env) for _ in range(repeats)]
@@ -97,7 +97,7 @@ def bench_target(env: Dict[str, str], house: Path, repeats: int) -> Dict[str, An
             "ccache_hits_misses": [int(x) for x in hits[-1]] if hits else None}
 
 
-def bench_provision(env: Dict[str, str], repeats: int) -> Dict[str, Any]:
+def bench_provision(env: dict[str, str], repeats: int) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from packaging.version import Version
 
@@ -123,7 +123,7 @@ def bench_provision(env: Dict[str, str], repeats: int) -> Dict[str, Any]:
                 "cached": spread(cached)}
 
 
-def bench_install(house: Path, repeats: int) -> Dict[str, Any]:
+def bench_install(house: Path, repeats: int) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from builder.core.uvtool import uv_bin
     from tests.conftest import LOCAL_TORCH_INDEX
@@ -143,13 +143,13 @@ def bench_install(house: Path, repeats: int) -> Dict[str, Any]:
     return {"uv_install": spread(times)}
 
 
-def machine() -> Dict[str, Any]:
+def machine() -> dict[str, Any]:
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return {"host": platform.node(), "cores": os.cpu_count(), "memory_gib": round(mem / 2**30, 1),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=5)
@@ -159,7 +159,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parts = set(args.parts.split(","))
     if args.skip_provision:
         parts.discard("provision")
-    report: Dict[str, Any] = {"machine": machine(), "repeats": args.repeats}
+    report: dict[str, Any] = {"machine": machine(), "repeats": args.repeats}
     if args.out.exists():  # parts run separately land in one file
         report = {**json.loads(args.out.read_text()), **report}
     with tempfile.TemporaryDirectory(prefix="bench-steps-") as tmp:

@@ -25,8 +25,9 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +51,7 @@ def cuda_ms(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in pairs)
 
 
-def repeated(fn: Callable[[], Any], repeats: int, iters: int) -> Dict[str, float]:
+def repeated(fn: Callable[[], Any], repeats: int, iters: int) -> dict[str, float]:
     """Median and spread of per-run medians."""
     runs = [cuda_ms(fn, iters) for _ in range(repeats)]
     return {"ms": statistics.median(runs), "min_ms": min(runs), "max_ms": max(runs)}
@@ -66,11 +67,11 @@ def peak_bytes(fn: Callable[[], Any]) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def nbytes(*tensors: Optional[torch.Tensor]) -> int:
+def nbytes(*tensors: torch.Tensor | None) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
-def copy_bandwidth(repeats: int) -> Dict[str, float]:
+def copy_bandwidth(repeats: int) -> dict[str, float]:
     """Device-to-device copy of 1 GiB: GB/s counting the read and the write."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
@@ -81,7 +82,7 @@ def copy_bandwidth(repeats: int) -> Dict[str, float]:
 # --------------------------------------------------------------------------- the ops
 
 
-def conv_prefill(batch: int, seqlen: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
+def conv_prefill(batch: int, seqlen: int) -> tuple[Callable[[], Any], Callable[[], Any], int]:
     from causal_conv1d import causal_conv1d_fn
 
     x = torch.randn(batch, CONV_DIM, seqlen, device="cuda", dtype=DTYPE)
@@ -96,8 +97,8 @@ def conv_prefill(batch: int, seqlen: int) -> Tuple[Callable[[], Any], Callable[[
     return kernel, fallback, nbytes(x, w, x)
 
 
-def torch_causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
-                               activation: Optional[str]) -> torch.Tensor:
+def torch_causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                               activation: str | None) -> torch.Tensor:
     """transformers' decode fallback for Qwen3-Next (torch_causal_conv1d_update; not importable by that name from
     every transformers release, so written out): append, keep the last `width` columns, depthwise conv, SiLU."""
     seq_len, state_len = x.shape[-1], state.shape[-1]
@@ -107,7 +108,7 @@ def torch_causal_conv1d_update(x: torch.Tensor, state: torch.Tensor, w: torch.Te
     return (F.silu(out) if activation == "silu" else out).to(x.dtype)
 
 
-def conv_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
+def conv_decode(batch: int) -> tuple[Callable[[], Any], Callable[[], Any], int]:
     from causal_conv1d import causal_conv1d_update
 
     x = torch.randn(batch, CONV_DIM, device="cuda", dtype=DTYPE)
@@ -123,7 +124,7 @@ def conv_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
     return kernel, fallback, nbytes(x, w, x) + 2 * nbytes(state)
 
 
-def _gdr_inputs(batch: int, seqlen: int, with_state: bool) -> Dict[str, Optional[torch.Tensor]]:
+def _gdr_inputs(batch: int, seqlen: int, with_state: bool) -> dict[str, torch.Tensor | None]:
     def rnd(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device="cuda", dtype=DTYPE)
 
@@ -147,7 +148,7 @@ def torch_path(fn: Callable[..., Any]) -> Callable[..., Any]:
     return body
 
 
-def hopper_refusal() -> Optional[str]:
+def hopper_refusal() -> str | None:
     """fla-core >= 0.5.2 refuses the gated chunk backward on Hopper with Triton 3.4-3.7.0 (upstream #640); on the
     H200 that call has also been followed by an illegal memory access, so it is not attempted there."""
     import triton
@@ -158,7 +159,7 @@ def hopper_refusal() -> Optional[str]:
     return None
 
 
-def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
+def gdr_chunk(batch: int, seqlen: int, backward: bool) -> tuple[Callable[[], Any], Callable[[], Any], int]:
     if backward and hopper_refusal():
         raise RuntimeError(hopper_refusal())
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -188,7 +189,7 @@ def gdr_chunk(batch: int, seqlen: int, backward: bool) -> Tuple[Callable[[], Any
         (2 * io if backward else io)
 
 
-def gdr_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
+def gdr_decode(batch: int) -> tuple[Callable[[], Any], Callable[[], Any], int]:
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
     from transformers.models.qwen3_next.modeling_qwen3_next import torch_recurrent_gated_delta_rule as wrapped
 
@@ -208,7 +209,7 @@ def gdr_decode(batch: int) -> Tuple[Callable[[], Any], Callable[[], Any], int]:
     return kernel, fallback, nbytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["v"]) + 2 * nbytes(x["h0"])
 
 
-ROWS: List[Tuple[str, str, Callable[[], Tuple[Callable[[], Any], Callable[[], Any], int]]]] = [
+ROWS: list[tuple[str, str, Callable[[], tuple[Callable[[], Any], Callable[[], Any], int]]]] = [
     ("causal-conv1d", "prefill fwd B1 L4096 D8192 W4 silu", lambda: conv_prefill(1, 4096)),
     ("causal-conv1d", "prefill fwd B8 L4096 D8192 W4 silu", lambda: conv_prefill(8, 4096)),
     ("causal-conv1d", "decode update B64 D8192 W4 silu", lambda: conv_decode(64)),
@@ -219,8 +220,8 @@ ROWS: List[Tuple[str, str, Callable[[], Tuple[Callable[[], Any], Callable[[], An
 ]
 
 
-def measure(name: str, make: Callable[[], Tuple[Callable[[], Any], Callable[[], Any], int]], repeats: int,
-            copy_gbps: float) -> Dict[str, Any]:
+def measure(name: str, make: Callable[[], tuple[Callable[[], Any], Callable[[], Any], int]], repeats: int,
+            copy_gbps: float) -> dict[str, Any]:
     """One row: kernel and fallback time, speedup, bandwidth, peak memory; an error is recorded, not raised."""
     try:
         kernel, fallback, io_bytes = make()
@@ -240,7 +241,7 @@ def measure(name: str, make: Callable[[], Tuple[Callable[[], Any], Callable[[], 
             pass
 
 
-def versions() -> Dict[str, Optional[str]]:
+def versions() -> dict[str, str | None]:
     import importlib.metadata as md
 
     found = {}
@@ -252,7 +253,7 @@ def versions() -> Dict[str, Optional[str]]:
     return found
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=5)
@@ -263,7 +264,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 3
     torch.manual_seed(0)
     copy = copy_bandwidth(args.repeats)
-    report: Dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "gpu": torch.cuda.get_device_name(0), "host": platform.node(),
                               "versions": versions(), "repeats": args.repeats, "copy": copy, "rows": []}
     print(f"copy bandwidth: {copy['gbps']:.0f} GB/s ({report['gpu']})", flush=True)

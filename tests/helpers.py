@@ -37,7 +37,7 @@ class CliResult:
 
     @property
     def error_lines(self) -> list[str]:
-        return [l for l in self.stderr.splitlines() if l.startswith("error:")]
+        return [line for line in self.stderr.splitlines() if line.startswith("error:")]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: int = 1800) -> CliResult:

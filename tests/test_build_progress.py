@@ -98,7 +98,7 @@ def test_progress_reports_only_step_changes() -> None:
     progress = CompileProgress(seen.append)
     for line in REAL_LINES + REAL_LINES[4:6]:  # nvcc's warnings and ptxas chatter after a step change nothing
         progress(line)
-    assert seen == [s for s in (compile_step(l) for l in REAL_LINES) if s]
+    assert seen == [s for s in (compile_step(line) for line in REAL_LINES) if s]
 
 
 def test_a_failed_unit_is_shown_when_it_fails_and_not_named_as_the_step_after() -> None:
@@ -205,7 +205,7 @@ def test_ci_log_gets_a_line_per_step_and_a_heartbeat_while_silent(capsys) -> Non
     lines = capsys.readouterr().err.splitlines()
     assert lines[:3] == ["demo-1.0: compiling", "demo-1.0: compiling: [1/2] nvcc a.cu (0s)",
                          "demo-1.0: compiling: [2/2] nvcc b.cu (0s)"], lines
-    beats = [l for l in lines[3:] if re.fullmatch(r"demo-1\.0: compiling: \[2/2\] nvcc b\.cu \([12]s\)", l)]
+    beats = [x for x in lines[3:] if re.fullmatch(r"demo-1\.0: compiling: \[2/2\] nvcc b\.cu \([12]s\)", x)]
     assert beats, lines
 
 

@@ -5,6 +5,7 @@ No compiling and no network here: recipes are local fixtures, PyPI release lists
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def test_good_farm_loads_with_defaults_and_overrides(tree: Path) -> None:
     assert [str(c) for c in demo.cuda] == ["12.8", "13.0"] and demo.cuda[0] == CudaVersion((12, 8))
     assert pure.python == (PythonSpec("3.12"),) and pure.versions == ("0.2",)
     assert farm.excludes[1].arch == parse_arch_list("90,120+ptx")  # "120+ptx,90" normalised the same way
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         demo.name = "x"  # type: ignore[misc]  (frozen)
 
 

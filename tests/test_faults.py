@@ -106,7 +106,7 @@ def test_full_disk_during_publish(tmp_path: Path) -> None:
 
 
 class _SlowHandler(http.server.SimpleHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:
         data = Path(self.server.payload).read_bytes()  # type: ignore[attr-defined]
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))

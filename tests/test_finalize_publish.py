@@ -63,7 +63,7 @@ def test_finalize_drops_build_time_requirements(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, metadata=upstream)
     out = finalize_wheel(wheel, tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"], build_record=BuildRecord(),
                          drop=("ninja", "packaging"))
-    requires = [l for l in read_metadata(out).splitlines() if l.startswith("Requires-Dist:")]
+    requires = [x for x in read_metadata(out).splitlines() if x.startswith("Requires-Dist:")]
     assert requires == ['Requires-Dist: torch>=2; extra == "dev"', "Requires-Dist: einops",
                         "Requires-Dist: torch==2.14.1"], requires
     kept = finalize_wheel(wheel, tmp_path / "kept", label="cu130torch2.14", pins=[], build_record=BuildRecord())

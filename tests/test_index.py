@@ -69,11 +69,11 @@ class Anchors(html.parser.HTMLParser):
         self.anchors: list[tuple[dict[str, str], str]] = []
         self._open: dict[str, str] | None = None
 
-    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+    def handle_starttag(self, tag, attrs):
         if tag == "a":
             self._open = {k: v or "" for k, v in attrs}
 
-    def handle_data(self, data):  # noqa: ANN001
+    def handle_data(self, data):
         if self._open is not None:
             self.anchors.append((self._open, data))
             self._open = None

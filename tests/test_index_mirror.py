@@ -86,7 +86,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
         proc.wait(timeout=10)
 
 
-def pull(url: str, into: Path, *extra: str):  # noqa: ANN201 (a CliResult)
+def pull(url: str, into: Path, *extra: str):
     return run_cli("index", "pull", url, "--wheelhouse", str(into), *extra, timeout=300)
 
 

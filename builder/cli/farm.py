@@ -99,7 +99,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         return 0
     table = Table("package", "version", "cuda", "arch", "python", "torch", "toolchain", "GPU runner",
                   title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
-    for target, row in zip(targets, matrix["include"]):
+    for target, row in zip(targets, matrix["include"], strict=True):
         table.add_row(row["package"], row["version"], row["cuda"],
                       row["arch"] if target.kind.is_cuda else "(any)", row["python"], row["torch"],
                       target.toolchain, row["runner"])
@@ -337,7 +337,7 @@ def _stage(log_file: Path) -> str:
 def _summary_table(targets: list, results: list[Any]) -> Table:
     table = Table(Column("target", overflow="fold"), "status", "time", "compile",
                   Column("wheel / error", overflow="fold"), title="farm summary")
-    for t, r in zip(targets, results):
+    for t, r in zip(targets, results, strict=True):
         status = r.status
         detail = Path(r.wheel).name if r.wheel and status != "failed" else (r.error or "")
         build = r.timings.get("build")

@@ -463,7 +463,7 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
     todo = {v: w for v, w in by_version.items()
             if str(Version(v).public) not in known or cuda_from_label(v) is not None}
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        fresh = dict(zip(todo, pool.map(lambda item: classify(item[0], item[1], now), todo.items())))
+        fresh = dict(zip(todo, pool.map(lambda item: classify(item[0], item[1], now), todo.items()), strict=True))
     releases: dict[str, Release] = {}
     for version, wheels in by_version.items():
         public = str(Version(version).public)

@@ -29,8 +29,8 @@ def run_target(farm_target: FarmTarget, settings: Settings, options: BuildOption
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     log.console = Console(file=sys.stderr, highlight=False, soft_wrap=True, no_color=True, width=200,
                           force_terminal=False)
     log.quiet = False

@@ -88,14 +88,14 @@ class IndexHandler(SimpleHTTPRequestHandler):
         self.log_stream = log_stream
         super().__init__(*args, **kwargs)
 
-    def send_head(self):  # noqa: ANN201 (the base class's contract: a file object or None)
+    def send_head(self):
         try:
             return self._send_head()
         except (OSError, ValueError, RuntimeError) as e:  # an odd path the checks below did not foresee
             self.send_error(HTTPStatus.BAD_REQUEST, "Bad Request", f"cannot serve this path ({type(e).__name__})")
             return None
 
-    def _send_head(self):  # noqa: ANN202
+    def _send_head(self):
         """Every request gets an answer: 414 for an over-long path or segment, 400 for a NUL byte, 404 for a
         dot-file or anything that resolves (through symlinks) outside the wheelhouse."""
         parsed = urllib.parse.urlsplit(self.path)
@@ -143,9 +143,9 @@ class IndexHandler(SimpleHTTPRequestHandler):
             return False
         return not any(p.startswith(".") for p in resolved.relative_to(root).parts)
 
-    def _send_file(self, path: Path, content_type: str):  # noqa: ANN202
+    def _send_file(self, path: Path, content_type: str):
         try:
-            f = open(path, "rb")  # noqa: SIM115 (the base class closes it after copying)
+            f = open(path, "rb")
         except OSError:
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
@@ -179,7 +179,7 @@ class IndexHandler(SimpleHTTPRequestHandler):
         self.end_headers()
         return True
 
-    def list_directory(self, path):  # noqa: ANN001, ANN201
+    def list_directory(self, path):
         """Folder listings without dot-files (the lock, temp files of a publish in progress)."""
         try:
             names = sorted(n for n in os.listdir(path) if not n.startswith(".")
@@ -202,7 +202,7 @@ class IndexHandler(SimpleHTTPRequestHandler):
         self.end_headers()
         return io.BytesIO(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         stream = self.log_stream or sys.stderr
         stream.write(f"{self.address_string()} - [{self.log_date_time_string()}] {format % args}\n")
         stream.flush()

@@ -151,8 +151,9 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
     if key in known:
         entry = known[key]
         return ArchSupport(tuple(entry["sass"]), tuple(entry["ptx"]), str(entry["source"]))  # type: ignore[arg-type]
-    run = lambda *args: subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60,
-                                       check=True).stdout
+    def run(*args: str) -> str:
+        return subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60, check=True).stdout
+
     version = parse_nvcc_version(run("--version"))
     sass, _ = parse_gpu_list(run("--list-gpu-code"))  # sm_XX: the SASS it can emit
     _, ptx = parse_gpu_list(run("--list-gpu-arch"))  # compute_XX: the virtual archs (PTX)

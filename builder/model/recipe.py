@@ -26,7 +26,6 @@ from builder.model.arch import KnownBad, parse_arch_list
 from builder.model.cudacomponents import CUDA_COMPONENTS
 
 
-
 class RecipeKind(StrEnum):
     """What a recipe builds: GPU code compiled per CUDA and arch, or a pure-Python wheel (any CUDA, no arch)."""
 

@@ -245,7 +245,7 @@ _COMPILER_ERROR = re.compile(r"(fatal error|error:|error #|: error|nvcc fatal)",
 
 def _summary(text: str) -> str:
     """The most telling line of a failed build log: the first compiler error, else the last error line."""
-    lines = [l.strip() for l in console_lines(text.splitlines()) if l.strip() and not l.startswith("+ ")]
+    lines = [s.strip() for s in console_lines(text.splitlines()) if s.strip() and not s.startswith("+ ")]
     for line in lines:
         if _COMPILER_ERROR.search(line) and "Traceback" not in line and not line.startswith("File "):
             return line[:300]

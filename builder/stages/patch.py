@@ -96,6 +96,6 @@ def describe_failure(output: str, hunks: dict[tuple[str, int], tuple[int, int]] 
         elif "Reversed (or previously applied) patch detected" in line:
             problems.append(f"{current}: already applied (reversed patch detected)")
     if not problems:
-        last = [l for l in output.splitlines() if l.strip()]
+        last = [line for line in output.splitlines() if line.strip()]
         problems.append(last[-1] if last else "unknown error")
     return "; ".join(dict.fromkeys(problems))

@@ -220,7 +220,7 @@ class WheelhouseReader:
                 continue
             try:
                 _, version, _, _ = parse_wheel_filename(filename)
-            except Exception:  # noqa: BLE001, S112 (a foreign, oddly named file in an index: not ours to judge)
+            except Exception:  # noqa: BLE001 (a foreign, oddly named file in an index: not ours to judge)
                 continue
             url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
             found.append(self._indexed(filename, name, version, url, entry))

@@ -232,7 +232,7 @@ def covering_rows(levels: dict[str, list[Any]], fixed: Sequence[str]) -> list[di
     counts: Counter = Counter()
     rows: list[dict[str, Any]] = []
     for combo in itertools.product(*(levels[n] for n in fixed)):
-        row = dict(zip(fixed, combo))
+        row = dict(zip(fixed, combo, strict=True))
         for k, name in enumerate(free):
             row[name] = _best_level(names, name, levels[name], row, counts, len(rows) + k)
         counts.update(pairs_of(names, row))

@@ -222,7 +222,7 @@ def test_backward_matches_conv1d_autograd(width: int, seqlen: int) -> None:
     theirs = leaves()
     x, w, b, init = theirs
     torch.autograd.backward([alt_forward(x, w, b, init, silu=True), alt_final(x, init, width)], [g, gf])
-    for a, c in zip(ours, theirs):
+    for a, c in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a.grad, c.grad, **TIGHT)
 
 
@@ -351,7 +351,7 @@ def test_full_fn_design_covers_every_pair_and_kernel_variant() -> None:
     assert len({(r["dtype"], r["width"], r["seqlen"], r["layout"]) for r in rows}) == 3 * 3 * 5 * 3 == len(rows)
     assert not _pair_coverage_gaps(rows)
     # weights in fp32 or in the (16-bit) input dtype: every pair again among 16-bit rows
-    half = [{**r, "w_is_input": c.wdtype == c.dtype} for r, c in zip(rows, cases) if c.dtype != "fp32"]
+    half = [{**r, "w_is_input": c.wdtype == c.dtype} for r, c in zip(rows, cases, strict=True) if c.dtype != "fp32"]
     assert not _pair_coverage_gaps(half)
 
 

@@ -33,9 +33,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 # kernels the wheel ships. The recipe's [test] env sets this too.
 os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 try:
     import kernel_harness as kh  # on PYTHONPATH when the builder runs the suite

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")  # test fla's Triton kernels, not optional backends
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the hub; never wait on a network
 
-import torch  # noqa: E402
+import torch
 
 try:
     import kernel_harness as kh  # on PYTHONPATH when the builder runs the check
@@ -176,7 +176,7 @@ def _inner(fn: Any) -> Any:
         return wrapped
     forward = getattr(type(fn), "forward", None)
     if isinstance(fn, torch.nn.Module) and getattr(forward, "__closure__", None):
-        cells = dict(zip(forward.__code__.co_freevars, (c.cell_contents for c in forward.__closure__)))
+        cells = dict(zip(forward.__code__.co_freevars, (c.cell_contents for c in forward.__closure__), strict=True))
         return cells.get("func")
     return None
 
@@ -189,7 +189,7 @@ def _fallback_wrapper(fn: Any) -> Tuple[Dict[str, Any], Any]:
             break
         code = getattr(fn, "__code__", None)
         if code is not None and getattr(fn, "__closure__", None):
-            cells = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__)))
+            cells = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__), strict=True))
             if "implementation" in cells:
                 return cells, fn
         fn = _inner(fn)
@@ -241,9 +241,9 @@ def forced_fallback(mq: Any, model: Any) -> Iterator[List[str]]:
 
     try:
         if hasattr(mq, "is_fast_path_available"):  # <= 5.14: the layers hold the functions
-            torch_norm = getattr(mq, "Qwen3NextRMSNormGated")
+            torch_norm = mq.Qwen3NextRMSNormGated
             for layer in gdn_layers(model):
-                for name, (_, layer_attr, torch_name) in FLAG_STYLE.items():
+                for _, layer_attr, torch_name in FLAG_STYLE.values():
                     if hasattr(layer, layer_attr):
                         swap(layer, layer_attr, getattr(mq, torch_name) if torch_name else None)
                         switched.append(f"{type(layer).__name__}.{layer_attr}")
@@ -254,7 +254,7 @@ def forced_fallback(mq: Any, model: Any) -> Iterator[List[str]]:
                     swap(layer, "norm", replacement.to(device=norm.weight.device, dtype=norm.weight.dtype))
                     switched.append(f"{type(layer).__name__}.norm ({type(norm).__name__} -> {torch_norm.__name__})")
         else:  # >= 5.15: module-level wrappers; the torch function is the one they wrap
-            for name, module_attr in HUB_STYLE_NAMES.items():
+            for module_attr in HUB_STYLE_NAMES.values():
                 cells, wrapper = _fallback_wrapper(getattr(mq, module_attr, None))
                 torch_fn = cells.get("torch_function") or getattr(wrapper, "__wrapped__", None)
                 if torch_fn is not None:
@@ -314,7 +314,7 @@ def run_model(model: Any, input_ids: torch.Tensor, decode_ids: torch.Tensor, spi
 def run_layers(model: Any, layer_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
     """Each linear-attention layer on its own, no cache: the same hidden states in, its output out."""
     with torch.no_grad():
-        return [layer(x).detach().float().clone() for layer, x in zip(gdn_layers(model), layer_inputs)]
+        return [layer(x).detach().float().clone() for layer, x in zip(gdn_layers(model), layer_inputs, strict=False)]
 
 
 @dataclass
@@ -441,13 +441,13 @@ def run_check(report: Dict[str, Any], device: torch.device, seed: int, quick: bo
                             f"package kernels called on the forced torch path: {leaked}" if leaked else
                             ("nothing could be switched to the torch path" if not switched else
                              f"switched {len(switched)} function(s); no package kernel ran")))
-    for i, (a, b) in enumerate(zip(fast_layers, slow_layers)):
+    for i, (a, b) in enumerate(zip(fast_layers, slow_layers, strict=False)):
         cases.append(compare(f"compare/prefill/linear_attn_layer{i}", a, b, LAYER_TOL))
     if not fast_layers or len(fast_layers) != len(gdn_layers(model)):
         cases.append(CaseResult("compare/prefill/linear_attn_layers", "failed",
                                 f"compared {len(fast_layers)} of {len(gdn_layers(model))} linear-attention layers"))
     cases.append(compare("compare/prefill/logits", fast.prefill_logits, slow.prefill_logits, LOGITS_TOL))
-    for step, (a, b) in enumerate(zip(fast.decode_logits, slow.decode_logits)):
+    for step, (a, b) in enumerate(zip(fast.decode_logits, slow.decode_logits, strict=False)):
         cases.append(compare(f"compare/decode_step{step}/logits", a, b, LOGITS_TOL))
     report["cases"] = [asdict(c) for c in cases]
 
