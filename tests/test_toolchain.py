@@ -127,7 +127,8 @@ def test_every_build_host_has_the_protocols_members() -> None:
 
     methods = {n for n, v in vars(BuildHost).items() if callable(v) and (not n.startswith("_") or n in
                                                                           ("__enter__", "__exit__"))}
-    attributes = set(BuildHost.__annotations__)
+    # data members: annotated ones, and read-only ones declared as properties (toolkit)
+    attributes = set(BuildHost.__annotations__) | {n for n, v in vars(BuildHost).items() if isinstance(v, property)}
     # each one called by the stages, the pipeline or the farm (describe and record were not: removed)
     assert methods == {"__enter__", "__exit__", "close", "run", "path", "base_env", "prepare_python", "given_python",
                        "host_compiler", "build_wheel"} and attributes == {"toolkit", "where"}

@@ -6,6 +6,7 @@ import argparse
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from builder.cli.common import out
 
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     return {"images": cmd_images}
 
 
-def _client() -> object:
+def _client() -> Any:  # a docker SDK client (untyped), as container.connect returns it
     from builder.core.errors import ToolchainError
     from builder.toolchain.container import connect
 
@@ -62,4 +63,4 @@ def cmd_images(args: argparse.Namespace) -> int:
             out.print(f"built: {spec.tag} (id {ref['image_id']}) in {time.monotonic() - start:.0f}s", markup=False)
         return 0
     finally:
-        client.close()  # type: ignore[attr-defined]
+        client.close()

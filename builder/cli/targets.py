@@ -7,8 +7,9 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -103,7 +104,7 @@ def _target(args: argparse.Namespace) -> Target:
 
     _check_cheap_flags(args)
     cuda = validate_cuda(infer_cuda(args.cuda, args.python), settings_from_args(args))
-    pure = _is_pure_python(getattr(args, "package", None) or getattr(args, "name", ""), args)
+    pure = _is_pure_python(getattr(args, "package", "") or getattr(args, "name", ""), args)
     archs = infer_archs(args.arch, required=not pure)
     jobs = args.jobs if getattr(args, "jobs", None) is not None else default_jobs()
     return Target(
@@ -209,7 +210,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0
 
 
-def _speed_text(row: dict) -> str:  # type: ignore[type-arg]
+def _speed_text(row: Mapping[str, Any]) -> str:
     """'kernel 1.337 ms, reference 755.2 ms, x565' or the benchmark's error."""
     if row.get("error") or not isinstance(row.get("kernel_ms"), (int, float)):
         return f"not measured: {row.get('error', 'no number')}"

@@ -67,7 +67,7 @@ def stream(argv: Sequence[str], *, out: TextIO, on_line: Callable[[str], None], 
     return (None if stopped.is_set() else code), last
 
 
-def _kill_group(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+def _kill_group(proc: subprocess.Popen[str]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

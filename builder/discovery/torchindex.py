@@ -454,12 +454,12 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
     by_version: dict[str, list[WheelFile]] = {}
     for wheel in project_files(url, project):
         try:
-            _, version, _, _ = parse_wheel_filename(wheel.filename)
+            _, parsed, _, _ = parse_wheel_filename(wheel.filename)
         except InvalidWheelFilename:
             continue
-        if version.is_prerelease or version.is_devrelease or Version(version.public) < MIN_TORCH:
+        if parsed.is_prerelease or parsed.is_devrelease or Version(parsed.public) < MIN_TORCH:
             continue
-        by_version.setdefault(str(version), []).append(wheel)
+        by_version.setdefault(str(parsed), []).append(wheel)
     todo = {v: w for v, w in by_version.items()
             if str(Version(v).public) not in known or cuda_from_label(v) is not None}
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:

@@ -73,7 +73,7 @@ def expand(
 
 def check_only(farm: Farm, only: Iterable[str]) -> set[str]:
     """The canonical names given with --only, each checked to be a package of the farm."""
-    wanted = {canonicalize_name(o) for o in only}
+    wanted: set[str] = {canonicalize_name(o) for o in only}
     names = {canonicalize_name(e.name) for e in farm.entries}
     for name in sorted(wanted - names):
         close = difflib.get_close_matches(name, sorted(names), n=1)
@@ -111,10 +111,10 @@ def _versions(farm: Farm, entry: FarmEntry, recipe: Recipe, settings: Settings, 
 
         location = entry.source or (str(recipe.source.path) if recipe.source.path else None)
         found = local_version(Path(location)) if location and "://" not in location and not location.startswith("git+") else None
-        version = found or recipe.default_version
-        if version is None:
+        chosen = found or recipe.default_version
+        if chosen is None:
             raise fail("versions", "is required: cannot tell which version the source holds", "pin 'versions'")
-        return [version]
+        return [chosen]
     newest = entry.newest or 1
     in_range = versions_in_range(recipe, releases(recipe.source.pypi or recipe.name, settings))
     if not in_range:

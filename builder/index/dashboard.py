@@ -149,7 +149,7 @@ def _arch_key(arch: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, arch)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -268,10 +268,10 @@ def _tests_cell(r: Row) -> str:
 
 def _number(value: object, fmt: str, suffix: str = "") -> str:
     """A measured number, or a dash where the benchmark produced none (it failed or was refused)."""
-    return f"{float(value):{fmt}}{suffix}" if isinstance(value, (int, float)) else "—"  # type: ignore[arg-type]
+    return f"{float(value):{fmt}}{suffix}" if isinstance(value, (int, float)) else "—"
 
 
-def _speed_row(s: dict) -> str:  # type: ignore[type-arg]
+def _speed_row(s: Mapping[str, str | float | int]) -> str:
     """One benchmark row; a failed benchmark shows its error instead of numbers."""
     if s.get("error"):
         return f"<tr><td>{_e(s.get('name', ''))}</td><td colspan=4 class=dim>{_e(str(s['error']))}</td></tr>"
@@ -281,7 +281,7 @@ def _speed_row(s: dict) -> str:  # type: ignore[type-arg]
 
 
 def _speed_cell(r: Row) -> str:
-    speedups = [float(s["speedup"]) for s in r.speed if isinstance(s.get("speedup"), (int, float)) and s["speedup"] > 0]
+    speedups = [float(v) for s in r.speed if isinstance(v := s.get("speedup"), (int, float)) and v > 0]
     if not speedups:
         return '<span class="dim">—</span>'
     head = (f'<span class="speedup">{_geomean(speedups):.1f}×</span> geo-mean of {len(speedups)} '

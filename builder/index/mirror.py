@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, TypeVar
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -185,6 +185,15 @@ def _mtime_ns(stamp: object) -> int | None:
     return seconds * 1_000_000_000 + micros * 1000
 
 
+class _Response(Protocol):
+    """What ``_Fetcher._get`` hands its reader: an open response (urlopen's), read in chunks or whole."""
+
+    def read(self, amt: int = ..., /) -> bytes: ...
+
+
+_T = TypeVar("_T")
+
+
 class _Fetcher:
     """GET over http(s):// or file://, with a few retries for transient failures; 404 raises _Missing."""
 
@@ -212,11 +221,11 @@ class _Fetcher:
     def wheel(self, url: str, wheel: Restored, out: BinaryIO) -> int:
         """Stream the wheel into ``out``, hashing as it comes; refuse it (naming it) unless it is the published one."""
 
-        def copy(response: object) -> tuple[str, int]:
+        def copy(response: _Response) -> tuple[str, int]:
             digest, size = hashlib.sha256(), 0
             out.seek(0)
             out.truncate()
-            while chunk := response.read(CHUNK):  # type: ignore[attr-defined]
+            while chunk := response.read(CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
@@ -234,7 +243,7 @@ class _Fetcher:
                                 "republish that wheel (or run `builder index rebuild` where it is published)")
         return size
 
-    def _get(self, url: str, read: Callable[[object], object], accept: str = "*/*") -> object:
+    def _get(self, url: str, read: Callable[[_Response], _T], accept: str = "*/*") -> _T:
         request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cuda-wheel-builder"})
         for attempt in range(TRIES):
             try:

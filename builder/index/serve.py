@@ -26,7 +26,7 @@ from functools import partial
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from packaging.utils import canonicalize_name
 
@@ -222,13 +222,15 @@ def make_server(root: Path, host: str = "127.0.0.1", port: int = 8000,
     handler = partial(IndexHandler, directory=str(root), log_stream=log_stream)
     server_class = ThreadingHTTPServer
     if ":" in host:  # an IPv6 address such as ::1 or ::
-        server_class = type("ThreadingHTTPServerV6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+        server_class = cast(type[ThreadingHTTPServer],  # a subclass, by construction
+                            type("ThreadingHTTPServerV6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6}))
     server = server_class((host, port), handler)
     server.daemon_threads = True
     return server
 
 
 def base_url(server: ThreadingHTTPServer) -> str:
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else host
+    address, port = server.server_address[:2]
+    host = str(address)  # a str for an AF_INET/AF_INET6 server
+    shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"

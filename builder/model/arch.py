@@ -256,7 +256,7 @@ class KnownBad:
 
 def _same_sass(bad: str, arch: Arch) -> bool:
     match = re.fullmatch(r"(?:sm_)?(\d{2,3})([af]?)", bad.strip().lower())
-    return bool(match) and int(match.group(1)) == arch.number and (not match.group(2) or match.group(2) == arch.suffix)
+    return match is not None and int(match.group(1)) == arch.number and (not match.group(2) or match.group(2) == arch.suffix)
 
 
 def check_known_bad(package: str, known_bad: Sequence[KnownBad], archs: tuple[Arch, ...], cuda: CudaVersion,

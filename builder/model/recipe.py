@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -118,8 +119,11 @@ class Recipe:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+# A TOML table's schema: each legal key → its type, or a tuple of the types it may have.
+TomlSchema = Mapping[str, type | tuple[type, ...]]
+
 # The schema: section → {key: expected type}. It is also the registry of legal names (for "did you mean").
-_TOP = {
+_TOP: TomlSchema = {
     "name": str,
     "summary": str,
     "kind": str,
@@ -132,13 +136,13 @@ _TOP = {
     "runtime": dict,
     "known-bad": list,
 }
-_SOURCE = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict, "commits": dict}
-_BUILD = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
-_PATCH = {"file": str, "versions": str, "summary": str, "test-only": bool}
-_TEST = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
+_SOURCE: TomlSchema = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict, "commits": dict}
+_BUILD: TomlSchema = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
+_PATCH: TomlSchema = {"file": str, "versions": str, "summary": str, "test-only": bool}
+_TEST: TomlSchema = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
-_RUNTIME = {"requires": list, "drop": list, "drop-reason": str}
-_KNOWN_BAD = {"archs": list, "cuda": str, "versions": str, "reason": str, "instead": str}
+_RUNTIME: TomlSchema = {"requires": list, "drop": list, "drop-reason": str}
+_KNOWN_BAD: TomlSchema = {"archs": list, "cuda": str, "versions": str, "reason": str, "instead": str}
 
 
 def list_recipes(recipes_dir: Path) -> list[Path]:
@@ -270,7 +274,7 @@ def _cuda_components(checker: TomlChecker, build: dict[str, Any]) -> tuple[str, 
     return tuple(sorted(set(names)))
 
 
-def _kernel_tests(checker: TomlChecker, test: dict[str, Any], path: Path) -> tuple[Path | None, float]:
+def _kernel_tests(checker: TomlChecker, test: dict[str, Any], path: Path) -> tuple[Path | None, int]:
     """``[test] kernel-tests`` (a file beside the recipe) and its timeout in seconds."""
     kernel_tests = test.get("kernel-tests")
     kernel_path = path.parent / kernel_tests if kernel_tests else None  # may not exist yet: the test stage checks
@@ -423,7 +427,7 @@ def _load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path)
     )
 
 
-_TYPE_NAMES = {str: "string", list: "list", dict: "table", int: "integer", bool: "boolean"}
+_TYPE_NAMES: dict[type, str] = {str: "string", list: "list", dict: "table", int: "integer", bool: "boolean"}
 
 
 class TomlChecker:
@@ -441,7 +445,7 @@ class TomlChecker:
     def fail(self, field_name: str, problem: str, hint: str | None = None) -> NoReturn:
         raise self.error(f"{self.path}: field '{field_name}' {problem}", hint)
 
-    def keys(self, table: Any, schema: dict[str, type | tuple[type, ...]], where: str) -> None:
+    def keys(self, table: Any, schema: TomlSchema, where: str) -> None:
         if not isinstance(table, dict):
             self.fail(where or "(top level)", "must be a table")
         for key, value in table.items():
@@ -450,7 +454,8 @@ class TomlChecker:
                 close = difflib.get_close_matches(key, list(schema), n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(schema)}"
                 raise self.error(f"{self.path}: unknown field '{dotted}'", hint)
-            types = schema[key] if isinstance(schema[key], tuple) else (schema[key],)
+            expected = schema[key]
+            types = expected if isinstance(expected, tuple) else (expected,)
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
                 article = "an" if wanted[0] in "aeiou" else "a"

@@ -175,7 +175,8 @@ class BuildRecord:
 
     def in_wheel(self) -> BuildRecord:
         """The part finalize writes into the wheel (nothing that differs between two builds of the same inputs)."""
-        return dataclasses.replace(self, **{name: None for name in _AFTER_FINALIZE})
+        cleared: dict[str, Any] = {name: None for name in _AFTER_FINALIZE}  # each of them is optional (None)
+        return dataclasses.replace(self, **cleared)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.extra)

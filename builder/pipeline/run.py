@@ -69,7 +69,8 @@ class BuildOptions:
 
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
     environ = dict(os.environ if env is None else env)
-    with timed(timings := {}, "plan"):
+    timings: dict[str, float] = {}
+    with timed(timings, "plan"):
         plan = make_plan(target, settings)
     result = BuildResult(plan, timings=timings)
     with target_prefix(f"{plan.recipe.name}-{plan.version}"):

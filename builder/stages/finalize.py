@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any, overload
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -108,7 +109,15 @@ def portable_record(record: BuildRecord, cache_dir: Path) -> BuildRecord:
     """The build record as it goes into the wheel: paths inside the builder's cache (the build venv, a PyPI
     toolkit, the log) written relative to ``$BUILDER_CACHE_DIR``, so the same inputs built under another cache
     give the same bytes. The wheelhouse record keeps the real paths."""
-    return BuildRecord.from_json(portable_paths(record.to_json(), cache_dir))  # type: ignore[arg-type]
+    return BuildRecord.from_json(portable_paths(record.to_json(), cache_dir))
+
+
+@overload
+def portable_paths(value: dict[str, Any], cache_dir: Path) -> dict[str, Any]: ...
+
+
+@overload
+def portable_paths(value: object, cache_dir: Path) -> object: ...
 
 
 def portable_paths(value: object, cache_dir: Path) -> object:

@@ -23,7 +23,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 from builder import __version__
 from builder.model.records import BuildRecord
@@ -97,9 +97,9 @@ class TargetInputs:
 
 def _jsonable(name: str, value: object) -> object:
     if name in ("toolkit", "env", "compiler"):
-        return dict(value)  # type: ignore[call-overload]
+        return dict(cast(Pairs, value))  # these fields hold Pairs (their declared type, UNKNOWN excluded)
     if name == "patches":
-        return [list(p) for p in value]  # type: ignore[union-attr]
+        return [list(p) for p in cast(Pairs, value)]
     if isinstance(value, tuple):
         return list(value)
     return value

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 from builder.core.datafiles import default_recipes_dir
 from builder.core.errors import TestFailed
@@ -135,9 +136,9 @@ def kernel_tests(
     if recipe.kernel_tests is None:
         return replace(report, kernel_status="skipped", kernel_reason="the recipe has no kernel tests")
     if not recipe.kernel_tests.is_file():  # checked here, not when the recipe loads: plan works before it is written
-        reason = f"the recipe's kernel-tests file {recipe.kernel_tests} does not exist"
-        log.warning(f"kernel tests skipped: {reason}")
-        return replace(report, kernel_status="skipped", kernel_reason=reason)
+        missing = f"the recipe's kernel-tests file {recipe.kernel_tests} does not exist"
+        log.warning(f"kernel tests skipped: {missing}")
+        return replace(report, kernel_status="skipped", kernel_reason=missing)
     reason, gpu_index = kernel_skip_reason(visible_gpus(env), wheel_report)
     if reason is not None:
         log.warning(f"kernel tests skipped: {reason}")
@@ -146,7 +147,7 @@ def kernel_tests(
     argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
     argv += ["--quick"] if quick else []
     argv += [] if bench else ["--no-bench"]
-    run_env = kernel_test_env(recipe, workdir, gpu_index)
+    run_env = kernel_test_env(recipe, workdir, cast(int, gpu_index))  # an index whenever there is no reason
     log.command(argv)
     returncode, last_line = run_streaming(argv, workdir, run_env, workdir / "kernel-tests.log",
                                             recipe.kernel_tests_timeout_s, "running kernel tests on the GPU")

@@ -140,7 +140,11 @@ NO_MOUNTS: Mounts = MappingProxyType({})
 class BuildHost(Protocol):
     """Where a build's commands run. Used as a context manager: ``__exit__`` releases what it holds."""
 
-    toolkit: CudaToolkit | None  # None for a pure-Python build
+    @property
+    def toolkit(self) -> CudaToolkit | None:
+        """None for a pure-Python build (read-only here, so that a host that always has one may say so)."""
+        ...
+
     where: str  # "" on this machine, " in <container image>" elsewhere: appended to log lines as it is
 
     def __enter__(self) -> BuildHost: ...

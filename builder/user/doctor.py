@@ -13,6 +13,7 @@ import shlex
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -81,7 +82,7 @@ class DoctorReport:
         for private in ("settings", "env", "_answers"):
             data["machine"].pop(private, None)
         data["machine"]["builds"] = {cuda: {"possible": ok, "how": how} for cuda, (ok, how) in self.machine._answers.items()}
-        return _jsonable(data)
+        return _jsonable_dict(data)
 
 
 def recipe_packages(settings: Settings) -> list[Recipe]:
@@ -130,8 +131,8 @@ def _gpu_code(package: PackageReport, kind: RecipeKind, facts: EnvFacts, cuobjdu
             source = "cuobjdump"
         except (BuilderError, OSError, subprocess.SubprocessError):
             sass, ptx = set(), set()
-    if source == "unknown" and package.build_record and isinstance(package.build_record.get("archs"), list):
-        for arch in package.build_record["archs"]:
+    if source == "unknown" and package.build_record and isinstance(archs := package.build_record.get("archs"), list):
+        for arch in archs:
             text = str(arch)
             sass.add(f"sm_{text.removesuffix('+ptx')}")
             if text.endswith("+ptx"):
@@ -200,9 +201,13 @@ def _has_pip(python: Path) -> bool:
 
 def _jsonable(value: object) -> object:
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return _jsonable_dict(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]
     if isinstance(value, (Path, Version)):
         return str(value)
     return value
+
+
+def _jsonable_dict(value: dict[Any, Any]) -> dict[str, object]:
+    return {str(k): _jsonable(v) for k, v in value.items()}
