@@ -88,13 +88,13 @@ def test_arch_support_from_a_real_nvcc(tmp_path) -> None:  # type: ignore[no-unt
     settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh")
     if not shutil.which("nvcc"):
         pytest.skip("no nvcc on PATH")
-    import re
     import subprocess
 
-    release = re.search(r"release (\d+\.\d+)", subprocess.run(["nvcc", "--version"], capture_output=True, check=False,
-                                                               text=True).stdout)
-    assert release
-    support = arch_support(CudaVersion.parse(release.group(1)), settings)
+    from builder.model.arch import parse_nvcc_version
+
+    version = parse_nvcc_version(subprocess.run(["nvcc", "--version"], capture_output=True, check=False, text=True).stdout)
+    assert version is not None
+    support = arch_support(CudaVersion.parse(f"{version.major}.{version.minor}"), settings)
     assert support is not None and "--list-gpu-code" in support.source
     assert 90 in support.sass and 90 in support.ptx
     assert (tmp_path / "cache" / "index" / "nvcc-archs.json").exists()

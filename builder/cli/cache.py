@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from builder.cli.common import out, settings_from_args
+from builder.core.fsutil import human_size
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
@@ -30,14 +31,6 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     add_common(clean)
     add_common(p)
     return {"cache": cmd_cache}
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def _age(mtime: float | None) -> str:
@@ -66,21 +59,21 @@ def cmd_cache(args: argparse.Namespace) -> int:
         removals = clean(settings, sections, older_than_days=args.older_than, dry_run=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"
         for r in removals:
-            line = f"skipped {r.entry} ({r.skipped})" if r.skipped else f"{verb} {r.entry} ({_size(r.bytes)})"
+            line = f"skipped {r.entry} ({r.skipped})" if r.skipped else f"{verb} {r.entry} ({human_size(r.bytes)})"
             out.print(line, markup=False)
         freed = sum(r.bytes for r in removals if not r.skipped)
         count = sum(1 for r in removals if not r.skipped)
-        out.print(f"{verb} {count} entr{'y' if count == 1 else 'ies'}, {_size(freed)} "
+        out.print(f"{verb} {count} entr{'y' if count == 1 else 'ies'}, {human_size(freed)} "
                   f"{'would be ' if args.dry_run else ''}freed", markup=False)
         return 0
     table = Table("part", "entries", "frees", "last used", "holds", title=f"cache {root}")
     rows = usage(settings)
     for row in rows:
-        table.add_row(row.name, str(row.entries), _size(row.bytes), _age(row.newest), SECTIONS[row.name])
+        table.add_row(row.name, str(row.entries), human_size(row.bytes), _age(row.newest), SECTIONS[row.name])
     out.print(table)
     total = disk_bytes([root]) if root.is_dir() else 0
     free = free_bytes(root) or 0
-    out.print(f"on disk in all: {_size(total)} (files hard-linked from elsewhere, such as uv's cache, count here too); "
-              f"{_size(free)} free on its filesystem", markup=False)
+    out.print(f"on disk in all: {human_size(total)} (files hard-linked from elsewhere, such as uv's cache, count here too); "
+              f"{human_size(free)} free on its filesystem", markup=False)
     out.print("`frees`: what cleaning that part alone gives back; `builder cache clean PART` does it", markup=False)
     return 0

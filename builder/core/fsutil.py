@@ -41,3 +41,12 @@ def tree_digest(root: Path) -> str:
         if path.is_file() and not path.is_symlink():
             digest.update(str(rel).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def human_size(n: float) -> str:
+    """``n`` bytes as people read them: 512 B, 3.0 MiB, 1.2 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

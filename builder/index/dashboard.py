@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from builder.core.fsutil import human_size
 from builder.index.layout import (
     Layout,
     log_path,
@@ -147,14 +148,6 @@ def _python_of(interpreter: str) -> str:
 def _arch_key(arch: str) -> tuple[int, str]:
     m = re.search(r"(\d+)", arch)
     return (int(m.group(1)) if m else 0, arch)
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def _geomean(values: list[float]) -> float:
@@ -309,7 +302,7 @@ def _table(rows: list[Row]) -> str:
             f"<td>{found}</td><td>{_badge(r.status)}"
             + ('<div class="reason">in staging, awaiting GPU tests</div>' if r.status == "staged" else "")
             + f"</td><td>{_tests_cell(r)}</td><td>{_speed_cell(r)}</td>"
-            f'<td class="num">{_size(r.size)}</td><td>{links}</td></tr>'
+            f'<td class="num">{human_size(r.size)}</td><td>{links}</td></tr>'
         )
     return f'<table class="wheels" id="wheels"><thead>{head}</thead><tbody>\n' + "\n".join(body) + "\n</tbody></table>"
 

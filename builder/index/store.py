@@ -180,27 +180,19 @@ class Wheelhouse(Layout):
         txn = Transaction(self.root)
         fetched: list[str] = []
         kept: list[str] = []
-        try:
-            with self.lock():
-                recover_root(self.root)
-                present = {e.filename: e for e in self._entries()}
-                entries = [self._restored_entry(txn, wheel, present.get(wheel.filename), download, fetched, kept)
-                           for wheel in wheels]
-                extra = sorted(set(present) - published)
-                if delete:
-                    for name in extra:
-                        txn.deletes += self._files_of(name)
-                else:
-                    entries += [present[name] for name in extra]
-                self._commit(txn, sorted(entries, key=lambda e: e.filename), "restoring the published index into")
-        except OSError as e:
-            txn.abort()
-            raise PublishError(f"restoring the published index into {self.root} failed: {e}; nothing was changed",
-                               "free space (or fix the permissions) and pull again") from e
-        except BaseException:
-            if not txn.committed():
-                txn.abort()
-            raise
+        with txn.guarded("restoring the published index into", "free space (or fix the permissions) and pull again"), \
+                self.lock():
+            recover_root(self.root)
+            present = {e.filename: e for e in self._entries()}
+            entries = [self._restored_entry(txn, wheel, present.get(wheel.filename), download, fetched, kept)
+                       for wheel in wheels]
+            extra = sorted(set(present) - published)
+            if delete:
+                for name in extra:
+                    txn.deletes += self._files_of(name)
+            else:
+                entries += [present[name] for name in extra]
+            self._commit(txn, sorted(entries, key=lambda e: e.filename), "restoring the published index into")
         return RestoreResult(tuple(fetched), tuple(kept), tuple(extra) if delete else (),
                              () if delete else tuple(extra))
 

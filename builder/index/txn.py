@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -90,11 +91,17 @@ class Transaction:
         replay(self.root)
 
     def finish(self, stage: Callable[[], None], doing: str) -> None:
-        """Stage the rest (``stage``: the pages) and commit. A failure before the commit point leaves everything
-        as it was and says so; one after it says what was committed."""
-        try:
+        """Stage the rest (``stage``: the pages) and commit (``guarded``)."""
+        with self.guarded(doing, "free space (or fix the permissions) and run it again"):
             stage()
             self.commit()
+
+    @contextmanager
+    def guarded(self, doing: str, cure: str) -> Iterator[None]:
+        """Any failure before the commit point removes the temps and leaves everything as it was; a disk error is
+        one PublishError saying so (with ``cure``), and one after the commit point says what was committed."""
+        try:
+            yield
         except OSError as e:
             if self.committed():
                 raise PublishError(
@@ -103,8 +110,7 @@ class Transaction:
                     "free space and run `builder index rebuild`",
                 ) from e
             self.abort()
-            raise PublishError(f"{doing} {self.root} failed: {e}; nothing was changed",
-                               "free space (or fix the permissions) and run it again") from e
+            raise PublishError(f"{doing} {self.root} failed: {e}; nothing was changed", cure) from e
         except BaseException:
             if not self.committed():
                 self.abort()
