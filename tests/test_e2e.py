@@ -200,11 +200,13 @@ def test_two_concurrent_builds_of_one_target_build_once(e2e: dict, tmp_path: Pat
     assert_same_wheel(tmp_path / "wh" / "wheels" / WHEEL, first)
 
 
-def _wait_for_process_in_session(session: int, names: tuple[str, ...], deadline: float) -> str | None:
-    """The name of a process of ``session`` (the build's process group) among ``names``, once one runs."""
+def _wait_for_process_in_session(proc: subprocess.Popen[bytes], names: tuple[str, ...], deadline: float) -> str | None:
+    """The name of a process of ``proc``'s session (it started one) among ``names``, once one runs; None if ``proc``
+    ends or the deadline passes first."""
     import time
 
-    while time.monotonic() < deadline:
+    session = proc.pid
+    while time.monotonic() < deadline and proc.poll() is None:
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
                 fields = stat.read_text().rsplit(")", 1)
@@ -229,12 +231,14 @@ def test_sigkill_during_compile_then_rerun_recovers(e2e: dict, tmp_path: Path) -
     env = {**os.environ, **e2e["env"], "BUILDER_WHEELHOUSE": str(house), "COLUMNS": "200"}
     log = tmp_path / "killed.log"
     with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "builder", *e2e["args"], "--force"], env=env,
+        # the compiler cache off: a build served from it runs no compiler to be killed in
+        proc = subprocess.Popen([sys.executable, "-m", "builder", *e2e["args"], "--force", "--compiler-cache", "off"],
+                                env=env,
                                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         deadline = time.monotonic() + 300
         while "compiling" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        compiler = _wait_for_process_in_session(proc.pid, ("cicc", "ptxas", "nvcc", "cc1plus"), deadline)
+        compiler = _wait_for_process_in_session(proc, ("cicc", "ptxas", "nvcc", "cc1plus"), deadline)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert "compiling" in log.read_text()
