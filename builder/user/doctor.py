@@ -81,7 +81,8 @@ class DoctorReport:
         data["facts"]["tags"] = []  # the env's own tag list is already under env.python
         for private in ("settings", "env", "_answers"):
             data["machine"].pop(private, None)
-        data["machine"]["builds"] = {cuda: {"possible": ok, "how": how} for cuda, (ok, how) in self.machine._answers.items()}
+        data["machine"]["builds"] = {cuda: {"possible": ok, "how": how}
+                                     for cuda, (ok, how) in self.machine.answered().items()}
         return _jsonable_dict(data)
 
 

@@ -54,6 +54,10 @@ class MachineFacts:
             self._answers[key] = (answer.possible, answer.how)
         return self._answers[key]
 
+    def answered(self) -> dict[str, tuple[bool, str]]:
+        """The ``can_build`` answers given so far, by CUDA as asked (the doctor's "builds" table)."""
+        return dict(self._answers)
+
 
 def query_driver(timeout_s: float = 20.0) -> Driver:
     """GPUs, driver version and driver CUDA from nvidia-smi."""
