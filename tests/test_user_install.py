@@ -169,6 +169,23 @@ def test_doctor_json_names_what_fits_and_the_commands(world: World) -> None:
     assert any("no CUDA 12.8 compiler here" in a for a in report["advice"]), report["advice"]
 
 
+def test_doctor_and_install_take_a_venv_folder(world: World) -> None:
+    """``--python VENV`` (the folder, as --help offers) where a wheel fits: doctor ran the folder as a program
+    (PermissionError, a traceback) before issue 31; the folder now stands for its bin/python everywhere."""
+    venv = make_venv(world, "folder", "2.14.1")
+    doctor = _builder(world, "doctor", "--python", str(venv), "--json")
+    assert doctor.returncode == 0 and "Traceback" not in doctor.stderr, doctor.stderr
+    report = json.loads(doctor.stdout)
+    python = str(venv / "bin" / "python")
+    assert report["commands"][0] == f"builder install causal-conv1d fla-core --python {python}", report["commands"]
+    assert report["commands"][2].startswith(f"{python} -m pip install"), report["commands"]  # the env has pip
+    install = _builder(world, "install", "fla-core", "--python", str(venv))
+    assert install.returncode == 0, install.stderr
+    assert installed(venv, "fla-core") == "0.6.0+cu130torch2.14" and installed(venv, "torch") == "2.14.1"
+    missing = _builder(world, "doctor", "--python", str(world.tmp / "no-such-venv"))
+    assert missing.returncode == 2 and "no such interpreter" in missing.stderr and "Traceback" not in missing.stderr
+
+
 def test_install_without_torch_refuses(world: World) -> None:
     venv = world.tmp / "no-torch"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

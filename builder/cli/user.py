@@ -41,10 +41,13 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
 
 
 def default_python(given: str | None) -> Path:
-    """``--python`` as given, else the active venv (VIRTUAL_ENV, CONDA_PREFIX), else python3 on PATH."""
+    """``--python`` as given (a venv folder becomes its bin/python, once, here), else the active venv (VIRTUAL_ENV,
+    CONDA_PREFIX), else python3 on PATH."""
+    from builder.user.envprobe import resolve_interpreter
+
     if given:  # a path, a venv folder, or a command on PATH (python3)
         found = shutil.which(given) if "/" not in given else None
-        return Path(found) if found else Path(given)
+        return Path(found) if found else resolve_interpreter(Path(given))
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         if os.environ.get(var):
             return Path(os.environ[var]) / "bin" / "python"
