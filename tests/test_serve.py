@@ -135,6 +135,9 @@ def test_builder_serve_command(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert line.startswith(f"serving {house.root} at http://127.0.0.1:"), line + proc.stderr.read()
         url = line.split(" at ", 1)[1].split(" ", 1)[0]
+        # the URLs to give a resolver are the channels; the combined simple/ is not advertised (it can swap torch)
+        assert proc.stdout.readline() == f"  channel cu130torch2.14: {url}channels/cu130torch2.14/simple/\n"
+        assert "simple/" not in line
         status, headers, body = get(url + "simple/demo/", SIMPLE_JSON)
         assert status == 200 and json.loads(body)["name"] == "demo"
     finally:

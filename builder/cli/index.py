@@ -98,7 +98,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = base_url(server)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(f"listening on {args.host}: anyone who can reach this machine can read the wheelhouse")
-    out.print(f"serving {house.root} at {url} (index: {url}{simple_path()}, dashboard: {url}) — Ctrl-C stops", markup=False)
+    out.print(f"serving {house.root} at {url} (dashboard: {url}) — Ctrl-C stops", markup=False)
+    for label in house.labels():  # the URLs to give a resolver; the combined simple/ can swap an env's torch (README)
+        out.print(f"  channel {label}: {url}{simple_path(label)}", markup=False)
     out.file.flush()
     try:
         server.serve_forever()

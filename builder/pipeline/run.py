@@ -206,7 +206,9 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         published = house.publish(final, record, replace=options.replace, portability=report.portability)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
-    log.ok(f"{where}: {published} (index: {house.index_url()})")
+    # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
+    index = f"channel: {house.channel_url(label)}" if label else f"index: {house.index_url()}"
+    log.ok(f"{where}: {published} ({index})")
 
 
 def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolkit | None,
