@@ -145,14 +145,21 @@ def _host(plan: Plan, settings: Settings, environ: Mapping[str, str], memo: Inpu
     memo.hosts[key] = None  # until it is selected
     if memo.check and _may_use_container(plan.target.toolchain, environ, memo):
         raise Undecided  # its toolkit and Python live in an image that would have to be opened
-    log.step("toolchain")
+    _step(memo, "toolchain")
     with timed(timings, "toolchain"):
         choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ,
                                 components=plan.recipe.cuda_components)
     assert choice.host is not None and choice.toolkit is not None
     memo.hosts[key] = choice.host
-    log.info(f"toolchain: {choice.toolkit.describe()} — {choice.toolkit.reason}")
+    if not memo.check:
+        log.info(f"toolchain: {choice.toolkit.describe()} — {choice.toolkit.reason}")
     return choice.host
+
+
+def _step(memo: InputsMemo, name: str) -> None:
+    """A build's step header; the farm's up-front check over many targets prints none."""
+    if not memo.check:
+        log.step(name)
 
 
 def _may_use_container(toolchain: str, environ: Mapping[str, str], memo: InputsMemo) -> bool:
@@ -165,10 +172,11 @@ def _source(plan: Plan, settings: Settings, memo: InputsMemo, timings: dict[str,
     """The fetched source and its digest; then the build dry-runs the patches on it, so that drift stops the build
     now (not an input, so the farm's check does not)."""
     if plan.source not in memo.sources:
-        log.step("source")
+        _step(memo, "source")
         with timed(timings, "source"):
             path, digest = memo.sources[plan.source] = fetch(plan.source, settings)
-        log.info(f"source: {path.name} {describe_source_digest(plan.source.kind, digest)}")
+        if not memo.check:
+            log.info(f"source: {path.name} {describe_source_digest(plan.source.kind, digest)}")
     path, digest = memo.sources[plan.source]
     if not memo.check:
         check_patches(path, plan.patches, plan.recipe.name, plan.version, settings.cache("builds"))
@@ -181,7 +189,7 @@ def _python(plan: Plan, settings: Settings, host: BuildHost, memo: InputsMemo,
     key = (host.where, str(plan.target.python), plan.torch, plan.index.url, tuple(plan.recipe.build_requires),
            str(plan.cuda))
     if key not in memo.pythons:
-        log.step("python")
+        _step(memo, "python")
         with timed(timings, "python"):
             memo.pythons[key] = python_for(plan, settings, host)
     return memo.pythons[key]
