@@ -18,6 +18,7 @@ from builder.core.cachedir import memo_dir
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings, default_jobs
 from builder.discovery.compat import known_cuda_text
+from builder.model.abi import ABI_CHOICES
 from builder.model.python import PythonSpec
 from builder.model.recipe import expand_name, list_recipes, load_recipe
 from builder.stages.compilercache import add_compiler_cache_arg
@@ -40,6 +41,10 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch", help="torch version to build against (default: newest for --cuda on the index)")
     parser.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
     parser.add_argument("--toolchain", choices=TOOLCHAINS, default="auto", help="where nvcc comes from")
+    parser.add_argument("--abi", choices=ABI_CHOICES, default="auto",
+                        help="torch-stable: one cp310-abi3 wheel for every torch of the CUDA major from the recipe's "
+                        "floor on (recipes with a stable-ABI port); per-torch: pinned to one torch; auto (default): "
+                        "torch-stable where the recipe's port covers the version and torch")
     parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
     parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
     # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
@@ -119,6 +124,7 @@ def _target(args: argparse.Namespace) -> Target:
         source=getattr(args, "source", None),
         jobs=jobs,
         test_patches=tuple(getattr(args, "test_patch", []) or ()),
+        abi=getattr(args, "abi", "auto"),
     )
 
 

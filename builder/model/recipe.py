@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError, RecipeError, UsageError
+from builder.model.abi import Abi, StableAbi
 from builder.model.arch import KnownBad, parse_arch_list
 from builder.model.cudacomponents import CUDA_COMPONENTS
 
@@ -49,6 +50,7 @@ class PatchSpec:
     versions: SpecifierSet
     summary: str
     test_only: bool = False  # applied only when asked (planted faults for kernel-test checks)
+    abi: Abi | None = None  # applied only to builds of this ABI (a stable-ABI port); None: to every build
 
     @property
     def name(self) -> str:
@@ -95,17 +97,20 @@ class Recipe:
     known_bad: tuple[KnownBad, ...] = ()  # [[known-bad]]: (arch, CUDA) combinations the plan refuses
     ptxas_split: bool = True  # [build] ptxas-split: false turns off the builder's parallel ptxas (toolchain/base.py)
     cuda_components: tuple[str, ...] = ()  # [build] cuda-components: extra CUDA libraries, sorted (cudacomponents.py)
+    stable_abi: StableAbi | None = None  # [stable-abi]: the releases with a stable-ABI port (model/abi.py)
 
     @property
     def directory(self) -> Path:
         return self.file.parent
 
-    def patches_for(self, version: str, include_test_only: tuple[str, ...] = ()) -> tuple[PatchSpec, ...]:
+    def patches_for(self, version: str, include_test_only: tuple[str, ...] = (),
+                    abi: Abi = Abi.PER_TORCH) -> tuple[PatchSpec, ...]:
         v = Version(version)
         return tuple(
             p
             for p in self.patches
             if p.versions.contains(v, prereleases=True) and (not p.test_only or p.name in include_test_only)
+            and p.abi in (None, abi)
         )
 
     def sha256(self) -> str:
@@ -135,10 +140,12 @@ _TOP: TomlSchema = {
     "test": dict,
     "runtime": dict,
     "known-bad": list,
+    "stable-abi": dict,
 }
 _SOURCE: TomlSchema = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict, "commits": dict}
 _BUILD: TomlSchema = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
-_PATCH: TomlSchema = {"file": str, "versions": str, "summary": str, "test-only": bool}
+_PATCH: TomlSchema = {"file": str, "versions": str, "summary": str, "test-only": bool, "abi": str}
+_STABLE_ABI: TomlSchema = {"versions": str, "torch-floor": str, "namespaces": list, "python-floor": str}
 _TEST: TomlSchema = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
 _RUNTIME: TomlSchema = {"requires": list, "drop": list, "drop-reason": str}
@@ -250,7 +257,28 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         runtime_drop_reason=runtime.get("drop-reason", ""),
         known_bad=tuple(_load_known_bad(checker, item, f"known-bad[{i}]")
                         for i, item in enumerate(data.get("known-bad", []))),
+        stable_abi=_load_stable_abi(checker, data["stable-abi"]) if "stable-abi" in data else None,
     )
+
+
+def _load_stable_abi(checker: TomlChecker, table: dict[str, Any]) -> StableAbi:
+    """``[stable-abi] versions = "==1.7.0", torch-floor = "2.11", namespaces = ["causal_conv1d_cuda"]``."""
+    checker.keys(table, _STABLE_ABI, "stable-abi")
+    versions = checker.specifier(checker.required(table, "versions", "stable-abi"), "stable-abi.versions")
+    floor_text = checker.required(table, "torch-floor", "stable-abi")
+    if not re.fullmatch(r"\d+\.\d+", floor_text):
+        checker.fail("stable-abi.torch-floor", f"must be a torch minor such as '2.11', not {floor_text!r}")
+    floor = Version(floor_text)
+    if (floor.major, floor.minor) < (2, 10):
+        checker.fail("stable-abi.torch-floor", f"is {floor_text}: the stable ABI's versioned shims start at 2.10")
+    namespaces = checker.str_list(table, "namespaces", "stable-abi")
+    if not namespaces:
+        checker.fail("stable-abi.namespaces", "is required: the torch.ops namespaces the port registers",
+                     "e.g. namespaces = [\"causal_conv1d_cuda\"]: each op there must have a CUDA kernel")
+    python_floor = table.get("python-floor", "3.10")
+    if not re.fullmatch(r"3\.\d+", python_floor):
+        checker.fail("stable-abi.python-floor", f"must be a Python minor such as '3.10', not {python_floor!r}")
+    return StableAbi(versions=versions, torch_floor=floor, namespaces=tuple(namespaces), python_floor=python_floor)
 
 
 def _string_table(checker: TomlChecker, section: dict[str, Any], where: str) -> dict[str, str]:
@@ -419,11 +447,15 @@ def _load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path)
     patch_path = patches_root / file
     if not patch_path.is_file():
         checker.fail(f"{where}.file", f"patch {patch_path} does not exist")
+    abi = item.get("abi")
+    if abi is not None and abi not in tuple(Abi):
+        checker.fail(f"{where}.abi", f"is {abi!r}", f"use one of {', '.join(Abi)} (or leave it out: every build)")
     return PatchSpec(
         path=patch_path,
         versions=checker.specifier(checker.required(item, "versions", where), f"{where}.versions"),
         summary=item.get("summary", ""),
         test_only=item.get("test-only", False),
+        abi=Abi(abi) if abi is not None else None,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion
 
+from builder.model.abi import channel_label
 from builder.model.cuda import CudaVersion
 
 FARM_STATUSES = ("built", "unchanged", "failed")
@@ -89,6 +90,37 @@ class TestReport:
                    read_keys=frozenset(data))
 
 
+# ---------------------------------------------------------------- a stable-ABI wheel on one torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchCheck:
+    """One torch a stable-ABI wheel was tried on (stages/torchrange.py), and how: ``import+registration`` (the
+    wheel imported beside that torch and every op of its namespaces has a CUDA kernel, on a CPU machine) or
+    ``gpu-kernel-tests`` (the kernel suite passed on a GPU with that torch)."""
+
+    torch: str  # the release installed: 2.12.1
+    cuda: str  # that torch's torch.version.cuda: 13.0
+    python: str  # the venv's Python: 3.12.1
+    how: str
+    status: str  # passed | failed
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def channel(self) -> str:
+        """The channel label of this torch (``cu130torch2.12``): where the wheel is offered once this passed."""
+        return channel_label(self.cuda, self.torch)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TorchCheck:
+        return cls(torch=str(data.get("torch", "")), cuda=str(data.get("cuda", "")), python=str(data.get("python", "")),
+                   how=str(data.get("how", "")), status=str(data.get("status", "")), detail=str(data.get("detail", "")))
+
+
 # ---------------------------------------------------------------- the build record
 
 
@@ -122,7 +154,8 @@ class RuntimeDropped:
 StrMap = Mapping[str, str]
 # What a build record holds besides the wheel's own part: added after finalize, in records/ only (the wheel's
 # bytes stay reproducible), written only where set.
-_AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256", "parallel")
+_AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256", "parallel",
+                   "torch_checks")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +182,8 @@ class BuildRecord:
     host: StrMap = field(default_factory=dict)
     build_log: str = ""
     runtime_dropped: RuntimeDropped | None = None  # absent for recipes without [runtime] drop
+    abi: str | None = None  # "torch-stable" (model/abi.py); absent for per-torch builds, as before
+    torch_floor: str | None = None  # a stable-ABI wheel's oldest torch (2.11)
     # records/ only
     timings: Mapping[str, float] | None = None
     tests: TestReport | None = None
@@ -157,6 +192,7 @@ class BuildRecord:
     compiler_cache: Mapping[str, int] | None = None
     wheel_sha256: str | None = None
     parallel: Mapping[str, int] | None = None  # MAX_JOBS, nvcc and ptxas threads (stages/compile.Parallelism)
+    torch_checks: tuple[TorchCheck, ...] | None = None  # a stable-ABI wheel: each torch it was tried on
     extra: Mapping[str, Any] = field(default_factory=dict)
     # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
     # and any the builder set since, not with every default, so records of older builders keep their bytes
@@ -169,6 +205,16 @@ class BuildRecord:
             return CudaVersion.parse(self.cuda) if self.cuda else None
         except InvalidVersion:
             return None
+
+    @property
+    def is_stable_abi(self) -> bool:
+        return self.abi == "torch-stable"
+
+    def verified_channels(self) -> tuple[str, ...]:
+        """The channels (per-torch labels) of the torches a stable-ABI wheel passed on, sorted; () otherwise."""
+        if not self.is_stable_abi:
+            return ()
+        return tuple(sorted({c.channel for c in self.torch_checks or () if c.passed}))
 
     def with_(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
@@ -190,6 +236,8 @@ class BuildRecord:
         )
         if self.runtime_dropped is not None:
             out["runtime_dropped"] = {"names": list(self.runtime_dropped.names), "reason": self.runtime_dropped.reason}
+        if self.abi is not None:
+            out["abi"], out["torch_floor"] = self.abi, self.torch_floor
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
@@ -221,6 +269,9 @@ class BuildRecord:
             timings=data.get("timings"), tests=TestReport.from_json(tests) if isinstance(tests, Mapping) else None,
             inspect=data.get("inspect"), wheel=data.get("wheel"), compiler_cache=data.get("compiler_cache"),
             wheel_sha256=data.get("wheel_sha256"), parallel=data.get("parallel"),
+            abi=data.get("abi"), torch_floor=data.get("torch_floor"),
+            torch_checks=tuple(TorchCheck.from_json(c) for c in data["torch_checks"] if isinstance(c, Mapping))
+            if isinstance(data.get("torch_checks"), list) else None,
             extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),
         )
 

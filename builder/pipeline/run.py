@@ -177,7 +177,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
     log.step("finalize")
     label = plan.label(torch) if torch else None
-    pins = [f"torch=={torch.split('+')[0]}"] if torch else []
+    pins = [plan.torch_requirement(torch)] if torch else []
     pins += list(plan.recipe.runtime_requires)
     record = build_record(plan, key=key, source_digest=resolved.source_digest, toolkit=toolkit,
                           compiler=resolved.compiler, python=python, log_file=log_file)
@@ -226,6 +226,8 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         python=python.record(), torch_index=plan.index.url,
         host={"machine": platform.machine(), "system": platform.platform()}, build_log=str(log_file),
         runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,
+        abi=str(plan.abi) if plan.stable else None,
+        torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
     )
 
 

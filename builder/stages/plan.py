@@ -23,6 +23,7 @@ from builder.discovery.compat import (
     resolve_index,
     torch_cuda,
 )
+from builder.model.abi import Abi, stable_label
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -59,6 +60,7 @@ class Target:
     source: str | None = None
     jobs: int = 1
     test_patches: tuple[str, ...] = ()
+    abi: str = "auto"  # auto (torch-stable where the recipe has a port for this version and torch) | an Abi
 
 
 @dataclass(frozen=True)
@@ -72,16 +74,30 @@ class Plan:
     index: TorchIndex
     image: str
     env: dict[str, str] = field(default_factory=dict)
+    abi: Abi = Abi.PER_TORCH
 
     @property
     def cuda(self) -> CudaVersion:
         return self.target.cuda
 
+    @property
+    def stable(self) -> bool:
+        return self.abi is Abi.TORCH_STABLE
+
     def label(self, torch: str) -> str:
         """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them).
-        The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan)."""
+        The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan).
+        A stable-ABI wheel serves every verified torch of its CUDA major: ``cu13``."""
+        if self.stable:
+            return stable_label(self.cuda)
         t = Version(torch)
         return f"{torch_cuda(self.index, str(t.public), self.cuda).flavour}torch{t.major}.{t.minor}"
+
+    def torch_requirement(self, torch: str) -> str:
+        """What the wheel says about torch: ``torch==2.11.0`` (per torch), ``torch>=2.11`` (stable ABI)."""
+        if self.stable and self.recipe.stable_abi is not None:
+            return self.recipe.stable_abi.requirement
+        return f"torch=={torch.split('+')[0]}"
 
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
@@ -96,12 +112,20 @@ class Plan:
             ("python", str(self.target.python)),
             ("torch", f"{torch} from {self.index.name} ({self.index.url}; table from {self.index.source})"),
             ("label", self.label(self.torch) if self.torch else f"{self.cuda.flavour}torch<from interpreter>"),
+            ("abi", self._abi_text()),
             ("toolchain", self.target.toolchain),
             ("docker image", self.image),
         ]
         if buildable_here is not None:
             rows.insert(rows.index(("toolchain", self.target.toolchain)) + 1, ("buildable here", buildable_here))
         return rows
+
+    def _abi_text(self) -> str:
+        stable = self.recipe.stable_abi
+        if self.stable and stable is not None:
+            return (f"torch-stable (one cp{stable.python_floor.replace('.', '')}-abi3 wheel for CUDA "
+                    f"{self.cuda.major} torches >= {stable.floor_text}, each verified)")
+        return "per-torch (pinned to this torch)"
 
 
 def validate_cuda(text: str, settings: Settings | None = None) -> CudaVersion:
@@ -142,24 +166,69 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     for name in target.test_patches:
         if name not in {p.name for p in recipe.patches if p.test_only}:
             raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
-    patches = recipe.patches_for(version, target.test_patches)
     index = resolve_index(target.torch_index, settings)
+    abi = choose_abi(target, recipe, version)
     torch: str | None = None
     if target.python.version is not None:
-        torch = target.torch or default_torch(index, target.cuda)
+        torch = target.torch or default_build_torch(index, target.cuda, recipe, abi)
         check_torch_matches_cuda(index, torch, target.cuda, settings)
         check_torch_has_python(index, torch, target.python.version)
+        abi = check_abi_torch(target, recipe, abi, torch)
+    env = dict(recipe.build_env)
+    if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
+        env.update(recipe.stable_abi.build_env())
     return Plan(
         target=target,
         recipe=recipe,
         version=version,
         source=source,
-        patches=patches,
+        patches=recipe.patches_for(version, target.test_patches, abi),
         torch=torch,
         index=index,
         image=docker_image_for(target.cuda),
-        env=dict(recipe.build_env),
+        env=env,
+        abi=abi,
     )
+
+
+def choose_abi(target: Target, recipe: Recipe, version: str) -> Abi:
+    """``--abi auto``: torch-stable where the recipe's ``[stable-abi]`` covers this version (and the torch, checked
+    once it is known); ``--abi torch-stable`` where it cannot be is refused with the reason."""
+    stable = recipe.stable_abi
+    if target.abi == Abi.PER_TORCH or not recipe.kind.is_cuda:
+        return Abi.PER_TORCH
+    if stable is not None and stable.covers(version) and (target.python.version is not None or target.abi != "auto"):
+        return Abi.TORCH_STABLE
+    if target.abi == Abi.TORCH_STABLE:
+        why = (f"its stable-ABI port covers {stable.versions}" if stable is not None
+               else "it has no stable-ABI port ([stable-abi] in its recipe)")
+        raise UsageError(f"--abi torch-stable: {recipe.name} {version} cannot be built against the stable ABI: {why}",
+                         "leave --abi out (a per-torch build) or pick a version the port covers")
+    return Abi.PER_TORCH
+
+
+def default_build_torch(index: TorchIndex, cuda: CudaVersion, recipe: Recipe, abi: Abi) -> str:
+    """The torch a build uses when ``--torch`` is not given: the newest for the CUDA; for a stable-ABI build the
+    newest release of the floor's minor (the torch the port targets), else the oldest above it."""
+    stable = recipe.stable_abi
+    if abi is not Abi.TORCH_STABLE or stable is None:
+        return default_torch(index, cuda)
+    candidates = [t for t in index.torch_for(cuda) if stable.admits(t)]
+    if not candidates:
+        return default_torch(index, cuda)  # check_abi_torch says why it cannot be stable
+    oldest_minor = min(Version(t).release[:2] for t in candidates)
+    return max((t for t in candidates if Version(t).release[:2] == oldest_minor), key=Version)
+
+
+def check_abi_torch(target: Target, recipe: Recipe, abi: Abi, torch: str) -> Abi:
+    """A stable-ABI build needs a torch at or above the floor; ``auto`` falls back to per-torch below it."""
+    stable = recipe.stable_abi
+    if abi is not Abi.TORCH_STABLE or stable is None or stable.admits(torch):
+        return abi
+    if target.abi == Abi.TORCH_STABLE:
+        raise UsageError(f"--abi torch-stable: torch {torch} is below the port's floor {stable.floor_text}",
+                         f"use --torch {stable.floor_text}.x or newer, or leave --abi out (a per-torch build)")
+    return Abi.PER_TORCH
 
 
 def recipe_path_for_display(plan: Plan) -> Path:

@@ -1,0 +1,84 @@
+"""Which torch ABI a build targets, and what a stable-ABI wheel promises.
+
+A ``per-torch`` wheel is compiled against one torch with the ordinary C++ API and runs with that torch minor only:
+it is pinned ``torch==X.Y.Z`` and labelled ``+cu130torch2.11``. A ``torch-stable`` wheel uses only LibTorch's stable
+ABI (torch/csrc/stable, the C shims) and Python's limited API: one ``cp310-abi3`` wheel per CUDA major, pinned
+``torch>=FLOOR`` and labelled ``+cu13``, offered for each torch it was verified on (the ``torch-range`` check of
+the test stage, stages/torchrange.py). The CUDA major still splits wheels: the .so needs ``libcudart.so.13``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from builder.model.cuda import CudaVersion
+
+
+class Abi(StrEnum):
+    PER_TORCH = "per-torch"
+    TORCH_STABLE = "torch-stable"
+
+
+ABI_CHOICES = ("auto", *(a.value for a in Abi))  # what --abi and a farm's abi accept
+
+
+@dataclass(frozen=True)
+class StableAbi:
+    """A recipe's ``[stable-abi]``: the releases its stable-ABI port covers, the oldest torch it targets, and the
+    torch.ops namespaces whose every op must have a CUDA kernel on each torch the wheel claims."""
+
+    versions: SpecifierSet
+    torch_floor: Version  # major.minor: TORCH_TARGET_VERSION and Requires-Dist torch>=
+    namespaces: tuple[str, ...]
+    python_floor: str = "3.10"  # the abi3 tag's Python (cp310)
+
+    def covers(self, version: str) -> bool:
+        return self.versions.contains(Version(version), prereleases=True)
+
+    def admits(self, torch: str) -> bool:
+        """Whether a build or run against ``torch`` is at or above the floor (local parts ignored)."""
+        return torch_minor(torch) >= (self.torch_floor.major, self.torch_floor.minor)
+
+    @property
+    def floor_text(self) -> str:
+        return f"{self.torch_floor.major}.{self.torch_floor.minor}"
+
+    @property
+    def requirement(self) -> str:
+        """What finalize writes as the wheel's torch requirement."""
+        return f"torch>={self.floor_text}"
+
+    def build_env(self) -> dict[str, str]:
+        """The patched setup.py reads the floor from here (→ ``-DTORCH_TARGET_VERSION``)."""
+        return {"BUILDER_TORCH_FLOOR": self.floor_text}
+
+
+def torch_minor(torch: str) -> tuple[int, int]:
+    v = Version(torch)
+    return v.major, v.minor
+
+
+def stable_label(cuda: CudaVersion) -> str:
+    """The local label of a stable-ABI wheel: the CUDA major only (``cu13``), no torch."""
+    return f"cu{cuda.major}"
+
+
+_STABLE_LABEL = re.compile(r"cu(\d+)")
+
+
+def stable_label_major(label: str | None) -> int | None:
+    """``cu13`` → 13; None for a per-torch label (``cu130torch2.11``) or none."""
+    match = _STABLE_LABEL.fullmatch(label or "")
+    return int(match.group(1)) if match else None
+
+
+def channel_label(cuda_line: str, torch: str) -> str:
+    """The channel (per-torch label) users of ``torch`` built for CUDA ``cuda_line`` ("13.0") point at:
+    ``cu130torch2.12``. A stable wheel is listed in the channel of every torch it was verified on."""
+    major, minor = torch_minor(torch)
+    return f"{CudaVersion.parse(cuda_line).flavour}torch{major}.{minor}"
