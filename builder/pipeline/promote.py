@@ -18,10 +18,11 @@ from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
-from builder.model.records import BuildRecord, TestReport
+from builder.model.records import BuildRecord, TestReport, TorchCheck
 from builder.stages.inspection import inspect_wheel, render_report
-from builder.stages.pyenv import find_interpreter, fresh_test_env, probe
+from builder.stages.pyenv import PythonEnv, find_interpreter, fresh_test_env, probe
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
+from builder.stages.torchrange import GPU_KERNEL_TESTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +61,7 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
     report = inspect_wheel(wheel, settings)
     log.info(render_report(report))
     record = report.record or BuildRecord()
-    torch = _torch_pin(report.requires)
+    torch = _torch_pin(report.requires, record)
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-test-", dir=settings.cache("tests")))
@@ -75,6 +76,8 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
     record = record.with_(tests=tests)
+    if record.is_stable_abi and tests.kernel_status == "passed":
+        record = record.with_(torch_checks=with_gpu_check(record, test_env, tests))
     if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
         published = house.publish(wheel, record, portability=report.portability)
         staging.remove(wheel.name)
@@ -93,8 +96,9 @@ def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhou
             area.write_record(wheel.name, record)
 
 
-def _torch_pin(requires: tuple[str, ...]) -> str:
-    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored)."""
+def _torch_pin(requires: tuple[str, ...], record: BuildRecord) -> str:
+    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored); for a stable-ABI
+    wheel (``torch>=FLOOR``) the torch it was built against, which its record names."""
     from packaging.requirements import Requirement
 
     for text in requires:
@@ -103,13 +107,29 @@ def _torch_pin(requires: tuple[str, ...]) -> str:
             pins = [s.version for s in req.specifier if s.operator == "=="]
             if pins:
                 return pins[0]
+    built_with = record.python.get("torch") if record.is_stable_abi else None
+    if built_with:
+        return str(built_with)
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")
+
+
+def with_gpu_check(record: BuildRecord, env: PythonEnv, tests: TestReport) -> tuple[TorchCheck, ...]:
+    """The record's torch checks with this machine's passed kernel suite added for its torch (replacing an
+    earlier GPU check of the same torch)."""
+    torch = Version(env.torch or "0")
+    counts = ", ".join(f"{v} {k}" for k, v in tests.counts.items())
+    check = TorchCheck(torch=str(torch.public), cuda=env.torch_cuda or "", python=env.version or "",
+                       how=GPU_KERNEL_TESTS, status="passed", detail=f"{counts} on {tests.gpu or 'a GPU'}".strip())
+    kept = [c for c in record.torch_checks or () if not (c.how == GPU_KERNEL_TESTS and c.torch == check.torch)]
+    return (*kept, check)
 
 
 def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord, tags: frozenset, workdir: Path):
     if options.python is not None:
         given = probe(Path(shutil.which(options.python) or options.python), need_torch=True)
-        if Version(given.torch or "0").public != Version(torch).public:
+        if record.is_stable_abi:
+            _check_stable_torch(given, record, options.python)
+        elif Version(given.torch or "0").public != Version(torch).public:
             raise ToolchainError(
                 f"--python {options.python}: its torch is {given.torch}, the wheel needs torch=={torch}",
                 "give an interpreter with the torch the wheel was built against",
@@ -117,8 +137,23 @@ def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord
         return fresh_test_env(given.python, torch, resolve_index(None), wheel, _extra(options), workdir, torch_from=given)
     interpreter = next((t.interpreter for t in tags if t.interpreter.startswith("cp")), "cp312")
     version = f"{interpreter[2]}.{interpreter[3:]}"
+    built_with = str(record.python.get("version") or "")
+    if any(t.abi == "abi3" for t in tags) and built_with.count(".") >= 1:
+        version = ".".join(built_with.split(".")[:2])  # an abi3 wheel: the Python it was built and tested with
     index = resolve_index(record.torch_index or None)
     return fresh_test_env(find_interpreter(version), torch, index, wheel, _extra(options), workdir)
+
+
+def _check_stable_torch(given: PythonEnv, record: BuildRecord, python: str) -> None:
+    """A stable-ABI wheel runs on a torch at or above its floor built for its CUDA major."""
+    floor, cuda = Version(record.torch_floor or "0"), record.cuda_version
+    torch = Version(given.torch or "0")
+    if torch.release[:2] < floor.release[:2]:
+        raise ToolchainError(f"--python {python}: its torch is {given.torch}, below the wheel's floor torch>={floor}",
+                             "give an interpreter with a newer torch")
+    if cuda is not None and given.torch_cuda and not given.torch_cuda.startswith(f"{cuda.major}."):
+        raise ToolchainError(f"--python {python}: its torch {given.torch} is built for CUDA {given.torch_cuda}; the "
+                             f"wheel is for CUDA {cuda.major} torches", "give an interpreter with such a torch")
 
 
 def _extra(options: TestOptions) -> tuple[str, ...]:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from builder import __version__
 from builder.core.cachedir import target_lock
 from builder.core.errors import InspectError
@@ -25,6 +27,7 @@ from builder.model.records import (
     RuntimeDropped,
     SourceDigest,
     TestReport,
+    TorchCheck,
 )
 from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
@@ -41,7 +44,8 @@ from builder.stages.patch import apply_patches
 from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import PythonEnv, fresh_test_env
 from builder.stages.source import unpack
-from builder.stages.testing import KernelTestPlan, run_tests
+from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
+from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
 from builder.toolchain import CudaToolkit
 from builder.toolchain.base import WheelRequest
 
@@ -194,14 +198,28 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         if problems:
             raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
         log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
+    if plan.stable:
+        stable_problems = report.stable_abi.problems() if report.stable_abi else ["no stable-ABI report"]
+        if stable_problems:
+            raise InspectError("stable-ABI check failed: " + "; ".join(stable_problems),
+                               "nothing was published; the port still calls torch's C++ API somewhere")
+        assert report.stable_abi is not None
+        log.ok(f"stable-ABI check passed: no torch C++ imports, {len(report.stable_abi.shim_imports)} C shims, "
+               f"abi3 tag, abi3audit {report.stable_abi.abi3audit}")
     log.step("test")
     with timed(timings, "test"):
         companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
         tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions)
+    torch_checks = None
+    if plan.stable:
+        log.step("torch range")
+        with timed(timings, "torch range"):
+            torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests)
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
-                          compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None)
+                          compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None,
+                          torch_checks=torch_checks)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace, portability=report.portability)
     result.wheel, result.record, result.status = published, record, "built"
@@ -229,6 +247,28 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         abi=str(plan.abi) if plan.stable else None,
         torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
     )
+
+
+def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_python: Path, wheel: Path,
+                      workdir: Path, tests: TestReport) -> tuple[TorchCheck, ...]:
+    """A stable-ABI wheel beside every torch minor it claims (stages/torchrange.py). The build's own torch must
+    pass (it is the one the import test used); a failure on another torch only keeps the wheel out of that
+    torch's channel, and says so."""
+    stable = plan.recipe.stable_abi
+    assert stable is not None
+    torches = torches_to_check(plan.index, plan.cuda, stable)
+    if settings.offline:
+        log.warning("torch range: --offline, so only the build's torch is checked (others would need downloads)")
+        torches = [(t, line) for t, line in torches if Version(t).public == Version(python.torch or "0").public]
+    checks = check_torch_range(wheel, stable, plan.recipe.imports, torches, plan.index,
+                               base_python if python.managed else python.python, workdir)
+    own = Version(python.torch or "0").public
+    if not any(c.passed and Version(c.torch).public == own for c in checks):
+        detail = next((c.detail for c in checks if Version(c.torch).public == own), "not checked")
+        raise TestStageFailed(f"torch range: the wheel fails beside its own build torch {own}: {detail}",
+                              "nothing was published", tests)
+    log.ok(f"torch range: {describe_checks(checks)}")
+    return checks
 
 
 def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,

@@ -6,9 +6,11 @@ nvidia-cuda-cuobjdump) and ``readelf -d`` for the shared libraries each object n
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +39,28 @@ class SharedObject:
 
 
 @dataclass(frozen=True)
+class StableAbiReport:
+    """What a stable-ABI wheel's shared objects import: no torch C++ symbol may be among them (only the C shims),
+    its tag must be abi3, and abi3audit must find no Python symbol outside the limited API."""
+
+    torch_cxx_imports: tuple[str, ...]  # mangled at::/c10::/torch:: symbols: each one ties the wheel to one torch
+    shim_imports: tuple[str, ...]  # the stable C shims it calls (aoti_torch_*, torch_*)
+    abi3_tag: bool
+    abi3audit: str  # "clean" | the violations | "not run: <why>"
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.torch_cxx_imports:
+            shown = ", ".join(self.torch_cxx_imports[:3]) + (" …" if len(self.torch_cxx_imports) > 3 else "")
+            out.append(f"imports {len(self.torch_cxx_imports)} torch C++ symbols ({shown}): not stable-ABI")
+        if not self.abi3_tag:
+            out.append("its tag is not abi3")
+        if self.abi3audit != "clean" and not self.abi3audit.startswith("not run"):
+            out.append(f"abi3audit: {self.abi3audit}")
+        return out
+
+
+@dataclass(frozen=True)
 class WheelReport:
     wheel: str
     name: str
@@ -46,6 +70,7 @@ class WheelReport:
     objects: tuple[SharedObject, ...]
     record: BuildRecord | None = field(default=None, compare=False)
     portability: PortabilityReport | None = field(default=None, compare=False)  # shown, not stored in records
+    stable_abi: StableAbiReport | None = None  # for a stable-ABI wheel (its record says so): what its .so imports
 
     @property
     def sass(self) -> set[str]:
@@ -117,6 +142,10 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
     requires = tuple(
         line.split(":", 1)[1].strip() for line in read_metadata(wheel).splitlines() if line.startswith("Requires-Dist:")
     )
+    record = read_build_record(wheel)
+    stable = None
+    if record is not None and record.is_stable_abi:
+        stable = stable_abi_report(wheel, {so: entries[so] for so in so_names}, tuple(str(t) for t in tags))
     return WheelReport(
         wheel=wheel.name,
         name=str(name),
@@ -124,9 +153,46 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
         tags=tuple(sorted(str(t) for t in tags)),
         requires=requires,
         objects=tuple(objects),
-        record=read_build_record(wheel),
+        record=record,
         portability=portability_report(wheel) if so_names and shutil.which("readelf") else None,
+        stable_abi=stable,
     )
+
+
+_TORCH_CXX = re.compile(r"^_ZN(?:K)?(?:2at|3c10|5torch)")
+
+
+def stable_abi_report(wheel: Path, objects: dict[str, bytes], tags: tuple[str, ...]) -> StableAbiReport:
+    """The undefined dynamic symbols of each .so (``nm -D --undefined-only``) and abi3audit's verdict."""
+    cxx: set[str] = set()
+    shims: set[str] = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in objects.items():
+            local = Path(tmp) / Path(name).name
+            local.write_bytes(data)
+            result = subprocess.run(["nm", "-D", "--undefined-only", str(local)], capture_output=True, text=True)
+            symbols = [line.split()[-1] for line in result.stdout.splitlines() if line.strip()]
+            cxx |= {s for s in symbols if _TORCH_CXX.match(s)}
+            shims |= {s.split("@")[0] for s in symbols if s.startswith(("aoti_torch_", "torch_"))}
+    return StableAbiReport(torch_cxx_imports=tuple(sorted(cxx)), shim_imports=tuple(sorted(shims)),
+                           abi3_tag=any(t.split("-")[1] == "abi3" for t in tags), abi3audit=_abi3audit(wheel))
+
+
+def _abi3audit(wheel: Path) -> str:
+    tool = shutil.which("abi3audit") or str(Path(sys.executable).parent / "abi3audit")
+    if not Path(tool).is_file():
+        return "not run: abi3audit is not installed (pip install abi3audit)"
+    result = subprocess.run([tool, "--strict", "--report", str(wheel)], capture_output=True, text=True)
+    try:
+        report = json.loads(result.stdout)
+    except ValueError:
+        return f"not run: abi3audit said {(result.stderr.strip().splitlines() or ['nothing'])[-1]}"
+    violations = [f"{so}: {v.get('name', v)}" for spec in report.get("specs", {}).values()
+                  for wheel_report in [spec.get("wheel", [])] for item in wheel_report
+                  for so, res in ([item.get("name", "?"), item.get("result", {})],)
+                  for v in res.get("non_abi3_symbols", []) + res.get("future_abi3_objects", [])]
+    return "clean" if result.returncode == 0 and not violations else "; ".join(map(str, violations))[:300] or (
+        f"exit {result.returncode}")
 
 
 def _inspect_object(cuobjdump: Path, name: str, path: Path) -> SharedObject:
@@ -192,6 +258,10 @@ def render_report(report: WheelReport) -> str:
         lines.append("  no shared objects (pure Python)")
     if report.portability is not None:
         lines.append(report.portability.render())
+    if report.stable_abi is not None:
+        st = report.stable_abi
+        lines.append(f"  stable ABI: {len(st.torch_cxx_imports)} torch C++ imports, {len(st.shim_imports)} C shim "
+                     f"imports; abi3 tag: {'yes' if st.abi3_tag else 'no'}; abi3audit: {st.abi3audit}")
     if report.record:
         rec = report.record
         lines.append(f"  built by: cuda-wheel-builder {rec.builder_version}, toolchain {dict(rec.toolchain)}")

@@ -120,7 +120,7 @@ def _given_env(plan: Plan, python: Path, requirements: list[str], *, offline: bo
     return env
 
 
-def _index_args(index: TorchIndex) -> list[str]:
+def index_args(index: TorchIndex) -> list[str]:
     # uv gives --extra-index-url priority over the default index, so torch comes from the torch index.
     return [] if index.name == "pypi" else ["--extra-index-url", index.url]
 
@@ -154,7 +154,7 @@ def managed_env(
             with log.status(f"creating build venv {target.name}: torch=={torch} from {index.name} "
                             "(first time only)"):
                 _uv(["venv", "--quiet", "--python", base_python, str(target)], target, what="venv creation")
-                _uv(["pip", "install", "--quiet", "--python", str(python), *_index_args(index),
+                _uv(["pip", "install", "--quiet", "--python", str(python), *index_args(index),
                      f"torch=={torch}", *reqs], target, what=f"installing torch=={torch} into the build venv")
             env = probe(python, need_torch=True)
             remember_env(marker, env)  # written last: its presence means "complete"
@@ -276,7 +276,7 @@ def fresh_test_env(
     python = target / "bin" / "python"
     if torch_from is None:
         run_uv(
-            ["pip", "install", "--quiet", "--python", str(python), *_index_args(index),
+            ["pip", "install", "--quiet", "--python", str(python), *index_args(index),
              *(["--find-links", str(find_links)] if find_links and find_links.is_dir() else []), str(wheel),
              f"torch=={Version(torch).public}", *extra],
             what="installing the wheel into a clean venv",

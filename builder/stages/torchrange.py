@@ -1,0 +1,143 @@
+"""The torch-range check of the test stage: a stable-ABI wheel tried beside every torch minor it claims.
+
+A per-torch wheel runs with the torch it was built against only, and the import test shows that. A stable-ABI wheel
+(model/abi.py) claims every torch of its CUDA major from the recipe's floor on, so each of them is tried: a fresh
+venv with the newest release of that torch minor (from the build's torch index, through uv's cache) and the wheel,
+then the recipe's imports and, for each torch.ops namespace the recipe names, every op having a CUDA kernel. A CPU
+machine can do all of that (the .so loads, its registrations run); the kernels themselves run on the GPU machine
+(``builder test``, which adds a ``gpu-kernel-tests`` check for its torch). The checks go into the build record; the
+index offers the wheel in the channel of each torch that passed (index/pages.py), and a torch released later is one
+``builder verify`` away, not a rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from packaging.version import Version
+
+from builder.core.errors import ToolchainError
+from builder.core.log import log
+from builder.core.uvtool import run_uv
+from builder.discovery.compat import TorchIndex
+from builder.model.abi import StableAbi
+from builder.model.cuda import CudaVersion
+from builder.model.records import TorchCheck
+from builder.stages.pyenv import index_args
+
+IMPORT_REGISTRATION = "import+registration"
+GPU_KERNEL_TESTS = "gpu-kernel-tests"
+
+# Run by the venv's interpreter: import torch and the recipe's modules, then list each namespace's ops and which
+# of them lack a CUDA kernel. Prints one JSON object; an import error is reported, not raised.
+_PROBE = r"""
+import importlib, json, platform, sys
+out = {"python": platform.python_version()}
+try:
+    import torch
+    out["torch"], out["cuda"] = torch.__version__, torch.version.cuda
+    for name in json.loads(sys.argv[1]):
+        importlib.import_module(name)
+    namespaces = json.loads(sys.argv[2])
+    ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.split("::")[0] in namespaces)
+    cuda = set(torch._C._dispatch_get_registrations_for_dispatch_key("CUDA"))
+    out["ops"] = ops
+    out["without_cuda_kernel"] = [n for n in ops if n not in cuda]
+except Exception as e:
+    out["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+print(json.dumps(out))
+"""
+
+
+def torches_to_check(index: TorchIndex, cuda: CudaVersion, stable: StableAbi) -> list[tuple[str, str]]:
+    """(torch release, CUDA line) for the newest release of every torch minor at or above the floor that ``index``
+    builds for a CUDA line of ``cuda``'s major, oldest first: PyPI today gives 2.11.0, 2.12.1, 2.13.0 and 2.14.1
+    (13.0) and 2.15.0 (13.2) for CUDA 13."""
+    newest: dict[tuple[int, int], tuple[Version, str]] = {}
+    for line, releases in index.torch_by_cuda.items():
+        try:
+            if CudaVersion.parse(line).major != cuda.major:
+                continue
+        except ValueError:
+            continue  # "cpu"
+        for text in releases:
+            version = Version(text)
+            minor = (version.major, version.minor)
+            if stable.admits(text) and (minor not in newest or version > newest[minor][0]):
+                newest[minor] = (version, line)
+    return [(str(v), line) for _, (v, line) in sorted(newest.items())]
+
+
+def check_torch_range(wheel: Path, stable: StableAbi, imports: Sequence[str], torches: Sequence[tuple[str, str]],
+                      index: TorchIndex, base_python: Path, workdir: Path) -> tuple[TorchCheck, ...]:
+    """Each of ``torches`` tried with the wheel in a fresh venv (removed afterwards); one TorchCheck each. A torch
+    that cannot be installed is a failed check with uv's reason, not an error: the others still say something."""
+    checks = []
+    for torch, line in torches:
+        log.info(f"torch range: {wheel.name} beside torch {torch} (CUDA {line})")
+        check = _check_one(wheel, stable, imports, torch, line, index, base_python, workdir / "torch-range" / torch)
+        (log.ok if check.passed else log.warning)(f"torch {torch}: {check.status}: {check.detail}")
+        checks.append(check)
+    return tuple(checks)
+
+
+def _check_one(wheel: Path, stable: StableAbi, imports: Sequence[str], torch: str, line: str, index: TorchIndex,
+               base_python: Path, venv: Path) -> TorchCheck:
+    def failed(detail: str, python: str = "") -> TorchCheck:
+        return TorchCheck(torch=torch, cuda=line, python=python, how=IMPORT_REGISTRATION, status="failed",
+                          detail=detail)
+
+    shutil.rmtree(venv, ignore_errors=True)
+    try:
+        run_uv(["venv", "--quiet", "--python", str(base_python), str(venv)], what="torch-range venv creation")
+        python = venv / "bin" / "python"
+        run_uv(["pip", "install", "--quiet", "--python", str(python), *index_args(index), f"torch=={torch}",
+                str(wheel)], what=f"installing torch {torch} beside the wheel")
+        result = subprocess.run([str(python), "-c", _PROBE, json.dumps(list(imports)), json.dumps(stable.namespaces)],
+                                capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=600)
+    except ToolchainError as e:
+        return failed(e.message)
+    except subprocess.TimeoutExpired:
+        return failed("the import probe ran past 600 s")
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+    try:
+        out = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return failed(f"the import probe crashed (exit {result.returncode}): {last}")
+    return judge_probe(out, torch, line, stable)
+
+
+def judge_probe(out: dict[str, object], torch: str, line: str, stable: StableAbi) -> TorchCheck:
+    """The probe's JSON as a TorchCheck: passed when everything imported, each namespace has ops, and every op of
+    them has a CUDA kernel."""
+    python, cuda = str(out.get("python", "")), str(out.get("cuda") or line)
+    status, detail = "passed", ""
+    ops, missing = _strings(out.get("ops")), _strings(out.get("without_cuda_kernel"))
+    empty = [ns for ns in stable.namespaces if not any(o.split("::")[0] == ns for o in ops)]
+    if "error" in out:
+        status, detail = "failed", f"import failed: {out['error']}"
+    elif empty:
+        status, detail = "failed", f"no ops registered in namespace {', '.join(empty)}"
+    elif missing:
+        status, detail = "failed", f"no CUDA kernel for {', '.join(missing)}"
+    else:
+        detail = f"imported; {len(ops)} ops registered with CUDA kernels ({', '.join(o.split('::')[1] for o in ops)})"
+    return TorchCheck(torch=torch, cuda=cuda, python=python, how=IMPORT_REGISTRATION, status=status, detail=detail)
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def describe_checks(checks: Sequence[TorchCheck]) -> str:
+    passed = [c.torch for c in checks if c.passed]
+    failed = [c.torch for c in checks if not c.passed]
+    text = f"verified on torch {', '.join(passed) or 'none'}"
+    return text + (f"; failed on {', '.join(failed)}" if failed else "")

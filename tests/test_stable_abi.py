@@ -1,0 +1,168 @@
+"""Stable-ABI builds (model/abi.py): the recipe's [stable-abi], the plan's ABI choice, label and torch requirement,
+the torch-range check's choice of torches and its verdicts, and the record's verified channels."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.core.errors import RecipeError, UsageError
+from builder.core.settings import Settings
+from builder.discovery.compat import TorchIndex
+from builder.discovery.torchindex import Listing, Release
+from builder.model.abi import Abi, channel_label, stable_label, stable_label_major
+from builder.model.arch import parse_arch_list
+from builder.model.cuda import CudaVersion
+from builder.model.python import PythonSpec
+from builder.model.recipe import load_recipe
+from builder.model.records import BuildRecord, TorchCheck
+from builder.stages.plan import Target, default_build_torch, make_plan
+from builder.stages.torchrange import judge_probe, torches_to_check
+from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
+
+STABLE = """
+[stable-abi]
+versions = ">=0.1,<1"
+torch-floor = "2.11"
+namespaces = ["tinyext"]
+"""
+
+PORT = """
+[[patch]]
+file = "0003-stable-port.patch"
+versions = ">=0.1,<1"
+summary = "the stable-ABI port"
+abi = "torch-stable"
+"""
+
+
+def stable_recipes(tmp_path: Path, extra: str = STABLE + PORT) -> Settings:
+    """A copy of the tinyext fixture recipe (and its patches) with a stable-ABI port added."""
+    recipes, patches = tmp_path / "recipes", tmp_path / "patches"
+    shutil.copytree(FIXTURES / "recipes", recipes)
+    shutil.copytree(FIXTURES / "patches", patches)
+    (patches / "tinyext" / "0003-stable-port.patch").write_text("--- a/x\n+++ b/x\n")
+    recipe = recipes / "tinyext" / "recipe.toml"
+    text = recipe.read_text().replace('path = "../../tinyext"', f'path = "{FIXTURES / "tinyext"}"')
+    recipe.write_text(text + extra)
+    return Settings.from_env({}, recipes_dir=recipes, cache_dir=tmp_path / "cache")
+
+
+def target(**changes: object) -> Target:
+    fields: dict[str, object] = dict(package="tinyext", version="0.1.0", cuda=CudaVersion.parse("13.0"),
+                                     archs=parse_arch_list("90"), python=PythonSpec("3.11"), torch="2.14.1",
+                                     torch_index=str(LOCAL_TORCH_INDEX), toolchain="host")
+    fields.update(changes)
+    return Target(**fields)  # type: ignore[arg-type]
+
+
+needs_local_index = pytest.mark.skipif(not LOCAL_TORCH_INDEX.is_dir(),
+                                       reason=f"skipped: no local torch index at {LOCAL_TORCH_INDEX}")
+
+
+@needs_local_index
+def test_a_port_makes_a_stable_plan_labelled_by_cuda_major_and_pinned_to_the_floor(tmp_path: Path) -> None:
+    plan = make_plan(target(), stable_recipes(tmp_path))
+    assert plan.abi is Abi.TORCH_STABLE
+    assert plan.label("2.14.1") == "cu13"
+    assert plan.torch_requirement("2.14.1") == "torch>=2.11"
+    assert "0003-stable-port.patch" in [p.name for p in plan.patches]
+    assert plan.env["BUILDER_TORCH_FLOOR"] == "2.11"
+    assert dict(plan.describe())["abi"].startswith("torch-stable (one cp310-abi3 wheel for CUDA 13 torches >= 2.11")
+
+
+@needs_local_index
+def test_per_torch_keeps_the_old_plan_and_leaves_the_port_out(tmp_path: Path) -> None:
+    plan = make_plan(target(abi="per-torch"), stable_recipes(tmp_path))
+    assert plan.abi is Abi.PER_TORCH
+    assert plan.label("2.14.1") == "cu130torch2.14"
+    assert plan.torch_requirement("2.14.1") == "torch==2.14.1"
+    assert "0003-stable-port.patch" not in [p.name for p in plan.patches]
+    assert "BUILDER_TORCH_FLOOR" not in plan.env
+
+
+@needs_local_index
+def test_a_torch_below_the_floor_is_per_torch_with_auto_and_refused_when_stable_is_asked(tmp_path: Path) -> None:
+    settings = stable_recipes(tmp_path, STABLE.replace('"2.11"', '"2.15"') + PORT)
+    assert make_plan(target(), settings).abi is Abi.PER_TORCH
+    with pytest.raises(UsageError, match=r"torch 2.14.1 is below the port's floor 2.15"):
+        make_plan(target(abi="torch-stable"), settings)
+
+
+@needs_local_index
+def test_stable_asked_for_a_recipe_without_a_port_says_why(tmp_path: Path) -> None:
+    settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
+    with pytest.raises(UsageError, match=r"has no stable-ABI port \(\[stable-abi\] in its recipe\)"):
+        make_plan(target(abi="torch-stable"), settings)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('[stable-abi]\nversions = "==0.1"\ntorch-floor = "2"\nnamespaces = ["x"]\n', "must be a torch minor"),
+    ('[stable-abi]\nversions = "==0.1"\ntorch-floor = "2.9"\nnamespaces = ["x"]\n', "shims start at 2.10"),
+    ('[stable-abi]\nversions = "==0.1"\ntorch-floor = "2.11"\n', "namespaces' is required"),
+    ('[stable-abi]\nversions = "==0.1"\ntorch-floor = "2.11"\nnamespace = ["x"]\n', "unknown field 'stable-abi.namespace'"),
+    (STABLE + PORT.replace('"torch-stable"', '"stable"'), r"patch\[2\].abi' is 'stable'"),
+])
+def test_bad_stable_abi_fields_name_the_field(tmp_path: Path, extra: str, message: str) -> None:
+    settings = stable_recipes(tmp_path, extra)
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(settings.recipes_dir / "tinyext" / "recipe.toml", settings.patches_dir)
+
+
+def pypi_like() -> TorchIndex:
+    releases = [("2.10.0", "12.8"), ("2.11.0", "13.0"), ("2.12.0", "13.0"), ("2.12.1", "13.0"), ("2.13.0", "13.0"),
+                ("2.14.0", "13.0"), ("2.14.1", "13.0"), ("2.15.0", "13.2")]
+    listing = Listing(name="pypi", url="https://pypi.org/simple", source="index", read_at="2026-12-02T00:00:00Z",
+                      releases=tuple(Release(version=v, cuda=c, pythons=("3.12",), evidence="test", read_at="")
+                                     for v, c in releases))
+    return TorchIndex("pypi", "https://pypi.org/simple", listing)
+
+
+def test_the_range_is_the_newest_release_of_each_minor_of_the_cuda_major_from_the_floor(tmp_path: Path) -> None:
+    stable = load_recipe(stable_recipes(tmp_path).recipes_dir / "tinyext" / "recipe.toml",
+                         tmp_path / "patches").stable_abi
+    assert stable is not None
+    assert torches_to_check(pypi_like(), CudaVersion.parse("13.0"), stable) == [
+        ("2.11.0", "13.0"), ("2.12.1", "13.0"), ("2.13.0", "13.0"), ("2.14.1", "13.0"), ("2.15.0", "13.2")]
+    assert torches_to_check(pypi_like(), CudaVersion.parse("12.8"), stable) == []  # 2.10 is below the floor
+
+
+def test_a_stable_build_defaults_to_the_floor_minor(tmp_path: Path) -> None:
+    recipe = load_recipe(stable_recipes(tmp_path).recipes_dir / "tinyext" / "recipe.toml", tmp_path / "patches")
+    assert default_build_torch(pypi_like(), CudaVersion.parse("13.0"), recipe, Abi.TORCH_STABLE) == "2.11.0"
+    assert default_build_torch(pypi_like(), CudaVersion.parse("13.0"), recipe, Abi.PER_TORCH) == "2.14.1"
+    assert default_build_torch(pypi_like(), CudaVersion.parse("13.2"), recipe, Abi.TORCH_STABLE) == "2.15.0"
+
+
+def test_the_probe_verdicts(tmp_path: Path) -> None:
+    stable = load_recipe(stable_recipes(tmp_path).recipes_dir / "tinyext" / "recipe.toml",
+                         tmp_path / "patches").stable_abi
+    assert stable is not None
+    good = {"python": "3.12.1", "torch": "2.12.1+cu130", "cuda": "13.0", "ops": ["tinyext::axpy"],
+            "without_cuda_kernel": []}
+    check = judge_probe(good, "2.12.1", "13.0", stable)
+    assert check.passed and check.channel == "cu130torch2.12" and "1 ops registered" in check.detail
+    assert judge_probe({**good, "without_cuda_kernel": ["tinyext::axpy"]}, "2.12.1", "13.0", stable).detail == (
+        "no CUDA kernel for tinyext::axpy")
+    assert "no ops registered in namespace tinyext" in judge_probe({**good, "ops": []}, "2.12.1", "13.0", stable).detail
+    broken = judge_probe({"python": "3.12.1", "error": "OSError: undefined symbol: _ZN3c10"}, "2.13.0", "13.0", stable)
+    assert broken.status == "failed" and "undefined symbol" in broken.detail
+
+
+def test_a_records_channels_are_its_passed_torches() -> None:
+    checks = (TorchCheck(torch="2.11.0", cuda="13.0", python="3.12", how="import+registration", status="passed"),
+              TorchCheck(torch="2.13.0", cuda="13.0", python="3.12", how="import+registration", status="failed"),
+              TorchCheck(torch="2.15.0", cuda="13.2", python="3.12", how="import+registration", status="passed"))
+    record = BuildRecord(abi="torch-stable", torch_floor="2.11", torch_checks=checks)
+    assert record.verified_channels() == ("cu130torch2.11", "cu132torch2.15")
+    assert BuildRecord.from_json(record.to_json()).verified_channels() == record.verified_channels()
+    assert BuildRecord(torch_checks=checks).verified_channels() == ()  # per-torch: its label is its channel
+    assert "abi" not in BuildRecord().to_json()  # per-torch records (and the wheels holding them) as before
+
+
+def test_labels() -> None:
+    assert stable_label(CudaVersion.parse("13.0")) == "cu13"
+    assert stable_label_major("cu13") == 13 and stable_label_major("cu130torch2.11") is None
+    assert channel_label("13.2", "2.15.0+cu132") == "cu132torch2.15"
