@@ -79,6 +79,11 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
                    help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
     add_common(p)
 
+    p = sub.add_parser("verify", help="try published stable-ABI wheels on torches released since they were built")
+    p.add_argument("package", help="recipe name, e.g. causal-conv1d")
+    p.add_argument("--python", default="3.12", help="Python version of the check venvs (default 3.12)")
+    add_common(p)
+
     p = sub.add_parser("plan", help="show what a build would do, without building")
     _target_args(p)
     add_common(p)
@@ -299,8 +304,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from builder.pipeline.verify import verify_package
+
+    results = verify_package(args.package, settings_from_args(args), python=args.python)
+    table = Table("wheel", "torch", "CUDA", "Python", "how", "result")
+    for result in results:
+        for check in result.checks:
+            table.add_row(result.wheel, check.torch, check.cuda, check.python, check.how,
+                          check.status + (" (new)" if check in result.new else ""))
+    out.print(table)
+    return 1 if any(not c.passed for r in results for c in r.new) else 0
+
+
 COMMANDS = {
     "build": cmd_build,
+    "verify": cmd_verify,
     "plan": cmd_plan,
     "test": cmd_test,
     "recipes": cmd_recipes,

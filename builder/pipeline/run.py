@@ -180,7 +180,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     if compiler_cache is not None:
         log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
     log.step("finalize")
-    label = plan.label(torch) if torch else None
+    label = plan.label(torch) if torch else None  # a stable-ABI wheel's (cu13) names no channel: checks do
     pins = [plan.torch_requirement(torch)] if torch else []
     pins += list(plan.recipe.runtime_requires)
     record = build_record(plan, key=key, source_digest=resolved.source_digest, toolkit=toolkit,
@@ -225,7 +225,9 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
-    index = f"channel: {house.channel_url(label)}" if label else f"index: {house.index_url()}"
+    channels = house.channels_of(published.name)
+    index = (", ".join(f"channel: {house.channel_url(c)}" for c in channels) if channels
+             else f"index: {house.index_url()}")
     log.ok(f"{where}: {published} ({index})")
 
 

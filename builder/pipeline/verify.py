@@ -1,0 +1,68 @@
+"""`builder verify`: a torch released after a stable-ABI wheel was built is one check, not a rebuild.
+
+For each stable-ABI wheel of a package in the wheelhouse, the torches its range now holds (stages/torchrange.py:
+the newest release of each torch minor from the floor on, for the wheel's CUDA major, on the torch index it was
+built with) that its record has no passed check for are tried beside it; the new checks go into its record, and the
+index then lists it in the channel of each torch that passed (one transaction: index/store.py write_record).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from builder.core.errors import UsageError
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.discovery.compat import resolve_index
+from builder.index.store import Wheelhouse
+from builder.model.recipe import find_recipe, load_recipe
+from builder.model.records import TorchCheck
+from builder.stages.pyenv import find_interpreter
+from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
+
+
+@dataclass(frozen=True)
+class Verified:
+    wheel: str
+    new: tuple[TorchCheck, ...]  # the checks run now
+    checks: tuple[TorchCheck, ...]  # all of them, as the record now holds them
+
+
+def verify_package(package: str, settings: Settings, *, python: str = "3.12") -> list[Verified]:
+    """Check every published stable-ABI wheel of ``package`` on the torches it has no passed check for."""
+    house = Wheelhouse(settings.wheelhouse)
+    wanted = canonicalize_name(package)
+    wheels = [w for w in house.wheel_files() if canonicalize_name(parse_wheel_filename(w.name)[0]) == wanted]
+    stable = [(w, r) for w in wheels if (r := house.record_of(w.name)) is not None and r.is_stable_abi]
+    if not stable:
+        raise UsageError(f"no stable-ABI wheel of {package} in {house.wheels}",
+                         "build one first (builder build with a recipe that has [stable-abi])")
+    recipe = load_recipe(find_recipe(package, settings.recipes_dir), settings.patches_dir)
+    if recipe.stable_abi is None:
+        raise UsageError(f"the recipe of {package} has no [stable-abi] section", "add it, or rebuild per torch")
+    results = []
+    for wheel, record in stable:
+        index, cuda = resolve_index(record.torch_index or None, settings), record.cuda_version
+        if cuda is None:
+            log.warning(f"{wheel.name}: its record names no CUDA; skipped")
+            continue
+        done = {(Version(c.torch).public, c.how) for c in record.torch_checks or () if c.passed}
+        todo = [(t, line) for t, line in torches_to_check(index, cuda, recipe.stable_abi)
+                if (Version(t).public, "import+registration") not in done]
+        if not todo:
+            log.ok(f"{wheel.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
+            results.append(Verified(wheel.name, (), tuple(record.torch_checks or ())))
+            continue
+        workdir = settings.cache("tests") / f"verify-{wheel.stem}"
+        new = check_torch_range(wheel, recipe.stable_abi, recipe.imports, todo, index, find_interpreter(python),
+                                workdir)
+        replaced = {(Version(c.torch).public, c.how) for c in new}
+        kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.how) not in replaced)
+        checks = (*kept, *new)
+        house.write_record(wheel.name, record.with_(torch_checks=checks))
+        log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")
+        results.append(Verified(wheel.name, new, checks))
+    return results
