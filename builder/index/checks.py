@@ -18,12 +18,47 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import BuilderError, PublishError
 from builder.core.wheelfile import dist_info_dir
 from builder.index.layout import Layout
+from builder.model.abi import stable_label_major, torch_minor
+from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
 
 
 def wheel_label(filename: str) -> str | None:
     """The local version label of a wheel file name: ``x-1.7.0+cu130torch2.14-…`` → ``cu130torch2.14``."""
     return parse_wheel_filename(filename)[1].local
+
+
+def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]:
+    """The channels (``channels/<label>/simple/``) that list a wheel, sorted; every wheel is in the combined index
+    besides. The one place that decides it: the pages, ``listed``, ``Wheelhouse.labels`` and the dashboard ask here.
+
+    A per-torch wheel (``+cu130torch2.14``) is in the channel of its own label, whatever its record says (it pins
+    ``torch==``); an unlabelled wheel in none. A stable-ABI wheel (label ``+cu13``, or unlabelled with a record whose
+    ``abi`` is ``torch-stable``) is in the channel of each torch it was verified on (``TorchCheck.channel``:
+    ``cu130torch2.12``), never in one named ``cu13``: a channel where a check passed and none failed (a failed check
+    on torch 2.12.1 keeps the wheel from that channel, whose users may have 2.12.1, even where 2.12.0 passed), whose
+    CUDA major is the wheel's, and whose torch is at or above the record's torch floor. Without a record, or without
+    such a check, it is in no channel."""
+    label = wheel_label(filename)
+    major = stable_label_major(label)
+    if major is None and (label or record is None or not record.is_stable_abi):
+        return (label,) if label else ()  # a per-torch label decides, whatever the record says: it pins torch==
+    if record is None:
+        return ()
+    try:
+        floor = torch_minor(record.torch_floor) if record.torch_floor else None
+    except InvalidVersion:  # a floor that is no version: nothing can be judged against it
+        return ()
+    passed: set[str] = set()
+    failed: set[str] = set()
+    for check in record.torch_checks or ():
+        try:
+            channel, minor, cuda = check.channel, torch_minor(check.torch), CudaVersion.parse(check.cuda)
+        except InvalidVersion:  # a check naming no torch or CUDA offers nothing
+            continue
+        if (major is None or cuda.major == major) and (floor is None or minor >= floor):
+            (passed if check.passed else failed).add(channel)
+    return tuple(sorted(passed - failed))
 
 
 def check_wheel(wheel: Path, filename: str | None = None) -> bytes:

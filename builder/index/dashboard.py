@@ -3,6 +3,8 @@
 It shows the matrix package × version × CUDA/torch × arch × Python with each wheel's status, the archs found in
 its shared objects, the import and kernel test results (passed / skipped with the reason / failed), the kernel
 speed against the pure-torch reference, the wheel size and links to the wheel, its metadata, record and build log.
+A stable-ABI wheel (one ``cp310-abi3`` wheel per CUDA major, ``+cu13``) shows its torch floor in the torch column
+and, with its tests, each torch it was checked on and how, and the channels that list it (checks.wheel_channels).
 Everything comes from the wheels' file names and their records; no JavaScript, so any browser (or
 ``chromium --dump-dom``) shows the same thing.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from builder.core.fsutil import human_size
+from builder.index.checks import wheel_channels
 from builder.index.layout import (
     Layout,
     log_path,
@@ -29,7 +32,8 @@ from builder.index.layout import (
     simple_path,
     wheel_path,
 )
-from builder.model.records import BuildRecord, TestReport
+from builder.model.abi import stable_label_major
+from builder.model.records import BuildRecord, TestReport, TorchCheck
 
 _LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
 
@@ -56,6 +60,9 @@ class Row:
     gpu: str
     size: int
     links: dict[str, str] = field(default_factory=dict)
+    stable: bool = False  # a stable-ABI wheel: the torch column is its floor, the checks say where it runs
+    torch_checks: list[TorchCheck] = field(default_factory=list)
+    channels: tuple[str, ...] = ()  # the channels that list it (checks.wheel_channels)
 
     @property
     def archs_found(self) -> list[str]:
@@ -98,11 +105,17 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     name, version, _, tags = parse_wheel_filename(facts.filename)
     label = version.local or ""
     match = _LABEL_RE.match(label)
-    cuda = record.cuda or (f"{match.group(1)}.{match.group(2)}" if match else "—")
+    major = stable_label_major(label)
+    stable = major is not None or (not label and record.is_stable_abi)  # as checks.wheel_channels decides
+    cuda = record.cuda or (f"{match.group(1)}.{match.group(2)}" if match else f"{major}.x" if major else "—")
     tests = record.tests or TestReport()
     torch = str(record.python.get("torch") or tests.torch or (match.group(3) if match else "—"))
+    if stable:
+        torch = f"≥ {record.torch_floor}" if record.torch_floor else "stable ABI"
     interpreters = sorted({t.interpreter for t in tags})
     python = ", ".join(_python_of(i) for i in interpreters)
+    if tags and all(t.abi == "abi3" for t in tags):  # the limited API: this Python and every later one
+        python = ", ".join(f"≥ {_python_of(i)} (abi3)" for i in interpreters)
     inspect = record.inspect or {}
     objects = inspect.get("objects") or []
     sass = sorted({a for o in objects for a in o.get("sass", [])}, key=_arch_key)
@@ -122,7 +135,9 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         kernel_status=kernel_status, kernel_reason=tests.kernel_reason,
         counts={k: int(v) for k, v in tests.counts.items()},
         speed=[dict(s) for s in tests.speed if isinstance(s, Mapping)], gpu=tests.gpu or "",
-        size=facts.size, links=links,
+        size=facts.size, links=links, stable=stable,
+        torch_checks=sorted(record.torch_checks or (), key=lambda c: (_version_key(c.torch), c.how)),
+        channels=wheel_channels(facts.filename, facts.record),
     )
 
 
@@ -256,7 +271,34 @@ def _tests_cell(r: Row) -> str:
     else:
         parts.append(f"kernel {_badge('not run')}" + (f'<div class="reason">{_e(r.kernel_reason)}</div>'
                                                       if r.kernel_reason else ""))
-    return "<br>".join(parts)
+    cell = "<br>".join(parts)
+    return cell + _stable_cell(r) if r.stable else cell
+
+
+_HOW = {"import+registration": "import + registration", "gpu-kernel-tests": "GPU kernel tests"}
+
+
+def _check_line(check: TorchCheck) -> str:
+    """``torch 2.11.0 (cu13.0, py3.12): GPU kernel tests passed``, the detail under a failed one."""
+    python = ".".join(check.python.split(".")[:2])
+    where = ", ".join(x for x in (f"cu{check.cuda}" if check.cuda else "", f"py{python}" if python else "") if x)
+    status = check.status or "unknown"
+    line = (f"torch {_e(check.torch)}" + (f" ({_e(where)})" if where else "")
+            + f": {_e(_HOW.get(check.how, check.how or 'checked'))} {_badge(status)}")
+    if check.detail and not check.passed:
+        line += f'<div class="reason">{_e(check.detail)}</div>'
+    return f'<li class="torch-check" data-torch="{_e(check.torch)}" data-status="{_e(status)}">{line}</li>'
+
+
+def _stable_cell(r: Row) -> str:
+    """A stable-ABI wheel's torch checks and the channels that list it."""
+    checks = "".join(_check_line(c) for c in r.torch_checks)
+    head = f"stable ABI, torch {_e(r.torch)}"
+    checked = (f"{head}, checked on:<ul class=checks>{checks}</ul>" if checks
+               else f'{head}, <span class="dim">checked on no torch yet</span><br>')
+    channels = (", ".join(f"<code>{_e(c)}</code>" for c in r.channels) if r.channels
+                else '<span class="dim">none (only the combined index): no torch check passed</span>')
+    return f'<div class="stable">{checked}channels: {channels}</div>'
 
 
 def _number(value: object, fmt: str, suffix: str = "") -> str:
@@ -298,7 +340,9 @@ def _table(rows: list[Row]) -> str:
         body.append(
             f'<tr class="wheel" data-wheel="{_e(r.filename)}" data-status="{_e(r.status)}">'
             f"<td>{_e(r.package)}</td><td>{_e(r.version)}<br><small>+{_e(r.label)}</small></td>"
-            f"<td>{_e(r.cuda)}</td><td>{_e(r.torch)}</td><td>{_e(r.python)}</td><td>{_e(asked)}</td>"
+            f"<td>{_e(r.cuda)}</td><td>{_e(r.torch)}"
+            + ("<br><small>stable ABI</small>" if r.stable else "")
+            + f"</td><td>{_e(r.python)}</td><td>{_e(asked)}</td>"
             f"<td>{found}</td><td>{_badge(r.status)}"
             + ('<div class="reason">in staging, awaiting GPU tests</div>' if r.status == "staged" else "")
             + f"</td><td>{_tests_cell(r)}</td><td>{_speed_cell(r)}</td>"
@@ -332,5 +376,7 @@ table.wheels td:first-child, table.wheels td:nth-child(2), table.wheels td:nth-c
 .cell { white-space: nowrap; margin: 2px 0; }
 details summary { cursor: pointer; color: #0969da; font-size: 12px; }
 table.cases { font-size: 12px; margin-top: 4px; }
+ul.checks { margin: 2px 0 4px; padding-left: 18px; }
+div.stable { margin-top: 4px; font-size: 12px; }
 footer { color: #57606a; font-size: 12px; padding: 0 24px 16px; }
 """

@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.fsutil import sha256_file
-from builder.index.checks import check_wheel, wheel_label
+from builder.index.checks import check_wheel, wheel_channels
 from builder.index.dashboard import WheelFacts, render_dashboard, rows_from, rows_of
 from builder.index.layout import (
     PAGE_HTML,
@@ -53,7 +53,7 @@ class WheelInfo:
     filename: str
     project: str
     version: str
-    label: str | None
+    channels: tuple[str, ...]  # the channels that list it (checks.wheel_channels); every wheel is in simple/ too
     size: int
     mtime_ns: int
     sha256: str
@@ -63,19 +63,21 @@ class WheelInfo:
 
 def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
                 rehash: bool = False) -> None:
-    """Every page of ``entries``: the combined index, one per channel, the channel list and the dashboard; pages
-    and channels of wheels no longer there go."""
+    """Every page of ``entries``: the combined index, one per channel (``checks.wheel_channels`` says which wheels
+    each lists), the channel list and the dashboard; pages and channels no wheel is in any more go."""
     infos = _infos(txn, paths, entries, rehash)
     statuses = {e.filename: _tests_summary(e.record) for e in entries}
     _stage_simple(txn, paths, None, infos, statuses)
-    labels = sorted({i.label for i in infos if i.label})
+    labels = sorted({label for i in infos for label in i.channels})
     for label in labels:
-        _stage_simple(txn, paths, label, [i for i in infos if i.label == label], statuses)
+        _stage_simple(txn, paths, label, [i for i in infos if label in i.channels], statuses)
     if paths.channels.is_dir():
         txn.trees += [d for d in paths.channels.iterdir() if d.is_dir() and d.name not in labels]
     if labels:
         items = [f'    <a href="{html.escape(lab)}/{SIMPLE}/">{html.escape(lab)}</a><br/>' for lab in labels]
         txn.put_bytes(paths.channels / PAGE_HTML, _page("Channels", items).encode())
+    elif (paths.channels / PAGE_HTML).is_file():  # the last channel went (a stable wheel's checks can all fail)
+        txn.deletes.append(paths.channels / PAGE_HTML)
     stage_dashboard(txn, paths, entries, staging_area=staging_area)
 
 
@@ -86,16 +88,16 @@ def stage_dashboard(txn: Transaction, paths: Layout, entries: list[Entry], *, st
     staging = paths.staging_paths()
     if not staging_area and staging.wheels.is_dir():
         rows += rows_of(staging, staging.wheel_files(), area="staged", prefix=staging_href())
-    labels = sorted({lab for e in entries if (lab := wheel_label(e.filename))})
+    labels = sorted({label for e in entries for label in wheel_channels(e.filename, e.record)})
     txn.put_bytes(paths.dashboard, render_dashboard(rows, labels, staging_area=staging_area).encode())
 
 
-def listed(paths: Layout, wheel_name: str, digest: str) -> bool:
-    """Whether the pages (combined and channel, JSON and HTML) list ``wheel_name`` with this sha256."""
-    label = wheel_label(wheel_name)
+def listed(paths: Layout, wheel_name: str, digest: str, record: BuildRecord | None) -> bool:
+    """Whether the pages (combined and each of its channels, JSON and HTML) list ``wheel_name`` with this sha256;
+    ``record`` is the wheel's, which names a stable-ABI wheel's channels."""
     project = canonicalize_name(parse_wheel_filename(wheel_name)[0])
-    for page in [paths.project_page(project, None, json=True)] + (
-            [paths.project_page(project, label, json=True)] if label else []):
+    channels: list[str | None] = [None, *wheel_channels(wheel_name, record)]
+    for page in [paths.project_page(project, label, json=True) for label in channels]:
         try:
             files = json.loads(page.read_text()).get("files", [])
             if not any(f.get("filename") == wheel_name and f.get("hashes", {}).get("sha256") == digest
@@ -134,7 +136,7 @@ def _infos(txn: Transaction, paths: Layout, entries: list[Entry], rehash: bool) 
             requires_python = requires_python.strip() if requires_python else None
         infos.append(WheelInfo(
             filename=entry.filename, project=str(canonicalize_name(name)), version=str(version),
-            label=version.local, size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256,
+            channels=wheel_channels(entry.filename, entry.record), size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256,
             metadata_sha256=metadata_sha256, requires_python=requires_python,
         ))
     return infos

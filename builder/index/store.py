@@ -28,7 +28,7 @@ from builder.index.checks import (
     log_source,
     own_log,
     record_mismatch,
-    wheel_label,
+    wheel_channels,
 )
 from builder.index.layout import Layout, recorded_wheel
 from builder.index.pages import Entry, listed, stage_dashboard, stage_pages
@@ -95,8 +95,14 @@ class Wheelhouse(Layout):
         return self.index(label).resolve().as_uri()
 
     def labels(self) -> list[str]:
-        """The channels (local version labels) of the published wheels."""
-        return sorted({lab for w in self.wheel_files() if (lab := wheel_label(w.name))})
+        """The channels of the published wheels (the labels of ``channels/<label>/simple/``): each per-torch
+        wheel's label, each torch a stable-ABI wheel was verified on (``checks.wheel_channels``)."""
+        return sorted({label for w in self.wheel_files() for label in self.channels_of(w.name)})
+
+    def channels_of(self, wheel_name: str) -> tuple[str, ...]:
+        """The channels that list this wheel, from its file name and record (``checks.wheel_channels``): its own
+        label for a per-torch wheel; for a stable-ABI wheel one per verified torch, () before any check passed."""
+        return wheel_channels(wheel_name, self._read_record(wheel_name))
 
     def recover(self) -> None:
         """Finish or drop a transaction a killed publisher left behind (every other method does this first)."""
@@ -218,7 +224,7 @@ class Wheelhouse(Layout):
                 if problem:
                     log.warning(f"not trusting {path}: {problem}; rebuilding the target")
                     return None
-                if not listed(self, wheel.name, digest):
+                if not listed(self, wheel.name, digest, record):
                     log.warning(f"{wheel.name} is not listed in the pages with its sha256; rebuilding the pages")
                     self._rebuild_locked()
                 return wheel, record
