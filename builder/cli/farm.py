@@ -77,7 +77,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from builder.farm.expand import github_matrix
+    from builder.farm.expand import coverage, github_matrix, serving, summary
     from builder.farm.unchanged import changed_targets
 
     settings, farm, targets = _load(args)
@@ -94,17 +94,79 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if args.format == "github":
         _emit(json.dumps(matrix, separators=(",", ":")))
         return 0
+    served = serving(targets, settings)
+    covered = coverage(targets, served)
+    totals = summary(covered)
     if args.format == "json":
-        _emit(json.dumps(matrix["include"], indent=2))
+        _emit(json.dumps({
+            "farm": str(farm.file),
+            "targets": [{**row, "abi": str(t.abi), "cells_served": len(served[t.id])}
+                        for t, row in zip(targets, matrix["include"], strict=True)],
+            "summary": totals,
+            "packages": [{"package": c.package, "version": c.version, "targets": len(c.targets),
+                          "compiles": c.compiles, "stable_compiles": c.stable, "cells_served": len(c.cells),
+                          "cells": [cell.as_list() for cell in sorted(c.cells, key=_cell_order)]} for c in covered],
+        }, indent=2))
         return 0
-    table = Table("package", "version", "cuda", "arch", "python", "torch", "toolchain", "GPU runner",
+    table = Table("package", "version", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain", "GPU runner",
                   title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
     for target, row in zip(targets, matrix["include"], strict=True):
+        abi = f"stable >={target.port.floor_text}" if target.stable and target.port else "per-torch"
         table.add_row(row["package"], row["version"], row["cuda"],
-                      row["arch"] if target.kind.is_cuda else "(any)", row["python"], row["torch"],
-                      target.toolchain, row["runner"])
+                      row["arch"] if target.kind.is_cuda else "(any)", row["python"], row["torch"], abi,
+                      str(len(served[target.id])), target.toolchain, row["runner"])
     out.print(table)
+    table = Table("package", "version", "targets", "compiles", "cells served",
+                  Column("torch minors × Pythons, per CUDA line", overflow="fold"),
+                  title="what they serve: the (torch minor, CUDA line, Python) cells a user can have")
+    for c in covered:
+        table.add_row(c.package, c.version, str(len(c.targets)),
+                      f"{c.compiles}" + (f" ({c.stable} stable)" if c.stable else ""), str(len(c.cells)),
+                      escape(_cells_text(c.cells)))
+    out.print(table)
+    which = "the changed targets" if args.changed else "the farm"
+    out.print(f"compiles needed: [bold]{totals['compiles']}[/bold] ({totals['stable_compiles']} stable-ABI, "
+              f"{totals['per_torch_compiles']} per-torch), plus {totals['pure_python_builds']} pure-Python builds")
+    out.print(f"cells served by {which}: [bold]{totals['cells_served']}[/bold] (torch minor × CUDA line × Python); "
+              f"per-torch wheels for the compiled packages' {totals['compiled_cells_served']} cells would take "
+              f"{totals['compiled_cells_served']} compiles")
     return 0
+
+
+def _cell_order(cell: Any) -> tuple:
+    from packaging.version import Version
+
+    return Version(cell.cuda), Version(cell.torch), Version(cell.python)
+
+
+def _cells_text(cells: Any) -> str:
+    """``13.0: torch 2.11-2.14 × py3.10-3.14 (20); 13.2: torch 2.15 × py3.11-3.15 (5)``."""
+    from packaging.version import Version
+
+    by_line: dict[str, list] = {}
+    for cell in cells:
+        by_line.setdefault(cell.cuda, []).append(cell)
+    parts = []
+    for line in sorted(by_line, key=Version):
+        group = by_line[line]
+        torches = _span(sorted({c.torch for c in group}, key=Version))
+        pythons = _span(sorted({c.python for c in group}, key=lambda p: Version(p) if p[:1].isdigit() else Version("0")))
+        parts.append(f"{line}: torch {torches} × py{pythons} ({len(group)})")
+    return "; ".join(parts)
+
+
+def _span(minors: list[str]) -> str:
+    """``2.11, 2.12, 2.13`` → ``2.11-2.13`` where the minors are consecutive; listed otherwise."""
+    from itertools import pairwise
+
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        keys = [Version(m).release[:2] for m in minors]
+    except InvalidVersion:
+        return ", ".join(minors)
+    consecutive = len(keys) > 2 and all(a[0] == b[0] and b[1] == a[1] + 1 for a, b in pairwise(keys))
+    return f"{minors[0]}-{minors[-1]}" if consecutive else ", ".join(minors)
 
 
 # ---------------------------------------------------------------- builder watch

@@ -1,11 +1,16 @@
 """A farm expanded into targets: packages × versions (pinned, or the newest N on PyPI inside the recipe's range)
-× CUDA × arch lists × Python × torch, less the exclusions; every cell checked buildable. Also the GitHub Actions
-matrix (``{"include": [...]}``) of those targets."""
+× CUDA × arch lists × Python × torch, less the exclusions; every cell checked buildable. Where a recipe's stable-ABI
+port covers a version, the cells at or above the port's torch floor collapse into one ``torch-stable`` target per
+CUDA major and arch list (one ``cp310-abi3`` wheel, ``+cu13``); the cells below the floor stay per-torch. Also the
+GitHub Actions matrix (``{"include": [...]}``) of those targets, and what they serve: the (torch minor, CUDA line,
+Python) cells a user can have that some target's wheel is built for (``served_cells``, ``coverage``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -14,11 +19,20 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import TorchIndex, check_torch_matches_cuda, default_torch, resolve_index
+from builder.discovery.compat import (
+    TorchIndex,
+    check_torch_has_python,
+    check_torch_matches_cuda,
+    default_torch,
+    resolve_index,
+    torch_cuda,
+)
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
+from builder.model.abi import Abi, StableAbi, torch_minor
 from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
 from builder.model.recipe import Recipe, find_recipe, load_recipe
+from builder.stages.plan import default_build_torch
 
 DEFAULT_FARM_FILE = "farm.toml"
 DEFAULT_RUNNER = "gpu-sm{arch}"
@@ -149,7 +163,7 @@ def _check_local_source(fail: Callable[..., FarmError], field_name: str, locatio
 
 def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version: str,
            settings: Settings | None = None) -> list[FarmTarget]:
-    cells: list[FarmTarget] = []
+    cells: list[tuple[FarmTarget, int]] = []  # each with the position of its arch list in the farm's archs
     index = resolve_index(entry.torch_index, settings)
     cuda_ext = recipe.kind.is_cuda
     # A pure-Python wheel holds no GPU code: it is built once; its first arch list only picks the test runner.
@@ -162,18 +176,194 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
             except UsageError as e:
                 raise FarmError(f"{farm.file}: field '{entry.where}.torch' is needed for CUDA {cuda}: {e.message}",
                                 "give torch = ['X.Y.Z'] (here or in [defaults])") from e
-        for archs in _arch_lists(arch_lists, cuda, cuda_ext and entry.archs_where_supported, settings):
+        for position, archs in _arch_lists(arch_lists, cuda, cuda_ext and entry.archs_where_supported, settings):
             for python in entry.python:
                 for torch in torches:
                     if any(x.matches(recipe.name, version, cuda, archs, python, torch) for x in farm.excludes):
                         continue
                     _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch, settings)
-                    cells.append(FarmTarget(
+                    cells.append((FarmTarget(
                         package=recipe.name, version=version, kind=recipe.kind, cuda=cuda, archs=archs, python=python,
                         torch=torch, torch_index=entry.torch_index, toolchain=entry.toolchain, recipes=recipes,
                         source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
-                    ))
-    return cells
+                    ), position))
+    return _choose_abi(farm, entry, recipe, version, index, cells, settings)
+
+
+# ---------------------------------------------------------------- the ABI: per-torch cells, or one stable target
+
+
+def _choose_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, index: TorchIndex,
+                cells: list[tuple[FarmTarget, int]], settings: Settings | None) -> list[FarmTarget]:
+    """The cells as targets: where the recipe's ``[stable-abi]`` covers this version (and the farm does not say
+    ``abi = "per-torch"``), the cells a stable wheel can serve become one torch-stable target per CUDA major and arch
+    list, in the place of the first of them; the others (torch below the floor, a Python below abi3's or given as a
+    path) stay per-torch. ``abi = "torch-stable"`` refuses a cell that cannot be stable."""
+    stable = recipe.stable_abi
+    port = stable if stable is not None and recipe.kind.is_cuda and stable.covers(version) else None
+    if entry.abi == Abi.TORCH_STABLE and port is None:
+        why = ("is a pure-Python recipe" if not recipe.kind.is_cuda else "has no stable-ABI port ([stable-abi] in "
+               f"{recipe.file})" if stable is None else f"is not covered by its stable-ABI port ({stable.versions})")
+        raise FarmError(f"{farm.file}: field '{entry.where}.abi' is 'torch-stable', but {recipe.name} {version} {why}",
+                        "leave abi out (auto: torch-stable where a port covers the version) or set abi = 'per-torch'")
+    if port is None or entry.abi == Abi.PER_TORCH:
+        return [dataclasses.replace(cell, port=port) for cell, _ in cells]
+    slots: list[FarmTarget | tuple[int, int]] = []
+    groups: dict[tuple[int, int], list[FarmTarget]] = {}
+    for cell, position in cells:
+        why_not = _not_stable(cell, port)
+        if why_not is None:
+            key = (cell.cuda.major, position)
+            if key not in groups:
+                groups[key] = []
+                slots.append(key)
+            groups[key].append(cell)
+        elif entry.abi == Abi.TORCH_STABLE:
+            raise FarmError(f"{farm.file}: field '{entry.where}.abi' is 'torch-stable', but target {cell.id} cannot "
+                            f"be: {why_not}",
+                            f"add [[exclude]] package = {entry.name!r}, torch = {cell.torch!r} (or python = "
+                            f"{str(cell.python)!r}), or leave abi out (auto: per-torch below the floor)")
+        else:
+            slots.append(dataclasses.replace(cell, port=port))
+    return [slot if isinstance(slot, FarmTarget)
+            else _stable_target(farm, entry, recipe, port, index, groups[slot], settings) for slot in slots]
+
+
+def _not_stable(cell: FarmTarget, port: StableAbi) -> str | None:
+    """Why a cell cannot be served by the port's abi3 wheel; None where it can."""
+    if cell.python.version is None:
+        return f"Python {cell.python} is an interpreter path: an abi3 build needs a Python version"
+    if Version(cell.python.version) < Version(port.python_floor):
+        return f"Python {cell.python} is below the abi3 wheel's {port.python_floor}"
+    if not port.admits(cell.torch):
+        return f"torch {cell.torch} is below the port's floor {port.floor_text}"
+    return None
+
+
+def _stable_target(farm: Farm, entry: FarmEntry, recipe: Recipe, port: StableAbi, index: TorchIndex,
+                   group: list[FarmTarget], settings: Settings | None) -> FarmTarget:
+    """One torch-stable target for a group of cells of one CUDA major and arch list: built on the group's oldest
+    CUDA line (a wheel from a newer nvcc is not promised to an older CUDA runtime), with the plan's torch for it
+    (stages/plan.default_build_torch: the floor minor's newest release) and the first of the group's Pythons."""
+    first = min(group, key=lambda c: (c.cuda.major, c.cuda.minor))  # min keeps the first of equals: file order
+    on_line = sorted((c.torch for c in group if c.cuda.same_line(first.cuda)), key=Version)
+    try:
+        torch = default_build_torch(index, first.cuda, recipe, Abi.TORCH_STABLE)
+    except UsageError:  # the index lists nothing for this CUDA (a custom index): the farm's own oldest torch
+        torch = on_line[0]
+    if not port.admits(torch):  # the index has no torch at or above the floor: the farm names one
+        torch = on_line[0]
+    _check_cell(farm, entry, True, index, first.cuda, first.archs, torch, settings)
+    python = first.python.version or ""
+    try:
+        check_torch_has_python(index, torch, python)
+    except UsageError as e:
+        raise FarmError(f"{farm.file}: {entry.where}: the torch-stable target for CUDA {first.cuda.major} is built "
+                        f"with torch {torch} and Python {python}: {e.message}",
+                        f"put one of the Pythons torch {torch} has first in python, or set abi = 'per-torch'") from e
+    return dataclasses.replace(first, torch=torch, abi=Abi.TORCH_STABLE, port=port)
+
+
+# ---------------------------------------------------------------- what the targets serve
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """An environment a user can have: a torch minor, the CUDA line that torch is a build of, a Python minor."""
+
+    torch: str  # 2.12
+    cuda: str  # 13.0
+    python: str  # 3.12
+
+    def as_list(self) -> list[str]:
+        return [self.torch, self.cuda, self.python]
+
+
+def served_cells(target: FarmTarget, index: TorchIndex) -> frozenset[Cell]:
+    """The cells a target's wheel is built for. A per-torch target: its own (torch minor, that torch's CUDA line,
+    Python). A torch-stable target: every torch minor at or above the port's floor that ``index`` has for a CUDA line
+    of the target's major (not older than the line it is built on) × every Python that torch minor has wheels for,
+    from the port's abi3 floor on (free-threaded builds cannot load abi3); the target's own Python where the index
+    names no Pythons. What a stable wheel is finally offered for is what its torch-range check verified."""
+    if not target.stable or target.port is None:
+        torch = Version(target.torch)
+        line = torch_cuda(index, str(torch.public), target.cuda).line
+        return frozenset({Cell(f"{torch.major}.{torch.minor}", line, target.python.name)})
+    port = target.port
+    built = (target.cuda.major, target.cuda.minor)
+    cells: set[Cell] = set()
+    for line, versions in index.torch_by_cuda.items():
+        if not line[:1].isdigit():
+            continue  # cpu
+        cuda = CudaVersion.parse(line)
+        if cuda.major != target.cuda.major or (cuda.major, cuda.minor) < built:
+            continue
+        for text in versions:
+            v = Version(text)
+            if v.is_prerelease or v.is_devrelease or not port.admits(text):
+                continue
+            release = index.listing.release(text) if index.listing else None
+            pythons = [p for p in (release.pythons if release else ()) if not p.endswith("t")
+                       and Version(p) >= Version(port.python_floor)] or [target.python.name]
+            minor = "{}.{}".format(*torch_minor(text))
+            cells.update(Cell(minor, cuda.line, p) for p in pythons)
+    return frozenset(cells)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One package version of the farm: its targets and the cells they serve together."""
+
+    package: str
+    version: str
+    targets: tuple[FarmTarget, ...]
+    cells: frozenset[Cell]
+
+    @property
+    def compiles(self) -> int:
+        return sum(1 for t in self.targets if t.kind.is_cuda)
+
+    @property
+    def stable(self) -> int:
+        return sum(1 for t in self.targets if t.stable)
+
+
+def serving(targets: Iterable[FarmTarget], settings: Settings) -> dict[str, frozenset[Cell]]:
+    """Each target's served cells, by target id (one index read per torch index)."""
+    indexes: dict[str | None, TorchIndex] = {}
+    out = {}
+    for t in targets:
+        if t.torch_index not in indexes:
+            indexes[t.torch_index] = resolve_index(t.torch_index, settings)
+        out[t.id] = served_cells(t, indexes[t.torch_index])
+    return out
+
+
+def coverage(targets: Iterable[FarmTarget], served: Mapping[str, frozenset[Cell]]) -> list[Coverage]:
+    """Per package version (in the targets' order): its targets and the union of the cells they serve."""
+    grouped: dict[tuple[str, str], list[FarmTarget]] = {}
+    for t in targets:
+        grouped.setdefault((canonicalize_name(t.package), t.version), []).append(t)
+    return [Coverage(package=group[0].package, version=version, targets=tuple(group),
+                     cells=frozenset().union(*(served[t.id] for t in group)))
+            for (_, version), group in grouped.items()]
+
+
+def summary(coverages: list[Coverage]) -> dict[str, int]:
+    """The farm's totals: its builds, the compiles among them (stable-ABI and per-torch), the cells they serve, and
+    how many per-torch compiles would serve the same cells of the CUDA extensions."""
+    targets = [t for c in coverages for t in c.targets]
+    compiles = sum(c.compiles for c in coverages)
+    stable = sum(c.stable for c in coverages)
+    return {
+        "targets": len(targets),
+        "compiles": compiles,
+        "stable_compiles": stable,
+        "per_torch_compiles": compiles - stable,
+        "pure_python_builds": len(targets) - compiles,
+        "cells_served": sum(len(c.cells) for c in coverages),
+        "compiled_cells_served": sum(len(c.cells) for c in coverages if c.compiles),
+    }
 
 
 def newest_torches(index: TorchIndex, cuda: CudaVersion, count: int) -> tuple[str, ...]:
@@ -189,16 +379,17 @@ def newest_torches(index: TorchIndex, cuda: CudaVersion, count: int) -> tuple[st
 
 
 def _arch_lists(arch_lists: tuple[Archs, ...], cuda: CudaVersion, trim: bool,
-                settings: Settings | None) -> list[Archs]:
-    """Each arch list as given, or (``archs-where-supported``) without the archs this CUDA cannot compile."""
+                settings: Settings | None) -> list[tuple[int, Archs]]:
+    """Each arch list as given, or (``archs-where-supported``) without the archs this CUDA cannot compile; with
+    its position in the farm's list (a stable target groups the CUDA lines' trims of one list)."""
     if not trim:
-        return list(arch_lists)
+        return list(enumerate(arch_lists))
     known = supported_archs(cuda, settings)
-    out: list[Archs] = []
-    for archs in arch_lists:
+    out: list[tuple[int, Archs]] = []
+    for position, archs in enumerate(arch_lists):
         kept = tuple(a for a in archs if known is None or a.number in known)
-        if kept and kept not in out:
-            out.append(kept)
+        if kept and kept not in (k for _, k in out):
+            out.append((position, kept))
     return out
 
 
@@ -243,6 +434,8 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
             and not t.source.startswith("git+") else (t.source or ""),
             "runner": farm.runner_for(t.archs),
         })
+        if t.port is not None:  # a version with a stable-ABI port: `builder build --abi` (auto could pick either)
+            include[-1]["abi"] = str(t.abi)
     return {"include": include}
 
 

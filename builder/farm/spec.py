@@ -20,6 +20,7 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import is_known_cuda, known_cuda_text, resolve_index
+from builder.model.abi import ABI_CHOICES, Abi, StableAbi, stable_label
 from builder.model.arch import Arch, format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
@@ -51,6 +52,7 @@ _SETTINGS: dict[str, tuple[type, ...]] = {
     "jobs": (int,),
     "torch-newest": (int,),
     "archs-where-supported": (bool,),
+    "abi": (str,),
 }
 _TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "exclude": (list,), "runners": (dict,)}
 _PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "source": (str, dict),
@@ -78,6 +80,7 @@ class FarmEntry:
     jobs: int | None = None
     torch_newest: int = 1  # torch omitted: the newest N torch minors built for each CUDA (newest patch of each)
     archs_where_supported: bool = False  # drop from each arch list what a target's CUDA cannot compile
+    abi: str = "auto"  # auto: one torch-stable target per CUDA major where the recipe has a port | an Abi (ABI_CHOICES)
 
     def source_for(self, version: str) -> str | None:
         if version in self.sources:
@@ -139,7 +142,9 @@ class Farm:
 
 @dataclass(frozen=True, kw_only=True)
 class FarmTarget:
-    """One cell of the expanded matrix: everything ``builder build`` needs."""
+    """One build of the expanded matrix: everything ``builder build`` needs. A per-torch target is one cell (CUDA ×
+    arch list × Python × torch); a torch-stable target stands for every cell of its CUDA major at or above the
+    port's floor and is built with the plan's torch (the floor's newest release) and one Python (abi3)."""
 
     package: str
     version: str
@@ -154,10 +159,21 @@ class FarmTarget:
     source: str | None
     jobs: int | None
     entry: str  # "package[0]"
+    abi: Abi = Abi.PER_TORCH
+    port: StableAbi | None = None  # the recipe's [stable-abi] where it covers this version (either abi)
+
+    @property
+    def stable(self) -> bool:
+        return self.abi is Abi.TORCH_STABLE
 
     @property
     def id(self) -> str:
-        """A name safe for files and artifact names: tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1."""
+        """A name safe for files and artifact names: tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1; a torch-stable
+        target names its CUDA major and abi3 instead of CUDA line, Python and torch: demo-1.0-cu13-abi3-sm90_120."""
+        if self.stable:
+            parts = [canonicalize_name(self.package), self.version, stable_label(self.cuda), "abi3"]
+            parts.append("sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx"))
+            return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
         cuda = "cu" + str(self.cuda).replace(".", "")  # as given: 13.0.1 → cu1301 (not the flavour, cu130)
         parts = [canonicalize_name(self.package), self.version, cuda]
         if self.kind.is_cuda:
@@ -168,6 +184,9 @@ class FarmTarget:
     @property
     def wheel_identity(self) -> tuple[str, ...]:
         """What the wheel's file name is made of: targets equal here would overwrite each other's wheel."""
+        if self.stable and self.port is not None:  # +cu13, cp310-abi3: no torch, no Python
+            return (canonicalize_name(self.package), str(Version(self.version)), stable_label(self.cuda),
+                    self.port.requirement, f"cp{self.port.python_floor.replace('.', '')}-abi3")
         torch = Version(self.torch)
         tag = str(self.python) if self.kind.is_cuda else "py3-none-any"
         return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
@@ -185,6 +204,7 @@ class FarmTarget:
             toolchain=self.toolchain,
             source=self.source,
             jobs=self.jobs or jobs,
+            abi=str(self.abi),
         )
 
     def settings(self, base: Settings) -> Settings:
@@ -343,6 +363,12 @@ class _Checker(TomlChecker):
             out["torch_newest"] = table["torch-newest"]
         if "archs-where-supported" in table:
             out["archs_where_supported"] = table["archs-where-supported"]
+        if "abi" in table:
+            if table["abi"] not in ABI_CHOICES:
+                close = difflib.get_close_matches(table["abi"], ABI_CHOICES, n=1)
+                self.fail(at("abi"), f"is {table['abi']!r}",
+                          f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ABI_CHOICES)}")
+            out["abi"] = table["abi"]
         return out
 
     def entry(self, table: dict[str, Any], where: str, defaults: dict[str, Any]) -> FarmEntry:
