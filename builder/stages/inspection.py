@@ -187,12 +187,18 @@ def _abi3audit(wheel: Path) -> str:
         report = json.loads(result.stdout)
     except ValueError:
         return f"not run: abi3audit said {(result.stderr.strip().splitlines() or ['nothing'])[-1]}"
-    violations = [f"{so}: {v.get('name', v)}" for spec in report.get("specs", {}).values()
-                  for wheel_report in [spec.get("wheel", [])] for item in wheel_report
-                  for so, res in ([item.get("name", "?"), item.get("result", {})],)
-                  for v in res.get("non_abi3_symbols", []) + res.get("future_abi3_objects", [])]
-    return "clean" if result.returncode == 0 and not violations else "; ".join(map(str, violations))[:300] or (
-        f"exit {result.returncode}")
+    problems = []
+    for spec in report.get("specs", {}).values():
+        for item in spec.get("wheel", []):
+            res = item.get("result", {})
+            symbols = [str(v.get("name", v)) if isinstance(v, dict) else str(v) for v in res.get("non_abi3_symbols", [])]
+            if symbols:
+                problems.append(f"{item.get('name')}: not in the limited API: {', '.join(symbols[:5])}")
+            if res.get("future_abi3_objects") or res.get("is_abi3_baseline_compatible") is False:
+                problems.append(f"{item.get('name')}: needs Python {res.get('computed')}, tagged {res.get('baseline')}")
+    if result.returncode == 0 and not problems:
+        return "clean"
+    return "; ".join(problems) or f"exit {result.returncode}: {(result.stderr.strip().splitlines() or [''])[-1]}"
 
 
 def _inspect_object(cuobjdump: Path, name: str, path: Path) -> SharedObject:
