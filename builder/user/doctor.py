@@ -61,6 +61,9 @@ class WheelOffer:
     package: str
     verdicts: tuple[Verdict, ...]
     chosen: Verdict | None
+    index_url: str | None = None  # where this env installs the chosen wheel from: its channel (the env's own for
+    #                               a stable-ABI wheel)
+    why: str = ""  # a chosen stable-ABI wheel's: the torch it was verified on (fit.Verdict.why)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,10 @@ def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> Doctor
             reader.check()
             for recipe in recipes:
                 verdicts = tuple(judge(w, facts) for w in reader.wheels(recipe.name))
-                offers.append(WheelOffer(recipe.name, verdicts, best(list(verdicts))))
+                chosen = best(list(verdicts))
+                offers.append(WheelOffer(recipe.name, verdicts, chosen,
+                                         chosen.wheel.index_url_for(facts) if chosen else None,
+                                         chosen.why if chosen else ""))
         except BuilderError as e:
             error = e.one_line()
     commands, advice = _next_steps(python, env, machine, facts, states, offers, root)
@@ -173,6 +179,10 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
         commands.append(shlex.join(install_argv(python, wheels, facts)))
         if _has_pip(python):
             commands.append(shlex.join(install_argv(python, wheels, facts, tool="pip")))
+    for offer in offers:
+        if offer.chosen is not None and offer.why:
+            advice.append(f"{offer.package}: {offer.chosen.wheel.filename} fits: {offer.why}; this env's channel "
+                          f"{offer.index_url}")
     kinds = {s.report.distribution: s.kind for s in states}
     for offer in offers:
         if offer.package in missing and offer.chosen is None and facts.torch and facts.torch_cuda:

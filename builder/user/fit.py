@@ -4,6 +4,11 @@ A wheelhouse is read through its own pages (PEP 691 JSON, PEP 658 ``.metadata`` 
 from a local folder or a URL alike, so ``doctor`` and ``install`` see exactly what uv and pip would see. A wheel fits
 an environment when its Python tags are accepted there, its torch pin holds the torch that is installed, its local
 label names that torch's CUDA, and (for GPU code, when a GPU is known) it carries SASS or PTX the GPU can run.
+
+A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) serves a torch range instead of one
+torch: it fits an env whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor
+on that CUDA line is one it was verified on (its record's torch checks; index/checks.wheel_channels, the rule the
+pages list it by). It is installed from that env's own channel (``cu130torch2.12``), where the index lists it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,17 @@ from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import SourceError
+from builder.index.checks import wheel_channels
 from builder.index.layout import record_path, simple_path
+from builder.model.abi import stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
+from builder.model.records import BuildRecord, TorchCheck
+from builder.stages.torchrange import GPU_KERNEL_TESTS
 
 if TYPE_CHECKING:
     from builder.user.envprobe import EnvReport
@@ -61,6 +71,26 @@ class IndexedWheel:
     sass: tuple[str, ...] | None  # sm_120 …; None when the wheelhouse keeps no record of it
     ptx: tuple[str, ...] | None
     kernel_tests: str | None  # passed / skipped / failed, from the record
+    abi: str | None = None  # the record's: "torch-stable" for a stable-ABI wheel, None for a per-torch one
+    cuda: str = ""  # the record's CUDA (13.0)
+    torch_checks: tuple[TorchCheck, ...] = ()  # a stable-ABI wheel: each torch it was tried on
+    channels: tuple[str, ...] = ()  # the channels that list it (index/checks.wheel_channels)
+
+    @property
+    def is_stable_abi(self) -> bool:
+        """One wheel for a range of torches of one CUDA major (label ``cu13``, or a record saying so)."""
+        return self.abi == "torch-stable" or stable_label_major(self.label) is not None
+
+    @property
+    def cuda_major(self) -> int | None:
+        """A stable-ABI wheel's CUDA major: its label's (``cu13``), else its record's; None where neither says."""
+        major = stable_label_major(self.label)
+        if major is None and self.cuda:
+            try:
+                major = CudaVersion.parse(self.cuda).major
+            except InvalidVersion:
+                return None
+        return major
 
     @property
     def torch_pin(self) -> SpecifierSet | None:
@@ -75,8 +105,23 @@ class IndexedWheel:
 
     @property
     def index_url(self) -> str:
-        """The index to install it from: its channel (or the combined index for an unlabelled wheel)."""
-        return self.wheelhouse + simple_path(self.label)
+        """The index that lists it for every env: its channel (the combined index for an unlabelled wheel and for a
+        stable-ABI wheel, which is in one channel per verified torch instead: see ``index_url_for``)."""
+        return self.wheelhouse + simple_path(None if self.is_stable_abi else self.label)
+
+    def channel_for(self, env: EnvFacts) -> str | None:
+        """The channel ``env`` installs it from: a per-torch wheel's own label; for a stable-ABI wheel the env's
+        channel (``cu130torch2.12``) where the wheel is listed there, else None."""
+        if not self.is_stable_abi:
+            return self.label
+        if env.torch is None or env.torch_cuda is None:
+            return None
+        label = env_label(env.torch, env.torch_cuda)
+        return label if label in self.channels else None
+
+    def index_url_for(self, env: EnvFacts) -> str:
+        """The index to install it into ``env`` from: the channel of that env's torch and CUDA (see above)."""
+        return self.wheelhouse + simple_path(self.channel_for(env))
 
     @property
     def has_gpu_code(self) -> bool:
@@ -87,10 +132,21 @@ class IndexedWheel:
 class Verdict:
     wheel: IndexedWheel
     reasons: tuple[str, ...]  # why it does not fit; empty when it fits
+    channel: str | None = None  # the channel the env installs it from (a stable-ABI wheel: the env's own)
+    why: str = ""  # why a stable-ABI wheel fits: the torch it was verified on ("" for a per-torch wheel)
 
     @property
     def fits(self) -> bool:
         return not self.reasons
+
+    @property
+    def kernel_tested(self) -> bool:
+        """Its kernel tests passed: a per-torch wheel's (on its one torch); a stable-ABI wheel's on a torch of
+        this env's channel (a ``gpu-kernel-tests`` check there)."""
+        if not self.wheel.is_stable_abi:
+            return self.wheel.kernel_tests == "passed"
+        return any(c.passed and c.how == GPU_KERNEL_TESTS and _check_channel(c) == self.channel
+                   for c in self.wheel.torch_checks)
 
 
 def label_cuda(label: str | None) -> CudaVersion | None:
@@ -127,32 +183,130 @@ def runs_on(sass: tuple[str, ...], ptx: tuple[str, ...], cc: int) -> bool:
     return False
 
 
+def python_fits(wheel: IndexedWheel, env: EnvFacts) -> bool:
+    """Whether the env's Python takes the wheel: one of its tags, and its Requires-Python."""
+    tags = parse_wheel_filename(wheel.filename)[3]
+    return bool({str(t) for t in tags} & env.tags) and not _requires_python_fails(wheel, env)
+
+
+def _requires_python_fails(wheel: IndexedWheel, env: EnvFacts) -> bool:
+    return bool(wheel.requires_python) and not SpecifierSet(wheel.requires_python or "").contains(
+        env.python, prereleases=True)
+
+
 def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
     """Every reason ``wheel`` cannot be installed into ``env`` without changing its torch (none: it fits)."""
     reasons: list[str] = []
     _, _, _, tags = parse_wheel_filename(wheel.filename)
     if not {str(t) for t in tags} & env.tags:
-        reasons.append(f"built for {', '.join(sorted({t.interpreter for t in tags}))}, not Python {env.python}")
-    if wheel.requires_python and not SpecifierSet(wheel.requires_python).contains(env.python, prereleases=True):
+        reasons.append(_tags_reason(tags, env))
+    if _requires_python_fails(wheel, env):
         reasons.append(f"requires Python {wheel.requires_python}")
-    pin = wheel.torch_pin
-    if pin is not None:
-        if env.torch is None:
-            reasons.append(f"needs torch{pin}; no torch is installed")
-        elif not pin.contains(Version(env.torch), prereleases=True):
-            reasons.append(f"pins torch{pin}, the env has torch {env.torch}")
-    wheel_cuda = label_cuda(wheel.label)
-    if wheel_cuda is not None and env.torch is not None:
-        if env.torch_cuda is None:
-            reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is a CPU build")
-        elif not CudaVersion.parse(env.torch_cuda).same_line(wheel_cuda):
-            reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is CUDA {env.torch_cuda}")
+    why = ""
+    if wheel.is_stable_abi:
+        stable_reasons, why = _judge_stable(wheel, env)
+        reasons += stable_reasons
+    else:
+        pin = wheel.torch_pin
+        if pin is not None:
+            if env.torch is None:
+                reasons.append(f"needs torch{pin}; no torch is installed")
+            elif not pin.contains(Version(env.torch), prereleases=True):
+                reasons.append(f"pins torch{pin}, the env has torch {env.torch}")
+        wheel_cuda = label_cuda(wheel.label)
+        if wheel_cuda is not None and env.torch is not None:
+            if env.torch_cuda is None:
+                reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is a CPU build")
+            elif not CudaVersion.parse(env.torch_cuda).same_line(wheel_cuda):
+                reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is CUDA {env.torch_cuda}")
     if env.gpus and wheel.sass is not None and wheel.has_gpu_code:
         for cc in env.gpus:
             if not runs_on(wheel.sass, wheel.ptx or (), cc):
                 code = ", ".join([*wheel.sass, *(wheel.ptx or ())])
                 reasons.append(f"carries {code}, nothing an sm_{cc} GPU can run")
-    return Verdict(wheel, tuple(reasons))
+    return Verdict(wheel, tuple(reasons), wheel.channel_for(env), why if not reasons else "")
+
+
+def _tags_reason(tags: frozenset[Tag], env: EnvFacts) -> str:
+    """Why none of a wheel's tags is the env's; an abi3 wheel names the oldest CPython its limited API serves."""
+    interpreters = sorted({t.interpreter for t in tags})
+    if tags and all(t.abi == "abi3" for t in tags):
+        floors = sorted(f for i in interpreters if (f := _cpython(i)) is not None)
+        if floors and _version_tuple(env.python) < floors[0]:
+            major, minor = floors[0]
+            return f"a cp{major}{minor}-abi3 wheel (CPython >= {major}.{minor}), not Python {env.python}"
+        return f"its tags ({', '.join(sorted(str(t) for t in tags))}) are none of this env's (Python {env.python})"
+    return f"built for {', '.join(interpreters)}, not Python {env.python}"
+
+
+def _cpython(interpreter: str) -> tuple[int, int] | None:
+    match = re.fullmatch(r"cp(\d)(\d+)", interpreter)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _version_tuple(python: str) -> tuple[int, int]:
+    v = Version(python)
+    return v.major, v.minor
+
+
+def _judge_stable(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
+    """A stable-ABI wheel against the env's torch: its requirement (the floor), its CUDA major, and whether the
+    env's torch minor on its CUDA line is one the wheel was verified on. (reasons, why it fits)."""
+    pin = wheel.torch_pin
+    if env.torch is None:
+        return [f"needs torch{pin or ''}; no torch is installed"], ""
+    reasons = []
+    if pin is not None and not pin.contains(Version(env.torch), prereleases=True):
+        reasons.append(f"needs torch{pin} (its stable-ABI floor), the env has torch {env.torch}")
+    major = wheel.cuda_major
+    what = f"CUDA {major} torches" if major is not None else "CUDA torches"
+    if env.torch_cuda is None:
+        return [*reasons, f"built for {what}; this env's torch {env.torch} is a CPU build"], ""
+    cuda = CudaVersion.parse(env.torch_cuda)
+    if major is not None and cuda.major != major:
+        return [*reasons, f"built for {what}; this env's torch {env.torch} is CUDA {cuda.major}"], ""
+    if reasons:  # below the floor: no torch there is verified, and the floor says so already
+        return reasons, ""
+    channel = env_label(env.torch, env.torch_cuda)
+    minor = "{}.{}".format(*torch_minor(env.torch))
+    if channel not in wheel.channels:
+        return [_not_verified(wheel, channel, minor, cuda)], ""
+    here = [c for c in wheel.torch_checks if c.passed and _check_channel(c) == channel]
+    best_check = max(here, key=lambda c: (c.how == GPU_KERNEL_TESTS, Version(c.torch)), default=None)
+    checked = f": {best_check.how} passed on torch {best_check.torch}" if best_check else ""
+    return [], f"the stable-ABI wheel verified on this env's torch {minor} with CUDA {cuda.line}{checked}"
+
+
+def _not_verified(wheel: IndexedWheel, channel: str, minor: str, cuda: CudaVersion) -> str:
+    """Why the env's channel does not list a stable-ABI wheel: a failed check on its torch, or none made there."""
+    failed = [c for c in wheel.torch_checks if not c.passed and _check_channel(c) == channel]
+    if failed:
+        check = failed[0]
+        return (f"failed its {check.how or 'torch'} check on torch {check.torch} (CUDA {check.cuda})"
+                + (f": {check.detail}" if check.detail else ""))
+    verified = sorted({parts for c in wheel.channels if (parts := _channel_parts(c)) is not None},
+                      key=lambda p: (Version(p[1]), p[0]))
+    if not verified:
+        return f"not verified on torch {minor}: no torch check of it passed"
+    other_line = any(m == minor for _, m in verified)  # this minor, verified on another CUDA line than the env's
+    head = f"not verified on torch {minor}" + (f" with CUDA {cuda.line}" if other_line else "")
+    listed = dict.fromkeys(m if m != minor else f"{m} with CUDA {c.line}" for c, m in verified)
+    return f"{head} (verified: {', '.join(listed)})"
+
+
+def _check_channel(check: TorchCheck) -> str | None:
+    """A check's channel label, None for a check that names no torch or CUDA version."""
+    try:
+        return check.channel
+    except InvalidVersion:
+        return None
+
+
+def _channel_parts(label: str) -> tuple[CudaVersion, str] | None:
+    """``cu130torch2.12`` → (13.0, "2.12")."""
+    match = _LABEL_RE.match(label)
+    cuda = label_cuda(label)
+    return (cuda, f"{match.group(2)}.{match.group(3)}") if match and cuda else None
 
 
 def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
@@ -165,11 +319,12 @@ def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
 
 
 def best(verdicts: list[Verdict]) -> Verdict | None:
-    """The fitting wheel to install: the newest version, kernel-tested before untested."""
+    """The fitting wheel to install: the newest version, kernel-tested (on this env's torch) before untested, a
+    per-torch wheel (built against this very torch) before a stable-ABI one."""
     fitting = [v for v in verdicts if v.fits]
     if not fitting:
         return None
-    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.wheel.kernel_tests == "passed",
+    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.kernel_tested, not v.wheel.is_stable_abi,
                                        v.wheel.filename))
 
 
@@ -234,6 +389,7 @@ class WheelhouseReader:
         record = self._json(self.root + record_path(filename), required=False)
         sass = ptx = None
         kernel = None
+        built = BuildRecord.from_json(record) if isinstance(record, dict) else None
         if isinstance(record, dict):
             inspect = record.get("inspect") if isinstance(record.get("inspect"), dict) else {}
             objects = inspect.get("objects") if isinstance(inspect, dict) else None
@@ -247,6 +403,9 @@ class WheelhouseReader:
             filename=filename, project=project, version=version, label=version.local, url=url, wheelhouse=self.root,
             requires_python=str(entry["requires-python"]) if entry.get("requires-python") else None,
             requires=requires, sass=sass, ptx=ptx, kernel_tests=kernel,
+            abi=built.abi if built else None, cuda=built.cuda if built else "",
+            torch_checks=tuple(built.torch_checks or ()) if built else (),
+            channels=wheel_channels(filename, built),
         )
 
     # ---------------------------------------------------------------- transport: file:// and http(s):// alike

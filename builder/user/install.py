@@ -1,7 +1,9 @@
 """``builder install``: the fitting wheels from a wheelhouse into a user's environment, never touching its torch.
 
 Per package the newest wheel that fits the env (fit.py) is installed from its channel, pinned exactly
-(``pkg==1.7.0+cu130torch2.14``), with the env's own torch as a constraint, so no resolver can swap torch. When
+(``pkg==1.7.0+cu130torch2.14``), with the env's own torch as a constraint, so no resolver can swap torch. A
+stable-ABI wheel (``pkg==1.7.0+cu13``) comes from the env's own channel too (``cu130torch2.12``), which lists it
+where it was verified on that torch. When
 nothing fits, a wheel is built here if this machine can compile for the env's CUDA; otherwise the command stops
 with the concrete ways forward. torch is checked again afterwards.
 """
@@ -11,10 +13,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import InstallError, ToolchainError
 from builder.core.log import log
@@ -34,6 +37,7 @@ from builder.user.fit import (
     env_label,
     judge,
     label_cuda,
+    python_fits,
 )
 from builder.user.machine import MachineFacts
 
@@ -45,6 +49,7 @@ class Choice:
     package: str
     verdicts: tuple[Verdict, ...]
     chosen: IndexedWheel | None
+    why: str = ""  # a stable-ABI wheel's: the torch it was verified on (fit.Verdict.why)
 
 
 def choose(packages: list[str], env: EnvFacts, reader: WheelhouseReader) -> list[Choice]:
@@ -52,17 +57,18 @@ def choose(packages: list[str], env: EnvFacts, reader: WheelhouseReader) -> list
     for package in packages:
         verdicts = tuple(judge(w, env) for w in reader.wheels(package))
         picked = best(list(verdicts))
-        choices.append(Choice(package, verdicts, picked.wheel if picked else None))
+        choices.append(Choice(package, verdicts, picked.wheel if picked else None, picked.why if picked else ""))
     return choices
 
 
 def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, constraints: Path | None = None,
                  *, tool: str = "uv") -> list[str]:
-    """The install command: each wheel's channel as an extra index, exact pins, torch held where it is."""
+    """The install command: each wheel's channel as an extra index (a stable-ABI wheel's: the env's), exact pins,
+    torch held where it is."""
     indexes: list[str] = []
     for wheel in wheels:
-        if wheel.index_url not in indexes:
-            indexes.append(wheel.index_url)
+        if wheel.index_url_for(env) not in indexes:
+            indexes.append(wheel.index_url_for(env))
     pins = [f"{w.project}=={w.version}" for w in wheels]
     hold = [f"torch=={env.torch}"] if env.torch else []
     index_args = [a for url in indexes for a in ("--extra-index-url", url)]
@@ -99,11 +105,22 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
     seen: list[tuple[Version, CudaVersion]] = []
     for choice in choices:
         for verdict in choice.verdicts:
+            if not python_fits(verdict.wheel, env):
+                continue
+            if verdict.wheel.is_stable_abi:  # each torch it was verified on is served, in that torch's channel
+                for check in verdict.wheel.torch_checks:
+                    try:
+                        line, channel = CudaVersion.parse(check.cuda), check.channel
+                    except InvalidVersion:
+                        continue
+                    if check.passed and channel in verdict.wheel.channels and machine.can_build(line)[0]:
+                        seen.append((Version(Version(check.torch).public), line))
+                continue
             pin, cuda = verdict.wheel.torch_pin, label_cuda(verdict.wheel.label)
             if pin is None or cuda is None or not machine.can_build(cuda)[0]:
                 continue
             exact = [s.version for s in pin if s.operator in ("==", "===") and "*" not in s.version]
-            if exact and not any("built for" in r or "requires Python" in r for r in verdict.reasons):
+            if exact:
                 seen.append((Version(exact[0]), cuda))
     if seen:
         version, cuda = max(seen)
@@ -112,13 +129,15 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
 
 
 def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, machine: MachineFacts,
-                 reader: WheelhouseReader, python: Path, archs: tuple[Arch, ...]) -> InstallError:
-    """The refusal when nothing fits and this machine cannot build: what would carry it, what works here."""
+                 reader: WheelhouseReader, python: Path, archs: tuple[Arch, ...], *,
+                 skipped: str | None = None) -> InstallError:
+    """The refusal when nothing fits and this machine cannot build (or ``skipped``, the flag that kept it from
+    building: ``--no-build``, ``--dry-run``): what would carry it, what works here."""
     names = " ".join(c.package for c in missing)
     cuda = env.torch_cuda or "cpu"
     torch_cuda = CudaVersion.parse(env.torch_cuda) if env.torch_cuda else None
     label = env_label(env.torch, env.torch_cuda) if env.torch and env.torch_cuda else None
-    _, why = machine.can_build(torch_cuda) if torch_cuda else (False, "the env's torch is a CPU build")
+    can, why = machine.can_build(torch_cuda) if torch_cuda else (False, "the env's torch is a CPU build")
     arch_text = format_arch_list(archs) if archs else "<your GPU's arch, e.g. 120>"
     torch_public = Version(env.torch).public if env.torch else "?"
     index_flag = f" --torch-index {torch_cuda.flavour}" if torch_cuda and env.torch and Version(env.torch).local else ""
@@ -134,9 +153,14 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
         hints.append(f"or use torch {torch} (a CUDA {alt_cuda} build: the wheelhouse serves it and this machine builds "
                      f"for it), in this env or a new one: `uv pip install --python {python} torch=={torch}` then "
                      f"`builder install {names} --python {python}{from_flag}`")
+    if can and skipped:
+        not_built = f"{skipped} keeps this command from building one (this machine could, with {why})"
+    elif can:
+        not_built = f"the one built here with {why} does not fit either"
+    else:
+        not_built = f"this machine cannot build one: {why}"
     return InstallError(
-        f"no {names} wheel fits {python} (torch {env.torch}, CUDA {cuda}, Python {env.python}) and this machine "
-        f"cannot build one: {why}",
+        f"no {names} wheel fits {python} (torch {env.torch}, CUDA {cuda}, Python {env.python}) and {not_built}",
         extra=tuple(f"hint: {h}" for h in hints) + tuple(
             f"{c.package} in {reader.root}: " + ("; ".join(f"{v.wheel.filename}: {', '.join(v.reasons)}"
                                                            for v in c.verdicts) or "no wheels") for c in missing),
@@ -169,12 +193,15 @@ class InstallOutcome:
     built: tuple[str, ...]
     command: str | None
     torch: str | None
+    why: Mapping[str, str] = field(default_factory=dict)  # wheel file → why it was chosen (stable-ABI wheels)
 
     def summary(self) -> list[str]:
         lines = [f"built here: {name}" for name in self.built]
         if self.command and not self.installed:
             lines.append(f"would run: {self.command}")
-        lines += [f"installed: {w.filename}" for w in self.installed]
+            lines += [f"  {name}: {line}" for name, line in self.why.items()]
+        lines += [f"installed: {w.filename}" + (f" ({self.why[w.filename]})" if w.filename in self.why else "")
+                  for w in self.installed]
         if self.torch:
             lines.append(f"torch {self.torch} in {self.python}: unchanged")
         return lines
@@ -212,19 +239,25 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
             local = WheelhouseReader(settings.wheelhouse)
             choices = [choose([c.package], facts, local)[0] if c.package in built else c for c in choices]
     wheels = [c.chosen for c in choices if c.chosen is not None]
+    why = {c.chosen.filename: f"{c.why}; channel {c.chosen.index_url_for(facts)}" for c in choices
+           if c.chosen is not None and c.why}
     command = shlex.join(install_argv(python, wheels, facts)) if wheels else None
     installed: tuple[IndexedWheel, ...] = ()
     if wheels and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
+        for name, line in why.items():
+            log.info(f"  {name}: {line}")
         run_install(python, wheels, facts, offline=settings.offline)
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]
     if still:
-        error = ways_forward(still, choices, facts, machine, reader, python, _archs(request, facts, required=False))
+        skipped = "--dry-run" if request.dry_run else None if request.build else "--no-build"
+        error = ways_forward(still, choices, facts, machine, reader, python, _archs(request, facts, required=False),
+                             skipped=skipped)
         done = f"installed {', '.join(w.filename for w in installed)}; " if installed else ""
         raise InstallError(done + error.message, error.hint, extra=error.extra)
-    return InstallOutcome(python, installed, tuple(built), command, facts.torch)
+    return InstallOutcome(python, installed, tuple(built), command, facts.torch, why)
 
 
 def _readable(reader: WheelhouseReader) -> bool:
