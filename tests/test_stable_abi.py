@@ -166,3 +166,25 @@ def test_labels() -> None:
     assert stable_label(CudaVersion.parse("13.0")) == "cu13"
     assert stable_label_major("cu13") == 13 and stable_label_major("cu130torch2.11") is None
     assert channel_label("13.2", "2.15.0+cu132") == "cu132torch2.15"
+
+
+def test_a_patch_that_builds_on_the_one_before_it_is_checked_on_that_tree(tmp_path: Path) -> None:
+    """A port stacked on the build-script fixes (mamba-ssm 0004 edits lines 0001-0003 wrote): each patch is
+    dry-run on the tree the patches before it made, in the early drift check and when applied."""
+    from packaging.specifiers import SpecifierSet
+
+    from builder.model.recipe import PatchSpec
+    from builder.stages.patch import apply_patches, check_patches
+
+    src = tmp_path / "demo-1.0"
+    src.mkdir()
+    (src / "setup.py").write_text("flags = []\n")
+    first, second = tmp_path / "0001.patch", tmp_path / "0002.patch"
+    first.write_text("--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-flags = []\n+flags = ['-O3']\n")
+    second.write_text("--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-flags = ['-O3']\n+flags = ['-O3', '-DSTABLE']\n")
+    specs = tuple(PatchSpec(path=p, versions=SpecifierSet(">=1"), summary="") for p in (first, second))
+    (tmp_path / "scratch").mkdir()
+    check_patches(src, specs, "demo", "1.0", tmp_path / "scratch")
+    assert (src / "setup.py").read_text() == "flags = []\n"  # the check works on a copy
+    apply_patches(src, specs, "demo", "1.0")
+    assert (src / "setup.py").read_text() == "flags = ['-O3', '-DSTABLE']\n"

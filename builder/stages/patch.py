@@ -18,9 +18,10 @@ from builder.model.recipe import PatchSpec
 
 
 def apply_patches(root: Path, patches: tuple[PatchSpec, ...], package: str, version: str) -> None:
+    """Each patch dry-run and then applied, in order: a later patch may build on an earlier one (a stable-ABI port
+    on top of the build-script fixes), so each is checked against the tree the ones before it made."""
     for spec in patches:
         _run_patch(root, spec, package, version, dry_run=True)
-    for spec in patches:
         _run_patch(root, spec, package, version, dry_run=False)
         log.info(f"applied {spec.name}" + (f" ({spec.summary})" if spec.summary else ""))
 
@@ -35,8 +36,9 @@ def check_patches(source: Path, patches: tuple[PatchSpec, ...], package: str, ve
     tmp = Path(tempfile.mkdtemp(prefix=".patch-check-", dir=scratch))
     try:
         root = unpack(source, tmp / "src")
-        for spec in patches:
+        for spec in patches:  # applied in turn on the scratch copy: patch N is checked on what 1..N-1 made
             _run_patch(root, spec, package, version, dry_run=True)
+            _run_patch(root, spec, package, version, dry_run=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
