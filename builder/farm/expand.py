@@ -434,8 +434,8 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
             and not t.source.startswith("git+") else (t.source or ""),
             "runner": farm.runner_for(t.archs),
         })
-        if t.port is not None:  # a version with a stable-ABI port: `builder build --abi` (auto could pick either)
-            include[-1]["abi"] = str(t.abi)
+        # the farm decided (a version with a port could go either way with auto): `builder build --abi` says so
+        include[-1]["abi"] = str(t.abi) if t.port is not None else "auto"
     return {"include": include}
 
 
