@@ -106,3 +106,21 @@ def test_pip_and_uv_install_it_from_the_channel_and_leave_torch_alone(built: dic
     probe = subprocess.run([py, "-c", "import torch, tinyext; print(torch.ops.tinyext.axpy)"], capture_output=True,
                            text=True)
     assert probe.returncode == 0 and "tinyext.axpy" in probe.stdout, probe.stderr[-1500:]
+
+
+def test_builder_verify_checks_a_torch_the_record_lacks_and_the_channel_comes_back(built: dict) -> None:
+    """A torch released after the build: its check is missing from the record (here: removed), so the wheel is
+    in no channel for it; `builder verify` runs the check and the index lists the wheel there again."""
+    from builder.index.store import Wheelhouse
+
+    house = Wheelhouse(built["base"] / "wheelhouse")
+    record = house.record_of(WHEEL)
+    assert record is not None and record.torch_checks
+    house.write_record(WHEEL, record.with_(torch_checks=()))
+    assert house.channels_of(WHEEL) == ()
+    result = run_cli("verify", "--recipes", str(FIXTURES / "recipes-stable"), "--python", "3.11", env=built["env"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert "2.14.1" in result.stdout and "passed (new)" in result.stdout
+    assert house.channels_of(WHEEL) == ("cu130torch2.14",)
+    again = run_cli("verify", "tinyext", "--recipes", str(FIXTURES / "recipes-stable"), env=built["env"])
+    assert again.code == 0 and "nothing new to verify" in again.stderr

@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     add_common(p)
 
     p = sub.add_parser("verify", help="try published stable-ABI wheels on torches released since they were built")
-    p.add_argument("package", help="recipe name, e.g. causal-conv1d")
+    p.add_argument("package", nargs="*", help="recipe names (default: every package with a stable-ABI wheel)")
     p.add_argument("--python", default="3.12", help="Python version of the check venvs (default 3.12)")
     add_common(p)
 
@@ -305,9 +305,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from builder.pipeline.verify import verify_package
+    from builder.pipeline.verify import stable_packages, verify_package
 
-    results = verify_package(args.package, settings_from_args(args), python=args.python)
+    settings = settings_from_args(args)
+    packages = args.package or stable_packages(settings)
+    if not packages:
+        out.print("no stable-ABI wheels in the wheelhouse: nothing to verify")
+        return 0
+    results = [r for package in packages for r in verify_package(package, settings, python=args.python)]
     table = Table("wheel", "torch", "CUDA", "Python", "how", "result")
     for result in results:
         for check in result.checks:

@@ -31,6 +31,13 @@ class Verified:
     checks: tuple[TorchCheck, ...]  # all of them, as the record now holds them
 
 
+def stable_packages(settings: Settings) -> list[str]:
+    """The packages that have a published stable-ABI wheel."""
+    house = Wheelhouse(settings.wheelhouse)
+    return sorted({str(parse_wheel_filename(w.name)[0]) for w in house.wheel_files()
+                   if (r := house.record_of(w.name)) is not None and r.is_stable_abi})
+
+
 def verify_package(package: str, settings: Settings, *, python: str = "3.12") -> list[Verified]:
     """Check every published stable-ABI wheel of ``package`` on the torches it has no passed check for."""
     house = Wheelhouse(settings.wheelhouse)
