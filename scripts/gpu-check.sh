@@ -14,6 +14,8 @@
 #   scripts/gpu-check.sh user         the user's side on a real GPU: doctor, --arch/--cuda from the env, install of the
 #                                     staged sm_90 wheels into the machine's python3 (torch held), a kernel call, doctor
 #   scripts/gpu-check.sh bench        bench/gpu_kernels.py: kernels vs transformers' torch fallbacks, vs copy bandwidth
+#   scripts/gpu-check.sh stable       issue 25: the stable-ABI causal-conv1d sm_90 wheel (.carry/wh-stable): kernel tests,
+#                                     promotion, a downstream `import causal_conv1d_cuda` script, upstream's own suite
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 set -uo pipefail
@@ -109,6 +111,22 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     step $B doctor --python python3 --from $WH || status=1
     $B doctor --python python3 --from $WH --json > "$OUT/doctor-after.json" 2>/dev/null || status=1
     ;;
+  stable)
+    step $B test .carry/wh-stable/staging/wheels/causal_conv1d-*.whl --python python3 --require-kernel-tests \
+      --wheelhouse .carry/wh-stable || status=1
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/stable-$(basename "$(dirname "$f")").json"; done
+    tar czf "$OUT/wh-stable-meta.tgz" --exclude='*.whl' .carry/wh-stable
+    WHEEL=$(ls .carry/wh-stable/wheels/causal_conv1d-*.whl .carry/wh-stable/staging/wheels/causal_conv1d-*.whl 2>/dev/null | head -1)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/stable-site "$WHEEL" || status=1
+    step env PYTHONPATH=/tmp/stable-site python3 scripts/downstream_causal_conv1d_cuda.py || status=1
+    # upstream's own suite (determinism cases included) against the installed wheel; the test file alone, run
+    # from a folder without the sdist's unpatched package beside it
+    mkdir -p /tmp/upstream-tests && tar xzf .carry/src/causal_conv1d-1.7.0.tar.gz -C /tmp/upstream-tests \
+      causal_conv1d-1.7.0/tests/test_causal_conv1d.py
+    (cd /tmp/upstream-tests && step timeout "${UPSTREAM_TIMEOUT:-360}" env PYTHONPATH=/tmp/stable-site python3 -m pytest \
+      -q -p no:cacheprovider causal_conv1d-1.7.0/tests/test_causal_conv1d.py ${UPSTREAM_K:+-k "$UPSTREAM_K"} \
+      --junitxml="$OUT/upstream-junit.xml") || status=1
+    ;;
   mamba)
     # mamba-ssm kernel tests with the machine's torch (timeout: the device call has a hard limit; the suite's
     # report, written after each case group, and its log still come back), then promotion
@@ -131,7 +149,7 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     step timeout "${MAMBA_TF_TIMEOUT:-300}" env PYTHONPATH=/tmp/mamba-site TRITON_CACHE_DIR=/tmp/mamba-triton \
       python3 recipes/mamba-ssm/transformers_check.py --out "$OUT/mamba-transformers.json" || status=1
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|mamba|mamba-tf"; exit 2 ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|mamba|mamba-tf"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status

@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
                    help="publish into wheelhouse/staging (no GPU here); `builder test` on a GPU machine promotes it")
     p.add_argument("--replace", action="store_true",
                    help="replace a published wheel of the same file name even when it was built for other archs")
+    p.add_argument("--no-torch-range", action="store_true",
+                   help="a stable-ABI wheel: check it beside its build torch only (no download of the other torches "
+                   "of its range); `builder verify` checks them later")
 
     p = sub.add_parser("test", help="import- and kernel-test a wheel here; promote it from staging if it passes")
     p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
@@ -182,6 +185,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         stage=args.stage,
         compiler_cache=args.compiler_cache,
         replace=args.replace,
+        torch_range=not args.no_torch_range,
     )
     settings = settings_from_args(args)
     _check_cheap_flags(args)

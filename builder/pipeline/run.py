@@ -69,6 +69,7 @@ class BuildOptions:
     stage: bool = False  # publish into wheelhouse/staging; `builder test` on a GPU machine promotes it
     compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
     replace: bool = False  # replace a published wheel of the same file name built for another arch set
+    torch_range: bool = True  # a stable-ABI wheel: try every torch of its range (False: the build torch only)
 
 
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
@@ -214,7 +215,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     if plan.stable:
         log.step("torch range")
         with timed(timings, "torch range"):
-            torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests)
+            torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests,
+                                             whole_range=options.torch_range)
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
@@ -226,8 +228,13 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
     channels = house.channels_of(published.name)
-    index = (", ".join(f"channel: {house.channel_url(c)}" for c in channels) if channels
-             else f"index: {house.index_url()}")
+    if len(channels) > 1:  # a stable-ABI wheel: the channel of each torch it was verified on
+        base = house.channel_url(channels[0]).removesuffix(f"/{channels[0]}/simple")
+        index = f"channels {', '.join(channels)}: {base}/<channel>/simple"
+    elif channels:
+        index = f"channel: {house.channel_url(channels[0])}"
+    else:
+        index = f"index: {house.index_url()}"
     log.ok(f"{where}: {published} ({index})")
 
 
@@ -252,15 +259,17 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
 
 
 def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_python: Path, wheel: Path,
-                      workdir: Path, tests: TestReport) -> tuple[TorchCheck, ...]:
+                      workdir: Path, tests: TestReport, *, whole_range: bool = True) -> tuple[TorchCheck, ...]:
     """A stable-ABI wheel beside every torch minor it claims (stages/torchrange.py). The build's own torch must
     pass (it is the one the import test used); a failure on another torch only keeps the wheel out of that
     torch's channel, and says so."""
     stable = plan.recipe.stable_abi
     assert stable is not None
     torches = torches_to_check(plan.index, plan.cuda, stable)
-    if settings.offline:
-        log.warning("torch range: --offline, so only the build's torch is checked (others would need downloads)")
+    if settings.offline or not whole_range:
+        why = "--offline" if settings.offline else "--no-torch-range"
+        log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
+                    "alone until `builder verify` checks the others")
         torches = [(t, line) for t, line in torches if Version(t).public == Version(python.torch or "0").public]
     checks = check_torch_range(wheel, stable, plan.recipe.imports, torches, plan.index,
                                base_python if python.managed else python.python, workdir)
