@@ -4,10 +4,9 @@ keeps that module as a thin layer over torch.ops). Compared with a torch referen
 
 import sys
 
+import causal_conv1d_cuda
 import torch
 import torch.nn.functional as F
-
-import causal_conv1d_cuda
 
 torch.manual_seed(0)
 dev = "cuda"
