@@ -94,6 +94,10 @@ class Wheelhouse(Layout):
     def channel_url(self, label: str) -> str:
         return self.index(label).resolve().as_uri()
 
+    def channel_url_template(self) -> str:
+        """``file:///…/channels/<channel>/simple``: a channel's URL with its label left open (for messages)."""
+        return self.channel_url("LABEL").replace("/LABEL/", "/<channel>/")
+
     def labels(self) -> list[str]:
         """The channels of the published wheels (the labels of ``channels/<label>/simple/``): each per-torch
         wheel's label, each torch a stable-ABI wheel was verified on (``checks.wheel_channels``)."""

@@ -229,8 +229,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
     channels = house.channels_of(published.name)
     if len(channels) > 1:  # a stable-ABI wheel: the channel of each torch it was verified on
-        base = house.channel_url(channels[0]).removesuffix(f"/{channels[0]}/simple")
-        index = f"channels {', '.join(channels)}: {base}/<channel>/simple"
+        index = f"channels {', '.join(channels)}: {house.channel_url_template()}"
     elif channels:
         index = f"channel: {house.channel_url(channels[0])}"
     else:
