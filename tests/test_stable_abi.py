@@ -151,14 +151,15 @@ def test_the_probe_verdicts(tmp_path: Path) -> None:
     assert broken.status == "failed" and "undefined symbol" in broken.detail
 
 
-def test_a_records_channels_are_its_passed_torches() -> None:
+def test_a_records_torch_checks_round_trip_and_name_their_channels() -> None:
+    """Which channels list a wheel is index/checks.wheel_channels' rule (tests/test_index_stable_abi.py); the record
+    keeps the checks as JSON and each names its channel."""
     checks = (TorchCheck(torch="2.11.0", cuda="13.0", python="3.12", how="import+registration", status="passed"),
-              TorchCheck(torch="2.13.0", cuda="13.0", python="3.12", how="import+registration", status="failed"),
-              TorchCheck(torch="2.15.0", cuda="13.2", python="3.12", how="import+registration", status="passed"))
+              TorchCheck(torch="2.15.0", cuda="13.2", python="3.12", how="import+registration", status="failed"))
     record = BuildRecord(abi="torch-stable", torch_floor="2.11", torch_checks=checks)
-    assert record.verified_channels() == ("cu130torch2.11", "cu132torch2.15")
-    assert BuildRecord.from_json(record.to_json()).verified_channels() == record.verified_channels()
-    assert BuildRecord(torch_checks=checks).verified_channels() == ()  # per-torch: its label is its channel
+    again = BuildRecord.from_json(record.to_json())
+    assert again.torch_checks == checks and again.is_stable_abi and again.torch_floor == "2.11"
+    assert [c.channel for c in checks] == ["cu130torch2.11", "cu132torch2.15"] and not checks[1].passed
     assert "abi" not in BuildRecord().to_json()  # per-torch records (and the wheels holding them) as before
 
 

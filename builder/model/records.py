@@ -210,12 +210,6 @@ class BuildRecord:
     def is_stable_abi(self) -> bool:
         return self.abi == "torch-stable"
 
-    def verified_channels(self) -> tuple[str, ...]:
-        """The channels (per-torch labels) of the torches a stable-ABI wheel passed on, sorted; () otherwise."""
-        if not self.is_stable_abi:
-            return ()
-        return tuple(sorted({c.channel for c in self.torch_checks or () if c.passed}))
-
     def with_(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
 
