@@ -18,6 +18,7 @@ from builder.model.cuda import CudaVersion
 
 if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
+    from builder.user.envprobe import KernelBinding
 from builder.core.log import log
 
 
@@ -128,16 +129,25 @@ def _render_transformers(report: DoctorReport) -> None:
         out.print("transformers: not installed" + (f" ({tf.error})" if tf.error and "No module" not in tf.error else ""),
                   markup=False)
     else:
-        out.print(f"transformers {tf.version}: what its GatedDeltaNet functions are bound to after import", markup=False)
-        groups: dict[tuple[str, ...], list[str]] = {}
-        for model in tf.models:
-            lines = ((f"modeling module fails to import: {model.error}",) if model.error else
-                     tuple(f"{f.role:34} {f.text}" for f in model.functions))
-            groups.setdefault(lines, []).append(model.module.rsplit(".", 1)[-1].removeprefix("modeling_"))
-        for lines, models in groups.items():
-            out.print(f"  {', '.join(models)}:", markup=False)
-            for line in lines:
-                out.print(f"    {line}", markup=False)
+        out.print(f"transformers {tf.version}: what its kernel functions are bound to after import (modeling "
+                  "modules grouped when alike)", markup=False)
+        for family, models in tf.families:
+            groups: dict[tuple[str, ...], list[str]] = {}
+            for model in models:
+                lines = ((f"modeling module fails to import: {model.error}",) if model.error else
+                         tuple(f"{f.role:34} {_binding_text(f)}" for f in model.functions))
+                groups.setdefault(lines, []).append(model.short)
+            for lines, names in groups.items():
+                out.print(f"  {family}: {', '.join(names)}:", markup=False)
+                for line in lines:
+                    out.print(f"    {line}", markup=False)
+
+
+def _binding_text(f: KernelBinding) -> str:
+    """A torch fallback without its module (the group names the models); a kernel with package, function, file."""
+    if f.kind == "torch fallback" and f.qualname:
+        return f"torch fallback ({f.qualname})"
+    return f.text
 
 
 def _render_wheelhouse(report: DoctorReport) -> None:

@@ -1,7 +1,7 @@
 """``builder doctor``: one command for the whole diagnosis of a Python env that should run CUDA kernels.
 
 What the env holds (envprobe: Python, torch, its GPUs, the recipes' packages, what transformers' GatedDeltaNet
-functions are bound to), what the machine has (machine: driver, compilers, engine), whether each installed package
+and Mamba-2 mixer functions are bound to), what the machine has (machine: driver, compilers, engine), whether each installed package
 carries GPU code the GPUs can run (cuobjdump where one is at hand, else the build record), and which wheels of a
 wheelhouse fit the env, with the exact commands that install them without touching torch.
 """
@@ -196,13 +196,32 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
             else:
                 advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse, and {how}; "
                               f"`builder install {offer.package} --python {python}` lists the ways forward")
-    for model in env.transformers.models:
-        fallback = [f.role for f in model.functions if f.kind != "kernel"]
-        if fallback:
-            short = model.module.rsplit(".", 1)[-1]
-            advice.append(f"transformers {env.transformers.version}: {short} runs the torch fallback for "
-                          f"{len(fallback)} of {len(model.functions)} GatedDeltaNet functions ({', '.join(fallback)})")
+    for family, models in env.transformers.families:
+        slow: dict[tuple[tuple[str, ...], int], list[str]] = {}  # (roles not on a kernel, of how many) → models
+        for model in models:
+            fallback = tuple(f.role for f in model.functions if f.kind != "kernel")
+            if fallback:
+                slow.setdefault((fallback, len(model.functions)), []).append(model.short)
+        for (fallback, total), shorts in slow.items():
+            advice.append(f"transformers {env.transformers.version}: {', '.join(shorts)} run"
+                          f"{'s' if len(shorts) == 1 else ''} the torch fallback for {len(fallback)} of {total} "
+                          f"{FAMILY_TITLES.get(family, family)} functions ({', '.join(fallback)})"
+                          + _fix_hint(fallback, states))
     return tuple(commands), tuple(advice)
+
+
+FAMILY_TITLES = {"GatedDeltaNet": "GatedDeltaNet", "Mamba2": "Mamba-2 mixer"}
+ROLE_PACKAGES = {"causal_conv1d_fn": "causal-conv1d", "causal_conv1d_update": "causal-conv1d",
+                 "chunk_gated_delta_rule": "fla-core", "fused_recurrent_gated_delta_rule": "fla-core",
+                 "selective_state_update": "mamba-ssm", "mamba_chunk_scan_combined": "mamba-ssm",
+                 "mamba_split_conv1d_scan_combined": "mamba-ssm"}
+
+
+def _fix_hint(fallback: tuple[str, ...], states: tuple[PackageState, ...]) -> str:
+    """``: install mamba-ssm`` naming the packages whose kernels those functions are, when they do not import."""
+    working = {s.report.distribution for s in states if s.report.imports_ok}
+    wanted = sorted({ROLE_PACKAGES[r] for r in fallback if r in ROLE_PACKAGES} - working)
+    return f"; their kernels come from {', '.join(wanted)}" if wanted else ""
 
 
 def _has_pip(python: Path) -> bool:

@@ -23,6 +23,12 @@ from builder.user.probes import script
 
 DEFAULT_TIMEOUT_S = 300.0  # importing torch and transformers from a cold disk can take a minute
 GDN_ROLES = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")
+# The functions a Mamba-2 mixer (Mamba2, Bamba, Falcon-H1, GraniteMoeHybrid, Nemotron-H, Zamba2) calls, by the name
+# causal_conv1d / mamba_ssm give them (transformers 5.15+ holds the last three as mamba2_selective_state_update,
+# mamba2_chunk_scan, mamba2_split_conv1d_scan_combined).
+MAMBA2_ROLES = ("causal_conv1d_fn", "causal_conv1d_update", "selective_state_update", "mamba_chunk_scan_combined",
+                "mamba_split_conv1d_scan_combined")
+FAMILY_ROLES = {"GatedDeltaNet": GDN_ROLES, "Mamba2": MAMBA2_ROLES}
 BindingKind = Literal["kernel", "hub kernel", "torch fallback", "absent"]
 
 
@@ -123,9 +129,9 @@ class PackageReport:
 
 @dataclass(frozen=True)
 class KernelBinding:
-    """What one of transformers' GatedDeltaNet functions is really bound to after import."""
+    """What one of transformers' GatedDeltaNet or Mamba-2 functions is really bound to after import."""
 
-    role: str  # causal_conv1d_fn, causal_conv1d_update, chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    role: str  # one of GDN_ROLES or MAMBA2_ROLES
     kind: BindingKind
     text: str  # "kernel (causal-conv1d 1.7.0+cu130torch2.11: causal_conv1d....causal_conv1d_fn from /...py)"
     module: str | None
@@ -142,11 +148,17 @@ class KernelBinding:
 class ModelKernels:
     module: str  # transformers.models.qwen3_next.modeling_qwen3_next
     error: str | None  # the modeling module failed to import
-    layer_class: str | None  # Qwen3NextGatedDeltaNet
-    functions: tuple[KernelBinding, ...]  # in GDN_ROLES order; empty when the module failed to import
+    layer_class: str | None  # Qwen3NextGatedDeltaNet, Mamba2Mixer
+    functions: tuple[KernelBinding, ...]  # in FAMILY_ROLES[family] order; empty when the module failed to import
     is_fast_path_available: bool | None  # the module's own flag (transformers <= 5.14), else None
-    fast_path: bool  # all four bound to kernels
+    fast_path: bool  # all of them bound to kernels
     import_messages: tuple[str, ...]  # warnings and log records emitted while importing it
+    family: str = "GatedDeltaNet"  # or "Mamba2"
+
+    @property
+    def short(self) -> str:
+        """``qwen3_next`` for transformers.models.qwen3_next.modeling_qwen3_next."""
+        return self.module.rsplit(".", 1)[-1].removeprefix("modeling_")
 
     def function(self, role: str) -> KernelBinding:
         return next(f for f in self.functions if f.role == role)
@@ -168,6 +180,13 @@ class TransformersInfo:
     models: tuple[ModelKernels, ...]  # the GatedDeltaNet modeling modules this transformers has
     missing_models: tuple[str, ...]  # those it does not have (names differ across 5.x)
     import_messages: tuple[str, ...]
+    mamba2: tuple[ModelKernels, ...] = ()  # the Mamba-2 mixers' modeling modules (Mamba2 and its hybrids) it has
+    missing_mamba2: tuple[str, ...] = ()
+
+    @property
+    def families(self) -> tuple[tuple[str, tuple[ModelKernels, ...]], ...]:
+        """(family, its modeling modules) for each family this transformers has."""
+        return tuple((name, ms) for name, ms in (("GatedDeltaNet", self.models), ("Mamba2", self.mamba2)) if ms)
 
 
 @dataclass(frozen=True)
@@ -280,21 +299,24 @@ def _parse(data: dict[str, Any]) -> EnvReport:
         models=tuple(_model(m) for m in tf["models"] if m["exists"]),
         missing_models=tuple(m["module"] for m in tf["models"] if not m["exists"]),
         import_messages=tuple(tf["import_messages"]),
+        mamba2=tuple(_model(m) for m in tf.get("mamba2", ()) if m["exists"]),
+        missing_mamba2=tuple(m["module"] for m in tf.get("mamba2", ()) if not m["exists"]),
     )
     return EnvReport(python, torch, packages, transformers, tuple(data["errors"]))
 
 
 def _model(m: dict[str, Any]) -> ModelKernels:
+    family = m.get("family", "GatedDeltaNet")
     functions = tuple(
         KernelBinding(
             role=role, kind=f["kind"], text=f["text"], module=f["module"], qualname=f["qualname"],
             file=_path(f["file"]), package=f["package"], package_version=f["package_version"],
             attribute=f["attribute"], wrapper=f["wrapper"], fallback_warning=f["fallback_warning"],
         )
-        for role in GDN_ROLES if (f := m["functions"].get(role)) is not None
+        for role in FAMILY_ROLES[family] if (f := m["functions"].get(role)) is not None
     )
     return ModelKernels(
         module=m["module"], error=m["error"], layer_class=m["layer_class"], functions=functions,
         is_fast_path_available=m["is_fast_path_available"], fast_path=bool(m["fast_path"]),
-        import_messages=tuple(m["import_messages"]),
+        import_messages=tuple(m["import_messages"]), family=family,
     )

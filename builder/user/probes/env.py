@@ -1,4 +1,5 @@
-"""Probe a Python environment from inside: Python, platform tags, torch and its GPUs, named packages, transformers.
+"""Probe a Python environment from inside: Python, platform tags, torch and its GPUs, named packages, and what
+transformers' GatedDeltaNet and Mamba-2 modeling modules bound their kernel functions to (nothing is instantiated).
 
 Run with the environment's own interpreter:  python env.py '{"packages": [...], "record_file": "..."}'
 where each package is {"distribution": "causal-conv1d", "imports": ["causal_conv1d", "causal_conv1d_cuda"]}.
@@ -46,6 +47,30 @@ OLD_STYLE_FALLBACK = {
     "causal_conv1d_update": "torch_causal_conv1d_update",
     "chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
     "fused_recurrent_gated_delta_rule": "torch_recurrent_gated_delta_rule",
+}
+# The Mamba-2 mixers (Mamba2 and the hybrids built on its mixer). transformers 5.15+ decorates the torch function
+# with use_kernel_func_from_hub_with_fallback("selective_state_update", "mamba_ssm") etc. under a mamba2_* name;
+# older releases import mamba_ssm's and causal_conv1d's functions under their own names (None when unavailable, then
+# the mixer's torch_forward runs and is_fast_path_available is False).
+MAMBA2_MODULES = (
+    "transformers.models.mamba2.modeling_mamba2",
+    "transformers.models.bamba.modeling_bamba",
+    "transformers.models.falcon_h1.modeling_falcon_h1",
+    "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
+    "transformers.models.nemotron_h.modeling_nemotron_h",
+    "transformers.models.zamba2.modeling_zamba2",
+)
+MAMBA2_ROLES = {
+    "causal_conv1d_fn": ("causal_conv1d_fn",),
+    "causal_conv1d_update": ("causal_conv1d_update",),
+    "selective_state_update": ("mamba2_selective_state_update", "selective_state_update"),
+    "mamba_chunk_scan_combined": ("mamba2_chunk_scan", "mamba_chunk_scan_combined"),
+    "mamba_split_conv1d_scan_combined": ("mamba2_split_conv1d_scan_combined", "mamba_split_conv1d_scan_combined"),
+}
+# family → (modules, roles, fallbacks of old-style None names, how its layer classes end)
+FAMILIES = {
+    "GatedDeltaNet": (GDN_MODULES, GDN_ROLES, OLD_STYLE_FALLBACK, ("GatedDeltaNet",)),
+    "Mamba2": (MAMBA2_MODULES, MAMBA2_ROLES, dict.fromkeys(MAMBA2_ROLES), ("Mixer", "MambaLayer")),
 }
 KERNEL_PACKAGES = {"causal_conv1d": "causal-conv1d", "fla": "fla-core", "mamba_ssm": "mamba-ssm"}
 
@@ -232,7 +257,7 @@ def try_import(mod):
     return out
 
 
-# ---------------------------------------------------------------- transformers' GatedDeltaNet kernels
+# ---------------------------------------------------------------- transformers' GatedDeltaNet and Mamba-2 kernels
 
 def chosen_implementation(obj):
     """(what a transformers wrapper really calls, the wrapper or None): its closure's ``implementation`` (5.15+).
@@ -311,19 +336,21 @@ def fallback_warning(wrapper, kind):
     return "none (silent)"
 
 
-def classify_role(module, role):
-    for attr in GDN_ROLES[role]:
+def classify_role(module, role, family="GatedDeltaNet"):
+    _, roles, fallbacks, _ = FAMILIES[family]
+    for attr in roles[role]:
         if not hasattr(module, attr):
             continue
         value = getattr(module, attr)
         if value is None:  # transformers <= 5.14: the kernel did not import (or no CUDA); the layer falls back
-            fallback = OLD_STYLE_FALLBACK[role]
+            fallback = fallbacks.get(role)
             if fallback and getattr(module, fallback, None) is not None:
                 out = describe(getattr(module, fallback))
             else:
+                inline = ("nn.Conv1d inline in the layer's forward" if family == "GatedDeltaNet"
+                          else "the mixer's torch_forward")
                 out = {"kind": "torch fallback", "module": module.__name__, "qualname": None, "file": None,
-                       "package": None, "package_version": None,
-                       "text": "torch fallback (nn.Conv1d inline in the layer's forward)"}
+                       "package": None, "package_version": None, "text": f"torch fallback ({inline})"}
             out.update(attribute=attr, wrapper=None,
                        fallback_warning="at layer init" if getattr(module, "is_fast_path_available", True) is False
                        else None)
@@ -335,7 +362,7 @@ def classify_role(module, role):
         return out
     return {"kind": "absent", "attribute": None, "wrapper": None, "fallback_warning": None, "module": None, "qualname": None, "file": None,
             "package": None, "package_version": None,
-            "text": "not found (none of {} in {})".format(", ".join(GDN_ROLES[role]), module.__name__)}
+            "text": "not found (none of {} in {})".format(", ".join(roles[role]), module.__name__)}
 
 
 class _Collect(logging.Handler):
@@ -382,7 +409,7 @@ def hub_kernels_info(transformers):
 
 
 def transformers_info():
-    info = {"installed": False, "version": None, "error": None, "hub_kernels": None, "models": [],
+    info = {"installed": False, "version": None, "error": None, "hub_kernels": None, "models": [], "mamba2": [],
             "import_messages": []}
     with captured() as messages:
         try:
@@ -397,11 +424,14 @@ def transformers_info():
     info["hub_kernels"] = hub_kernels_info(transformers)
     for name in GDN_MODULES:
         info["models"].append(model_info(name))
+    for name in MAMBA2_MODULES:
+        info["mamba2"].append(model_info(name, "Mamba2"))
     return info
 
 
-def model_info(name):
-    out = {"module": name, "exists": False, "error": None, "layer_class": None, "functions": {},
+def model_info(name, family="GatedDeltaNet"):
+    _, roles, _, layer_suffixes = FAMILIES[family]
+    out = {"module": name, "family": family, "exists": False, "error": None, "layer_class": None, "functions": {},
            "is_fast_path_available": None, "fast_path": None, "import_messages": []}
     try:
         if importlib.util.find_spec(name) is None:
@@ -418,10 +448,11 @@ def model_info(name):
     out["import_messages"] = list(messages)
     if module is None:
         return out
-    layers = [k for k, v in vars(module).items() if isinstance(v, type) and k.endswith("GatedDeltaNet")]
+    layers = [k for k, v in vars(module).items() if isinstance(v, type) and k.endswith(layer_suffixes)
+              and getattr(v, "__module__", None) == name]
     out["layer_class"] = layers[0] if layers else None
-    for role in GDN_ROLES:
-        out["functions"][role] = classify_role(module, role)
+    for role in roles:
+        out["functions"][role] = classify_role(module, role, family)
     flag = getattr(module, "is_fast_path_available", None)
     out["is_fast_path_available"] = flag if isinstance(flag, bool) else None
     out["fast_path"] = all(f["kind"] in ("kernel", "hub kernel") for f in out["functions"].values())
