@@ -9,8 +9,10 @@ reinstalled in a test); each stand-in writes a line to a log when it runs, which
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from builder.stages.pyenv import remember_env, reuse_env
 from builder.toolchain.base import nvcc_version
 from builder.toolchain.host import candidate_homes
 from builder.toolchain.hostcompiler import host_compiler
-from builder.toolchain.local import interpreter_facts
+from builder.toolchain.local import find_interpreter, interpreter_facts, pyenv_shim_root
 
 
 def _script(path: Path, log: Path, output: str) -> Path:
@@ -254,3 +256,153 @@ def test_offline_never_installs_build_requirements_into_a_given_python(venv: dic
     assert error.hint and f"uv pip install --python {venv['python']} build" in error.hint
     has_build = subprocess.run([str(venv["python"]), "-c", "import build"], capture_output=True, check=False)
     assert has_build.returncode != 0  # still not there
+
+
+# ---------------------------------------------------------------- a pyenv shim, resolved once (issue 31 item 11)
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"  # a version this machine has: the tests' own
+
+
+@pytest.fixture
+def pyenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """A pyenv root laid out as pyenv lays it out, whose ``pyenv`` (a small sh stand-in for pyenv's hundreds of
+    bash processes) logs each run and picks the version the way pyenv-version-file does; its one installed version
+    ``PY.0`` is a link to the real interpreter running these tests. The shim is pyenv's own shim text."""
+    root, log = tmp_path / "pyenv", tmp_path / "pyenv.log"
+    (root / "libexec").mkdir(parents=True)
+    (root / "shims").mkdir()
+    (root / "versions" / f"{PY}.0" / "bin").mkdir(parents=True)
+    real = root / "versions" / f"{PY}.0" / "bin" / f"python{PY}"
+    real.symlink_to(os.path.realpath(sys.executable))
+    (root / "version").write_text("2.7.0\n")  # selected, but not installed: the shim fails, as it does here
+    pyenv = root / "libexec" / "pyenv"
+    pyenv.write_text(f"""#!/bin/sh
+echo ran >> {log}
+shift; program=$1; shift
+v=$PYENV_VERSION
+if [ -z "$v" ]; then
+  d=$PWD
+  while :; do
+    if [ -f "$d/.python-version" ]; then v=$(cat "$d/.python-version"); break; fi
+    [ "$d" = / ] && break; d=$(dirname "$d")
+  done
+fi
+[ -n "$v" ] || v=$(cat "$PYENV_ROOT/version")
+[ -x "$PYENV_ROOT/versions/$v/bin/$program" ] && exec "$PYENV_ROOT/versions/$v/bin/$program" "$@"
+echo "pyenv: $program: command not found" >&2; exit 127
+""")
+    pyenv.chmod(0o755)
+    shim = root / "shims" / f"python{PY}"
+    shim.write_text(f"""#!/usr/bin/env bash
+set -e
+[ -n "$PYENV_DEBUG" ] && set -x
+
+program="${{0##*/}}"
+
+export PYENV_ROOT="{root}"
+exec "{root}/libexec/pyenv" exec "$program" "$@"
+""")
+    shim.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for name in ("PYENV_VERSION", "PYENV_DIR", "PYENV_HOOK_PATH", "PYENV_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    return {"root": root, "shim": shim, "real": real, "log": log, "memo": tmp_path / "memo", "work": work}
+
+
+def _new_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a new `builder` process starts with: no answers kept in memory."""
+    import builder.core.filememo
+
+    monkeypatch.setattr(builder.core.filememo, "_THIS_PROCESS", {})
+
+
+def test_a_pyenv_shim_is_resolved_once_to_its_interpreter(pyenv: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, a shim's answer was kept for one process only: each `builder build` ran the shim (pyenv's hundreds
+    of bash processes) again, three times per no-op."""
+    (pyenv["root"] / "version").write_text(f"{PY}.0\n")
+    shim, memo, log = pyenv["shim"], pyenv["memo"], pyenv["log"]
+    first = interpreter_facts(shim, with_torch=False, memo=memo)
+    assert first["executable"] == str(pyenv["real"]) and first["version"] == PY and _runs(log) == 1
+    for _ in range(3):  # three more `builder build` runs
+        _new_process(monkeypatch)
+        assert interpreter_facts(shim, with_torch=False, memo=memo) == first
+    assert _runs(log) == 1
+    assert pyenv_shim_root(shim) == pyenv["root"] and pyenv_shim_root(pyenv["real"]) is None
+
+
+def test_a_failing_shim_is_remembered_until_its_selection_changes(pyenv: dict[str, Path],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's case: pyenv's global version is 3.11, so `python3.12` (the shim) fails and the version is
+    found under ROOT/versions instead; before, the failing shim ran again at every lookup (3 per no-op)."""
+    shim, memo, log = pyenv["shim"], pyenv["memo"], pyenv["log"]
+    monkeypatch.setenv("PYENV_ROOT", str(pyenv["root"]))
+    monkeypatch.setenv("PATH", f"{shim.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("UV_PYTHON_INSTALL_DIR", str(pyenv["work"]))
+    with pytest.raises(ToolchainError, match="command not found"):
+        interpreter_facts(shim, with_torch=False, memo=memo)
+    assert find_interpreter(PY, memo=memo) == pyenv["real"] and _runs(log) == 1
+    for _ in range(2):
+        _new_process(monkeypatch)
+        assert find_interpreter(PY, memo=memo) == pyenv["real"]
+        with pytest.raises(ToolchainError, match="command not found"):
+            interpreter_facts(shim, with_torch=False, memo=memo)
+    assert _runs(log) == 1
+    (pyenv["root"] / "version").write_text(f"{PY}.0\n")  # `pyenv global 3.12`: now the shim answers
+    assert interpreter_facts(shim, with_torch=False, memo=memo)["executable"] == str(pyenv["real"])
+    assert _runs(log) == 2
+
+
+def test_whatever_selects_a_shims_interpreter_is_noticed(pyenv: dict[str, Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    shim, memo, log, root = pyenv["shim"], pyenv["memo"], pyenv["log"], pyenv["root"]
+
+    def ask() -> dict[str, str | None] | str:
+        _new_process(monkeypatch)
+        try:
+            return interpreter_facts(shim, with_torch=False, memo=memo)
+        except ToolchainError as e:
+            return e.message
+
+    assert "command not found" in str(ask()) and _runs(log) == 1
+    monkeypatch.setenv("PYENV_VERSION", f"{PY}.0")  # `pyenv shell`
+    assert isinstance(ask(), dict) and _runs(log) == 2
+    assert isinstance(ask(), dict) and _runs(log) == 2
+    monkeypatch.delenv("PYENV_VERSION")
+    (pyenv["work"] / ".python-version").write_text(f"{PY}.0\n")  # `pyenv local`, here
+    assert isinstance(ask(), dict) and _runs(log) == 3
+    (pyenv["work"] / ".python-version").write_text("2.7.0\n")  # edited: another size
+    assert "command not found" in str(ask()) and _runs(log) == 4
+    (pyenv["work"] / ".python-version").unlink()
+    (root / "versions" / "2.7.0" / "bin").mkdir(parents=True)  # `pyenv install 2.7.0`: ROOT/version's, now there
+    (root / "versions" / "2.7.0" / "bin" / f"python{PY}").symlink_to(pyenv["real"])
+    _bump(root / "versions")
+    ask()
+    assert _runs(log) == 5
+    ask()
+    assert _runs(log) == 5
+
+
+def test_a_changed_interpreter_behind_a_remembered_shim_is_asked_again(pyenv: dict[str, Path],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shim's memo names the interpreter; that interpreter's answer is keyed on its own file, so replacing it
+    (a rebuilt pyenv version) is noticed without running the shim."""
+    mine = os.path.realpath(sys.executable)
+    others = [Path(p) for p in [*sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3.*")), "/usr/bin/python3.11"]
+              if re.fullmatch(r"python3\.\d+", Path(p).name) and Path(p).name != f"python{PY}" and os.path.isfile(p)
+              and os.path.realpath(p) != mine]
+    if not others:
+        pytest.skip("no second Python on this machine")
+    other = others[0]
+    (pyenv["root"] / "version").write_text(f"{PY}.0\n")
+    shim, memo = pyenv["shim"], pyenv["memo"]
+    assert interpreter_facts(shim, with_torch=False, memo=memo)["version"] == PY
+    other_version = interpreter_facts(other, with_torch=False)["version"]
+    assert other_version != PY
+    pyenv["real"].unlink()
+    pyenv["real"].symlink_to(os.path.realpath(other))  # the same name, another interpreter behind it
+    _new_process(monkeypatch)
+    assert interpreter_facts(shim, with_torch=False, memo=memo)["version"] == other_version
+    assert _runs(pyenv["log"]) == 1

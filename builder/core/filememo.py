@@ -8,7 +8,10 @@ every question is asked.
 
 A script (``#!``) is not the program that answers: a pyenv shim picks an interpreter by PYENV_VERSION and
 .python-version files, /usr/local/bin/nvcc may ``exec`` whatever CUDA install it names. Its own identity does not
-change when the answer does, so a script's answer is kept for this process only (one build, one farm check).
+change when the answer does, so a script's answer is kept for this process only (one build, one farm check),
+unless the caller names everything the script reads to answer (``complete``): toolchain/local.py does for a pyenv
+shim (the files and variables that select its version), so a shim resolved once to its real interpreter stays
+resolved until one of them changes.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ def file_stamp(path: Path | str) -> Stamp:
 
 
 def remembered(memo: Path | None, kind: str, files: Sequence[Path | str], question: Sequence[str],
-               ask: Callable[[], Any]) -> Any:
-    """``ask()`` (a JSON value), or what it answered before for the same ``question`` about the same ``files``."""
+               ask: Callable[[], Any], *, complete: bool = False) -> Any:
+    """``ask()`` (a JSON value), or what it answered before for the same ``question`` about the same ``files``.
+    ``complete``: ``files`` and ``question`` cover every input of the answer, so a script's answer is kept on disk
+    too (see the module)."""
     if memo is None:
         return ask()
     try:
@@ -43,7 +48,7 @@ def remembered(memo: Path | None, kind: str, files: Sequence[Path | str], questi
     except OSError:
         return ask()  # a missing file: the question fails the way it always did
     name = hashlib.sha256(json.dumps([kind, [str(f) for f in files], list(question)]).encode()).hexdigest()[:24]
-    if any(_is_script(s[0]) for s in stamps):
+    if not complete and any(_is_script(s[0]) for s in stamps):
         here = f"{name}:{json.dumps(stamps)}"
         if here not in _THIS_PROCESS:
             _THIS_PROCESS[here] = ask()

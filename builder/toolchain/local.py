@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -97,8 +98,15 @@ def interpreter_facts(python: Path, *, with_torch: bool = True, memo: Path | Non
     torch is always asked, since torch lives elsewhere."""
     if with_torch or memo is None:
         return _ask_interpreter(python, with_torch=with_torch)
+    if (pyenv_root := pyenv_shim_root(python)) is not None:
+        return _shim_facts(python, pyenv_root, memo)
     return remembered(memo, "python", [python], [str(python), "--no-torch"],
                       lambda: _ask_interpreter(python, with_torch=False))
+
+
+class _FailsToStart(ToolchainError):
+    """The interpreter ran and exited non-zero (a pyenv shim whose selected version lacks the command): an answer
+    that holds while its inputs do, unlike "cannot run it" (a timeout, a missing file)."""
 
 
 def _ask_interpreter(python: Path, *, with_torch: bool) -> dict[str, str | None]:
@@ -108,8 +116,67 @@ def _ask_interpreter(python: Path, *, with_torch: bool) -> dict[str, str | None]
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
     if result.returncode != 0:
-        raise ToolchainError(f"--python {python}: it fails to start: {result.stderr.strip()[-200:]}")
+        raise _FailsToStart(f"--python {python}: it fails to start: {result.stderr.strip()[-200:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def pyenv_shim_root(path: Path) -> Path | None:
+    """The PYENV_ROOT a pyenv shim names (``export PYENV_ROOT="…"`` … ``exec "…/libexec/pyenv" exec``), or None
+    when ``path`` is no pyenv shim."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if not head.startswith(b"#!") or b'/libexec/pyenv" exec ' not in head:
+        return None
+    match = re.search(rb'^export PYENV_ROOT="([^"\n]+)"$', head, re.MULTILINE)
+    return Path(os.fsdecode(match.group(1))) if match else None
+
+
+def pyenv_selection(shim: Path, root: Path, environ: Mapping[str, str] | None = None,
+                    cwd: Path | None = None) -> tuple[list[Path], list[str]]:
+    """Everything a pyenv shim reads to pick the program it runs, as (files, question) for core/filememo.py: the
+    shim and pyenv itself, the version file in force (PYENV_VERSION, else the first ``.python-version`` up from
+    PYENV_DIR, then up from the working directory, else ROOT/version: pyenv-version-file), the installed versions
+    (ROOT/versions: a version added or removed changes the folder), the plugins, and the variables pyenv reads
+    (PATH finds a "system" version)."""
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd() if cwd is None else cwd
+    files = [shim, root / "libexec" / "pyenv", root / "versions"]
+    files += [root / "plugins"] if (root / "plugins").is_dir() else []  # their hooks (pyenv-virtualenv's) run too
+    version_file: Path | None = None
+    if not environ.get("PYENV_VERSION"):
+        starts = [Path(environ.get("PYENV_DIR") or cwd), cwd]
+        version_file = next((d / ".python-version" for start in starts for d in (start, *start.parents)
+                             if (d / ".python-version").is_file()), None)
+        if version_file is None and (root / "version").is_file():
+            version_file = root / "version"
+    if version_file is not None:
+        files.append(version_file)
+    variables = [f"{name}={environ.get(name, '')}" for name in
+                 ("PYENV_VERSION", "PYENV_DIR", "PYENV_HOOK_PATH", "PYENV_DEBUG", "PATH")]
+    return files, [str(shim), "--no-torch", f"version file: {version_file or 'none'}", *variables]
+
+
+def _shim_facts(shim: Path, root: Path, memo: Path) -> dict[str, str | None]:
+    """A pyenv shim resolved to the interpreter it runs, remembered keyed on what selects it (``pyenv_selection``;
+    a failure too: hundreds of bash processes per shim call); that interpreter's facts are remembered keyed on its
+    own file."""
+
+    def ask() -> dict[str, str | None]:
+        try:
+            return {"executable": _ask_interpreter(shim, with_torch=False)["executable"]}
+        except _FailsToStart as e:
+            return {"error": e.message}
+
+    files, question = pyenv_selection(shim, root)
+    answer = remembered(memo, "pyenv-shim", files, question, ask, complete=True)
+    if answer.get("error") or not answer.get("executable"):
+        raise ToolchainError(answer.get("error") or f"--python {shim}: it names no interpreter")
+    real = Path(answer["executable"])  # asked as interpreter_facts asks a real file (no shim: no recursion)
+    return remembered(memo, "python", [real], [str(real), "--no-torch"],
+                      lambda: _ask_interpreter(real, with_torch=False))
 
 
 def find_interpreter(version: str, extra_dirs: Iterable[Path] = (), *, memo: Path | None = None) -> Path:
