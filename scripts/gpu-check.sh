@@ -17,6 +17,8 @@
 #   scripts/gpu-check.sh stable       issue 25: the stable-ABI causal-conv1d sm_90 wheel (.carry/wh-stable): kernel tests,
 #                                     promotion, a downstream `import causal_conv1d_cuda` script, upstream's
 #                                     determinism tests; `upstream` then runs upstream's whole test file
+#   scripts/gpu-check.sh user-stable  the stable causal-conv1d and mamba-ssm wheels installed into python3, then doctor
+#                                     (transformers' Mamba-2 mixers bound to them)
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 set -uo pipefail
@@ -127,6 +129,16 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     (cd /tmp/upstream-tests && step timeout 120 env PYTHONPATH=/tmp/stable-site python3 -m pytest -q \
       -p no:cacheprovider causal_conv1d-1.7.0/tests/test_causal_conv1d.py -k determin) || status=1
     ;;
+  user-stable)
+    # issue 31 item 9 with the stable-ABI wheels: install causal-conv1d and mamba-ssm into the machine's python3
+    # (torch held), then doctor lists the Mamba-2 mixers' functions and what they are bound to
+    python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers) ' | tee "$OUT/pip-before.txt"
+    step $B install causal-conv1d --python python3 --from .carry/wh-stable/staging --offline || status=1
+    step $B install mamba-ssm --python python3 --from .carry/wh-mamba/staging --offline || status=1
+    python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers|causal.conv1d|mamba.ssm) ' | tee "$OUT/pip-after.txt"
+    step $B doctor --python python3 --from .carry/wh-mamba/staging || status=1
+    $B doctor --python python3 --from .carry/wh-mamba/staging --json > "$OUT/doctor-after.json" 2>/dev/null || status=1
+    ;;
   upstream)
     # upstream's whole suite against the stable wheel installed by `stable` (run after it)
     (cd /tmp/upstream-tests && step timeout "${UPSTREAM_TIMEOUT:-300}" env PYTHONPATH=/tmp/stable-site python3 -m pytest \
@@ -159,7 +171,7 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     step timeout "${MAMBA_TF_TIMEOUT:-300}" env PYTHONPATH=/tmp/mamba-site TRITON_CACHE_DIR=/tmp/mamba-triton \
       python3 recipes/mamba-ssm/transformers_check.py --out "$OUT/mamba-transformers.json" || status=1
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|upstream|mamba|mamba-tf"; exit 2 ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|upstream|user-stable|mamba|mamba-tf"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status
