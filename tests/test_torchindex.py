@@ -307,7 +307,11 @@ def test_real_plans_for_causal_conv1d(cli_env: dict[str, str]) -> None:
     """The issue's commands: the CUDA 13.2 plan, the mismatch refusal and the sm_103 refusal."""
     ok = run_cli("plan", "causal-conv1d", "--cuda", "13.2", "--arch", "120", env=cli_env)
     assert ok.code == 0, ok.stderr
-    assert "cu132torch2.15" in ok.stdout and "2.15.0 from pypi" in ok.stdout
+    # 1.7.0 has a stable-ABI port: one +cu13 wheel, built against 2.15.0 (the only CUDA 13.2 torch); per torch, the
+    # label names the torch's CUDA and minor
+    assert "cu13 " in ok.stdout and "2.15.0 from pypi" in ok.stdout and "torch-stable" in ok.stdout
+    per_torch = run_cli("plan", "causal-conv1d", "--cuda", "13.2", "--arch", "120", "--abi", "per-torch", env=cli_env)
+    assert per_torch.code == 0 and "cu132torch2.15" in per_torch.stdout, per_torch.stderr
     mismatch = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--torch", "2.15.0", env=cli_env)
     assert_one_line_error(mismatch, "torch 2.15.0 on pypi is a CUDA 13.2 build, not CUDA 13.0")
     assert mismatch.code == 2
