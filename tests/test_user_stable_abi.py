@@ -20,6 +20,7 @@ from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord, TorchCheck
 from builder.user.fit import EnvFacts, IndexedWheel, Verdict, WheelhouseReader, best, judge
 from builder.user.install import Choice, InstallOutcome, install_argv, torch_for_this_machine, ways_forward
+from builder.user.machine import Driver
 from tests.test_index import labelled_wheel
 from tests.test_user_install import World, installed, make_venv, stand_in_torch
 
@@ -206,6 +207,8 @@ def test_best_prefers_newer_then_kernel_tested_on_this_torch_then_per_torch() ->
 
 def test_the_way_forward_names_a_verified_torch_and_a_skipped_build(house: Wheelhouse) -> None:
     class Builds13:
+        driver = Driver(version="580.65", cuda="13.0")
+
         def can_build(self, cuda: CudaVersion) -> tuple[bool, str]:
             return cuda.major == 13, f"nvcc {cuda}" if cuda.major == 13 else f"no CUDA {cuda} compiler here"
 

@@ -91,6 +91,7 @@ class TorchInfo:
     devices: tuple[GpuDevice, ...]
     arch_list: tuple[str, ...]  # torch.cuda.get_arch_list(): sm_90, compute_90, ... (empty for a CPU build)
     error: str | None  # import or CUDA query failure, short
+    dependents: tuple[str, ...] = ()  # installed distributions pinning torch: "torchvision (torch==2.14.1)"
 
     @property
     def importable(self) -> bool:
@@ -280,7 +281,7 @@ def _parse(data: dict[str, Any]) -> EnvReport:
         cuda_available=bool(tc["cuda_available"]), device_count=int(tc["device_count"]),
         devices=tuple(GpuDevice(d["index"], d["name"], (d["capability"][0], d["capability"][1]))
                       for d in tc["devices"]),
-        arch_list=tuple(tc["arch_list"]), error=tc["error"],
+        arch_list=tuple(tc["arch_list"]), error=tc["error"], dependents=tuple(tc.get("dependents") or ()),
     )
     packages = tuple(
         PackageReport(

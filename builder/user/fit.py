@@ -54,6 +54,7 @@ class EnvFacts:
     torch: str | None  # 2.10.0, 2.11.0+cu128; None when torch is not installed
     torch_cuda: str | None  # 12.8; None for a CPU torch
     gpus: tuple[int, ...] = ()  # compute capabilities: 90, 120
+    torch_dependents: tuple[str, ...] = ()  # what pins torch in the env: "torchvision (torch==2.14.1)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,7 +316,7 @@ def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
     gpus = tuple(d.cc for d in env.torch.devices) or tuple(g.cc for g in machine.driver.gpus)
     torch = (env.torch.distribution or env.torch.version) if env.torch.version else None
     return EnvFacts(python=env.python.version, tags=frozenset(env.python.tags), torch=torch,
-                    torch_cuda=env.torch.cuda, gpus=gpus)
+                    torch_cuda=env.torch.cuda, gpus=gpus, torch_dependents=env.torch.dependents)
 
 
 def best(verdicts: list[Verdict]) -> Verdict | None:

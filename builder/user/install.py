@@ -128,6 +128,34 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
     return None
 
 
+# The oldest Linux driver branch that runs each CUDA major (NVIDIA's CUDA toolkit release notes, table 3)
+DRIVER_FLOOR = {12: "R525", 13: "R580"}
+
+
+def alternative_caveats(cuda: CudaVersion, env: EnvFacts, machine: MachineFacts) -> str:
+    """What moving the env to a torch of ``cuda`` also takes: a driver that runs that CUDA (checked against
+    nvidia-smi's answer where there is one), and the env's packages that pin its current torch."""
+    floor = DRIVER_FLOOR.get(cuda.major, "a newer branch")
+    driver = machine.driver
+    notes = []
+    if driver.cuda is None:
+        notes.append(f"it needs an NVIDIA driver that runs CUDA {cuda.line} ({floor} or newer); "
+                     f"{driver.error or 'nvidia-smi reported no CUDA version'}, so that was not checked")
+    else:
+        try:
+            runs = CudaVersion.parse(driver.cuda)
+        except InvalidVersion:
+            runs = None
+        if runs is not None and (runs.major, runs.minor) < (cuda.major, cuda.minor):
+            notes.append(f"first update the driver: {driver.version or 'this'} runs CUDA <= {driver.cuda}, a CUDA "
+                         f"{cuda.line} torch needs {floor} or newer")
+        elif runs is not None:
+            notes.append(f"the driver ({driver.version}, CUDA <= {driver.cuda}) runs it")
+    if env.torch_dependents:
+        notes.append(f"these pin the env's torch and must move with it: {', '.join(env.torch_dependents)}")
+    return "".join(f"; {n}" for n in notes)
+
+
 def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, machine: MachineFacts,
                  reader: WheelhouseReader, python: Path, archs: tuple[Arch, ...], *,
                  skipped: str | None = None) -> InstallError:
@@ -152,7 +180,7 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
         torch, alt_cuda = alternative
         hints.append(f"or use torch {torch} (a CUDA {alt_cuda} build: the wheelhouse serves it and this machine builds "
                      f"for it), in this env or a new one: `uv pip install --python {python} torch=={torch}` then "
-                     f"`builder install {names} --python {python}{from_flag}`")
+                     f"`builder install {names} --python {python}{from_flag}`{alternative_caveats(alt_cuda, env, machine)}")
     if can and skipped:
         not_built = f"{skipped} keeps this command from building one (this machine could, with {why})"
     elif can:

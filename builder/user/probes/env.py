@@ -173,9 +173,31 @@ def python_info():
 
 # ---------------------------------------------------------------- torch
 
+def torch_dependents():
+    """The installed distributions that pin torch to a version or range (torchvision: torch==2.14.1): a change of
+    torch must move them too. Names with their torch requirement, sorted."""
+    from importlib import metadata
+
+    found = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata.get("Name") or "").strip()
+        if not name or name.lower() == "torch":
+            continue
+        for req in dist.requires or []:
+            head = req.split(";")[0]
+            if ";" not in req and is_torch_requirement(head) and re.search(r"[<>=~!]", head):
+                found[name] = head.strip()
+    return sorted(f"{name} ({req})" for name, req in found.items())
+
+
 def torch_info():
     info = {"installed": False, "version": None, "distribution": dist_version("torch"), "cuda": None, "file": None,
-            "cuda_available": False, "device_count": 0, "devices": [], "arch_list": [], "error": None}
+            "cuda_available": False, "device_count": 0, "devices": [], "arch_list": [], "error": None,
+            "dependents": []}
+    try:
+        info["dependents"] = torch_dependents()
+    except Exception as exc:  # a broken distribution's metadata must not hide the rest
+        info["dependents"] = [f"<unreadable: {short_error(exc)}>"]
     try:
         import torch
     except Exception as exc:  # ImportError, but also OSError from a broken libtorch
