@@ -36,3 +36,32 @@ def test_no_driver_to_ask_says_it_was_not_checked(tmp_path: Path) -> None:
     text = alternative_caveats(CudaVersion.parse("13.2"), env, machine(tmp_path, no_smi))
     assert text == ("; it needs an NVIDIA driver that runs CUDA 13.2 (R580 or newer); nvidia-smi not found (no NVIDIA "
                     "driver here, or not on PATH), so that was not checked")
+
+
+def test_dry_run_says_what_it_would_build_and_keeps_the_install_line(tmp_path: Path) -> None:
+    """Issue 31 item 3: --dry-run on a machine that can build lists the builds it would run (with the arch it would
+    use, or that one is needed) beside the `would run:` line, instead of an error that drops that line."""
+    from builder.user.install import Choice, InstallOutcome, InstallRequest, planned_builds
+
+    class Builds13:
+        driver = Driver(version="580.65", cuda="13.0")
+
+        def can_build(self, cuda: CudaVersion) -> tuple[bool, str]:
+            return cuda.major == 13, "host nvcc 13.0"
+
+    env = EnvFacts(python="3.12.1", tags=frozenset(), torch="2.14.1", torch_cuda="13.0")
+    settings = Settings.from_env({}, cache_dir=tmp_path / "cache")
+    missing = [Choice("mamba-ssm", (), None), Choice("fla-core", (), None)]
+    request = InstallRequest(packages=("mamba-ssm", "fla-core"), python=Path("/env/bin/python"), source="wh",
+                             dry_run=True)
+    plans = planned_builds(missing, env, "3.12", Builds13(), request, settings)  # type: ignore[arg-type]
+    assert plans == ("builder build mamba-ssm --cuda 13.0 --arch <your GPU's arch: none here to take it from> "
+                     "--python 3.12 --torch 2.14.1", "builder build fla-core --cuda 13.0 --python 3.12 --torch 2.14.1")
+    gpu_env = EnvFacts(python="3.12.1", tags=frozenset(), torch="2.11.0+cu130", torch_cuda="13.0", gpus=(90,))
+    assert planned_builds(missing[:1], gpu_env, "3.12", Builds13(), request, settings)[0] == (  # type: ignore[arg-type]
+        "builder build mamba-ssm --cuda 13.0 --arch 90 --python 3.12 --torch 2.11.0 --torch-index cu130")
+    outcome = InstallOutcome(Path("/env/bin/python"), (), (), "uv pip install … causal-conv1d==1.7.0+cu13", "2.14.1",
+                             {}, plans)
+    lines = outcome.summary()
+    assert lines[0].startswith("would run: uv pip install") and lines[1].startswith("would build here: builder build")
+    assert lines[-1] == "torch 2.14.1 in /env/bin/python: would stay (held as a constraint)"

@@ -191,8 +191,11 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
                 can, how = True, "no compiler at all (pure Python)"
             label = env_label(facts.torch, facts.torch_cuda)
             if can:
+                # with no GPU here to take the arch from, the build needs --arch (install would stop and ask)
+                arch = "" if facts.gpus or kinds.get(offer.package) is not RecipeKind.CUDA_EXTENSION else (
+                    " --arch <your GPU's arch, e.g. 120>")
                 advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse; this machine can build one "
-                              f"with {how}: builder install {offer.package} --python {python} (builds it)")
+                              f"with {how}: builder install {offer.package} --python {python}{arch} (builds it)")
             else:
                 advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse, and {how}; "
                               f"`builder install {offer.package} --python {python}` lists the ways forward")

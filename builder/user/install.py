@@ -222,16 +222,20 @@ class InstallOutcome:
     command: str | None
     torch: str | None
     why: Mapping[str, str] = field(default_factory=dict)  # wheel file → why it was chosen (stable-ABI wheels)
+    would_build: tuple[str, ...] = ()  # --dry-run: the builds it would run here, as commands
 
     def summary(self) -> list[str]:
         lines = [f"built here: {name}" for name in self.built]
         if self.command and not self.installed:
             lines.append(f"would run: {self.command}")
             lines += [f"  {name}: {line}" for name, line in self.why.items()]
+        lines += [f"would build here: {command}" for command in self.would_build]
         lines += [f"installed: {w.filename}" + (f" ({self.why[w.filename]})" if w.filename in self.why else "")
                   for w in self.installed]
-        if self.torch:
+        if self.torch and (self.installed or self.built):
             lines.append(f"torch {self.torch} in {self.python}: unchanged")
+        elif self.torch:
+            lines.append(f"torch {self.torch} in {self.python}: would stay (held as a constraint)")
         return lines
 
 
@@ -279,12 +283,18 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]
+    would_build: tuple[str, ...] = ()
+    if still and request.dry_run and request.build:
+        would_build = planned_builds(still, facts, report.python.minor, machine, request, settings)
+        if len(would_build) == len(still):  # every missing one would be built: the dry run would succeed
+            return InstallOutcome(python, (), (), command, facts.torch, why, would_build)
     if still:
         skipped = "--dry-run" if request.dry_run else None if request.build else "--no-build"
         error = ways_forward(still, choices, facts, machine, reader, python, _archs(request, facts, required=False),
                              skipped=skipped)
         done = f"installed {', '.join(w.filename for w in installed)}; " if installed else ""
-        raise InstallError(done + error.message, error.hint, extra=error.extra)
+        planned = (f"would run: {command}",) if request.dry_run and command else ()
+        raise InstallError(done + error.message, error.hint, extra=planned + error.extra)
     return InstallOutcome(python, installed, tuple(built), command, facts.torch, why)
 
 
@@ -307,6 +317,30 @@ def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple
         raise InstallError("no GPU here to take the wheel's arch from",
                            "pass --arch, e.g. --arch 120 (RTX 50xx / RTX PRO 6000), --arch 90 (H100/H200)")
     return ()
+
+
+def planned_builds(missing: list[Choice], facts: EnvFacts, python_minor: str, machine: MachineFacts,
+                   request: InstallRequest, settings: Settings) -> tuple[str, ...]:
+    """What ``_build_missing`` would run, as `builder build` commands (--dry-run): only those this machine can
+    build, with the archs it would use (none given and no GPU here: the command says --arch is needed)."""
+    from builder.model.arch import format_arch_list
+    from builder.model.recipe import find_recipe, load_recipe
+
+    if facts.torch is None or facts.torch_cuda is None:
+        return ()
+    version, cuda = Version(facts.torch), CudaVersion.parse(facts.torch_cuda)
+    index = f" --torch-index {cuda.flavour}" if version.local else ""
+    commands = []
+    for choice in missing:
+        gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind.is_cuda
+        if gpu_code and not machine.can_build(cuda)[0]:
+            continue
+        archs = _archs(request, facts, required=False) if gpu_code else ()
+        arch = f" --arch {format_arch_list(archs)}" if archs else (
+            " --arch <your GPU's arch: none here to take it from>" if gpu_code else "")
+        commands.append(f"builder build {choice.package} --cuda {cuda.line}{arch} --python {python_minor} "
+                        f"--torch {version.public}{index}")
+    return tuple(commands)
 
 
 def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, machine: MachineFacts,
