@@ -26,6 +26,7 @@ class Settings:
         cache_dir: Path | None = None,
         wheelhouse: Path | None = None,
         recipes_dir: Path | None = None,
+        patches_dir: Path | None = None,
         offline: bool = False,
     ) -> Settings:
         cache = cache_dir or Path(
@@ -38,7 +39,8 @@ class Settings:
             cache_dir=cache.resolve(),
             wheelhouse=house.resolve(),
             recipes_dir=recipes.resolve(),
-            patches_dir=default_patches_dir(recipes.resolve()),
+            patches_dir=(patches_dir or (Path(env["BUILDER_PATCHES"]) if env.get("BUILDER_PATCHES")
+                                         else default_patches_dir(recipes.resolve()))).resolve(),
             offline=offline or env.get("BUILDER_OFFLINE") == "1",
         )
 

@@ -446,7 +446,10 @@ def _load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path)
     file = checker.required(item, "file", where)
     patch_path = patches_root / file
     if not patch_path.is_file():
-        checker.fail(f"{where}.file", f"patch {patch_path} does not exist")
+        checker.fail(f"{where}.file", f"patch {patch_path} does not exist",
+                     f"a recipe's patches are read from <patches>/{patches_root.name}/, where <patches> is the "
+                     "patches/ folder beside the recipes folder unless --patches DIR (or BUILDER_PATCHES) names "
+                     "another")
     abi = item.get("abi")
     if abi is not None and abi not in tuple(Abi):
         checker.fail(f"{where}.abi", f"is {abi!r}", f"use one of {', '.join(Abi)} (or leave it out: every build)")

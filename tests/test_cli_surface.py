@@ -1,0 +1,22 @@
+"""Issue 31 item 8 (part): a recipes folder outside the checkout names its patches folder with --patches (or
+BUILDER_PATCHES); without it the error says where patches are looked for and how to point elsewhere."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.helpers import ROOT, assert_one_line_error, run_cli
+
+
+def test_recipes_outside_the_checkout_name_their_patches_folder(tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes" / "causal-conv1d", recipes / "causal-conv1d")
+    env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_OFFLINE": "1"}
+    args = ["recipes", "show", "causal-conv1d", "--version", "1.7.0", "--recipes", str(recipes)]
+    missing = run_cli(*args, env=env)
+    assert_one_line_error(missing, f"patch {tmp_path}/patches/causal-conv1d/0001-", "--patches DIR")
+    for given in (["--patches", str(ROOT / "patches")], []):
+        extra_env = {} if given else {"BUILDER_PATCHES": str(ROOT / "patches")}
+        found = run_cli(*args, *given, env={**env, **extra_env})
+        assert "patch 0002-stable-abi-1.7.0.patch for ==1.7.0" in found.stdout, found.stderr[-1500:]
