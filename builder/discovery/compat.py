@@ -28,12 +28,14 @@ __all__ = [
     "PYPI_SIMPLE",
     "PYTORCH_INDEX",
     "TorchIndex",
+    "check_torch_listed",
     "check_torch_matches_cuda",
     "default_torch",
     "known_cuda",
     "known_indexes",
     "resolve_index",
     "table_rows",
+    "torch_cuda_unverified",
 ]
 
 # CUDA 12.x has no compiler on PyPI: these are the releases the docker and host toolchains are known to serve.
@@ -142,6 +144,61 @@ def check_torch_matches_cuda(index: TorchIndex, torch: str, cuda: CudaVersion,
                 else f"use --cuda {found}") + (
             f", or omit --torch to get {other}" if other else f", or --cuda {found}" if alternatives else "")
         raise UsageError(f"torch {torch} on {index.name} is a CUDA {found} build, not CUDA {key}", hint)
+
+
+def listed_from_index(listing: Listing | None) -> bool:
+    """Whether ``listing`` was read from its index (now, from the cache or in the snapshot), so that a release it
+    lacks is absent there; a list from PyTorch's release notes (an unreachable channel) or no list at all is not."""
+    return listing is not None and any(not r.evidence.startswith("release notes") for r in listing.releases)
+
+
+def nearest_releases(versions: tuple[str, ...], wanted: str, most: int = 4) -> list[str]:
+    """The releases in ``versions`` nearest to ``wanted``: those of its minor, and the next one either side."""
+    target = Version(Version(wanted).public)
+    ordered = sorted(Version(v) for v in versions)
+    same = [v for v in ordered if v.release[:2] == target.release[:2]]
+    below = [v for v in ordered if v < target][-1:]
+    above = [v for v in ordered if v > target][:1]
+    picked = sorted(set(same[-(most - 2):] + below + above))
+    return [str(v) for v in picked]
+
+
+def check_torch_listed(index: TorchIndex, torch: str, cuda: CudaVersion) -> None:
+    """Refuse a torch release that ``index`` does not list (where its list was read from it: live, cached or in the
+    shipped snapshot, so this works offline), naming the nearest releases it has for ``cuda``."""
+    listing = index.listing
+    try:
+        if listing is None or not listed_from_index(listing) or listing.release(torch) is not None:
+            return
+    except InvalidVersion:
+        return
+    nearest = nearest_releases(index.torch_for(cuda), torch)
+    lines = ", ".join(index.torch_by_cuda) or "none"
+    have = (f"its CUDA {cuda.line} releases nearest to it: {', '.join(nearest)}; pass one of those as --torch"
+            if nearest else f"it has no CUDA {cuda.line} torch at all (CUDA lines there: {lines}); pick another --cuda"
+            " or --torch-index")
+    stale = "" if listing.source == "index" else (
+        f", or re-read the index with BUILDER_INDEX_REFRESH=1 (not --offline) if {torch} was released after "
+        f"{listing.read_at or 'that list was read'}")
+    raise UsageError(f"torch {torch} is not on {index.name}: its release list ({source_text(index)}) has no such "
+                     "version", have + stale)
+
+
+def torch_cuda_unverified(index: TorchIndex, torch: str) -> str | None:
+    """Why the CUDA that ``torch`` was built with is not known from ``index`` (None: it is known). The plan then
+    takes the CUDA from ``--cuda`` and says so; the build venv checks torch.version.cuda before compiling."""
+    listing = index.listing
+    try:
+        release = listing.release(torch) if listing else None
+    except InvalidVersion:
+        release = None
+    if release is None:
+        if listing is None or not listing.releases:
+            return f"the torch list of {index.name} could not be read ({listing.note if listing else 'not read'})"
+        return f"{index.name}'s list is from PyTorch's release notes, not read from the index, and lacks {torch}"
+    if release.cuda is None:
+        return f"{index.name} does not say which CUDA torch {release.version} was built with: {release.evidence[:160]}"
+    return None
 
 
 def check_torch_has_python(index: TorchIndex, torch: str, python: str) -> None:

@@ -277,7 +277,9 @@ def _remote_size(url: str) -> int:
 
 def _metadata_from_zip(file: Any, filename: str) -> str:
     with zipfile.ZipFile(file) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if name is None:
+            raise zipfile.BadZipFile("no .dist-info/METADATA member")
         return archive.read(name).decode()
 
 

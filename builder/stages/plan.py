@@ -12,16 +12,19 @@ from pathlib import Path
 from packaging.version import Version
 
 from builder.core.errors import UsageError
+from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import (
     TorchIndex,
     check_torch_has_python,
+    check_torch_listed,
     check_torch_matches_cuda,
     default_torch,
     is_known_cuda,
     known_cuda_text,
     resolve_index,
     torch_cuda,
+    torch_cuda_unverified,
 )
 from builder.model.abi import Abi, stable_label
 from builder.model.arch import (
@@ -75,6 +78,9 @@ class Plan:
     image: str
     env: dict[str, str] = field(default_factory=dict)
     abi: Abi = Abi.PER_TORCH
+    # why the index does not say which CUDA the torch was built with ("": it says, or torch comes from --python):
+    # the label then assumes --cuda, and the build venv checks torch.version.cuda before compiling (stages/pyenv.py)
+    torch_cuda_unverified: str = ""
 
     @property
     def cuda(self) -> CudaVersion:
@@ -102,7 +108,16 @@ class Plan:
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
         from toolchain.select.probe_build_here) adds a row after the toolchain."""
-        torch = self.torch or f"from {self.target.python}"
+        torch = f"{self.torch or f'from {self.target.python}'} from {self.index.name} ({self.index.url}; table from " \
+                f"{self.index.source})"
+        label = self.label(self.torch) if self.torch else f"{self.cuda.flavour}torch<from interpreter>"
+        unverified = self.torch_cuda_unverified
+        if unverified:
+            torch += f"; its CUDA NOT VERIFIED: {unverified}"
+            label += f"  (UNVERIFIED: assumes CUDA {self.cuda} from --cuda; the build venv checks torch's CUDA " \
+                     "before compiling and stops on a mismatch)"
+            if buildable_here is not None and buildable_here.startswith("yes"):
+                buildable_here += f" (if torch {self.torch} proves a CUDA {self.cuda} build: checked in the build venv)"
         rows = [
             ("package", f"{self.recipe.name} {self.version} ({self.recipe.kind})"),
             ("source", self.source.describe()),
@@ -110,8 +125,8 @@ class Plan:
             ("cuda", str(self.cuda)),
             ("archs", format_arch_list(self.target.archs) + f"  (TORCH_CUDA_ARCH_LIST={torch_arch_list(self.target.archs)})"),
             ("python", str(self.target.python)),
-            ("torch", f"{torch} from {self.index.name} ({self.index.url}; table from {self.index.source})"),
-            ("label", self.label(self.torch) if self.torch else f"{self.cuda.flavour}torch<from interpreter>"),
+            ("torch", torch),
+            ("label", label),
             ("abi", self._abi_text()),
             ("toolchain", self.target.toolchain),
             ("docker image", self.image),
@@ -169,9 +184,16 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     index = resolve_index(target.torch_index, settings)
     abi = choose_abi(target, recipe, version)
     torch: str | None = None
+    unverified = ""
     if target.python.version is not None:
         torch = target.torch or default_build_torch(index, target.cuda, recipe, abi)
+        check_torch_listed(index, torch, target.cuda)
         check_torch_matches_cuda(index, torch, target.cuda, settings)
+        if recipe.kind.is_cuda:
+            unverified = torch_cuda_unverified(index, torch) or ""
+        if unverified:
+            log.warning(f"torch {torch}: its CUDA is not verified ({unverified}); the plan assumes CUDA {target.cuda} "
+                        "(--cuda) and the build venv checks torch.version.cuda before compiling")
         check_torch_has_python(index, torch, target.python.version)
         abi = check_abi_torch(target, recipe, abi, torch)
     env = dict(recipe.build_env)
@@ -188,6 +210,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         image=docker_image_for(target.cuda),
         env=env,
         abi=abi,
+        torch_cuda_unverified=unverified,
     )
 
 

@@ -28,6 +28,7 @@ from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
+from builder.discovery.torchindex import PYTORCH_CHANNELS
 from builder.stages.plan import Plan
 from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, PreparedPython
 from builder.toolchain.local import LOCAL, find_interpreter
@@ -89,10 +90,30 @@ def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple
                  f"CUDA {brought.torch_cuda}), installed by the build itself")
         env = PythonEnv(brought.python, brought.version, brought.torch, brought.torch_cuda, brought.purelib, True,
                         prepared=brought)
+        check_torch_cuda(plan, env)
         return env, find_interpreter(env.version, memo=memo_dir(settings))
     base = find_interpreter(str(plan.target.python), memo=memo_dir(settings))
     env = managed_env(str(base), plan.torch, plan.index, requirements, settings)
+    check_torch_cuda(plan, env)
     return env, find_interpreter(env.version, memo=memo_dir(settings))
+
+
+def check_torch_cuda(plan: Plan, env: PythonEnv) -> None:
+    """Stop before compiling when the build venv's torch was not built with the plan's CUDA line (torch.version.cuda,
+    as the probe read it): another CUDA, or None (a CPU torch). The index may not have said which CUDA it serves
+    (``plan.torch_cuda_unverified``), or may serve another torch than it lists; the wheel's label must not lie."""
+    if not plan.recipe.kind.is_cuda:
+        return
+    line = ".".join(env.torch_cuda.split(".")[:2]) if env.torch_cuda else None
+    if line == plan.cuda.line:
+        return
+    what = f"a CUDA {line} build" if line else "a CPU build (torch.version.cuda is None)"
+    cure = (f"use --cuda {line}, or a --torch/--torch-index whose torch is a CUDA {plan.cuda} build" if line else
+            f"pass --torch-index with an index serving a CUDA {plan.cuda} torch"
+            + (f", e.g. --torch-index {plan.cuda.flavour}" if plan.cuda.flavour in PYTORCH_CHANNELS else ""))
+    told = ", which the index did not say" if plan.torch_cuda_unverified else ""
+    raise ToolchainError(f"the build venv's torch {env.torch} from {plan.index.name} is {what}, not CUDA {plan.cuda} "
+                         f"as planned{told}: stopped before compiling", cure)
 
 
 def _given_env(plan: Plan, python: Path, requirements: list[str], *, offline: bool) -> PythonEnv:
