@@ -20,3 +20,15 @@ def test_recipes_outside_the_checkout_name_their_patches_folder(tmp_path: Path) 
         extra_env = {} if given else {"BUILDER_PATCHES": str(ROOT / "patches")}
         found = run_cli(*args, *given, env={**env, **extra_env})
         assert "patch 0002-stable-abi-1.7.0.patch for ==1.7.0" in found.stdout, found.stderr[-1500:]
+
+
+def test_torch_table_reads_one_given_index(tmp_path: Path) -> None:
+    """`builder torch-table --torch-index` shows a custom index (a local PEP 503 folder here) and only it."""
+    index = tmp_path / "simple" / "torch"
+    index.mkdir(parents=True)
+    name = "torch-2.14.1+cu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+    (index / "index.html").write_text(f'<a href="{name}">{name}</a>\n')
+    result = run_cli("torch-table", "--torch-index", str(tmp_path / "simple"),
+                     env={"BUILDER_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.code == 0, result.stderr[-1500:]
+    assert "custom" in result.stdout and "2.14.1" in result.stdout and "pytorch-cu128" not in result.stdout

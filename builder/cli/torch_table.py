@@ -19,6 +19,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     p.add_argument("--refresh", action="store_true", help="read the indexes now, ignoring the cache's age")
     p.add_argument("--releases", action="store_true", help="one row per release: its CUDA, Pythons and evidence")
     p.add_argument("--json", action="store_true", help="everything, as JSON")
+    p.add_argument("--torch-index", metavar="INDEX",
+                   help="only this index: pypi, cu128 (PyTorch's channel) or any URL or folder, as for builder build")
     p.add_argument("--write-snapshot", action="store_true",
                    help="read every index now and write the snapshot shipped in the package (maintainers)")
     add_common(p)
@@ -27,7 +29,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
 
 def cmd_torch_table(args: argparse.Namespace) -> int:
     from builder.core.errors import SourceError
-    from builder.discovery.compat import KNOWN_INDEXES, TorchIndex, source_text
+    from builder.discovery.compat import KNOWN_INDEXES, TorchIndex, resolve_index, source_text
     from builder.discovery.torchindex import (
         build_snapshot,
         discover,
@@ -47,8 +49,13 @@ def cmd_torch_table(args: argparse.Namespace) -> int:
         out.print(f"snapshot written: {path} ({sum(len(x.releases) for x in listings)} releases, "
                   f"{len(listings)} indexes; cuda-toolkit {', '.join(toolkits)})")
         return 0
-    indexes = [TorchIndex(name, url, discover(name, url, settings, refresh=args.refresh))
-               for name, url in KNOWN_INDEXES.items()]
+    if args.torch_index:
+        chosen = resolve_index(args.torch_index, settings)
+        indexes = [TorchIndex(chosen.name, chosen.url, discover(chosen.name, chosen.url, settings,
+                                                                 refresh=args.refresh))]
+    else:
+        indexes = [TorchIndex(name, url, discover(name, url, settings, refresh=args.refresh))
+                   for name, url in KNOWN_INDEXES.items()]
     toolkits, toolkit_source = toolkit_versions(settings, refresh=args.refresh)
     if args.json:
         print(json.dumps({"indexes": [{"name": i.name, "url": i.url, "source": i.source,

@@ -45,8 +45,9 @@ def infer_cuda(cuda: str | None, python: PythonSpec) -> str:
     """``--cuda`` as given (checked against an interpreter's torch), or that torch's CUDA."""
     if not python.is_path:
         if cuda is None:
-            raise UsageError("--cuda is required with --python VERSION",
-                             "e.g. --cuda 13.0, or --python /path/to/venv/bin/python to take it from that env's torch")
+            raise UsageError("--cuda is required: it names the CUDA of the compiler and of the torch to build against",
+                             "e.g. --cuda 13.0 (`builder torch-table` lists each CUDA's torches), or --python "
+                             "/path/to/venv/bin/python to take it from that env's torch")
         return cuda
     interpreter = resolve_python(python)
     try:
