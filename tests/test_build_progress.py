@@ -8,6 +8,7 @@ torch 2.14.1's ninja output, which really says ``-c -c``); the setuptools banner
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.log import elapsed, log, target_prefix
+from builder.core.streaming import Process, descendants
 from builder.stages.compile import (
     FAILURE_LINES,
     CompileProgress,
@@ -26,6 +28,8 @@ from builder.stages.compile import (
     compile_step,
     console_lines,
     failure_tail,
+    ninja_units,
+    running_unit,
 )
 from builder.stages.pyenv import probe
 from builder.toolchain.base import WheelRequest
@@ -94,11 +98,15 @@ def test_compile_steps_are_short_names_of_translation_units() -> None:
 
 
 def test_progress_reports_only_step_changes() -> None:
+    """What ninja prints is all there is when no compiler runs under the builder (a container's build): the count
+    done of the total from the first step's line, the latest step."""
     seen: list[str] = []
-    progress = CompileProgress(seen.append)
+    progress = CompileProgress(seen.append, processes=None)
     for line in REAL_LINES + REAL_LINES[4:6]:  # nvcc's warnings and ptxas chatter after a step change nothing
         progress(line)
-    assert seen == [s for s in (compile_step(line) for line in REAL_LINES) if s]
+    assert seen == ["running build_ext", "1/4 done (latest c++ causal_conv1d.cpp)",
+                    "2/4 done (latest nvcc causal_conv1d_fwd.cu)", "4/4 done (latest nvcc causal_conv1d_bwd.cu)",
+                    "4/4 done; link causal_conv1d_cuda.cpython-312-x86_64-linux-gnu.so"]
 
 
 def test_a_failed_unit_is_shown_when_it_fails_and_not_named_as_the_step_after() -> None:
@@ -106,16 +114,17 @@ def test_a_failed_unit_is_shown_when_it_fails_and_not_named_as_the_step_after() 
     .cpp. Its output is shown as it comes; the command ninja repeats is no new step; later steps say it failed."""
     steps: list[str] = []
     shown: list[str] = []
-    progress = CompileProgress(steps.append, shown.append)
+    progress = CompileProgress(steps.append, shown.append, processes=None)
     for line in FAILING_BUILD[:6]:
         progress(line)
     assert shown == ["c++ causal_conv1d.cpp failed (ninja goes on until the units still running end); its output:",
                      f"  {FAILING_BUILD[3]}", "  12 | #include <ATen/cuda/CUDAContext.h>", "  compilation terminated."]
-    assert steps == ["[1/3] c++ causal_conv1d.cpp", "c++ causal_conv1d.cpp failed; waiting for the units still running"]
+    assert steps == ["1/3 done (latest c++ causal_conv1d.cpp)",
+                     "1/3 done; c++ causal_conv1d.cpp failed; waiting for the units still running"]
     for line in FAILING_BUILD[6:]:
         progress(line)
-    assert steps[2:] == ["[2/3] nvcc causal_conv1d_fwd.cu (c++ causal_conv1d.cpp failed)",
-                         "[3/3] nvcc causal_conv1d_bwd.cu (c++ causal_conv1d.cpp failed)"]
+    assert steps[2:] == ["2/3 done; c++ causal_conv1d.cpp failed; waiting for the units still running",
+                         "3/3 done; c++ causal_conv1d.cpp failed"]
     assert len(shown) == 4 and progress.failed == ["c++ causal_conv1d.cpp"]
 
 
@@ -245,4 +254,116 @@ def test_streamed_long_compile_lines_still_name_their_unit(tmp_path: Path) -> No
     with (tmp_path / "out.log").open("w") as out:
         code, _ = stream([sys.executable, "-c", script], out=out, on_line=CompileProgress(seen.append))
     assert code == 0 and len(REAL_LINES[3]) > 600
-    assert seen == ["[2/4] nvcc causal_conv1d_fwd.cu"]
+    assert seen == ["2/4 done (latest nvcc causal_conv1d_fwd.cu)"]
+
+
+# torch's build.ninja for causal-conv1d, shortened (cpp_extension.py writes one edge per translation unit)
+BUILD_NINJA = f"""ninja_required_version = 1.3
+cxx = c++
+nvcc = /usr/local/cuda-13.0/bin/nvcc
+
+rule compile
+  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags
+  depfile = $out.d
+  deps = gcc
+
+rule cuda_compile
+  depfile = $out.d
+  deps = gcc
+  command = $nvcc --generate-dependencies-with-compile --dependency-output $out.d $cuda_cflags -c $in -o $out
+
+build {SRC}/build/temp/csrc/causal_conv1d.o: compile {SRC}/csrc/causal_conv1d.cpp
+build {SRC}/build/temp/csrc/causal_conv1d_bwd.o: cuda_compile {SRC}/csrc/causal_conv1d_bwd.cu
+build {SRC}/build/temp/csrc/causal_conv1d_fwd.o: cuda_compile {SRC}/csrc/causal_conv1d_fwd.cu
+build C$:/odd$ name.o: cuda_compile {SRC}/csrc/causal_conv1d_update.cu
+build all: phony {SRC}/build/temp/csrc/causal_conv1d.o
+"""
+
+
+def test_the_total_is_the_build_files_edges_and_units_are_named_by_their_compilers() -> None:
+    assert ninja_units(BUILD_NINJA) == 4
+    assert running_unit(["/root/.cache/tools/ccache", "/usr/local/cuda-13.0/bin/nvcc", "-c", "-c",
+                         f"{SRC}/csrc/causal_conv1d_bwd.cu", "-o", "x.o"]) == "causal_conv1d_bwd.cu"
+    # nvcc's host-compiler pass names the same unit; cicc and ptxas work on temporaries; ninja, python: no unit
+    assert running_unit(["gcc", "-E", "-x", "c++", "-D__CUDACC__", f"{SRC}/csrc/causal_conv1d_bwd.cu", "-o",
+                         "/tmp/tmpxft_1.cpp4.ii"]) == "causal_conv1d_bwd.cu"
+    assert [running_unit(a) for a in (["cicc", "--orig_src_file_name", "x", "/tmp/tmpxft_1.cpp1.ii"],
+                                      ["ptxas", "-arch=sm_90", "/tmp/tmpxft_1.ptx"], ["ninja", "-v"],
+                                      ["python3", "setup.py", "x.cpp"])] == [None, None, None, None]
+    assert running_unit(["x86_64-linux-gnu-g++", "-shared", "a.o", "-o", "build/m.so"]) == "link m.so"
+
+
+def test_running_units_and_their_times_come_from_the_processes_a_line_per_change_or_refresh() -> None:
+    """Issue 31 item 10: before ninja's first line (19 minutes of a cold causal-conv1d) the line names the running
+    units, oldest first, with their times; in a log a new line comes when the set changes or every refresh_s."""
+    now = [0.0]
+    procs: list[Process] = []
+    seen: list[str] = []
+    progress = CompileProgress(seen.append, processes=lambda: procs, refresh_s=26.0, clock=lambda: now[0])
+    progress("running build_ext")
+    nvcc = ("ccache", "/usr/local/cuda/bin/nvcc", "-c", "-c")
+    procs[:] = [Process(10, ("python3", "_in_process.py", "build_wheel"), 200.0),
+                Process(11, (*nvcc, f"{SRC}/csrc/causal_conv1d_fwd.cu", "-o", "f.o"), 40.2),
+                Process(12, (*nvcc, f"{SRC}/csrc/causal_conv1d_bwd.cu", "-o", "b.o"), 190.9),
+                Process(13, ("gcc", "-E", f"{SRC}/csrc/causal_conv1d_bwd.cu"), 189.0),
+                Process(14, ("cicc", "/tmp/tmpxft_1.cpp1.ii"), 3.0)]
+    progress.sample()
+    assert seen == ["running build_ext", "running causal_conv1d_bwd.cu for 3m10s, causal_conv1d_fwd.cu for 40s"]
+    progress.total = 4  # as the build file said (the next test reads a real one)
+    procs[:] = [Process(p.pid, p.argv, p.age_s + 10) for p in procs]
+    now[0] = 10.0
+    progress.sample()  # the same units, 10 s on: the total is news, the times are not yet
+    assert seen[-1] == "0/4 done; running causal_conv1d_bwd.cu for 3m20s, causal_conv1d_fwd.cu for 50s"
+    now[0] = 20.0
+    progress.sample()
+    assert len(seen) == 3
+    now[0] = 36.5
+    procs[:] = [Process(p.pid, p.argv, p.age_s + 26.5) for p in procs]
+    progress.sample()
+    assert seen[-1] == "0/4 done; running causal_conv1d_bwd.cu for 3m47s, causal_conv1d_fwd.cu for 1m16s"
+    progress(REAL_LINES[3])  # ninja: fwd ended; off the list at once, before the next sample
+    assert seen[-1] == "2/4 done; running causal_conv1d_bwd.cu for 3m47s"
+    progress(FAILING_BUILD[1])
+    progress(FAILING_BUILD[2])
+    assert seen[-1] == "2/4 done; c++ causal_conv1d.cpp failed; still running causal_conv1d_bwd.cu for 3m47s"
+
+
+FAKE_NINJA = r"""
+# a stand-in for ninja (named so in /proc, as its units are named nvcc and c++): it writes its build file, runs
+# two units at once like MAX_JOBS=2 and prints a unit's [n/N] line when the unit ends, as ninja does into a pipe
+unit() { (exec -a "$1" "$PY" -c 'import sys, time; time.sleep(float(sys.argv[1]))' "$2" -c "csrc/$3" -o x.o); }
+unit c++ 0.8 causal_conv1d.cpp & a=$!
+unit /usr/local/cuda/bin/nvcc 2.6 causal_conv1d_fwd.cu & b=$!
+wait $a; echo "[1/4] c++ -c csrc/causal_conv1d.cpp -o a.o"
+unit /usr/local/cuda/bin/nvcc 1.2 causal_conv1d_bwd.cu & c=$!
+wait $c; echo "[2/4] /usr/local/cuda/bin/nvcc -c csrc/causal_conv1d_bwd.cu -o c.o"
+wait $b; echo "[3/4] /usr/local/cuda/bin/nvcc -c csrc/causal_conv1d_fwd.cu -o b.o"
+unit /usr/local/cuda/bin/nvcc 0.4 causal_conv1d_update.cu; echo "[4/4] /usr/local/cuda/bin/nvcc -c csrc/causal_conv1d_update.cu"
+"""
+
+
+def test_a_fake_build_shows_its_total_and_running_units_from_the_start(tmp_path: Path) -> None:
+    """Through the real output loop and /proc: a build whose 'ninja' and 'nvcc' are sleeping processes so named
+    (no compiler runs). The total comes from the build file before any unit ends; the running units from /proc."""
+    from builder.core.streaming import stream
+
+    build = tmp_path / "build" / "temp.linux-x86_64-cpython-312"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text(BUILD_NINJA)
+    script = f"cd {shlex.quote(str(build))} && exec -a ninja bash -c {shlex.quote(FAKE_NINJA)} ninja -v"
+    seen: list[str] = []
+    progress = CompileProgress(seen.append, processes=descendants, refresh_s=0.5)
+    with (tmp_path / "build.log").open("w") as out, progress.watching(tick_s=0.1):
+        code, last = stream(["bash", "-c", script], out=out, on_line=progress, env={"PY": sys.executable,
+                                                                                    "PATH": "/usr/bin:/bin"})
+    assert code == 0 and last.startswith("[4/4]"), (tmp_path / "build.log").read_text()
+    before = seen[:next(i for i, s in enumerate(seen) if s.startswith("1/4"))]
+    assert before and all(s.startswith("0/4 done; running ") for s in before), seen
+    assert any(re.fullmatch(r"0/4 done; running (causal_conv1d\.cpp|causal_conv1d_fwd\.cu) for 0s, "
+                            r"(causal_conv1d\.cpp|causal_conv1d_fwd\.cu) for 0s", s) for s in before), seen
+    assert any(re.fullmatch(r"1/4 done; running causal_conv1d_fwd\.cu for [12]s, causal_conv1d_bwd\.cu for [01]s", s)
+               for s in seen), seen
+    assert any(s.startswith("3/4 done; running causal_conv1d_update.cu for 0s") for s in seen), seen
+    assert seen[-1].startswith("4/4 done"), seen
+    fwd = {m.group(1) for s in seen if (m := re.search(r"causal_conv1d_fwd\.cu for (\d)s", s))}
+    assert len(fwd) >= 2, seen  # its time was refreshed while it ran, though ninja printed nothing
