@@ -23,7 +23,7 @@ def test_unknown_package(cli_env: dict[str, str]) -> None:
     [
         (["--arch", "abc"], "--arch: 'abc' is not a GPU architecture"),
         (["--arch", "121", "--cuda", "12.8"], "CUDA 12.8 cannot compile sm_121"),
-        (["--arch", "120", "--cuda", "99.9"], "--cuda 99.9: unknown CUDA version"),
+        (["--arch", "120", "--cuda", "99.9"], "--cuda 99.9: no toolchain here can provide CUDA 99.9"),
         (["--arch", "120", "--cuda", "twelve"], "--cuda 'twelve' is not a version"),
         (["--cuda", "13.0"], "--arch is required"),
         (["--arch", "120", "--cuda", "13.0", "--jobs", "0"], "--jobs 0"),

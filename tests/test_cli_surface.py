@@ -32,3 +32,25 @@ def test_torch_table_reads_one_given_index(tmp_path: Path) -> None:
                      env={"BUILDER_CACHE_DIR": str(tmp_path / "cache")})
     assert result.code == 0, result.stderr[-1500:]
     assert "custom" in result.stdout and "2.14.1" in result.stdout and "pytorch-cu128" not in result.stdout
+
+
+def test_a_cuda_some_toolchain_here_provides_is_a_valid_cuda(tmp_path: Path, monkeypatch) -> None:
+    """Issue 31 item 4: CUDA 13.9 (no PyPI toolkit, no Dockerfile) is refused naming every source and the cure;
+    a host toolkit of that line makes it valid."""
+    import pytest
+
+    from builder.core.errors import UsageError
+    from builder.stages.plan import validate_cuda
+
+    with pytest.raises(UsageError, match=r"--cuda 13.9: no toolchain here can provide CUDA 13.9") as refused:
+        validate_cuda("13.9")
+    assert "dockerfiles/manylinux-cuda-13.9.Dockerfile" in (refused.value.hint or "")
+    home = tmp_path / "cuda-13.9"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").write_text("")
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.9, V13.9.41'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    assert str(validate_cuda("13.9")) == "13.9"

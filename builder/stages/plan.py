@@ -149,10 +149,29 @@ def validate_cuda(text: str, settings: Settings | None = None) -> CudaVersion:
         cuda = CudaVersion.parse(text)
     except Exception as e:
         raise UsageError(f"--cuda {text!r} is not a version", f"use one of {known_cuda_text(settings)}") from e
-    if not is_known_cuda(cuda, settings):
-        raise UsageError(f"--cuda {text}: unknown CUDA version",
-                         f"use one of {known_cuda_text(settings)} (13.x: the cuda-toolkit releases on PyPI)")
+    if not is_known_cuda(cuda, settings) and not host_toolkit_line(cuda):
+        raise UsageError(f"--cuda {text}: no toolchain here can provide CUDA {cuda.line}",
+                         f"use one of {known_cuda_text(settings)} (CUDA 12 releases, the cuda-toolkit minors on "
+                         f"PyPI, the CUDAs dockerfiles/ builds images for); or install a CUDA {cuda.line} toolkit "
+                         f"(CUDA_HOME), or add dockerfiles/manylinux-cuda-{cuda.line}.Dockerfile")
     return cuda
+
+
+def host_toolkit_line(cuda: CudaVersion) -> bool:
+    """Whether a CUDA install on this machine is of ``cuda``'s line (`nvcc --version` of each candidate home)."""
+    import os
+
+    from builder.core.errors import ToolchainError
+    from builder.toolchain.base import nvcc_version
+    from builder.toolchain.host import candidate_homes
+
+    for home in candidate_homes(os.environ):
+        try:
+            if CudaVersion.of(nvcc_version(home / "bin" / "nvcc")).same_line(cuda):
+                return True
+        except ToolchainError:
+            continue
+    return False
 
 
 def load_target_recipe(target: Target, settings: Settings) -> Recipe:
