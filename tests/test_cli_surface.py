@@ -54,3 +54,33 @@ def test_a_cuda_some_toolchain_here_provides_is_a_valid_cuda(tmp_path: Path, mon
     nvcc.chmod(0o755)
     monkeypatch.setenv("CUDA_HOME", str(home))
     assert str(validate_cuda("13.9")) == "13.9"
+
+
+def test_every_option_has_help_and_commands_list_only_the_flags_they_use() -> None:
+    """Issue 31 item 8: no option without help; `serve` takes no --recipes, `torch-table` no --wheelhouse, doctor
+    and install one wheelhouse flag (--from), `images` none of the shared flags."""
+    import argparse
+
+    from builder.cli.main import build_parser
+
+    missing: list[str] = []
+    options: dict[str, set[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}".strip())
+            elif not isinstance(action, argparse._HelpAction):
+                options.setdefault(path, set()).update(action.option_strings)
+                if action.help is None:
+                    missing.append(f"{path} {action.option_strings or action.dest}")
+
+    walk(build_parser(), "")
+    assert missing == []
+    assert "--recipes" not in options["serve"] and "--wheelhouse" in options["serve"]
+    assert "--wheelhouse" not in options["torch-table"] and "--recipes" not in options["torch-table"]
+    for command in ("doctor", "install"):
+        assert "--from" in options[command] and "--wheelhouse" not in options[command]
+    assert not options["images build"] & {"--cache-dir", "--wheelhouse", "--recipes", "--offline"}
+    assert {"--cache-dir", "--wheelhouse", "--recipes", "--patches", "--offline"} <= options["build"]

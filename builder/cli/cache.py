@@ -10,13 +10,13 @@ from builder.cli.common import out, settings_from_args
 from builder.core.fsutil import human_size
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     from builder.core.cachedir import SECTIONS
 
     p = sub.add_parser("cache", help="show the cache's disk use per part, or clean parts of it")
     csub = p.add_subparsers(dest="cache_command")
     info = csub.add_parser("info", help="disk use per part (the default)")
-    add_common(info)
+    add_common(info, "cache-dir")
     clean = csub.add_parser("clean", help="remove the named parts' entries; entries in use are skipped",
                             description="Remove cache entries that the builder makes again when needed. "
                                         f"Parts: {', '.join(SECTIONS)}. Build venvs, build folders and the "
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     clean.add_argument("--older-than", type=float, metavar="DAYS",
                        help="only entries not used for this many days")
     clean.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
-    add_common(clean)
-    add_common(p)
+    add_common(clean, "cache-dir")
+    add_common(p, "cache-dir")
     return {"cache": cmd_cache}
 
 

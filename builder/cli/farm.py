@@ -29,7 +29,7 @@ STATUS_STYLE = {"built": "green", "unchanged": "cyan", "failed": "bold red"}
 GITHUB_MATRIX_LIMIT = 256  # jobs per matrix
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     from builder.stages.compilercache import add_compiler_cache_arg
 
     p = sub.add_parser("farm", help="build the whole farm matrix (farm.toml) here; unchanged targets are skipped")
@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
 
     p = sub.add_parser("watch", help="upstream versions on PyPI newer than the wheelhouse holds")
     _farm_file_args(p)
-    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table",
+                   help="table (default), json, or markdown (for a GitHub step summary)")
     add_common(p)
     return {"farm": cmd_farm, "matrix": cmd_matrix, "watch": cmd_watch}
 

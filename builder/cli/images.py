@@ -11,7 +11,7 @@ from typing import Any
 from builder.cli.common import out
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     p = sub.add_parser("images", help="build or list the docker toolchain's CUDA build images")
     isub = p.add_subparsers(dest="images_command", required=True)
     build = isub.add_parser("build", help="build (if stale or missing) the image for one or more CUDA versions")
@@ -19,9 +19,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
                        help="CUDA version with a Dockerfile in dockerfiles/ (12.8, 12.9, 13.0); repeatable")
     build.add_argument("--base-image", help="replace the Dockerfile's BASE_IMAGE (a local stand-in for nvidia/cuda)")
     build.add_argument("--force", action="store_true", help="rebuild even when the tagged image exists")
-    add_common(build)
-    listing = isub.add_parser("list", help="list the build images on the container engine")
-    add_common(listing)
+    isub.add_parser("list", help="list the build images on the container engine")
     return {"images": cmd_images}
 
 

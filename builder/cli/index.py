@@ -8,13 +8,13 @@ from collections.abc import Callable
 from builder.cli.common import out, settings_from_args
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     p = sub.add_parser("index", help="wheelhouse index maintenance")
     isub = p.add_subparsers(dest="index_command", required=True)
     rebuild = isub.add_parser(
         "rebuild", help="regenerate every page (simple/, channels/, .metadata sidecars, dashboard) from the wheels"
     )
-    add_common(rebuild)
+    add_common(rebuild, "wheelhouse")
     pull = isub.add_parser(
         "pull", help="restore the wheelhouse from a published one (wheels verified by sha256, one transaction)",
         description="Restore --wheelhouse from the wheelhouse published at URL (GitHub Pages, `builder serve`, a "
@@ -27,13 +27,13 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     pull.add_argument("--missing-ok", action="store_true",
                       help="nothing published there yet (HTTP 404 for simple/index.json) is not an error: a first run")
     pull.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
-    add_common(pull)
+    add_common(pull, "wheelhouse")
 
     serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    add_common(serve)
+    add_common(serve, "wheelhouse")
     return {"index": cmd_index, "serve": cmd_serve}
 
 

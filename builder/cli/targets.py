@@ -51,7 +51,7 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     """The commands on one target or wheel: build, test, plan, recipes, inspect."""
     p = sub.add_parser("build", help="build, verify, test and publish one wheel")
     _target_args(p)
@@ -95,19 +95,19 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     add_common(p)
     rsub = p.add_subparsers(dest="recipes_command")
     show = rsub.add_parser("show", help="show one recipe, resolved for a target")
-    show.add_argument("name")
-    show.add_argument("--version")
-    show.add_argument("--cuda", default="13.0")
-    show.add_argument("--arch", default="120")
-    show.add_argument("--python", type=PythonSpec, default="3.12")
-    show.add_argument("--torch")
-    show.add_argument("--torch-index")
+    show.add_argument("name", help="recipe name, e.g. causal-conv1d")
+    show.add_argument("--version", help="upstream version to resolve it for (default: newest the recipe supports)")
+    show.add_argument("--cuda", default="13.0", help="CUDA to resolve it for (default 13.0)")
+    show.add_argument("--arch", default="120", help="GPU archs to resolve it for (default 120)")
+    show.add_argument("--python", type=PythonSpec, default="3.12", help="Python version or interpreter (default 3.12)")
+    show.add_argument("--torch", help="torch version (default: the plan's choice for the CUDA)")
+    show.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
     add_common(show)
 
     p = sub.add_parser("inspect", help="list the GPU code, tags and pins of a wheel")
-    p.add_argument("wheel", type=Path)
-    p.add_argument("--json", action="store_true")
-    add_common(p)
+    p.add_argument("wheel", type=Path, help="a wheel file")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    add_common(p, "cache-dir", "offline")
 
     return COMMANDS
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from builder.cli.common import out, settings_from_args
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     p = sub.add_parser("torch-table", help="which torch versions exist per CUDA version on which index",
                        description="Read from the indexes (cached for 24 h; BUILDER_INDEX_TTL seconds), else the "
                                    "cache, else the snapshot shipped with the builder. Every row names its source.")
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
                    help="only this index: pypi, cu128 (PyTorch's channel) or any URL or folder, as for builder build")
     p.add_argument("--write-snapshot", action="store_true",
                    help="read every index now and write the snapshot shipped in the package (maintainers)")
-    add_common(p)
+    add_common(p, "cache-dir", "offline")
     return {"torch-table": cmd_torch_table}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -20,15 +21,16 @@ if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
     from builder.user.envprobe import KernelBinding
 from builder.core.log import log
+from builder.core.settings import Settings
 
 
-def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> dict:
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     p = sub.add_parser("doctor", help="diagnose a Python env: torch, GPUs, compilers, kernels, what fits and how to "
                        "install it")
     p.add_argument("--python", help="the env's interpreter or venv folder (default: the active venv, else python3)")
     p.add_argument("--from", dest="source", help="wheelhouse to match against: a folder or URL (default ./wheelhouse)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    add_common(p)
+    add_common(p, "cache-dir", "recipes", "patches", "offline")
 
     p = sub.add_parser("install", help="install the fitting wheels into an env, never changing its torch")
     p.add_argument("packages", nargs="+", metavar="PACKAGE", help="recipe names, e.g. causal-conv1d fla-core (or fla)")
@@ -37,8 +39,16 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[[argparse.Arg
     p.add_argument("--arch", help="GPU archs for a wheel built when none fits (default: this machine's GPUs)")
     p.add_argument("--no-build", action="store_true", help="never build; stop with the ways forward when nothing fits")
     p.add_argument("--dry-run", action="store_true", help="show what would be installed and the command")
-    add_common(p)
+    add_common(p, "cache-dir", "recipes", "patches", "offline")
     return {"doctor": cmd_doctor, "install": cmd_install}
+
+
+def from_wheelhouse(settings: Settings, source: str | None) -> Settings:
+    """``--from FOLDER`` is the one wheelhouse flag of doctor and install: a local folder is also where a wheel
+    built here is published (a URL leaves that to ./wheelhouse or BUILDER_WHEELHOUSE)."""
+    if source and "://" not in source:
+        return dataclasses.replace(settings, wheelhouse=Path(source).resolve())
+    return settings
 
 
 def default_python(given: str | None) -> Path:
@@ -168,7 +178,7 @@ def _render_wheelhouse(report: DoctorReport) -> None:
 def cmd_install(args: argparse.Namespace) -> int:
     from builder.user.install import InstallRequest, install
 
-    settings = settings_from_args(args)
+    settings = from_wheelhouse(settings_from_args(args), args.source)
     python = default_python(args.python)
     request = InstallRequest(packages=tuple(args.packages), python=python,
                              source=args.source or str(settings.wheelhouse), arch=args.arch,
