@@ -446,3 +446,19 @@ def test_pool_progress_counts_starts_and_finishes_for_the_live_display_and_the_l
     rows = [line.split() for line in text.splitlines()[2:-1]]  # under the "building stage time" header
     assert [row[:2] for row in rows] == [["a", "build"]]  # the stage from its log; b is done, c not started
     assert text.splitlines()[-1] == "1 queued"
+
+
+def test_watch_names_what_a_cuda_no_toolchain_provides_needs(tree: Path) -> None:
+    """Issue 31 item 4: a torch index serving a CUDA that no toolchain provides (13.9: no PyPI toolkit, no
+    Dockerfile) is not met with 'add it to cuda = [...]', which farm.toml would then refuse."""
+    from builder.farm.watch import watch_torch
+
+    index = tree / "idx" / "torch"
+    index.mkdir(parents=True)
+    names = ["torch-2.16.0+cu139-cp312-cp312-manylinux_2_28_x86_64.whl",
+             "torch-2.15.0+cu130-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    (index / "index.html").write_text("".join(f'<a href="{n}">{n}</a>\n' for n in names))
+    farm = load_farm(write_farm(tree, GOOD.replace('python = "3.12"', f'python = "3.12"\ntorch-index = "{tree / "idx"}"')))
+    notes = {r.cuda: r.note for r in watch_torch(farm, settings_for(tree)) if r.index == "custom"}
+    assert notes["13.9"].startswith("not in the farm, and no toolchain provides CUDA 13.9 yet: add "
+                                    "dockerfiles/manylinux-cuda-13.9.Dockerfile")

@@ -112,8 +112,9 @@ class TorchWatchRow:
 def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     """Per torch index of the farm and per CUDA: torch releases not built yet; CUDA versions with torch builds (or
     cuda-toolkit compilers on PyPI) that the farm does not build at all."""
-    from builder.discovery.compat import resolve_index, source_text
+    from builder.discovery.compat import is_known_cuda, resolve_index, source_text
     from builder.discovery.torchindex import toolkit_versions
+    from builder.model.cuda import CudaVersion
 
     wanted: dict[str, set[str]] = {}  # index spec → CUDA keys the farm builds
     specs: dict[str, str | None] = {}
@@ -150,7 +151,10 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
             in_farm = cuda in wanted[key]
             if not in_farm and not any(Version(v).release[:2] in minors for v in available):
                 continue  # an old CUDA line nobody builds any more
-            note = ("not in the farm: add it to cuda = [...]" if not in_farm else
+            note = (("not in the farm: add it to cuda = [...]" if is_known_cuda(CudaVersion.parse(cuda), settings)
+                     else f"not in the farm, and no toolchain provides CUDA {cuda} yet: add "
+                     f"dockerfiles/manylinux-cuda-{cuda}.Dockerfile (or wait for PyPI's cuda-toolkit {cuda}), then "
+                     f"add it to cuda = [...]") if not in_farm else
                     "no torch build for this CUDA on the index" if not available else
                     f"{len(unbuilt)} torch release(s) not built yet" if unbuilt else "up to date")
             rows.append(TorchWatchRow(index.name, cuda, in_farm, available, tuple(str(v) for v in have),
