@@ -9,13 +9,13 @@ import sys
 import threading
 
 from builder import __version__
-from builder.cli import cache, farm, images, index, targets, torch_table, user
+from builder.cli import cache, coverage, farm, images, index, targets, torch_table, user
 from builder.cli.common import add_common
 from builder.core.errors import BuilderError
 from builder.core.log import log
 
 # Each command module has register(subparsers, add_common) -> {command name: handler}.
-COMMAND_MODULES = (targets, index, farm, images, cache, user, torch_table)
+COMMAND_MODULES = (targets, index, farm, images, cache, user, torch_table, coverage)
 
 
 def parser_and_handlers() -> tuple[argparse.ArgumentParser, dict]:

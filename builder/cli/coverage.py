@@ -1,0 +1,71 @@
+"""`builder coverage [PACKAGE…]`: every (torch minor, CUDA line, Python) cell users live in, and the wheel of the
+wheelhouse that serves it, with its evidence, or why none does (builder/farm/coverage.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Column, Table
+
+from builder.cli.common import out, settings_from_args
+
+
+def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
+    p = sub.add_parser("coverage", help="the users' matrix per package: which cells a verified wheel serves",
+                       description="The (torch minor, CUDA line >= 12.8, Python) cells the known torch indexes offer "
+                                   "(x86_64), each with the wheelhouse's wheel that serves it and its evidence "
+                                   "(kernel-tested, import-verified, built), or why it is missing. A cell counts as "
+                                   "served only with evidence.")
+    p.add_argument("packages", nargs="*", metavar="PACKAGE", help="recipes to show (default: every recipe)")
+    p.add_argument("--farm", type=Path, metavar="FILE", help="the farm file whose targets explain a missing cell "
+                   "(default: farm.toml here or above)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="the same data as JSON (the nightly's summary)")
+    fmt.add_argument("--markdown", action="store_true", help="tables as GitHub markdown")
+    add_common(p, "cache-dir", "wheelhouse", "recipes", "patches", "offline")
+    return {"coverage": cmd_coverage}
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from builder.farm.coverage import (
+        AARCH64_LINE,
+        MISSING,
+        compact_pythons,
+        coverage_report,
+        totals_line,
+    )
+
+    settings = settings_from_args(args)
+    reports, meta = coverage_report(args.packages, settings, farm_file=args.farm)
+    if args.json:
+        print(json.dumps({**meta, "packages": [r.to_json() for r in reports]}, indent=1))
+        return 0
+    if args.markdown:
+        for r in reports:
+            print(f"### {r.package} {r.version}\n\n| CUDA | torch | Python | evidence | wheel |\n|---|---|---|---|---|")
+            for cuda, torch, pythons, c in r.rows():
+                print(f"| {cuda} | {torch} | {compact_pythons(pythons)} | {c.evidence} | {c.wheel or ''} |")
+            print(f"\n{totals_line(r)}  \n{AARCH64_LINE}\n")
+        return 0
+    styles = {"kernel-tested": "green", "import-verified": "cyan", "built": "yellow", MISSING: "red"}
+    for r in reports:
+        table = Table("CUDA", "torch", "Python", Column("evidence", overflow="fold"), Column("wheel", overflow="fold"),
+                      title=f"{r.package} {r.version}: x86_64, wheelhouse {escape(str(meta['wheelhouse']))}")
+        for cuda, torch, pythons, c in r.rows():
+            table.add_row(cuda, torch, compact_pythons(pythons),
+                          f"[{styles.get(c.status, '')}]{escape(c.evidence)}[/]", escape(c.wheel or ""))
+        out.print(table)
+        out.print(escape(totals_line(r)))
+        out.print(AARCH64_LINE)
+        for note in r.notes:
+            out.print(f"note: {escape(note)}")
+    sources = "; ".join(f"{i['name']}: {i['source']}" for i in meta["indexes"])
+    out.print(f"matrix: {meta['matrix_cells']} cells (CUDA >= {meta['min_cuda']}, free-threaded Pythons not counted) "
+              f"from {escape(sources)}")
+    for note in meta["notes"]:
+        out.print(f"note: {escape(note)}")
+    return 0

@@ -1,0 +1,414 @@
+"""What users have and what the wheelhouse gives them: ``builder coverage``.
+
+The users' matrix of a package is every (torch minor, CUDA line, Python minor) cell (``expand.Cell``) that the known
+torch indexes offer (PyPI and PyTorch's channels, ``discovery/compat.known_indexes``) on a CUDA line the recipe can
+serve (>= 12.8: the Blackwell archs), x86_64 only (no aarch64 axis yet, issue 27). Free-threaded Pythons are not
+counted (no recipe builds for them). For each cell, the wheel of the wheelhouse that serves it and the evidence:
+
+- ``kernel-tested``: the wheel's kernel suite passed on a GPU with that torch (a per-torch wheel's record; a stable
+  wheel's ``gpu-kernel-tests`` torch check on that torch minor and CUDA line, or its own kernel test there);
+- ``import-verified``: a per-torch wheel whose import test passed on its own torch; a stable wheel with a passed
+  ``import+registration`` check on that torch minor and CUDA line (and no failed one);
+- ``built``: a wheel for the cell, without evidence;
+- ``missing``, with why: ``known-bad`` (the recipe's [[known-bad]] refuses every arch the farm builds for that
+  CUDA), ``below the port's floor and not a farm target``, ``not in farm.toml`` (the farm's ``served_cells`` lack
+  it), ``no wheel built yet``.
+
+A cell counts as served only with evidence (kernel-tested or import-verified). A per-torch wheel's ``cp3XX`` tag
+serves that Python alone (``py3``: every Python); a ``cp310-abi3`` wheel every Python >= 3.10.
+
+The package version is the newest in the recipe's range that has a wheel in the wheelhouse, else the recipe's newest
+known version (its pinned sdists and commits, its default version, its range's upper bound).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from builder.core.datafiles import default_patches_dir
+from builder.core.errors import BuilderError
+from builder.core.settings import Settings
+from builder.discovery.compat import TorchIndex, known_indexes, source_text
+from builder.farm.expand import Cell, expand, serving
+from builder.farm.spec import find_farm_file, load_farm
+from builder.index.checks import wheel_label
+from builder.index.store import Wheelhouse
+from builder.model.abi import stable_label_major, torch_minor
+from builder.model.arch import Arch
+from builder.model.cuda import CudaVersion
+from builder.model.recipe import Recipe, find_recipe, load_recipe
+from builder.model.records import BuildRecord
+
+MIN_CUDA = CudaVersion.parse("12.8")  # the first CUDA with Blackwell (sm_100, sm_120) code
+ABI3_PYTHON = "3.10"
+AARCH64_LINE = "aarch64: not served: no aarch64 platform axis yet (issue 27)"
+
+KERNEL = "kernel-tested"
+IMPORT = "import-verified"
+BUILT = "built"
+MISSING = "missing"
+_RANK = {KERNEL: 3, IMPORT: 2, BUILT: 1}
+
+NOT_IN_FARM = "not in farm.toml"
+BELOW_FLOOR = "below the port's floor and not a farm target"
+KNOWN_BAD = "known-bad"
+NOT_BUILT = "no wheel built yet"
+
+Indexes = Callable[[Settings | None], list[TorchIndex]]
+
+
+@dataclass(frozen=True)
+class CellStatus:
+    """One cell of the users' matrix and what serves it."""
+
+    cell: Cell
+    status: str  # kernel-tested | import-verified | built | missing
+    evidence: str  # "kernel-tested on GPU NVIDIA H200 (sm_120)", "import-verified on torch 2.12.1", ...
+    wheel: str | None = None
+    reason: str | None = None  # missing only
+
+    @property
+    def served(self) -> bool:
+        return self.status in (KERNEL, IMPORT)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"torch": self.cell.torch, "cuda": self.cell.cuda, "python": self.cell.python, "status": self.status,
+                "evidence": self.evidence, "wheel": self.wheel, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PackageCoverage:
+    package: str
+    version: str
+    version_from: str  # "wheelhouse" | "recipe"
+    cells: tuple[CellStatus, ...]
+    notes: tuple[str, ...] = ()
+
+    def totals(self) -> dict[str, Any]:
+        missing: dict[str, int] = {}
+        for c in self.cells:
+            if c.status == MISSING:
+                missing[c.reason or "?"] = missing.get(c.reason or "?", 0) + 1
+        count = lambda status: sum(1 for c in self.cells if c.status == status)  # noqa: E731
+        return {"cells": len(self.cells), "served": sum(1 for c in self.cells if c.served),
+                "kernel_tested": count(KERNEL), "import_verified": count(IMPORT), "built_unverified": count(BUILT),
+                "missing": sum(missing.values()), "missing_by_reason": dict(sorted(missing.items())),
+                "aarch64": AARCH64_LINE.removeprefix("aarch64: ")}
+
+    def rows(self) -> list[tuple[str, str, tuple[str, ...], CellStatus]]:
+        """The cells grouped compactly: (CUDA line, torch minor, Pythons, one of them) per equal outcome."""
+        groups: dict[tuple[str, str, str, str, str | None, str | None], list[CellStatus]] = {}
+        for c in sorted(self.cells, key=lambda c: (Version(c.cell.cuda), Version(c.cell.torch), Version(c.cell.python))):
+            groups.setdefault((c.cell.cuda, c.cell.torch, c.status, c.evidence, c.wheel, c.reason), []).append(c)
+        return [(key[0], key[1], tuple(c.cell.python for c in group), group[0]) for key, group in groups.items()]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"package": self.package, "version": self.version, "version_from": self.version_from,
+                "totals": self.totals(), "notes": list(self.notes), "cells": [c.to_json() for c in self.cells]}
+
+
+# ---------------------------------------------------------------- the users' matrix
+
+
+def users_matrix(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA) -> tuple[frozenset[Cell], list[str]]:
+    """Every (torch minor, CUDA line, Python) the indexes offer on a CUDA line >= ``min_cuda`` (final releases; a
+    release whose index names no Pythons takes those of the same release on another index), and notes on what was
+    left out."""
+    indexes = list(indexes)
+    pythons_of: dict[Version, set[str]] = {}
+    for index in indexes:
+        for release in index.listing.releases if index.listing else ():
+            pythons_of.setdefault(Version(release.version), set()).update(release.pythons)
+    cells: set[Cell] = set()
+    unknown: list[str] = []
+    for index in indexes:
+        for line, versions in index.torch_by_cuda.items():
+            try:
+                cuda = CudaVersion.parse(line)
+            except (InvalidVersion, ValueError):
+                continue  # cpu
+            if (cuda.major, cuda.minor) < (min_cuda.major, min_cuda.minor):
+                continue
+            for text in versions:
+                v = Version(text)
+                if v.is_prerelease or v.is_devrelease:
+                    continue
+                found = index.listing.release(text) if index.listing else None
+                pythons = [p for p in (found.pythons if found and found.pythons else pythons_of.get(v, ()))
+                           if not p.endswith("t")]
+                if not pythons:
+                    unknown.append(f"torch {text} on {index.name} (CUDA {cuda.line}): Pythons unknown, not counted")
+                minor = "{}.{}".format(*torch_minor(text))
+                cells.update(Cell(minor, cuda.line, p) for p in pythons)
+    return frozenset(cells), unknown
+
+
+# ---------------------------------------------------------------- what a wheel serves, with which evidence
+
+
+def _line_of_flavour(flavour: str) -> str | None:
+    """``cu130`` → ``13.0``."""
+    match = re.fullmatch(r"cu(\d+)(\d)", flavour)
+    return f"{int(match.group(1))}.{match.group(2)}" if match else None
+
+
+def _pythons_of_tags(filename: str) -> tuple[set[str] | None, bool]:
+    """(the Pythons a wheel's tags name, None for every Python; whether it is abi3)."""
+    _, _, _, tags = parse_wheel_filename(filename)
+    pythons: set[str] = set()
+    abi3 = False
+    for tag in tags:
+        if tag.abi == "abi3":
+            abi3 = True
+        if tag.abi.endswith("t") and tag.abi.startswith("cp"):
+            continue  # free-threaded
+        match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+        if match:
+            pythons.add(f"3.{match.group(1)}")
+        elif tag.interpreter in ("py3", "py2.py3"):
+            return None, abi3
+    return pythons, abi3
+
+
+def _x86_64(filename: str) -> bool:
+    _, _, _, tags = parse_wheel_filename(filename)
+    return any(t.platform == "any" or t.platform.endswith("x86_64") for t in tags)
+
+
+def _kernel_text(record: BuildRecord, gpu: str | None = None) -> str:
+    archs = ",".join(f"sm_{a}" for a in record.archs)
+    where = gpu or (record.tests.gpu if record.tests else None)
+    return f"kernel-tested on GPU {where} ({archs})" if where and archs else (
+        f"kernel-tested on GPU {archs}" if archs else f"kernel-tested on GPU {where or '?'}")
+
+
+def _tested_on(torch_text: str | None) -> tuple[str, str | None] | None:
+    """``2.11.0+cu130`` → ("2.11", "13.0")."""
+    if not torch_text:
+        return None
+    try:
+        v = Version(torch_text)
+    except InvalidVersion:
+        return None
+    return f"{v.major}.{v.minor}", _line_of_flavour(v.local or "")
+
+
+def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cell],
+                floor: str | None) -> dict[Cell, tuple[str, str]]:
+    """The cells of ``matrix`` this wheel is for, each with (status, evidence)."""
+    label = wheel_label(filename)
+    pythons, abi3 = _pythons_of_tags(filename)
+    major = stable_label_major(label)
+    if major is not None or (label is None and record is not None and record.is_stable_abi):
+        return _stable_cells(record, major, matrix, floor)
+    match = re.fullmatch(r"(cu\d+)torch(\d+\.\d+)", label or "")
+    if match is None:
+        return {}
+    line = (record.cuda_version.line if record and record.cuda_version else None) or _line_of_flavour(match.group(1))
+    tests = record.tests if record else None
+    if tests and tests.kernel_status == "passed" and record is not None:
+        outcome = (KERNEL, _kernel_text(record))
+    elif tests and tests.import_status == "passed":
+        outcome = (IMPORT, f"import-verified on its torch ({tests.torch or match.group(2)})")
+    else:
+        outcome = (BUILT, "built, not verified")
+    return {c: outcome for c in matrix
+            if c.torch == match.group(2) and c.cuda == line and (pythons is None or c.python in pythons)}
+
+
+def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozenset[Cell],
+                  floor: str | None) -> dict[Cell, tuple[str, str]]:
+    built = record.cuda_version if record else None
+    major = major if major is not None else built.major if built else None
+    if major is None:
+        return {}
+    floor_minor = torch_minor(record.torch_floor) if record and record.torch_floor else (
+        torch_minor(floor) if floor else (0, 0))
+    out: dict[Cell, tuple[str, str]] = {}
+    checks = (record.torch_checks or ()) if record else ()
+    tested = _tested_on(record.tests.torch) if record and record.tests else None
+    for c in matrix:
+        cuda = CudaVersion.parse(c.cuda)
+        if cuda.major != major or (built and (cuda.major, cuda.minor) < (built.major, built.minor)):
+            continue
+        if torch_minor(c.torch) < floor_minor or Version(c.python) < Version(ABI3_PYTHON):
+            continue
+        here = [k for k in checks if _tested_on(k.torch) is not None and torch_minor(k.torch) == torch_minor(c.torch)
+                and k.cuda == c.cuda]
+        failed = [k for k in here if not k.passed]
+        kernel = next((k for k in here if k.passed and k.how == "gpu-kernel-tests"), None)
+        imported = next((k for k in here if k.passed and k.how == "import+registration"), None)
+        if failed:
+            out[c] = (BUILT, f"built, not verified: {failed[0].how} failed on torch {failed[0].torch}")
+        elif kernel is not None and record is not None:
+            out[c] = (KERNEL, _kernel_text(record) + f" with torch {kernel.torch}")
+        elif record is not None and record.tests and record.tests.kernel_status == "passed" and tested == (
+                c.torch, c.cuda):
+            out[c] = (KERNEL, _kernel_text(record) + f" with torch {record.tests.torch}")
+        elif imported is not None:
+            out[c] = (IMPORT, f"import-verified on torch {imported.torch} (cu{c.cuda})")
+        else:
+            out[c] = (BUILT, "built, not verified on this torch")
+    return out
+
+
+# ---------------------------------------------------------------- one package
+
+
+def newest_known(recipe: Recipe) -> str | None:
+    """The recipe's newest known version without asking PyPI: its pinned sdists and commits, its default version, its
+    range's ``==`` / ``<=`` bounds; those inside its range."""
+    known = {*recipe.source.sha256, *recipe.source.commits}
+    if recipe.default_version:
+        known.add(recipe.default_version)
+    known.update(s.version for s in recipe.versions if s.operator in ("==", "<=", "==="))
+    good = []
+    for text in known:
+        try:
+            if recipe.versions.contains(Version(text), prereleases=True):
+                good.append(Version(text))
+        except InvalidVersion:
+            continue
+    return str(max(good)) if good else None
+
+
+def house_wheels(house: Wheelhouse, recipe: Recipe) -> dict[str, list[tuple[str, BuildRecord | None]]]:
+    """The package's wheels in the wheelhouse by version (x86_64 or any platform), inside the recipe's range."""
+    name = canonicalize_name(recipe.name)
+    found: dict[str, list[tuple[str, BuildRecord | None]]] = {}
+    for path in house.wheel_files() if house.root.is_dir() else ():
+        try:
+            wname, version, _, _ = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if canonicalize_name(wname) != name or not recipe.versions.contains(Version(version.public),
+                                                                             prereleases=True):
+            continue
+        if _x86_64(path.name):
+            found.setdefault(version.public, []).append((path.name, house.record_of(path.name)))
+    return found
+
+
+@dataclass(frozen=True)
+class FarmView:
+    """What the project's farm.toml builds of one package version: the cells its targets serve, its arch lists."""
+
+    cells: frozenset[Cell]
+    archs: tuple[tuple[Arch, ...], ...] = ()
+    note: str = ""
+
+
+def farm_view(farm_file: Path | None, settings: Settings, recipe: Recipe, version: str) -> FarmView:
+    try:
+        farm = load_farm(find_farm_file(farm_file), settings)
+        entries = [e for e in farm.entries if canonicalize_name(e.name) == canonicalize_name(recipe.name)]
+        if not entries:
+            return FarmView(frozenset(), note=f"{recipe.name} is not in {farm.file}")
+        targets = [t for t in expand(farm, settings, only=[recipe.name]) if Version(t.version) == Version(version)]
+    except BuilderError as e:
+        return FarmView(frozenset(), note=f"farm not read: {e.one_line()}")
+    archs = tuple(a for e in entries for a in e.archs)
+    if not targets:
+        return FarmView(frozenset(), archs, note=f"{farm.file} builds no {recipe.name} {version}")
+    served = serving(targets, settings)
+    return FarmView(frozenset().union(*served.values()), archs)
+
+
+def _known_bad(recipe: Recipe, version: str, cell: Cell, archs: tuple[tuple[Arch, ...], ...]) -> str | None:
+    """The reason of a [[known-bad]] entry that refuses every arch the farm builds for the cell's CUDA."""
+    cuda = CudaVersion.parse(cell.cuda)
+    flat = [a for group in archs for a in group]
+    if not flat or not recipe.kind.is_cuda:
+        return None
+    for entry in recipe.known_bad:
+        if all(entry.matches(a, cuda, version) for a in flat):
+            return entry.reason
+    return None
+
+
+def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
+                     farm: Callable[[str], FarmView]) -> PackageCoverage:
+    wheels = house_wheels(house, recipe)
+    if wheels:
+        version, version_from = str(max(map(Version, wheels))), "wheelhouse"
+    else:
+        version, version_from = newest_known(recipe) or "?", "recipe"
+    view = farm(version) if version != "?" else FarmView(frozenset(), note="no version known")
+    port = recipe.stable_abi if recipe.kind.is_cuda and recipe.stable_abi and version != "?" and \
+        recipe.stable_abi.covers(version) else None
+    best: dict[Cell, tuple[str, str, str]] = {}
+    for filename, record in wheels.get(version, ()):
+        for cell, (status, evidence) in wheel_cells(filename, record, matrix,
+                                                    port.floor_text if port else None).items():
+            if cell not in best or _RANK[status] > _RANK[best[cell][0]]:
+                best[cell] = (status, evidence, filename)
+    out: list[CellStatus] = []
+    for cell in sorted(matrix):
+        if cell in best:
+            status, evidence, filename = best[cell]
+            out.append(CellStatus(cell, status, evidence, filename))
+            continue
+        bad = _known_bad(recipe, version, cell, view.archs) if version != "?" else None
+        if bad is not None:
+            reason = KNOWN_BAD
+            evidence = f"missing: known-bad ({bad})"
+        elif port is not None and not port.admits(cell.torch) and cell not in view.cells:
+            reason = BELOW_FLOOR
+            evidence = f"missing: {reason} ({port.floor_text})"
+        elif cell not in view.cells:
+            reason, evidence = NOT_IN_FARM, f"missing: {NOT_IN_FARM}"
+        else:
+            reason, evidence = NOT_BUILT, f"missing: {NOT_BUILT}"
+        out.append(CellStatus(cell, MISSING, evidence, None, reason))
+    notes = (view.note,) if view.note else ()
+    return PackageCoverage(recipe.name, version, version_from, tuple(out), notes)
+
+
+def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path | None = None,
+                    indexes: Indexes | None = None) -> tuple[list[PackageCoverage], dict[str, Any]]:
+    """Each named recipe's coverage (every recipe when none is named), and the matrix's sources; ``indexes``: the
+    torch indexes to read (default ``known_indexes``)."""
+    read = (indexes or known_indexes)(settings)
+    matrix, unknown = users_matrix(read)
+    recipes_dir = settings.recipes_dir
+    patches = settings.patches_dir or default_patches_dir(recipes_dir)
+    wanted = list(names) or sorted(p.parent.name for p in recipes_dir.glob("*/recipe.toml"))
+    house = Wheelhouse(settings.wheelhouse)
+    reports = []
+    for name in wanted:
+        recipe = load_recipe(find_recipe(name, recipes_dir), patches)
+        reports.append(package_coverage(recipe, house, matrix, partial(farm_view, farm_file, settings, recipe)))
+    meta = {"platform": "x86_64", "min_cuda": MIN_CUDA.line, "free_threaded": "not counted",
+            "aarch64": AARCH64_LINE.removeprefix("aarch64: "), "wheelhouse": str(settings.wheelhouse),
+            "indexes": [{"name": i.name, "source": source_text(i)} for i in read], "notes": unknown,
+            "matrix_cells": len(matrix)}
+    return reports, meta
+
+
+def compact_pythons(pythons: Iterable[str]) -> str:
+    """``3.10 3.11 3.12 3.14`` → ``3.10–3.12, 3.14``."""
+    minors = sorted({int(p.split(".")[1]) for p in pythons})
+    runs: list[list[int]] = []
+    for m in minors:
+        if runs and m == runs[-1][-1] + 1:
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    return ", ".join(f"3.{r[0]}" if len(r) == 1 else f"3.{r[0]}–3.{r[-1]}" for r in runs)
+
+
+def totals_line(report: PackageCoverage) -> str:
+    t = report.totals()
+    missing = ", ".join(f"{reason} {n}" for reason, n in t["missing_by_reason"].items())
+    return (f"{report.package} {report.version} ({report.version_from}): {t['cells']} cells, {t['served']} served "
+            f"with evidence ({t['kernel_tested']} kernel-tested, {t['import_verified']} import-verified), "
+            f"{t['built_unverified']} built not verified, {t['missing']} missing" + (f" ({missing})" if missing else ""))
+

@@ -1,0 +1,134 @@
+"""`builder coverage`: the users' matrix per package and the evidence the wheelhouse holds for each cell (no network:
+a fake torch listing, a wheelhouse of fake wheels and records, a farm view given directly)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.cli.main import main
+from builder.core.settings import Settings
+from builder.discovery.compat import TorchIndex
+from builder.discovery.torchindex import Listing, Release
+from builder.farm import coverage as cov
+from builder.farm.coverage import (
+    BELOW_FLOOR,
+    NOT_BUILT,
+    NOT_IN_FARM,
+    FarmView,
+    compact_pythons,
+    newest_known,
+    package_coverage,
+    users_matrix,
+)
+from builder.farm.expand import Cell
+from builder.index.store import Wheelhouse
+from builder.model.recipe import find_recipe, load_recipe
+from builder.model.records import BuildRecord
+from tests.test_index import labelled_wheel
+from tests.test_index_stable_abi import check, per_torch_record, stable_record, stable_wheel
+
+PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.13t")
+
+
+def fake_indexes(settings: Settings | None = None) -> list[TorchIndex]:
+    """PyPI-like (2.10 on 12.8, 2.11–2.14 on 13.0, 2.15 on 13.2, an old 12.6 line) and a channel naming no Pythons."""
+    rel = lambda v, c, p=PYTHONS: Release(version=v, cuda=c, pythons=p, evidence="test", read_at="")  # noqa: E731
+    pypi = Listing(name="pypi", url="https://pypi.org/simple", source="index", read_at="2026-12-02T00:00:00Z",
+                   releases=(rel("2.7.1", "12.6"), rel("2.10.0", "12.8"), rel("2.11.0", "13.0"), rel("2.12.1", "13.0"),
+                             rel("2.15.0", "13.2", ("3.11", "3.12"))))
+    cu128 = Listing(name="pytorch-cu128", url="https://download.pytorch.org/whl/cu128", source="snapshot",
+                    read_at="", releases=(rel("2.11.0", "12.8", ()), rel("2.10.0", "12.8", ())))
+    return [TorchIndex("pypi", pypi.url, pypi), TorchIndex("pytorch-cu128", cu128.url, cu128)]
+
+
+def causal_conv1d():
+    settings = Settings.from_env({})
+    return load_recipe(find_recipe("causal-conv1d", settings.recipes_dir))
+
+
+def test_the_matrix_is_cuda_12_8_and_up_without_free_threaded_pythons() -> None:
+    matrix, notes = users_matrix(fake_indexes())
+    assert Cell("2.7", "12.6", "3.12") not in matrix  # below 12.8
+    assert Cell("2.11", "13.0", "3.13") in matrix and not any(c.python.endswith("t") for c in matrix)
+    assert Cell("2.11", "12.8", "3.12") in matrix  # the channel's release takes PyPI's Pythons of 2.11.0
+    assert {c.python for c in matrix if c.torch == "2.15"} == {"3.11", "3.12"}
+    assert len(matrix) == 4 * 4 + 2 and notes == []
+    assert compact_pythons(["3.10", "3.11", "3.12", "3.14"]) == "3.10–3.12, 3.14"
+
+
+def test_the_recipes_newest_known_version_without_pypi() -> None:
+    assert newest_known(causal_conv1d()) == "1.7.0"
+
+
+def make_house(root: Path) -> Wheelhouse:
+    house = Wheelhouse(root / "wh")
+    checks = [check("2.11.0", how="gpu-kernel-tests"), check("2.12.1", status="failed"),
+              check("2.15.0", cuda="13.2")]
+    house.publish(stable_wheel(root / "work"), stable_record(checks))
+    wheel = labelled_wheel(root / "work", "causal-conv1d", "1.7.0", "cu128torch2.10", pins=("torch==2.10.0",),
+                           tag="cp312-cp312-linux_x86_64")
+    record = per_torch_record("cu128torch2.10", "2.10.0+cu128").with_(cuda="12.8")
+    house.publish(wheel, record)
+    return house
+
+
+def test_each_cell_gets_its_best_evidence_or_the_reason_it_is_missing(tmp_path: Path) -> None:
+    house = make_house(tmp_path)
+    matrix, _ = users_matrix(fake_indexes())
+    farm = FarmView(frozenset({Cell("2.10", "12.8", "3.12"), Cell("2.11", "12.8", "3.12")}))
+    report = package_coverage(causal_conv1d(), house, matrix, lambda version: farm)
+    assert (report.version, report.version_from) == ("1.7.0", "wheelhouse")
+    by = {c.cell: c for c in report.cells}
+    kernel = by[Cell("2.11", "13.0", "3.10")]
+    assert kernel.status == "kernel-tested" and "NVIDIA H200" in kernel.evidence and "sm_90" in kernel.evidence
+    assert by[Cell("2.12", "13.0", "3.13")].status == "built"  # a failed check keeps it unverified
+    assert by[Cell("2.15", "13.2", "3.11")].status == "import-verified"
+    assert by[Cell("2.10", "12.8", "3.12")].status == "import-verified"  # the per-torch wheel, its own Python
+    assert by[Cell("2.10", "12.8", "3.11")].reason == BELOW_FLOOR
+    assert by[Cell("2.11", "12.8", "3.12")].reason == NOT_BUILT  # a farm target, nothing built
+    assert by[Cell("2.11", "12.8", "3.11")].reason == NOT_IN_FARM  # at the floor, but CUDA 12: not a farm cell
+    totals = report.totals()
+    assert totals["cells"] == len(matrix) == 18
+    assert totals["served"] == totals["kernel_tested"] + totals["import_verified"] == 4 + 2 + 1
+    assert totals["built_unverified"] == 4
+    assert totals["missing"] == 18 - 7 - 4 == sum(totals["missing_by_reason"].values())
+
+
+def test_an_empty_wheelhouse_takes_the_recipes_version_and_misses_everything(tmp_path: Path) -> None:
+    matrix, _ = users_matrix(fake_indexes())
+    report = package_coverage(causal_conv1d(), Wheelhouse(tmp_path / "none"), matrix,
+                              lambda version: FarmView(frozenset(), note="not in the farm"))
+    assert (report.version, report.version_from) == ("1.7.0", "recipe")
+    assert report.totals()["served"] == 0 and report.totals()["missing"] == len(matrix)
+    assert report.notes == ("not in the farm",)
+
+
+def test_the_command_json_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cov, "known_indexes", fake_indexes)
+    house = make_house(tmp_path)
+    farm = tmp_path / "farm.toml"  # absent: every missing cell is "not in farm.toml", with a note
+    assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root), "--farm", str(farm),
+                 "--cache-dir", str(tmp_path / "cache"), "--offline", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (package,) = data["packages"]
+    assert package["package"] == "causal-conv1d" and package["totals"]["served"] == 7
+    assert data["aarch64"].startswith("not served") and data["matrix_cells"] == 18
+    assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root), "--farm", str(farm),
+                 "--cache-dir", str(tmp_path / "cache"), "--offline"]) == 0
+    text = capsys.readouterr().out
+    assert "7 served with evidence" in text and "aarch64: not served" in text
+
+
+def test_a_record_without_tests_is_built_not_verified(tmp_path: Path) -> None:
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = labelled_wheel(tmp_path / "work", "causal-conv1d", "1.7.0", "cu130torch2.11", pins=("torch==2.11.0",),
+                           tag="cp311-cp311-linux_x86_64")
+    house.publish(wheel, BuildRecord.from_json({"package": "causal-conv1d", "version": "1.7.0", "cuda": "13.0"}))
+    matrix, _ = users_matrix(fake_indexes())
+    report = package_coverage(causal_conv1d(), house, matrix, lambda version: FarmView(frozenset()))
+    built = [c for c in report.cells if c.status == "built"]
+    assert [c.cell for c in built] == [Cell("2.11", "13.0", "3.11")]
