@@ -14,30 +14,26 @@ from builder.core.settings import Settings
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
-COMMON_FLAGS = ("cache-dir", "wheelhouse", "recipes", "patches", "offline")
+# The shared flags: name → (argparse keywords). Their order is the order --help lists them in.
+COMMON_FLAGS: dict[str, dict[str, object]] = {
+    "cache-dir": {"type": Path, "help": "cache for sources, toolkits, venvs, logs (default "
+                  "~/.cache/cuda-wheel-builder; BUILDER_CACHE_DIR)"},
+    "wheelhouse": {"type": Path, "help": "the wheelhouse folder (default ./wheelhouse; BUILDER_WHEELHOUSE)"},
+    "recipes": {"type": Path, "help": "recipes folder (default: the project's recipes/; BUILDER_RECIPES)"},
+    "patches": {"type": Path, "help": "patches folder (default: patches/ beside the recipes folder; BUILDER_PATCHES)"},
+    "offline": {"action": "store_true", "help": "use cached sources, indexes, toolkits and venvs only "
+                "(BUILDER_OFFLINE=1)"},
+}
 
 
 def add_common(parser: argparse.ArgumentParser, *only: str) -> None:
     """The shared flags a command means something with (``only``; all of them when none is named): a command
     lists no flag it ignores (`serve --recipes`, `torch-table --wheelhouse` were such)."""
-    wanted = only or COMMON_FLAGS
-    unknown = set(wanted) - set(COMMON_FLAGS)
+    unknown = set(only) - set(COMMON_FLAGS)
     assert not unknown, unknown
-    if "cache-dir" in wanted:
-        parser.add_argument("--cache-dir", type=Path, help="cache for sources, toolkits, venvs, logs "
-                            "(default ~/.cache/cuda-wheel-builder; BUILDER_CACHE_DIR)")
-    if "wheelhouse" in wanted:
-        parser.add_argument("--wheelhouse", type=Path, help="the wheelhouse folder (default ./wheelhouse; "
-                            "BUILDER_WHEELHOUSE)")
-    if "recipes" in wanted:
-        parser.add_argument("--recipes", type=Path, help="recipes folder (default: the project's recipes/; "
-                            "BUILDER_RECIPES)")
-    if "patches" in wanted:
-        parser.add_argument("--patches", type=Path, help="patches folder (default: patches/ beside the recipes "
-                            "folder; BUILDER_PATCHES)")
-    if "offline" in wanted:
-        parser.add_argument("--offline", action="store_true", help="use cached sources, indexes, toolkits and venvs "
-                            "only (BUILDER_OFFLINE=1)")
+    for name, keywords in COMMON_FLAGS.items():
+        if not only or name in only:
+            parser.add_argument(f"--{name}", **keywords)  # type: ignore[arg-type]
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
