@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from builder.core.errors import UsageError
@@ -62,11 +64,15 @@ def test_torch_cuda_mismatch_suggests_index() -> None:
     check_torch_matches_cuda(resolve_index("cu128"), "2.11.0", CudaVersion.parse("12.8"))
 
 
-def test_custom_index_url() -> None:
-    index = resolve_index("/opt/pypi-more/simple")
-    assert index.url == "file:///opt/pypi-more/simple" and index.name == "custom"
+def test_custom_index_url(tmp_path: Path) -> None:
+    (tmp_path / "simple" / "torch").mkdir(parents=True)
+    (tmp_path / "simple" / "torch" / "index.html").write_text("")
+    index = resolve_index(f"{tmp_path}/simple")
+    assert index.url == f"file://{tmp_path}/simple" and index.name == "custom"
     with pytest.raises(UsageError, match="neither a URL"):
         resolve_index("not-an-index")
+    with pytest.raises(UsageError, match="no such folder"):  # a local index is checked without settings too
+        resolve_index(f"{tmp_path}/missing")
 
 
 # ---------------------------------------------------------------- what a toolkit compiles, read from its nvcc

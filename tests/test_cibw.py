@@ -178,3 +178,27 @@ def test_cibuildwheel_output_goes_through_the_shared_loop_and_a_failure_is_left_
     assert logged[0].startswith("+ CIBW_PLATFORM=linux CIBW_BUILD=cp312-manylinux_x86_64 ")  # the echoed command
     assert logged[0].endswith(f" {script} fails {req.out_dir}") and logged[1:5] == [
         "Building cp312-manylinux_x86_64 wheel", "", "[1/1] c++ -c -c csrc/x.cpp -o x.o", "csrc/x.cpp:1:1: error: boom"]
+
+
+def test_an_aarch64_request_builds_in_the_aarch64_image_with_aarch64_wheels(tmp_path: Path) -> None:
+    """The settings an arm64 runner gets; on another machine the request is refused (no emulated compile)."""
+    from builder.model.platform import AARCH64, X86_64, this_machine
+
+    req = _request(tmp_path, platform=AARCH64, image="cuda-wheel-builder:cuda13.0-aarch64-abc")
+    s = cibw_settings(req)
+    assert s["CIBW_BUILD"] == "cp312-manylinux_aarch64" and s["CIBW_ARCHS_LINUX"] == "aarch64"
+    assert s["CIBW_MANYLINUX_AARCH64_IMAGE"] == "cuda-wheel-builder:cuda13.0-aarch64-abc"
+    assert "CIBW_MANYLINUX_X86_64_IMAGE" not in s
+    fetch = prefetch_argv(req)
+    platforms = [fetch[i + 1] for i, a in enumerate(fetch) if a == "--platform"]
+    assert platforms[0] == "manylinux_2_28_aarch64" and "manylinux2014_aarch64" in platforms
+    assert not [p for p in platforms if "x86_64" in p]
+    x86_fetch = prefetch_argv(_request(tmp_path))
+    x86 = [x86_fetch[i + 1] for i, a in enumerate(x86_fetch) if a == "--platform"]
+    assert x86[0] == "manylinux_2_28_x86_64" and x86[-1] == "manylinux1_x86_64" and len(x86) == 27  # as before
+    if this_machine() == X86_64:
+        with pytest.raises(UsageError) as info:
+            check_request(req)
+        assert "an aarch64 wheel through cibuildwheel needs an aarch64 machine" in info.value.message
+        assert "ubuntu-24.04-arm" in (info.value.hint or "")
+        check_request(_request(tmp_path))  # x86_64 here: fine

@@ -55,7 +55,10 @@ def test_the_matrix_is_cuda_12_8_and_up_without_free_threaded_pythons() -> None:
     assert Cell("2.11", "13.0", "3.13") in matrix and not any(c.python.endswith("t") for c in matrix)
     assert Cell("2.11", "12.8", "3.12") in matrix  # the channel's release takes PyPI's Pythons of 2.11.0
     assert {c.python for c in matrix if c.torch == "2.15"} == {"3.11", "3.12"}
-    assert len(matrix) == 4 * 4 + 2 and notes == []
+    # both platforms: each cell once per platform (the listings name Pythons, not platforms)
+    assert {c.platform for c in matrix} == {"x86_64", "aarch64"} and Cell("2.11", "13.0", "3.13", "aarch64") in matrix
+    assert len(matrix) == (4 * 4 + 2) * 2 and notes == []
+    assert len(users_matrix(fake_indexes(), platforms=["x86_64"])[0]) == 4 * 4 + 2
     assert compact_pythons(["3.10", "3.11", "3.12", "3.14"]) == "3.10–3.12, 3.14"
 
 
@@ -90,11 +93,14 @@ def test_each_cell_gets_its_best_evidence_or_the_reason_it_is_missing(tmp_path: 
     assert by[Cell("2.10", "12.8", "3.11")].reason == BELOW_FLOOR
     assert by[Cell("2.11", "12.8", "3.12")].reason == NOT_BUILT  # a farm target, nothing built
     assert by[Cell("2.11", "12.8", "3.11")].reason == NOT_IN_FARM  # at the floor, but CUDA 12: not a farm cell
+    # the wheels are x86_64: the aarch64 cells are missing, and not in this farm view
+    assert by[Cell("2.11", "13.0", "3.10", "aarch64")].reason == NOT_IN_FARM
     totals = report.totals()
-    assert totals["cells"] == len(matrix) == 18
+    assert totals["cells"] == len(matrix) == 36
     assert totals["served"] == totals["kernel_tested"] + totals["import_verified"] == 4 + 2 + 1
     assert totals["built_unverified"] == 4
-    assert totals["missing"] == 18 - 7 - 4 == sum(totals["missing_by_reason"].values())
+    assert totals["missing"] == 36 - 7 - 4 == sum(totals["missing_by_reason"].values())
+    assert totals["by_platform"] == {"x86_64": {"cells": 18, "served": 7}, "aarch64": {"cells": 18, "served": 0}}
 
 
 def test_an_empty_wheelhouse_takes_the_recipes_version_and_misses_everything(tmp_path: Path) -> None:
@@ -116,11 +122,13 @@ def test_the_command_json_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     data = json.loads(capsys.readouterr().out)
     (package,) = data["packages"]
     assert package["package"] == "causal-conv1d" and package["totals"]["served"] == 7
-    assert data["aarch64"].startswith("not served") and data["matrix_cells"] == 18
+    assert data["platforms"] == ["x86_64", "aarch64"] and data["matrix_cells"] == 36
+    assert {c["platform"] for c in package["cells"]} == {"x86_64", "aarch64"}
     assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root), "--farm", str(farm),
                  "--cache-dir", str(tmp_path / "cache"), "--offline"]) == 0
     text = capsys.readouterr().out
-    assert "7 served with evidence" in text and "aarch64: not served" in text
+    assert "7 served with evidence" in text and "served per platform: x86_64 7/18; aarch64 0/18" in text
+    assert "not served: no aarch64 platform axis" not in text
 
 
 def test_a_record_without_tests_is_built_not_verified(tmp_path: Path) -> None:
@@ -132,3 +140,20 @@ def test_a_record_without_tests_is_built_not_verified(tmp_path: Path) -> None:
     report = package_coverage(causal_conv1d(), house, matrix, lambda version: FarmView(frozenset()))
     built = [c for c in report.cells if c.status == "built"]
     assert [c.cell for c in built] == [Cell("2.11", "13.0", "3.11")]
+
+
+def test_a_wheel_serves_the_cells_of_its_platform_tag(tmp_path: Path) -> None:
+    """An aarch64 wheel serves aarch64 cells only; a py3-none-any wheel serves both platforms."""
+    house = Wheelhouse(tmp_path / "wh")
+    record = per_torch_record("cu130torch2.11", "2.11.0+cu130").with_(cuda="13.0")
+    arm = labelled_wheel(tmp_path / "work", "causal-conv1d", "1.7.0", "cu130torch2.11", pins=("torch==2.11.0",),
+                         tag="cp311-cp311-manylinux_2_28_aarch64")
+    house.publish(arm, record)
+    matrix, _ = users_matrix(fake_indexes())
+    report = package_coverage(causal_conv1d(), house, matrix, lambda version: FarmView(frozenset()))
+    served = {c.cell for c in report.cells if c.status != "missing"}
+    assert served == {Cell("2.11", "13.0", "3.11", "aarch64")}
+    assert report.totals()["by_platform"]["aarch64"]["served"] == len([c for c in report.cells if c.served]) == 1
+    assert cov.wheel_platforms("x-1.0-py3-none-any.whl") is None
+    assert cov.wheel_platforms("x-1.0-cp312-cp312-win_amd64.whl") == set()
+    assert cov.wheel_platforms("x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl") == {"x86_64"}

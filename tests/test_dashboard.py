@@ -220,3 +220,34 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dashboard.png"))
+
+
+def test_aarch64_wheels_beside_x86_64_ones_in_one_channel(tmp_path: Path) -> None:
+    """Issue 27: a channel holds both platforms' files (as PyPI does; the installer picks by tag); the dashboard says
+    which is which, in the wheels table (a platform column) and in each matrix cell."""
+    import json
+
+    house = Wheelhouse(tmp_path / "wh")
+    for tag, sass, platform in (("cp312-cp312-manylinux_2_28_x86_64", ["sm_90", "sm_120"], None),
+                                ("cp312-cp312-manylinux_2_28_aarch64", ["sm_90", "sm_121"], "aarch64")):
+        data = _record(CC, "1.7.0", "13.0", "2.14.1+cu130", [s.removeprefix("sm_") for s in sass], sass, [],
+                       {"kernel_status": "skipped", "kernel_reason": "no aarch64 GPU available"}, None)
+        house.publish(labelled_wheel(tmp_path / "work", CC, "1.7.0", "cu130torch2.14", tag=tag),
+                      BuildRecord.from_json({**data, **({"platform": platform} if platform else {})}))
+    house.publish(labelled_wheel(tmp_path / "work", "fla-core", "0.6.0", "cu130torch2.14"), BuildRecord.from_json({}))
+    arm = "causal_conv1d-1.7.0+cu130torch2.14-cp312-cp312-manylinux_2_28_aarch64.whl"
+    x86 = "causal_conv1d-1.7.0+cu130torch2.14-cp312-cp312-manylinux_2_28_x86_64.whl"
+    channel = json.loads((house.root / "channels" / "cu130torch2.14" / "simple" / "causal-conv1d" / "index.json")
+                         .read_text())
+    assert {f["filename"] for f in channel["files"]} == {arm, x86}
+    page = house.dashboard.read_text()
+    assert "<th>platform</th>" in page
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr class="wheel" data-wheel="([^"]+)".*?</tr>', page, re.S)}
+    assert 'data-platform="aarch64"' in rows[arm] and '<td class="platform">aarch64</td>' in rows[arm]
+    assert 'data-platform="x86_64"' in rows[x86] and "sm_121" in rows[arm] and "sm_121" not in rows[x86]
+    assert '<td class="platform">any</td>' in rows["fla_core-0.6.0+cu130torch2.14-py3-none-any.whl"]
+    matrix = page.split('id="matrix"', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r'<div class="cell"[^>]*data-platform="([^"]+)">(.*?)</div>', matrix)
+    assert sorted(p for p, _ in cells) == ["aarch64", "any", "x86_64"], cells
+    arm_cell = next(text for p, text in cells if p == "aarch64")
+    assert re.sub(r"<[^>]+>", "", arm_cell).startswith("Python 3.12 · aarch64 · sm_90, sm_121"), arm_cell

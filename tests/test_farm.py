@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -191,8 +192,8 @@ def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
         ("puredemo", "0.2", "12.8", "120", "3.12", "2.10.0"),
         ("puredemo", "0.2", "13.0", "120", "3.12", "2.14.1"),
     ]
-    assert [t.id for t in targets][:2] == ["demo-1.4-cu128-sm90_120ptx-py3.12-torch2.10.0",
-                                           "demo-1.4-cu130-sm120-py3.12-torch2.14.1"]
+    assert [t.id for t in targets][:2] == ["demo-1.4-cu128-sm90_120ptx-x86_64-py3.12-torch2.10.0",
+                                           "demo-1.4-cu130-sm120-x86_64-py3.12-torch2.14.1"]
     assert targets[-1].id == "puredemo-0.2-cu130-py3.12-torch2.14.1"
     assert len({t.id for t in targets}) == len(targets)
     only = expand(farm, settings_for(tree), only=["PureDemo"], releases=fake_releases)
@@ -215,11 +216,11 @@ def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
         (lambda t: t.replace("newest = 2", 'versions = ["1.3"]'), "demo 1.3 has no sdist on PyPI", None),
         (lambda t: t.replace('[[package]]\nname = "puredemo"', '[[package]]\nname = "demo"\nnewest = 1\n'
                                                                 '[[package]]\nname = "puredemo"'),
-         "package[1] repeats target demo-1.4-cu128-sm90_120ptx-py3.12-torch2.10.0 of package[0]", None),
+         "package[1] repeats target demo-1.4-cu128-sm90_120ptx-x86_64-py3.12-torch2.10.0 of package[0]", None),
         # two arch lists for one CUDA × torch × Python would publish the same wheel file name
         (lambda t: t.replace('[[exclude]]\narch = "120"\ncuda = "12.8"\npackage = "demo"\n', ""),
-         "target demo-1.4-cu128-sm90_120ptx-py3.12-torch2.10.0 would publish the same wheel file as "
-         "demo-1.4-cu128-sm120-py3.12-torch2.10.0", "one arch list such as archs = ['90,120']"),
+         "target demo-1.4-cu128-sm90_120ptx-x86_64-py3.12-torch2.10.0 would publish the same wheel file as "
+         "demo-1.4-cu128-sm120-x86_64-py3.12-torch2.10.0", "one arch list such as archs = ['90,120']"),
         # a pure-Python wheel is py3-none-any: two Pythons give one file name
         (lambda t: t.replace('versions = ["0.2"]', 'versions = ["0.2"]\npython = ["3.12", "3.13"]'),
          "puredemo-0.2-cu128-py3.13-torch2.10.0 would publish the same wheel file as "
@@ -249,9 +250,9 @@ def test_demo_farm_expands_to_two_packages_two_versions_two_targets() -> None:
         ("tinyext", "0.1.0"), ("tinyext", "0.2.0"), ("tinyscale", "0.1.0"), ("tinyscale", "0.2.0")}
     assert {format_arch_list(t.archs) for t in targets} == {"90,120"} and {str(t.python) for t in targets} == {"3.11", "3.12"}
     by_id = {t.id: t for t in targets}
-    assert by_id["tinyext-0.2.0-cu130-sm90_120-py3.11-torch2.14.1"].source == str(FIXTURES / "farm" / "tinyext-0.2.0")
-    assert by_id["tinyext-0.1.0-cu130-sm90_120-py3.12-torch2.14.1"].source is None  # the recipe's own
-    assert by_id["tinyscale-0.1.0-cu130-sm90_120-py3.11-torch2.14.1"].recipes == FIXTURES / "farm" / "recipes"
+    assert by_id["tinyext-0.2.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].source == str(FIXTURES / "farm" / "tinyext-0.2.0")
+    assert by_id["tinyext-0.1.0-cu130-sm90_120-x86_64-py3.12-torch2.14.1"].source is None  # the recipe's own
+    assert by_id["tinyscale-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].recipes == FIXTURES / "farm" / "recipes"
     assert all(t.toolchain == "host" and t.torch == "2.14.1" for t in targets)
 
 
@@ -287,15 +288,16 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
     assert len(result.stdout.strip().splitlines()) == 1  # one line, for $GITHUB_OUTPUT
     matrix = json.loads(result.stdout)
     assert list(matrix) == ["include"] and len(matrix["include"]) == 8
-    keys = {"id", "package", "version", "kind", "cuda", "arch", "python", "torch", "torch_index", "recipes", "source",
-            "runner", "abi"}
+    keys = {"id", "package", "version", "kind", "platform", "build_runner", "cuda", "arch", "python", "torch",
+            "torch_index", "recipes", "source", "runner", "untested", "abi"}
     for entry in matrix["include"]:
         assert set(entry) == keys and all(isinstance(v, str) for v in entry.values())
     first = matrix["include"][0]
     assert first == {
-        "id": "tinyext-0.1.0-cu130-sm90_120-py3.11-torch2.14.1", "package": "tinyext", "version": "0.1.0",
-        "kind": "cuda-extension", "cuda": "13.0", "arch": "90,120", "python": "3.11", "torch": "2.14.1",
-        "torch_index": "", "recipes": "recipes", "source": "", "runner": "gpu-rtx5090", "abi": "auto",
+        "id": "tinyext-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1", "package": "tinyext", "version": "0.1.0",
+        "kind": "cuda-extension", "platform": "x86_64", "build_runner": "ubuntu-24.04", "cuda": "13.0",
+        "arch": "90,120", "python": "3.11", "torch": "2.14.1", "torch_index": "", "recipes": "recipes", "source": "",
+        "runner": "gpu-rtx5090", "untested": "", "abi": "auto",
     }
     assert {e["runner"] for e in matrix["include"]} == {"gpu-rtx5090"}  # [runners] "120" over the default template
     assert {e["source"] for e in matrix["include"]} == {"", "farm/tinyext-0.2.0", "farm/tinyscale-0.2.0"}
@@ -326,9 +328,9 @@ def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path)
     targets = expand(farm, settings_for(tree), releases=fake_releases)
     matrix = github_matrix(farm, targets)
     pure = [e for e in matrix["include"] if e["package"] == "puredemo"]
-    assert {e["runner"] for e in pure} == {"gpu-sm120"} and {e["kind"] for e in pure} == {"pure-python"}
+    assert {e["runner"] for e in pure} == {"gpu-sm120-x86_64"} and {e["kind"] for e in pure} == {"pure-python"}
     # a wheel with SASS for 90 and 120 is tested on the newest arch's runner, unless [runners] names another
-    assert {e["runner"] for e in matrix["include"] if e["arch"] == "90,120+ptx"} == {"gpu-sm120"}
+    assert {e["runner"] for e in matrix["include"] if e["arch"] == "90,120+ptx"} == {"gpu-sm120-x86_64"}
     farm = load_farm(write_farm(tree, GOOD + '\n[runners]\n"90" = "h200"\ndefault = "gpu-{arch}"\n'))
     matrix = github_matrix(farm, expand(farm, settings_for(tree), releases=fake_releases))
     assert {e["arch"]: e["runner"] for e in matrix["include"]} == {"90,120+ptx": "h200", "120": "gpu-120"}
@@ -373,7 +375,8 @@ def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) 
     # any changed input makes it a target again
     for over in ({"builder_version": "0.0.1"}, {"recipe": {"content_sha256": "0" * 64}}, {"patches": []},
                  {"source": {"sha256": "1" * 64}}, {"python": {"version": "3.12.1", "torch": "2.14.1"}},
-                 {"archs": ["120"]}, {"torch_index": "file:///opt/pypi-more/simple"}, {"cuda": "12.8"}):
+                 {"archs": ["120"]}, {"torch_index": "file:///opt/pypi-more/simple"}, {"cuda": "12.8"},
+                 {"platform": "aarch64"}):
         assert not record_matches(_record_for(first, ident, **over), first, ident), over
     assert not record_matches(_record_for(first, ident), second, known_inputs(second, settings))  # Python 3.12
 
@@ -462,3 +465,157 @@ def test_watch_names_what_a_cuda_no_toolchain_provides_needs(tree: Path) -> None
     notes = {r.cuda: r.note for r in watch_torch(farm, settings_for(tree)) if r.index == "custom"}
     assert notes["13.9"].startswith("not in the farm, and no toolchain provides CUDA 13.9 yet: add "
                                     "dockerfiles/manylinux-cuda-13.9.Dockerfile")
+
+
+# ---------------------------------------------------------------- the platform axis (issue 27)
+
+PLATFORMS = """
+[defaults]
+recipes = "recipes"
+cuda = "13.0"
+python = "3.12"
+torch = "2.14.1"
+platforms = ["x86_64", "aarch64"]
+
+[[package]]
+name = "demo"
+versions = ["1.4"]
+
+[[package]]
+name = "puredemo"
+versions = ["0.2"]
+"""
+
+
+def test_platforms_are_parsed_and_checked(tree: Path) -> None:
+    from builder.model.platform import AARCH64, X86_64
+
+    farm = load_farm(write_farm(tree, PLATFORMS.replace('["x86_64", "aarch64"]', '["amd64", "arm64"]')))
+    assert farm.entries[0].platforms == (X86_64, AARCH64)
+    assert load_farm(write_farm(tree, GOOD)).entries[0].platforms == (X86_64,)  # no key: x86_64, as before
+    own = load_farm(write_farm(tree, PLATFORMS + 'platforms = "aarch64"\n'))
+    assert [e.platforms for e in own.entries] == [(X86_64, AARCH64), (AARCH64,)]  # per package
+    for text, needle in (('["x86_64", "risc-v"]', "field 'defaults.platforms[1]' is not a platform: 'risc-v'"),
+                         ('["aarch64", "arm64"]', "field 'defaults.platforms' names one platform twice")):
+        with pytest.raises(FarmError) as info:
+            load_farm(write_farm(tree, PLATFORMS.replace('["x86_64", "aarch64"]', text)))
+        assert needle in info.value.message, info.value.one_line()
+
+
+def test_each_platform_takes_its_own_default_archs(tree: Path) -> None:
+    farm = load_farm(write_farm(tree, PLATFORMS))
+    targets = expand(farm, settings_for(tree), releases=fake_releases)
+    rows = [(t.package, "+".join(p.name for p in t.platforms), format_arch_list(t.archs)) for t in targets]
+    assert rows == [("demo", "x86_64", "90,100,103,120"), ("demo", "aarch64", "90,100,103,110,121"),
+                    ("puredemo", "x86_64+aarch64", "90,100,103,120")]  # pure Python: one build for both
+    demo_x86, demo_arm, pure = targets
+    assert demo_x86.id == "demo-1.4-cu130-sm90_100_103_120-x86_64-py3.12-torch2.14.1"
+    assert demo_arm.id == "demo-1.4-cu130-sm90_100_103_110_121-aarch64-py3.12-torch2.14.1"
+    assert pure.id == "puredemo-0.2-cu130-py3.12-torch2.14.1"  # no platform: py3-none-any serves both
+    assert demo_arm.to_target(4).platform.name == "aarch64" and demo_x86.to_target(4).platform.name == "x86_64"
+    assert demo_x86.wheel_identity != demo_arm.wheel_identity
+    # no x86_64 wheel carries SASS no x86_64 machine can run
+    assert not any(a.number in (110, 121) for t in targets if t.platform.name == "x86_64" for a in t.archs)
+
+
+def test_an_arch_a_platform_never_carries_is_dropped_or_refused(tree: Path) -> None:
+    text = PLATFORMS.replace('torch = "2.14.1"', 'torch = "2.14.1"\narchs = "90,120,121"')
+    with pytest.raises(FarmError) as info:
+        expand(load_farm(write_farm(tree, text)), settings_for(tree), releases=fake_releases)
+    message = info.value.message
+    assert "package[0] builds archs 90,120,121 for platform x86_64" in message and "sm_121" in message
+    assert "DGX Spark" in message and "archs-where-supported = true" in (info.value.hint or "")
+    trimmed = text.replace('python = "3.12"', 'python = "3.12"\narchs-where-supported = true')
+    targets = expand(load_farm(write_farm(tree, trimmed)), settings_for(tree), releases=fake_releases)
+    demo = [(t.platform.name, format_arch_list(t.archs)) for t in targets if t.package == "demo"]
+    assert demo == [("x86_64", "90,120"), ("aarch64", "90,120,121")]  # x86_64 without 121
+    # a list left with nothing for a platform is refused for a CUDA extension (no silent empty platform)
+    with pytest.raises(FarmError, match="none of its arch lists has an arch a x86_64 machine carries"):
+        expand(load_farm(write_farm(tree, trimmed.replace('archs = "90,120,121"', 'archs = "110"'))),
+               settings_for(tree), releases=fake_releases)
+
+
+def test_exclude_by_platform(tree: Path) -> None:
+    text = PLATFORMS + '\n[[exclude]]\npackage = "demo"\nplatform = "arm64"\n'
+    targets = expand(load_farm(write_farm(tree, text)), settings_for(tree), releases=fake_releases)
+    assert [(t.package, t.platform.name) for t in targets] == [("demo", "x86_64"), ("puredemo", "x86_64")]
+    assert len(targets[-1].platforms) == 2  # a pure-Python wheel is not split by platform, nor excluded by one
+
+
+def test_runners_route_by_platform_and_arch_and_name_what_cannot_be_tested(tree: Path) -> None:
+    from builder.discovery.compat import resolve_index
+    from builder.farm.expand import route, served_cells, tested_matrix
+
+    text = PLATFORMS + '\n[runners]\n"121-aarch64" = "spark"\navailable = ["gpu-sm120-x86_64", "spark"]\n'
+    farm = load_farm(write_farm(tree, text))
+    targets = expand(farm, settings_for(tree), releases=fake_releases)
+    matrix = github_matrix(farm, targets)
+    rows = {(e["package"], e["platform"]): e for e in matrix["include"]}
+    assert rows["demo", "x86_64"]["runner"] == "gpu-sm120-x86_64" and rows["demo", "x86_64"]["untested"] == ""
+    assert rows["demo", "aarch64"]["runner"] == "spark"  # "121-aarch64" over the template
+    assert rows["demo", "aarch64"]["build_runner"] == "ubuntu-24.04-arm"
+    assert rows["demo", "x86_64"]["build_runner"] == "ubuntu-24.04"
+    assert rows["puredemo", "x86_64"]["runner"] == "gpu-sm120-x86_64"
+    # without the Spark runner the aarch64 target is untested, with the reason, and left out of the test matrix
+    farm = load_farm(write_farm(tree, text.replace(', "spark"]', "]")))
+    matrix = github_matrix(farm, expand(farm, settings_for(tree), releases=fake_releases))
+    arm = next(e for e in matrix["include"] if e["platform"] == "aarch64")
+    assert arm["runner"] == "" and arm["untested"].startswith("untested: no runner for aarch64 sm_121,110,103,100,90")
+    assert "spark" in arm["untested"] and "gpu-sm90-aarch64" in arm["untested"]
+    assert [e["platform"] for e in tested_matrix(matrix)["include"]] == ["x86_64", "x86_64"]
+    assert route(farm, targets[0]).runner == "gpu-sm120-x86_64"
+    # the pure-Python wheel's cells count for both platforms
+    index = resolve_index(None, settings_for(tree))
+    assert {c.platform for c in served_cells(targets[-1], index)} == {"x86_64", "aarch64"}
+    assert {c.platform for c in served_cells(targets[1], index)} == {"aarch64"}
+
+
+def test_a_runner_template_without_platform_is_refused_for_two_platforms(tree: Path) -> None:
+    with pytest.raises(FarmError) as info:
+        load_farm(write_farm(tree, PLATFORMS + '\n[runners]\ndefault = "gpu-sm{arch}"\n'))
+    assert "field 'runners.default' is 'gpu-sm{arch}', without {platform}" in info.value.message
+    assert "gpu-sm{arch}-{platform}" in (info.value.hint or "")
+    for key, needle in (('"121-riscv" = "x"', "field 'runners.121-riscv' must be an arch number"),
+                        ("available = 3", "field 'runners.available' must be a list of runner labels")):
+        with pytest.raises(FarmError, match=re.escape(needle)):
+            load_farm(write_farm(tree, PLATFORMS + f"\n[runners]\n{key}\n"))
+
+
+def test_matrix_cli_platform_filter_tested_matrix_and_untested_lines(tree: Path) -> None:
+    text = PLATFORMS + '\n[runners]\navailable = ["gpu-sm120-x86_64"]\n'
+    path = write_farm(tree, text.replace('versions = ["1.4"]', 'versions = ["1.4"]\nsource = "src"'))
+    (tree / "src").mkdir()
+    (tree / "src" / "setup.py").write_text("from setuptools import setup\nsetup(name='demo', version='1.4')\n")
+    env = {"BUILDER_CACHE_DIR": str(tree / "cache"), "BUILDER_WHEELHOUSE": str(tree / "wheelhouse"),
+           "BUILDER_OFFLINE": "1"}
+    table = run_cli("matrix", "--file", str(path), "--only", "demo", env=env)
+    assert table.code == 0, table.stderr
+    assert "untested: 1 of 2 targets" in table.stdout
+    assert "demo-1.4-cu130-sm90_100_103_110_121-aarch64-py3.12-torch2.14.1: untested: no runner for aarch64" \
+        in table.stdout
+    github = json.loads(run_cli("matrix", "--file", str(path), "--only", "demo", "--format", "github", env=env).stdout)
+    assert [e["platform"] for e in github["include"]] == ["x86_64", "aarch64"]
+    tested = run_cli("matrix", "--file", str(path), "--only", "demo", "--format", "github", "--tested", env=env)
+    assert [e["platform"] for e in json.loads(tested.stdout)["include"]] == ["x86_64"]
+    arm = run_cli("matrix", "--file", str(path), "--only", "demo", "--platform", "arm64", "--format", "json", env=env)
+    data = json.loads(arm.stdout)
+    assert [t["platform"] for t in data["targets"]] == ["aarch64"] and data["summary"]["untested"] == 1
+    bad = run_cli("matrix", "--file", str(path), "--platform", "sparc", env=env)
+    assert bad.code == 2 and "--platform: 'sparc' is not a platform" in bad.error_lines[0]
+
+
+def test_root_farm_builds_both_platforms_with_their_own_archs() -> None:
+    farm = load_farm(ROOT / "farm.toml")
+    fixed = {"causal-conv1d": ["1.6.2.post1", "1.7.0"], "fla-core": ["0.6.0"], "flash-linear-attention": ["0.6.0"],
+             "mamba-ssm": ["2.3.1", "2.3.2.post1"]}
+    targets = expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name])
+    cuda = [t for t in targets if t.kind.is_cuda]
+    assert {t.platform.name for t in cuda} == {"x86_64", "aarch64"}
+    assert not [t.id for t in cuda if t.platform.name == "x86_64" and {a.number for a in t.archs} & {110, 121}]
+    assert {format_arch_list(t.archs) for t in cuda if t.platform.name == "aarch64" and str(t.cuda) != "12.8"} == {
+        "90,100,103,110,121"}
+    pure = [t for t in targets if not t.kind.is_cuda]
+    assert pure and all({p.name for p in t.platforms} == {"x86_64", "aarch64"} for t in pure)
+    matrix = github_matrix(farm, targets)["include"]
+    assert {e["build_runner"] for e in matrix if e["platform"] == "aarch64"} == {"ubuntu-24.04-arm"}
+    assert all(e["runner"] or e["untested"].startswith("untested: no runner for aarch64") for e in matrix)

@@ -136,12 +136,12 @@ def test_port_collapses_the_cells_of_a_cuda_major_into_one_stable_target(tree: P
           for py in ("3.11", "3.12") for torch in torches],
     ]
     stable = targets[4]
-    assert stable.id == "stabledemo-1.4-cu13-abi3-sm90_120"
+    assert stable.id == "stabledemo-1.4-cu13-abi3-sm90_120-x86_64"
     assert stable.stable and stable.port is not None and stable.port.floor_text == "2.11"
     assert format_arch_list(stable.archs) == "90,120"
     ids = [t.id for t in targets]
     assert len(set(ids)) == len(ids) == 15
-    assert ids[0] == "stabledemo-1.4-cu128-sm90_120-py3.11-torch2.10.0"  # per-torch ids as before
+    assert ids[0] == "stabledemo-1.4-cu128-sm90_120-x86_64-py3.11-torch2.10.0"  # per-torch ids as before
     # what `builder build` gets: the stable target asks for the stable ABI, the others for per-torch explicitly
     assert stable.to_target(1).abi == "torch-stable" and stable.to_target(1).torch == "2.11.0"
     assert {t.to_target(1).abi for t in targets if not t.stable} == {"per-torch"}
@@ -170,7 +170,7 @@ def test_exclusions_apply_to_cells_before_they_collapse(tree: Path) -> None:
     targets = [t for t in targets_of(tree, text) if t.version == "1.4"]
     # only CUDA 13.2's cells are left for the major: the stable target is built on 13.2, with its floor torch
     (stable,) = [t for t in targets if t.stable]
-    assert (str(stable.cuda), stable.torch, stable.id) == ("13.2", "2.14.0", "stabledemo-1.4-cu13-abi3-sm90_120")
+    assert (str(stable.cuda), stable.torch, stable.id) == ("13.2", "2.14.0", "stabledemo-1.4-cu13-abi3-sm90_120-x86_64")
     text = FARM + '[[exclude]]\npackage = "stabledemo"\ncuda = "13.0"\n[[exclude]]\npackage = "stabledemo"\ncuda = "13.2"\n'
     assert not [t for t in targets_of(tree, text) if t.stable]
 
@@ -209,7 +209,7 @@ def test_unknown_abi_is_refused_with_file_field_and_cure(tree: Path) -> None:
          "field 'package[0].abi' is 'torch-stable', but stabledemo 1.1 is not covered by its stable-ABI port (>=1.4)"),
         # CUDA 12.8's torches are below the floor
         (lambda t: t.replace('"stabledemo"\nnewest = 2', '"stabledemo"\nversions = ["1.4"]\nabi = "torch-stable"'),
-         "but target stabledemo-1.4-cu128-sm90_120-py3.11-torch2.10.0 cannot be: torch 2.10.0 is below the port's "
+         "but target stabledemo-1.4-cu128-sm90_120-x86_64-py3.11-torch2.10.0 cannot be: torch 2.10.0 is below the port's "
          "floor 2.11"),
         (lambda t: t.replace('name = "stabledemo"\nnewest = 2', 'name = "plaindemo"\nabi = "torch-stable"'),
          "plaindemo 1.0 has no stable-ABI port"),
@@ -226,7 +226,7 @@ def test_abi_torch_stable_refuses_a_cell_that_cannot_be_stable(tree: Path, edit,
 def test_two_entries_of_one_stable_wheel_are_refused(tree: Path) -> None:
     text = FARM.replace('"stabledemo"\nnewest = 2', '"stabledemo"\nversions = ["1.4"]') + '[[package]]\nname = "stabledemo"\nversions = ["1.4"]\n' \
         'python = "3.13"\ncuda = "13.0"\n'
-    with pytest.raises(FarmError, match=r"package\[1\] repeats target stabledemo-1.4-cu13-abi3-sm90_120 of package\[0\]"):
+    with pytest.raises(FarmError, match=r"package\[1\] repeats target stabledemo-1.4-cu13-abi3-sm90_120-x86_64 of package\[0\]"):
         targets_of(tree, text)
 
 
@@ -260,7 +260,8 @@ def test_matrix_counts_compiles_and_cells(tree: Path) -> None:
         ("puredemo", "0.2"): (1, 0, 0, 1),
     }
     assert summary(covered) == {"targets": 16, "compiles": 15, "stable_compiles": 1, "per_torch_compiles": 14,
-                                "pure_python_builds": 1, "cells_served": 35, "compiled_cells_served": 34}
+                                "pure_python_builds": 1, "cells_served": 35, "compiled_cells_served": 34,
+                                "cells_served_x86_64": 35}
     # before: every target per-torch (abi = "per-torch" everywhere): more compiles, fewer cells
     before = targets_of(tree, text.replace("torch-newest = 2", 'torch-newest = 2\nabi = "per-torch"'))
     totals = summary(coverage(before, serving(before, settings_for(tree))))
@@ -294,13 +295,13 @@ def test_matrix_cli_prints_compiles_and_cells_table_json_and_github(tree: Path) 
     data = json.loads(run_cli("matrix", "--file", farm, "--format", "json", env=env).stdout)
     assert data["summary"]["compiles"] == 15 and data["summary"]["cells_served"] == 34
     stable = [t for t in data["targets"] if t["abi"] == "torch-stable"]
-    assert [(t["id"], t["cells_served"]) for t in stable] == [("stabledemo-1.4-cu13-abi3-sm90_120", 20)]
-    assert data["packages"][0]["cells"][0] == ["2.9", "12.8", "3.11"] and data["packages"][0]["cells_served"] == 24
+    assert [(t["id"], t["cells_served"]) for t in stable] == [("stabledemo-1.4-cu13-abi3-sm90_120-x86_64", 20)]
+    assert data["packages"][0]["cells"][0] == ["2.9", "12.8", "3.11", "x86_64"] and data["packages"][0]["cells_served"] == 24
     github = json.loads(run_cli("matrix", "--file", farm, "--format", "github", env=env).stdout)
-    entry = next(e for e in github["include"] if e["id"] == "stabledemo-1.4-cu13-abi3-sm90_120")
+    entry = next(e for e in github["include"] if e["id"] == "stabledemo-1.4-cu13-abi3-sm90_120-x86_64")
     # what `builder build` needs, and the GPU runner by arch as for any target
     assert {k: entry[k] for k in ("cuda", "python", "torch", "abi", "runner")} == {
-        "cuda": "13.0", "python": "3.11", "torch": "2.11.0", "abi": "torch-stable", "runner": "gpu-sm120"}
+        "cuda": "13.0", "python": "3.11", "torch": "2.11.0", "abi": "torch-stable", "runner": "gpu-sm120-x86_64"}
     assert all(isinstance(v, str) for e in github["include"] for v in e.values())
     # the farm's decision where the recipe's port covers the version (`builder build --abi auto` could pick
     # either); "auto" elsewhere, so the workflow always passes --abi

@@ -61,3 +61,29 @@ def test_dockerfiles_pass_hadolint() -> None:
     for dockerfile in sorted(DOCKERFILES.glob("*.Dockerfile")):
         result = subprocess.run([hadolint_bin, str(dockerfile)], capture_output=True, text=True)
         assert result.returncode == 0, f"{dockerfile.name}:\n{result.stdout}{result.stderr}"
+
+
+def test_an_aarch64_dockerfile_per_cuda_from_nvidias_sbsa_repository() -> None:
+    """aarch64 images: the manylinux_2_28_aarch64 base and NVIDIA's rhel8 sbsa packages, one per x86_64 CUDA; their
+    tags name the platform, x86_64 tags stay as they were."""
+    from builder.model.platform import AARCH64
+
+    assert available_cudas(platform=AARCH64) == available_cudas() == ["12.8", "12.9", "13.0", "13.2"]
+    for cuda in available_cudas(platform=AARCH64):
+        spec = image_spec(cuda, platform=AARCH64)
+        assert spec.dockerfile == DOCKERFILES / f"manylinux-aarch64-cuda-{cuda}.Dockerfile"
+        assert spec.base_image == "quay.io/pypa/manylinux_2_28_aarch64:latest"
+        text = spec.dockerfile.read_text()
+        assert "/compute/cuda/repos/rhel8/sbsa/cuda-rhel8.repo" in text and "x86_64" not in text.split("FROM")[1]
+        dashed = cuda.replace(".", "-")
+        # the same packages as the x86_64 image (extra_packages compares against the Dockerfile's words)
+        x86_packages = {w for w in image_spec(cuda).dockerfile.read_text().split() if w.endswith(dashed)}
+        assert x86_packages and x86_packages == {w for w in text.split() if w.endswith(dashed)}
+        assert spec.tag.startswith(f"cuda-wheel-builder:cuda{cuda}-aarch64-") and spec.tag != image_spec(cuda).tag
+        assert spec.labels()["org.cuda-wheel-builder.platform"] == "aarch64"
+    assert image_spec("13.0", platform=AARCH64, components=("nvjitlink",)).buildargs == {
+        "EXTRA_PACKAGES": "libnvjitlink-devel-13-0"}
+    with pytest.raises(UsageError) as e:
+        image_spec("11.8", platform=AARCH64)
+    assert "no Dockerfile for CUDA 11.8 on aarch64" in e.value.one_line()
+    assert "available on aarch64: 12.8, 12.9, 13.0, 13.2" in e.value.one_line()

@@ -166,7 +166,7 @@ def resolving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list
     toolkit = CudaToolkit("host", Path("/cuda"), Version("13.0.88"), reason="stand-in")
 
     def select(requested: str, cuda: object, settings: Settings, env: object, *,
-               components: tuple[str, ...] = ()) -> ToolchainChoice:
+               components: tuple[str, ...] = (), here_only: bool = False) -> ToolchainChoice:
         calls["select"].append((requested, str(cuda)))
         return ToolchainChoice(requested, toolkit, host=LocalRunner(toolkit, memo=tmp_path / "memo"))
 

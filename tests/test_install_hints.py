@@ -46,7 +46,7 @@ def test_dry_run_says_what_it_would_build_and_keeps_the_install_line(tmp_path: P
     class Builds13:
         driver = Driver(version="580.65", cuda="13.0")
 
-        def can_build(self, cuda: CudaVersion) -> tuple[bool, str]:
+        def can_build(self, cuda: CudaVersion, platform: object = None) -> tuple[bool, str]:
             return cuda.major == 13, "host nvcc 13.0"
 
     env = EnvFacts(python="3.12.1", tags=frozenset(), torch="2.14.1", torch_cuda="13.0")

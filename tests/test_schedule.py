@@ -62,3 +62,22 @@ def test_targets_start_longest_first_by_their_past_builds(tmp_path: Path) -> Non
     assert [e.target for e in longest_first([a, b], [])] == [a, b]
     assert [e.target for e in longest_first([b, a], [])] == [b, a]
     assert replace(a, package="x3") not in [e.target for e in longest_first([a], [])]
+
+
+def test_a_past_build_for_another_platform_is_not_the_same_build(tmp_path: Path) -> None:
+    """A cross build of aarch64 code takes its own time: an x86_64 record is only "of the package" for it."""
+    from builder.model.platform import AARCH64
+
+    house = tmp_path / "wheelhouse"
+    publish_record(house, "demo-1.0-x86.whl", package="demo", version="1.0", cuda="13.0", archs=("90",),
+                   toolchain={"kind": "host"}, timings={"build": 100.0})
+    publish_record(house, "demo-1.0-arm.whl", package="demo", version="1.0", cuda="13.0", archs=("90", "121"),
+                   toolchain={"kind": "host"}, timings={"build": 600.0}, platform="aarch64")
+    past = past_builds([house])
+    assert {b.platform for b in past} == {"x86_64", "aarch64"}
+    arm = replace(target("demo"), platforms=(AARCH64,))
+    x86 = target("demo")
+    (arm_estimate,) = longest_first([arm], past)
+    assert (arm_estimate.seconds, arm_estimate.basis) == (300.0, "past build of the package")  # 600 s / 2 archs
+    (x86_estimate,) = longest_first([x86], past)
+    assert (x86_estimate.seconds, x86_estimate.basis) == (100.0, "past build")

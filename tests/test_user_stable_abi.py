@@ -209,7 +209,7 @@ def test_the_way_forward_names_a_verified_torch_and_a_skipped_build(house: Wheel
     class Builds13:
         driver = Driver(version="580.65", cuda="13.0")
 
-        def can_build(self, cuda: CudaVersion) -> tuple[bool, str]:
+        def can_build(self, cuda: CudaVersion, platform: object = None) -> tuple[bool, str]:
             return cuda.major == 13, f"nvcc {cuda}" if cuda.major == 13 else f"no CUDA {cuda} compiler here"
 
     machine = Builds13()

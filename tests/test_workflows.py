@@ -119,15 +119,20 @@ def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
     plan = " ".join(step.get("run", "") for step in jobs["plan"]["steps"])
     assert "builder watch" in plan and "matrix --format github" in plan and "--changed" in plan
     assert jobs["plan"]["outputs"]["matrix"] == "${{ steps.matrix.outputs.matrix }}"
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    # the GPU tests fan out over the targets a configured runner can test; the others are named in the summary
+    assert jobs["test"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.tested) }}"
+    assert jobs["plan"]["outputs"]["tested"] == "${{ steps.matrix.outputs.tested }}"
+    assert 'select(.runner != "")' in plan and 'select(.untested != "")' in plan and "GITHUB_STEP_SUMMARY" in plan
+    assert "needs.plan.outputs.tested_count != '0'" in jobs["test"]["if"]
     for name in ("build", "test"):
-        assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}", name
         assert jobs[name]["strategy"]["fail-fast"] is False
     build = " ".join(step.get("run", "") for step in jobs["build"]["steps"])
     # every CUDA through cibuildwheel in its manylinux image, built in the job from its Dockerfile first
     assert "--toolchain docker" in build and "toolchain=pip" not in build
     images = _step_index(jobs["build"]["steps"], "builder images build")
     assert images < _step_index(jobs["build"]["steps"], "--toolchain docker")
-    assert jobs["build"]["steps"][images]["run"].strip().endswith('images build --cuda "$CUDA"')
+    assert jobs["build"]["steps"][images]["run"].strip().endswith('images build --cuda "$CUDA" --platform "$PLATFORM"')
     import tomllib
 
     from builder.toolchain.images import available_cudas
@@ -137,7 +142,7 @@ def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
 
     assert cudas and cudas <= set(available_cudas()), cudas - set(available_cudas())  # a Dockerfile for each
     assert "--stage" in build
-    assert jobs["build"]["runs-on"].startswith("ubuntu")
+    assert jobs["build"]["runs-on"] == "${{ matrix.build_runner }}"  # the platform's own GitHub-hosted runner
     assert jobs["test"]["runs-on"] == ["self-hosted", "linux", "${{ matrix.runner }}"]
     test = " ".join(step.get("run", "") for step in jobs["test"]["steps"])
     assert "builder test" in test and "--require-kernel-tests" in test
@@ -214,3 +219,59 @@ def test_the_actions_cache_is_only_a_speed_up(nightly: dict) -> None:
     assert saves and min(saves) > _step_index(publish, "actions/deploy-pages@"), "the cache is saved before the deploy"
     plan_runs = " ".join(s.get("run", "") for s in nightly["jobs"]["plan"]["steps"])
     assert "rm -rf wheelhouse" in plan_runs, "with nothing published the plan must not compare against a cache"
+
+
+# ---------------------------------------------------------------- the platform axis: aarch64 on native arm64 runners
+
+
+def test_nightly_builds_each_platform_natively_with_its_image(nightly: dict) -> None:
+    """The build job runs on the target's platform (ubuntu-24.04-arm for aarch64: the arm64 runners GitHub hosts),
+    builds that platform's image and passes --platform to the build. None of this can run here (no arm64 runner, no
+    registry): the workflow's shape, the matrix it reads and the Dockerfiles it needs are what is checked."""
+    import tomllib
+
+    from builder.model.platform import AARCH64, PLATFORMS
+    from builder.toolchain.images import available_cudas
+
+    steps = nightly["jobs"]["build"]["steps"]
+    images = steps[_step_index(steps, "builder images build")]
+    assert images["run"].strip().endswith('images build --cuda "$CUDA" --platform "$PLATFORM"')
+    assert images["env"]["PLATFORM"] == "${{ matrix.platform }}"
+    build = steps[_step_index(steps, "--toolchain docker")]
+    assert '--platform "$PLATFORM"' in build["run"] and build["env"]["PLATFORM"] == "${{ matrix.platform }}"
+    # the root farm: both platforms, each platform's build runner GitHub-hosted, an aarch64 Dockerfile per CUDA
+    farm = load_farm(ROOT / "farm.toml")
+    fixed = {"causal-conv1d": ["1.7.0"], "mamba-ssm": ["2.3.2.post1"], "fla-core": ["0.6.0"],
+             "flash-linear-attention": ["0.6.0"]}
+    rows = github_matrix(farm, expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name]))["include"]
+    assert {r["platform"] for r in rows} == set(PLATFORMS)
+    assert {r["build_runner"] for r in rows} == {"ubuntu-24.04", "ubuntu-24.04-arm"}
+    assert all(r["build_runner"] == PLATFORMS[r["platform"]].runner for r in rows)
+    spec = tomllib.loads((ROOT / "farm.toml").read_text())
+    cudas = {str(c) for entry in [spec["defaults"], *spec["package"]] for c in entry.get("cuda", [])}
+    assert cudas <= set(available_cudas(platform=AARCH64)), cudas - set(available_cudas(platform=AARCH64))
+    # an untested row never reaches the test job: no runner label, and the reason instead
+    assert all(bool(r["runner"]) != bool(r["untested"]) for r in rows)
+
+
+def test_the_test_matrix_filter_matches_tested_matrix() -> None:
+    """The plan's jq filter selects exactly what farm/expand.tested_matrix selects (checked with jq where it is
+    installed, as on GitHub's runners)."""
+    import json
+
+    from builder.farm.expand import tested_matrix
+
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("jq is not installed here (GitHub's runners have it)")
+    text = NIGHTLY.read_text()
+    program = re.search(r"jq -c '([^']+)' <<<\"\$matrix\"", text)
+    assert program, "the plan's tested filter"
+    farm = load_farm(ROOT / "farm.toml")
+    fixed = {"causal-conv1d": ["1.7.0"], "mamba-ssm": ["2.3.2.post1"], "fla-core": ["0.6.0"],
+             "flash-linear-attention": ["0.6.0"]}
+    matrix = github_matrix(farm, expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name]))
+    result = subprocess.run([jq, "-c", program.group(1)], input=json.dumps(matrix), capture_output=True, text=True,
+                            check=True)
+    assert json.loads(result.stdout) == tested_matrix(matrix) and 0 < len(tested_matrix(matrix)["include"]) < len(
+        matrix["include"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from builder.core import net
 from builder.core.settings import Settings
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
@@ -23,6 +24,8 @@ COMMON_FLAGS: dict[str, dict[str, object]] = {
     "patches": {"type": Path, "help": "patches folder (default: patches/ beside the recipes folder; BUILDER_PATCHES)"},
     "offline": {"action": "store_true", "help": "use cached sources, indexes, toolkits and venvs only "
                 "(BUILDER_OFFLINE=1)"},
+    "net-deadline": {"type": net.seconds, "metavar": "SECONDS", "help": "the longest one download may take, retries "
+                     "included (default 300; BUILDER_NET_DEADLINE; docs: Network policy)"},
 }
 
 
@@ -37,12 +40,17 @@ def add_common(parser: argparse.ArgumentParser, *only: str) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The Settings the common flags (--cache-dir, --wheelhouse, --recipes, --patches, --offline) give."""
-    return Settings.from_env(
+    """The Settings the common flags (--cache-dir, --wheelhouse, --recipes, --patches, --offline,
+    --net-deadline) give. Their network policy becomes the process's (``net.use``): every fetch follows it, and
+    uv processes started from here inherit its timeouts."""
+    settings = Settings.from_env(
         os.environ,
         cache_dir=getattr(args, "cache_dir", None),
         wheelhouse=getattr(args, "wheelhouse", None),
         recipes_dir=getattr(args, "recipes", None),
         patches_dir=getattr(args, "patches", None),
         offline=getattr(args, "offline", False),
+        net_deadline_s=getattr(args, "net_deadline", None),
     )
+    net.use(settings.net, os.environ)
+    return settings

@@ -1,4 +1,4 @@
-"""`builder coverage [PACKAGE…]`: every (torch minor, CUDA line, Python) cell users live in, and the wheel of the
+"""`builder coverage [PACKAGE…]`: every (torch minor, CUDA line, Python, platform) cell users live in, and the wheel of the
 wheelhouse that serves it, with its evidence, or why none does (builder/farm/coverage.py)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from builder.cli.common import out, settings_from_args
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     p = sub.add_parser("coverage", help="the users' matrix per package: which cells a verified wheel serves",
-                       description="The (torch minor, CUDA line >= 12.8, Python) cells the known torch indexes offer "
-                                   "(x86_64), each with the wheelhouse's wheel that serves it and its evidence "
+                       description="The (torch minor, CUDA line >= 12.8, Python, platform) cells the known torch "
+                                   "indexes offer (x86_64 and aarch64), each with the wheelhouse's wheel that serves it and its evidence "
                                    "(kernel-tested, import-verified, built), or why it is missing. A cell counts as "
                                    "served only with evidence.")
     p.add_argument("packages", nargs="*", metavar="PACKAGE", help="recipes to show (default: every recipe)")
@@ -26,18 +26,12 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="the same data as JSON (the nightly's summary)")
     fmt.add_argument("--markdown", action="store_true", help="tables as GitHub markdown")
-    add_common(p, "cache-dir", "wheelhouse", "recipes", "patches", "offline")
+    add_common(p, "cache-dir", "wheelhouse", "recipes", "patches", "offline", "net-deadline")
     return {"coverage": cmd_coverage}
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from builder.farm.coverage import (
-        AARCH64_LINE,
-        MISSING,
-        compact_pythons,
-        coverage_report,
-        totals_line,
-    )
+    from builder.farm.coverage import MISSING, compact_pythons, coverage_report, totals_line
 
     settings = settings_from_args(args)
     reports, meta = coverage_report(args.packages, settings, farm_file=args.farm)
@@ -46,26 +40,28 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         return 0
     if args.markdown:
         for r in reports:
-            print(f"### {r.package} {r.version}\n\n| CUDA | torch | Python | evidence | wheel |\n|---|---|---|---|---|")
-            for cuda, torch, pythons, c in r.rows():
-                print(f"| {cuda} | {torch} | {compact_pythons(pythons)} | {c.evidence} | {c.wheel or ''} |")
-            print(f"\n{totals_line(r)}  \n{AARCH64_LINE}\n")
+            print(f"### {r.package} {r.version}\n\n| platform | CUDA | torch | Python | evidence | wheel |\n"
+                  "|---|---|---|---|---|---|")
+            for platform, cuda, torch, pythons, c in r.rows():
+                print(f"| {platform} | {cuda} | {torch} | {compact_pythons(pythons)} | {c.evidence} | {c.wheel or ''} |")
+            print(f"\n{totals_line(r)}\n")
         return 0
     styles = {"kernel-tested": "green", "import-verified": "cyan", "built": "yellow", MISSING: "red"}
     for r in reports:
-        table = Table("CUDA", "torch", "Python", Column("evidence", overflow="fold"), Column("wheel", overflow="fold"),
-                      title=f"{r.package} {r.version}: x86_64, wheelhouse {escape(str(meta['wheelhouse']))}")
-        for cuda, torch, pythons, c in r.rows():
-            table.add_row(cuda, torch, compact_pythons(pythons),
+        table = Table("platform", "CUDA", "torch", "Python", Column("evidence", overflow="fold"),
+                      Column("wheel", overflow="fold"),
+                      title=f"{r.package} {r.version}: {' and '.join(meta['platforms'])}, wheelhouse "
+                            f"{escape(str(meta['wheelhouse']))}")
+        for platform, cuda, torch, pythons, c in r.rows():
+            table.add_row(platform, cuda, torch, compact_pythons(pythons),
                           f"[{styles.get(c.status, '')}]{escape(c.evidence)}[/]", escape(c.wheel or ""))
         out.print(table)
         out.print(escape(totals_line(r)))
-        out.print(AARCH64_LINE)
         for note in r.notes:
             out.print(f"note: {escape(note)}")
     sources = "; ".join(f"{i['name']}: {i['source']}" for i in meta["indexes"])
-    out.print(f"matrix: {meta['matrix_cells']} cells (CUDA >= {meta['min_cuda']}, free-threaded Pythons not counted) "
-              f"from {escape(sources)}")
+    out.print(f"matrix: {meta['matrix_cells']} cells (CUDA >= {meta['min_cuda']}, {' and '.join(meta['platforms'])}: "
+              f"aarch64 Pythons {meta['aarch64_pythons']}; free-threaded Pythons not counted) from {escape(sources)}")
     for note in meta["notes"]:
         out.print(f"note: {escape(note)}")
     return 0

@@ -50,35 +50,44 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="github: {\"include\": [...]} on one line, for strategy.matrix")
     p.add_argument("--changed", action="store_true",
                    help="only targets that no wheel in the wheelhouse was built from (same inputs)")
+    p.add_argument("--tested", action="store_true",
+                   help="with --format github: only the targets a configured GPU runner can test ([runners] available)")
     add_common(p)
 
     p = sub.add_parser("watch", help="upstream versions on PyPI newer than the wheelhouse holds")
-    _farm_file_args(p)
+    _farm_file_args(p, platform=False)
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table",
                    help="table (default), json, or markdown (for a GitHub step summary)")
     add_common(p)
     return {"farm": cmd_farm, "matrix": cmd_matrix, "watch": cmd_watch}
 
 
-def _farm_file_args(p: argparse.ArgumentParser) -> None:
+def _farm_file_args(p: argparse.ArgumentParser, platform: bool = True) -> None:
     p.add_argument("--file", type=Path, help="farm file (default: farm.toml here or in a parent folder)")
     p.add_argument("--only", action="append", default=[], metavar="PACKAGE", help="only this package (repeatable)")
+    if platform:
+        p.add_argument("--platform", action="append", default=[], metavar="PLATFORM",
+                       help="only the targets built for this platform, x86_64 or aarch64 (repeatable; a pure-Python "
+                       "wheel, built once for every platform, is built on the first of its platforms)")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
     from builder.farm.expand import expand
     from builder.farm.spec import find_farm_file, load_farm
+    from builder.model.platform import parse_platform
 
+    wanted = {parse_platform(text) for text in getattr(args, "platform", None) or ()}  # a typo fails before any work
     settings = settings_from_args(args)
     farm = load_farm(find_farm_file(args.file), settings)
-    return settings, farm, expand(farm, settings, only=args.only)
+    targets = expand(farm, settings, only=args.only)
+    return settings, farm, [t for t in targets if not wanted or t.platform in wanted]
 
 
 # ---------------------------------------------------------------- builder matrix
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from builder.farm.expand import coverage, github_matrix, serving, summary
+    from builder.farm.expand import coverage, github_matrix, serving, summary, tested_matrix
     from builder.farm.unchanged import changed_targets
 
     settings, farm, targets = _load(args)
@@ -93,15 +102,17 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         raise UsageError(f"{len(targets)} targets: a GitHub Actions matrix holds at most {GITHUB_MATRIX_LIMIT} jobs",
                          "split the farm with --only PACKAGE, or narrow it")
     if args.format == "github":
-        _emit(json.dumps(matrix, separators=(",", ":")))
+        _emit(json.dumps(matrix if not args.tested else tested_matrix(matrix), separators=(",", ":")))
         return 0
+    untested = [row for row in matrix["include"] if row["untested"]]
     served = serving(targets, settings)
     covered = coverage(targets, served)
-    totals = summary(covered)
+    totals = {**summary(covered), "untested": len(untested)}
     if args.format == "json":
         _emit(json.dumps({
             "farm": str(farm.file),
-            "targets": [{**row, "abi": str(t.abi), "cells_served": len(served[t.id])}
+            "targets": [{**row, "abi": str(t.abi), "cells_served": len(served[t.id]),
+                         "platforms": [p.name for p in t.platforms]}
                         for t, row in zip(targets, matrix["include"], strict=True)],
             "summary": totals,
             "packages": [{"package": c.package, "version": c.version, "targets": len(c.targets),
@@ -109,17 +120,20 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                           "cells": [cell.as_list() for cell in sorted(c.cells, key=_cell_order)]} for c in covered],
         }, indent=2))
         return 0
-    table = Table("package", "version", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain", "GPU runner",
+    table = Table("package", "version", "platform", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain",
+                  Column("GPU runner", overflow="fold"),
                   title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
     for target, row in zip(targets, matrix["include"], strict=True):
         abi = f"stable >={target.port.floor_text}" if target.stable and target.port else "per-torch"
-        table.add_row(row["package"], row["version"], row["cuda"],
+        platform = row["platform"] if target.kind.is_cuda else "+".join(p.name for p in target.platforms) + " (any)"
+        table.add_row(row["package"], row["version"], platform, row["cuda"],
                       row["arch"] if target.kind.is_cuda else "(any)", row["python"], row["torch"], abi,
-                      str(len(served[target.id])), target.toolchain, row["runner"])
+                      str(len(served[target.id])), target.toolchain,
+                      row["runner"] or f"[yellow]{escape(_short_untested(row['untested']))}[/]")
     out.print(table)
     table = Table("package", "version", "targets", "compiles", "cells served",
-                  Column("torch minors × Pythons, per CUDA line", overflow="fold"),
-                  title="what they serve: the (torch minor, CUDA line, Python) cells a user can have")
+                  Column("torch minors × Pythons, per CUDA line and platform", overflow="fold"),
+                  title="what they serve: the (torch minor, CUDA line, Python, platform) cells a user can have")
     for c in covered:
         table.add_row(c.package, c.version, str(len(c.targets)),
                       f"{c.compiles}" + (f" ({c.stable} stable)" if c.stable else ""), str(len(c.cells)),
@@ -128,31 +142,49 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     which = "the changed targets" if args.changed else "the farm"
     out.print(f"compiles needed: [bold]{totals['compiles']}[/bold] ({totals['stable_compiles']} stable-ABI, "
               f"{totals['per_torch_compiles']} per-torch), plus {totals['pure_python_builds']} pure-Python builds")
-    out.print(f"cells served by {which}: [bold]{totals['cells_served']}[/bold] (torch minor × CUDA line × Python); "
-              f"per-torch wheels for the compiled packages' {totals['compiled_cells_served']} cells would take "
-              f"{totals['compiled_cells_served']} compiles")
+    per_platform = ", ".join(f"{k.removeprefix('cells_served_')} {v}" for k, v in totals.items()
+                             if k.startswith("cells_served_"))
+    out.print(f"cells served by {which}: [bold]{totals['cells_served']}[/bold] (torch minor × CUDA line × Python × "
+              f"platform{': ' + per_platform if per_platform else ''}); per-torch wheels for the compiled packages' "
+              f"{totals['compiled_cells_served']} cells would take {totals['compiled_cells_served']} compiles")
+    if untested:
+        out.print(f"[yellow]untested: {len(untested)} of {len(targets)} targets[/yellow] (built and staged, not "
+                  "promoted: no configured GPU runner has their platform and an arch they carry)")
+        for row in untested:
+            out.print(f"  {escape(row['id'])}: {escape(row['untested'])}")
     return 0
+
+
+def _short_untested(text: str) -> str:
+    """``untested: no runner for aarch64 sm_121,110 (none of ...)`` → without the parenthesis (the table's cell)."""
+    return text.split(" (", 1)[0]
 
 
 def _cell_order(cell: Any) -> tuple:
     from packaging.version import Version
 
-    return Version(cell.cuda), Version(cell.torch), Version(cell.python)
+    return Version(cell.cuda), Version(cell.torch), Version(cell.python), cell.platform
 
 
 def _cells_text(cells: Any) -> str:
-    """``13.0: torch 2.11-2.14 × py3.10-3.14 (20); 13.2: torch 2.15 × py3.11-3.15 (5)``."""
+    """``13.0 x86_64+aarch64: torch 2.11-2.14 × py3.10-3.14 (40); 13.2 aarch64: torch 2.15 × py3.11-3.15 (5)``: per
+    CUDA line, the platforms that have the same cells together (none named where x86_64 is the only one)."""
     from packaging.version import Version
 
-    by_line: dict[str, list] = {}
+    by_line: dict[str, dict[str, set]] = {}
     for cell in cells:
-        by_line.setdefault(cell.cuda, []).append(cell)
+        by_line.setdefault(cell.cuda, {}).setdefault(cell.platform, set()).add((cell.torch, cell.python))
     parts = []
     for line in sorted(by_line, key=Version):
-        group = by_line[line]
-        torches = _span(sorted({c.torch for c in group}, key=Version))
-        pythons = _span(sorted({c.python for c in group}, key=lambda p: Version(p) if p[:1].isdigit() else Version("0")))
-        parts.append(f"{line}: torch {torches} × py{pythons} ({len(group)})")
+        merged: dict[frozenset, list[str]] = {}
+        for platform in sorted(by_line[line], key=lambda p: (p != "x86_64", p)):
+            merged.setdefault(frozenset(by_line[line][platform]), []).append(platform)
+        for group, platforms in merged.items():
+            torches = _span(sorted({t for t, _ in group}, key=Version))
+            pythons = _span(sorted({p for _, p in group},
+                                   key=lambda p: Version(p) if p[:1].isdigit() else Version("0")))
+            where = "" if platforms == ["x86_64"] and len(by_line[line]) == 1 else " " + "+".join(platforms)
+            parts.append(f"{line}{where}: torch {torches} × py{pythons} ({len(group) * len(platforms)})")
     return "; ".join(parts)
 
 

@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     build.add_argument("--cuda", action="append", required=True,
                        help="CUDA version with a Dockerfile in dockerfiles/ (12.8, 12.9, 13.0); repeatable")
     build.add_argument("--base-image", help="replace the Dockerfile's BASE_IMAGE (a local stand-in for nvidia/cuda)")
+    build.add_argument("--platform", help="x86_64 (dockerfiles/manylinux-cuda-X.Y) or aarch64 "
+                       "(dockerfiles/manylinux-aarch64-cuda-X.Y, built on an arm64 machine); default: this machine's")
     build.add_argument("--force", action="store_true", help="rebuild even when the tagged image exists")
     isub.add_parser("list", help="list the build images on the container engine")
     return {"images": cmd_images}
@@ -38,6 +40,7 @@ def _client() -> Any:  # a docker SDK client (untyped), as container.connect ret
 
 def cmd_images(args: argparse.Namespace) -> int:
     from builder.core.log import log
+    from builder.model.platform import parse_platform, this_machine
     from builder.toolchain.images import build_image, find_image, image_ref, image_spec, list_images, short_tag
 
     client = _client()
@@ -46,10 +49,12 @@ def cmd_images(args: argparse.Namespace) -> int:
             for image in list_images(client):
                 labels = image.labels
                 out.print(f"{', '.join(short_tag(t) for t in image.tags)}  id {image.short_id}  CUDA {labels.get('org.cuda-wheel-builder.cuda')}"
+                          f"  platform {labels.get('org.cuda-wheel-builder.platform', 'x86_64')}"
                           f"  base {labels.get('org.cuda-wheel-builder.base-image')}", markup=False)
             return 0
+        platform = parse_platform(args.platform) if args.platform else this_machine()
         for cuda in args.cuda:
-            spec = image_spec(cuda, args.base_image)
+            spec = image_spec(cuda, args.base_image, platform=platform)
             image = None if args.force else find_image(client, spec, any_base=False)
             if image is not None:
                 out.print(f"up to date: {spec.tag} (id {image.short_id}, base {spec.base_image})", markup=False)

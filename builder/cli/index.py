@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                       help="remove local wheels the published index does not hold (an exact mirror)")
     pull.add_argument("--missing-ok", action="store_true",
                       help="nothing published there yet (HTTP 404 for simple/index.json) is not an error: a first run")
-    pull.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
-    add_common(pull, "wheelhouse")
+    pull.add_argument("--timeout", type=float, metavar="SECONDS",
+                      help="the longest wait for a byte (default 30: the network policy's, BUILDER_NET_TIMEOUT)")
+    add_common(pull, "wheelhouse", "net-deadline")
 
     serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
     serve.add_argument("--host", default="127.0.0.1",

@@ -19,6 +19,7 @@ from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings, default_jobs
 from builder.discovery.compat import known_cuda_text
 from builder.model.abi import ABI_CHOICES
+from builder.model.platform import Platform, parse_platform, this_machine
 from builder.model.python import PythonSpec
 from builder.model.recipe import expand_name, list_recipes, load_recipe
 from builder.stages.compilercache import add_compiler_cache_arg
@@ -45,6 +46,9 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
                         help="torch-stable: one cp310-abi3 wheel for every torch of the CUDA major from the recipe's "
                         "floor on (recipes with a stable-ABI port); per-torch: pinned to one torch; auto (default): "
                         "torch-stable where the recipe's port covers the version and torch")
+    parser.add_argument("--platform", help="CPU platform of the wheel: x86_64 or aarch64 (GH200, GB200/GB300, "
+                        "Jetson Thor, DGX Spark); default: this machine's, or with --python PATH that env's. Another "
+                        "than this machine's is cross-compiled (docs/BUILDS.md \"aarch64\")")
     parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
     parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
     # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
@@ -116,6 +120,7 @@ def _target(args: argparse.Namespace) -> Target:
     from builder.user.targetenv import infer_archs, infer_cuda
 
     _check_cheap_flags(args)
+    platform = _platform(args)  # first: an interpreter of another platform is refused before it is run
     cuda = validate_cuda(infer_cuda(args.cuda, args.python), settings_from_args(args))
     pure = _is_pure_python(getattr(args, "package", "") or getattr(args, "name", ""), args)
     archs = infer_archs(args.arch, required=not pure)
@@ -133,7 +138,26 @@ def _target(args: argparse.Namespace) -> Target:
         jobs=jobs,
         test_patches=tuple(getattr(args, "test_patch", []) or ()),
         abi=getattr(args, "abi", "auto"),
+        platform=platform,
     )
+
+
+def _platform(args: argparse.Namespace) -> Platform:
+    """--platform as given, else the --python env's machine (probed where it is a path), else this machine's."""
+    text = getattr(args, "platform", None)
+    if args.python.is_path:
+        from builder.user.targetenv import env_platform
+
+        found = env_platform(args.python.text)
+        if found != this_machine():  # the build runs that interpreter: it must be one this machine runs
+            raise UsageError(f"--python {args.python}: an {found} interpreter, which cannot run this machine's build",
+                             f"cross-build with --platform {found} --python 3.X (a version: the build runs here, the "
+                             f"import test in Debian's {found} Python under qemu)")
+        if text and parse_platform(text) != found:
+            raise UsageError(f"--platform {text} but --python {args.python} is an {found} interpreter",
+                             "leave --platform out, or give --python a version")
+        return found
+    return parse_platform(text) if text else this_machine()
 
 
 def _check_cheap_flags(args: argparse.Namespace) -> None:

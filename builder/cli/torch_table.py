@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="only this index: pypi, cu128 (PyTorch's channel) or any URL or folder, as for builder build")
     p.add_argument("--write-snapshot", action="store_true",
                    help="read every index now and write the snapshot shipped in the package (maintainers)")
-    add_common(p, "cache-dir", "offline")
+    add_common(p, "cache-dir", "offline", "net-deadline")
     return {"torch-table": cmd_torch_table}
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from builder.cli.common import out, settings_from_args
 from builder.core.errors import UsageError
 from builder.model.cuda import CudaVersion
+from builder.model.platform import this_machine
 
 if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--python", help="the env's interpreter or venv folder (default: the active venv, else python3)")
     p.add_argument("--from", dest="source", help="wheelhouse to match against: a folder or URL (default ./wheelhouse)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    add_common(p, "cache-dir", "recipes", "patches", "offline")
+    add_common(p, "cache-dir", "recipes", "patches", "offline", "net-deadline")
 
     p = sub.add_parser("install", help="install the fitting wheels into an env, never changing its torch")
     p.add_argument("packages", nargs="+", metavar="PACKAGE", help="recipe names, e.g. causal-conv1d fla-core (or fla)")
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--arch", help="GPU archs for a wheel built when none fits (default: this machine's GPUs)")
     p.add_argument("--no-build", action="store_true", help="never build; stop with the ways forward when nothing fits")
     p.add_argument("--dry-run", action="store_true", help="show what would be installed and the command")
-    add_common(p, "cache-dir", "recipes", "patches", "offline")
+    add_common(p, "cache-dir", "recipes", "patches", "offline", "net-deadline")
     return {"doctor": cmd_doctor, "install": cmd_install}
 
 
@@ -103,23 +104,38 @@ def _render_env(report: DoctorReport) -> None:
     rows = Table(show_header=False, box=None, title=f"builder doctor: {report.python}", title_justify="left")
     rows.add_row("Python", f"{py.version} ({'venv ' + str(py.prefix) if py.is_venv else py.executable})"
                  + (f", glibc {py.glibc}" if py.glibc else ""))
+    rows.add_row("platform", _platform_text(report))
     torch = env.torch
     if torch.version:
         rows.add_row("torch", f"{torch.version}: " + (f"a CUDA {torch.cuda} build" if torch.cuda else "a CPU build")
                      + f"; CUDA usable: {'yes' if torch.cuda_available else 'no'}")
     else:
         rows.add_row("torch", "not installed" if not torch.installed else f"fails to import: {torch.error}")
-    gpus = [f"{d.name} (sm_{d.sm})" for d in torch.devices] or [f"{g.name} (sm_{g.sm})" for g in machine.driver.gpus]
-    rows.add_row("GPUs", ", ".join(gpus) if gpus else
-                 f"none visible ({machine.driver.error or 'nvidia-smi lists none'}; torch sees no device)")
+    gpus = [f"{d.name} (sm_{d.sm})" for d in torch.devices] or (
+        [] if report.facts.cross else [f"{g.name} (sm_{g.sm})" for g in machine.driver.gpus])
+    none = ("none visible to this env (torch sees no device; this machine's GPUs are not its)" if report.facts.cross
+            else f"none visible ({machine.driver.error or 'nvidia-smi lists none'}; torch sees no device)")
+    rows.add_row("GPUs", ", ".join(gpus) if gpus else none)
     if machine.driver.version:
         rows.add_row("driver", f"{machine.driver.version}, runs CUDA <= {machine.driver.cuda or '?'}")
     compilers = ", ".join(f"nvcc {c.version} at {c.home}" for c in machine.compilers) or "no nvcc / CUDA_HOME"
     rows.add_row("compilers", compilers + f"; container engine: {machine.engine or 'none answers'}")
     if torch.cuda:
-        can, how = machine.can_build(CudaVersion.parse(torch.cuda))
-        rows.add_row("build here", f"CUDA {torch.cuda} wheels: " + (f"yes, with {how}" if can else f"no: {how}"))
+        can, how = machine.can_build(CudaVersion.parse(torch.cuda), report.facts.platform)
+        what = f"CUDA {torch.cuda} {report.facts.machine} wheels" if report.facts.cross else f"CUDA {torch.cuda} wheels"
+        rows.add_row("build here", f"{what}: " + (f"yes, with {how}" if can else f"no: {how}"))
     out.print(rows)
+
+
+def _platform_text(report: DoctorReport) -> str:
+    """The env's CPU platform (as its interpreter says), and how it relates to this machine's."""
+    facts, here = report.facts, this_machine()
+    if facts.platform is None:
+        return f"{facts.machine}: the builder makes wheels for x86_64 and aarch64 only"
+    if facts.cross:
+        return (f"{facts.machine} (run here under qemu; this machine is {here}: its wheels are cross-built here, "
+                f"builder build … --platform {facts.machine})")
+    return f"{facts.machine} (this machine's)"
 
 
 def _render_packages(report: DoctorReport) -> None:

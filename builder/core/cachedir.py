@@ -8,6 +8,7 @@ can be made again, skipping anything a running build or test holds (its file loc
 from __future__ import annotations
 
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -98,6 +99,24 @@ def last_used(entry: Path) -> float:
     return max(entry.lstat().st_mtime, marker.stat().st_mtime if marker.is_file() else 0.0)
 
 
+def check_cache_dir(path: Path) -> None:
+    """Refuse a cache folder that is a file, or lies under one, before any work (mkdir would fail deep inside the
+    first stage with NotADirectoryError); a folder that does not exist yet is fine: it is made on first use."""
+    for folder in (path, *path.parents):
+        try:
+            mode = folder.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not there yet, or under a file: the loop reaches the file
+        except OSError as e:
+            raise UsageError(f"cache folder {path}: {folder} cannot be read ({e.strerror or e})",
+                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder you can write") from e
+        if not stat.S_ISDIR(mode):
+            where = "is a file" if folder == path else f"lies under {folder}, which is a file"
+            raise UsageError(f"cache folder {path} {where}, not a folder",
+                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder, or move the file away")
+        return
+
+
 def memo_dir(settings: Settings) -> Path:
     """Where the answers of nvcc, compilers and interpreters about themselves are remembered (core/filememo.py)."""
     return settings.cache("identity")
@@ -132,6 +151,7 @@ def _locks_for(entry: Path, settings: Settings) -> list[Path]:
 
 def usage(settings: Settings) -> list[Usage]:
     """Per section: entries, bytes that cleaning it alone frees, and when it was last used."""
+    check_cache_dir(settings.cache_dir)
     rows = []
     for name in SECTIONS:
         path = settings.cache_dir / name
@@ -168,6 +188,7 @@ def clean(settings: Settings, sections: list[str], *, older_than_days: float | N
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise UsageError(f"unknown cache section {', '.join(unknown)}", f"choose from {', '.join(SECTIONS)}")
+    check_cache_dir(settings.cache_dir)
     cutoff = time.time() - older_than_days * 86400 if older_than_days is not None else None
     done = []
     for name in sections:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
+
+# ELF e_machine values of the platforms the builder knows
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
 
 
 def elf_sections(data: bytes) -> dict[str, bytes]:
@@ -15,3 +19,16 @@ def elf_sections(data: bytes) -> dict[str, bytes]:
     names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
     return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
             for h in heads}
+
+
+def elf_machine(path: Path) -> str | None:
+    """The CPU an ELF file is for (``x86_64``, ``aarch64``, ``em-N`` for others); None if it is not an ELF file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    (machine,) = struct.unpack_from("<H" if head[5] == 1 else ">H", head, 18)
+    return ELF_MACHINES.get(machine, f"em-{machine}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.datafiles import default_patches_dir, default_recipes_dir
+from builder.core.errors import UsageError
+from builder.core.net import NetPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,6 +19,7 @@ class Settings:
     recipes_dir: Path
     patches_dir: Path
     offline: bool = False
+    net: NetPolicy = field(default_factory=NetPolicy)  # BUILDER_NET_* (core/net.py)
 
     @classmethod
     def from_env(
@@ -28,6 +31,7 @@ class Settings:
         recipes_dir: Path | None = None,
         patches_dir: Path | None = None,
         offline: bool = False,
+        net_deadline_s: float | None = None,
     ) -> Settings:
         cache = cache_dir or Path(
             env.get("BUILDER_CACHE_DIR")
@@ -35,6 +39,9 @@ class Settings:
         )
         recipes = recipes_dir or (Path(env["BUILDER_RECIPES"]) if env.get("BUILDER_RECIPES") else default_recipes_dir())
         house = wheelhouse or Path(env.get("BUILDER_WHEELHOUSE") or Path.cwd() / "wheelhouse")
+        from builder.core.cachedir import check_cache_dir  # cachedir reads Settings: imported here, not above
+
+        check_cache_dir(cache.resolve())
         return cls(
             cache_dir=cache.resolve(),
             wheelhouse=house.resolve(),
@@ -42,11 +49,16 @@ class Settings:
             patches_dir=(patches_dir or (Path(env["BUILDER_PATCHES"]) if env.get("BUILDER_PATCHES")
                                          else default_patches_dir(recipes.resolve()))).resolve(),
             offline=offline or env.get("BUILDER_OFFLINE") == "1",
+            net=NetPolicy.from_env(env, deadline_s=net_deadline_s),
         )
 
     def cache(self, *parts: str) -> Path:
         path = self.cache_dir.joinpath(*parts)
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError, PermissionError) as e:
+            raise UsageError(f"cache folder {path}: cannot be made ({e.strerror or e})",
+                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder you can write") from e
         return path
 
 

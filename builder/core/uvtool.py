@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from builder.core import net
 from builder.core.errors import ToolchainError
 from builder.core.log import log
+from builder.core.net import NetPolicy
 
 
 def uv_bin() -> str:
@@ -22,19 +25,57 @@ def uv_bin() -> str:
         return "uv"
 
 
-def run_uv(args: Sequence[str], *, what: str, env: Mapping[str, str] | None = None) -> str:
-    """Run ``uv ARGS``; on failure raise ToolchainError naming ``what`` with uv's last lines."""
-    argv = [uv_bin(), *args]
-    log.command(argv)
+def uv_env(env: Mapping[str, str] | None = None, policy: NetPolicy | None = None) -> dict[str, str]:
+    """The environment for a uv process: ``env`` (the process's by default) with the network policy's timeouts
+    and retries (``NetPolicy.uv_env``) where ``env`` does not set uv's own, and no progress bars."""
     full_env = dict(os.environ if env is None else env)
+    for key, value in (policy or net.current()).uv_env().items():
+        full_env.setdefault(key, value)
     full_env.setdefault("UV_NO_PROGRESS", "1")
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, env=full_env)
-    except FileNotFoundError as e:
-        raise ToolchainError("uv is not installed", "pip install uv (it is a dependency of this tool)") from e
+    return full_env
+
+
+def run_uv(args: Sequence[str], *, what: str, env: Mapping[str, str] | None = None,
+           policy: NetPolicy | None = None) -> str:
+    """Run ``uv ARGS`` under the network policy (``run_uv_process``); on failure raise ToolchainError naming
+    ``what`` with uv's last lines."""
+    result = run_uv_process([uv_bin(), *args], what=what, env=env, policy=policy)
     if result.returncode != 0:
         raise install_failure(what, result.stderr, where=_install_target(args))
     return result.stdout
+
+
+def run_uv_process(argv: Sequence[str], *, what: str, env: Mapping[str, str] | None = None,
+                   policy: NetPolicy | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the uv command line ``argv`` with the network policy's environment (``uv_env``), stopped with its
+    children after the policy's ``uv_deadline_s`` (uv's own timeout is per read: a server that drips bytes
+    never trips it): a ToolchainError naming ``what``. Its output is captured; its exit code is the caller's."""
+    policy = policy or net.current()
+    log.command(argv)
+    try:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=uv_env(env, policy), start_new_session=True)
+    except FileNotFoundError as e:
+        raise ToolchainError("uv is not installed", "pip install uv (it is a dependency of this tool)") from e
+    try:
+        stdout, stderr = proc.communicate(timeout=policy.uv_deadline_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        cure = "check the index it downloads from, or raise the limit with BUILDER_UV_DEADLINE=SECONDS"
+        raise ToolchainError(f"{what}: uv ran past the {policy.uv_deadline_s:g} s deadline and was stopped", cure) \
+            from None
+    finally:
+        if proc.poll() is None:  # interrupted (Ctrl-C): leave no uv behind
+            _kill_group(proc)
+    return subprocess.CompletedProcess(list(argv), proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 # A CUDA build of torch with its nvidia-* libraries fills about 5 GiB of venv (plus the same again in uv's cache

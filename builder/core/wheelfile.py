@@ -9,7 +9,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from builder.core.errors import InspectError
 
@@ -22,6 +22,23 @@ def read_entries(wheel: Path) -> dict[str, bytes]:
             return {info.filename: zf.read(info) for info in zf.infolist() if not info.is_dir()}
     except (zipfile.BadZipFile, OSError) as e:
         raise InspectError(f"{wheel.name} is not a readable wheel: {e}") from e
+
+
+def check_wheel_file(wheel: Path) -> None:
+    """A file given as a wheel is one: a wheel's file name, and a zip that opens with a ``*.dist-info/WHEEL``
+    inside. Checked before the name is used to find a recipe, so that a zip or a truncated wheel says what it is."""
+    hint = "give a .whl file (a wheel this tool built), or a package name"
+    try:
+        parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as e:
+        raise InspectError(f"{wheel}: not a wheel: {e}", hint) from e
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise InspectError(f"{wheel}: not a wheel: not a readable zip ({e})", hint) from e
+    if not any(n.count("/") == 1 and n.endswith(".dist-info/WHEEL") for n in names):
+        raise InspectError(f"{wheel}: not a wheel: a zip without a .dist-info/WHEEL file", hint)
 
 
 def modes(wheel: Path) -> dict[str, int]:

@@ -9,6 +9,7 @@ hand-kept table: every answer comes from a ``Listing`` (index, cache or the ship
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from builder.core.datafiles import data_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.torchindex import (
+    MIN_TORCH,
     PYPI_SIMPLE,
     PYTORCH_CHANNELS,
     PYTORCH_INDEX,
@@ -31,7 +33,9 @@ __all__ = [
     "PYPI_SIMPLE",
     "PYTORCH_INDEX",
     "TorchIndex",
+    "check_holds_torch",
     "check_torch_listed",
+    "custom_index_url",
     "check_torch_matches_cuda",
     "default_torch",
     "known_cuda",
@@ -124,13 +128,70 @@ def resolve_index(spec: str | None, settings: Settings | None = None) -> TorchIn
     if name is not None:
         return TorchIndex(name, KNOWN_INDEXES[name], discover(name, KNOWN_INDEXES[name], settings))
     assert spec is not None
+    url = custom_index_url(spec)
+    if settings is None:
+        return TorchIndex("custom", url, None)
+    listing = discover("custom", url, settings)
+    check_holds_torch(spec, listing, settings)
+    return TorchIndex("custom", url, listing)
+
+
+INDEX_SCHEMES = ("http", "https", "file")
+_INDEX_CURE = "give an http(s):// simple index, a local index folder (a path or file:// URL) or a known name: "
+
+
+def custom_index_url(spec: str) -> str:
+    """The URL of a ``--torch-index`` that is not a known name, checked without the network: a scheme uv and this
+    builder both read (http, https, file) and, for a local folder, that it exists and holds a torch project
+    (``torch/index.html`` or ``torch/index.json``). Anything else would be replaced by a torch from elsewhere."""
+    known = ", ".join(KNOWN_INDEXES)
     if "://" not in spec and not spec.startswith("/"):
-        raise UsageError(
-            f"--torch-index: {spec!r} is neither a URL nor a known index",
-            f"known: {', '.join(KNOWN_INDEXES)}",
-        )
-    url = (spec if "://" in spec else f"file://{spec}").rstrip("/")
-    return TorchIndex("custom", url, discover("custom", url, settings) if settings is not None else None)
+        raise UsageError(f"--torch-index: {spec!r} is neither a URL nor a known index", f"known: {known}")
+    if "://" not in spec:
+        check_local_index(spec, Path(spec))
+        return f"file://{spec}".rstrip("/")
+    parsed = urllib.parse.urlsplit(spec)
+    scheme = parsed.scheme.lower()
+    if scheme not in INDEX_SCHEMES:
+        raise UsageError(f"--torch-index {spec}: the {scheme}:// scheme cannot be read (only "
+                         f"{', '.join(INDEX_SCHEMES)})", _INDEX_CURE + known)
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise UsageError(f"--torch-index {spec}: a file:// URL names a folder on this machine, not on "
+                             f"{parsed.netloc}", "write file:///path/to/simple or the path itself")
+        check_local_index(spec, Path(urllib.parse.unquote(parsed.path)))
+    elif not parsed.hostname:
+        raise UsageError(f"--torch-index {spec}: the URL names no host", _INDEX_CURE + known)
+    return spec.rstrip("/")
+
+
+def check_local_index(spec: str, folder: Path) -> None:
+    """Refuse a local simple index that does not exist or does not serve torch, saying which."""
+    cure = "give the folder of a PEP 503 simple index: it holds torch/index.html (or torch/index.json)"
+    if not folder.exists():
+        raise UsageError(f"--torch-index {spec}: no such folder", cure)
+    if not folder.is_dir():
+        raise UsageError(f"--torch-index {spec}: not a folder", cure)
+    project = folder / "torch"
+    if not ((project / "index.html").is_file() or (project / "index.json").is_file()):
+        raise UsageError(f"--torch-index {spec}: the folder holds no torch project (no torch/index.html or "
+                         "torch/index.json)", cure)
+
+
+def check_holds_torch(spec: str, listing: Listing, settings: Settings) -> None:
+    """Refuse a custom index whose torch list is neither readable now nor cached, or that lists no torch: the
+    build would otherwise install a torch from somewhere else."""
+    if listing.source == "none":
+        if settings.offline and not listing.url.startswith("file://"):
+            raise UsageError(f"--torch-index {spec}: its torch list is not cached, and --offline reads no index",
+                             "run once without --offline (the list is then cached), or use a known index name")
+        raise UsageError(f"--torch-index {spec}: its torch list cannot be read ({listing.note})",
+                         "check the URL (it is the index's simple/ root, which serves torch/), or use a known index "
+                         f"name: {', '.join(KNOWN_INDEXES)}")
+    if not listing.releases:
+        read = "read now" if listing.source == "index" else f"the {listing.source} of {listing.read_at}"
+        raise UsageError(f"--torch-index {spec}: lists no torch release {MIN_TORCH} or newer ({read})",
+                         "check that it is the index's simple/ root and that it serves torch wheels")
 
 
 def default_torch(index: TorchIndex, cuda: CudaVersion) -> str:

@@ -31,7 +31,6 @@ import re
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +48,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from builder.core import net
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -61,7 +61,6 @@ PYTORCH_CHANNELS = ("cu126", "cu128", "cu129", "cu130", "cu132")
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "torch-snapshot.json"
 DEFAULT_TTL_S = 24 * 3600
 UNREACHABLE_RETRY_S = 3600
-TIMEOUT_S = 30
 MIN_TORCH = Version("2.0")
 WORKERS = 4
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
@@ -185,15 +184,19 @@ class _Anchors(HTMLParser):
 
 
 def _get(url: str, accept: str | None = None, byte_range: str | None = None) -> tuple[bytes, str]:
-    headers = {"User-Agent": "cuda-wheel-builder"}
+    """The body and Content-Type at ``url``, under the network policy (core/net.py)."""
+    headers = {}
     if accept:
         headers["Accept"] = accept
     if byte_range:
         headers["Range"] = byte_range
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S) as response:
+
+    def read(response: net.Body) -> tuple[bytes, str]:
         if byte_range and response.status != 206:  # a server that ignores Range would send the whole wheel
             raise OSError(f"{url}: the server ignored the range request")
         return response.read(), response.headers.get("Content-Type", "") or ""
+
+    return net.open_url(url, read, headers=headers)
 
 
 def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
@@ -268,11 +271,12 @@ class _RangeReader(_Seekable):
 
 
 def _remote_size(url: str) -> int:
-    request = urllib.request.Request(url, method="HEAD", headers={"User-Agent": "cuda-wheel-builder"})
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+    def size(response: net.Body) -> int:
         if response.headers.get("Accept-Ranges", "").lower() != "bytes":
             raise OSError(f"{url}: no range requests")
         return int(response.headers["Content-Length"])
+
+    return net.open_url(url, size, method="HEAD")
 
 
 def _metadata_from_zip(file: Any, filename: str) -> str:
@@ -419,15 +423,18 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     refresh = refresh or env.get("BUILDER_INDEX_REFRESH") == "1"
     if cached is not None and not refresh and (settings.offline or _age_s(cached.read_at) < ttl_s(env)):
         return replace(cached, name=name)
-    # an index that could not be read is not asked again for an hour (a timeout each plan would be slow)
+    # an index that could not be read is not asked again for an hour (a timeout each plan would be slow) while a
+    # cached or shipped list can answer; with nothing else it is asked again. A local folder is read offline too.
     unreachable = path.with_name(path.name + ".unreachable")
-    recently_failed = unreachable.exists() and _age_s(unreachable.read_text().strip()) < UNREACHABLE_RETRY_S
-    if not settings.offline and (refresh or not recently_failed):
+    failed_at, why = _unreachable_note(unreachable)
+    recently_failed = _age_s(failed_at) < UNREACHABLE_RETRY_S and (cached or snapshot) is not None
+    if (not settings.offline or url.startswith("file://")) and (refresh or not recently_failed):
         try:
             listing = read_index(name, url, known=_known(cached, snapshot))
         except (OSError, urllib.error.URLError, ValueError) as e:
-            atomic_write(unreachable, _now())
-            log.warning(f"torch index {url} not readable ({e}); using "
+            why = str(e)[:300]
+            atomic_write(unreachable, f"{_now()}\n{why}\n")
+            log.warning(f"torch index {url} not readable ({why}); using "
                         + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
             atomic_write(path, json.dumps(_to_json(listing), indent=1))
@@ -437,7 +444,18 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         return replace(cached, name=name)
     if snapshot is not None:
         return replace(snapshot, name=name)
-    return Listing(name, url, (), "none", "", "not reachable, not cached, not in the snapshot")
+    reason = "offline" if settings.offline and not url.startswith("file://") else f"not reachable: {why}" if why \
+        else "not reachable"
+    return Listing(name, url, (), "none", "", f"{reason}; not cached, not in the snapshot")
+
+
+def _unreachable_note(marker: Path) -> tuple[str, str]:
+    """(when, why) an index was last found unreadable: the marker's two lines; ("", "") when there is none."""
+    try:
+        lines = marker.read_text().splitlines()
+    except OSError:
+        return "", ""
+    return (lines[0].strip() if lines else ""), (lines[1].strip() if len(lines) > 1 else "")
 
 
 def _known(cached: Listing | None, snapshot: Listing | None) -> dict[str, Release]:

@@ -1,9 +1,10 @@
 """What users have and what the wheelhouse gives them: ``builder coverage``.
 
-The users' matrix of a package is every (torch minor, CUDA line, Python minor) cell (``expand.Cell``) that the known
-torch indexes offer (PyPI and PyTorch's channels, ``discovery/compat.known_indexes``) on a CUDA line the recipe can
-serve (>= 12.8: the Blackwell archs), x86_64 only (no aarch64 axis yet, issue 27). Free-threaded Pythons are not
-counted (no recipe builds for them). For each cell, the wheel of the wheelhouse that serves it and the evidence:
+The users' matrix of a package is every (torch minor, CUDA line, Python minor, platform) cell (``expand.Cell``) that
+the known torch indexes offer (PyPI and PyTorch's channels, ``discovery/compat.known_indexes``) on a CUDA line the
+recipe can serve (>= 12.8: the Blackwell archs), on x86_64 and aarch64 (the indexes' listings name each release's
+Pythons, not its platforms: an aarch64 cell is counted where the x86_64 one is; PyPI and PyTorch's cu128+ channels
+carry CUDA torch wheels for both). Free-threaded Pythons are not counted (no recipe builds for them). For each cell, the wheel of the wheelhouse that serves it and the evidence:
 
 - ``kernel-tested``: the wheel's kernel suite passed on a GPU with that torch (a per-torch wheel's record; a stable
   wheel's ``gpu-kernel-tests`` torch check on that torch minor and CUDA line, or its own kernel test there);
@@ -15,7 +16,8 @@ counted (no recipe builds for them). For each cell, the wheel of the wheelhouse 
   it), ``no wheel built yet``.
 
 A cell counts as served only with evidence (kernel-tested or import-verified). A per-torch wheel's ``cp3XX`` tag
-serves that Python alone (``py3``: every Python); a ``cp310-abi3`` wheel every Python >= 3.10.
+serves that Python alone (``py3``: every Python); a ``cp310-abi3`` wheel every Python >= 3.10; a wheel's platform
+tag its platform (``any``: every platform).
 
 The package version is the newest in the recipe's range that has a wheel in the wheelhouse, else the recipe's newest
 known version (its pinned sdists and commits, its default version, its range's upper bound).
@@ -44,12 +46,13 @@ from builder.index.store import Wheelhouse
 from builder.model.abi import stable_label_major, torch_minor
 from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
+from builder.model.platform import PLATFORMS, of_wheel_platform
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.model.records import BuildRecord
 
 MIN_CUDA = CudaVersion.parse("12.8")  # the first CUDA with Blackwell (sm_100, sm_120) code
 ABI3_PYTHON = "3.10"
-AARCH64_LINE = "aarch64: not served: no aarch64 platform axis yet (issue 27)"
+USERS_PLATFORMS = tuple(PLATFORMS)  # x86_64, aarch64
 
 KERNEL = "kernel-tested"
 IMPORT = "import-verified"
@@ -80,8 +83,9 @@ class CellStatus:
         return self.status in (KERNEL, IMPORT)
 
     def to_json(self) -> dict[str, Any]:
-        return {"torch": self.cell.torch, "cuda": self.cell.cuda, "python": self.cell.python, "status": self.status,
-                "evidence": self.evidence, "wheel": self.wheel, "reason": self.reason}
+        return {"torch": self.cell.torch, "cuda": self.cell.cuda, "python": self.cell.python,
+                "platform": self.cell.platform, "status": self.status, "evidence": self.evidence, "wheel": self.wheel,
+                "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -98,17 +102,24 @@ class PackageCoverage:
             if c.status == MISSING:
                 missing[c.reason or "?"] = missing.get(c.reason or "?", 0) + 1
         count = lambda status: sum(1 for c in self.cells if c.status == status)  # noqa: E731
+        platforms = sorted({c.cell.platform for c in self.cells}, key=lambda p: (p != "x86_64", p))
         return {"cells": len(self.cells), "served": sum(1 for c in self.cells if c.served),
                 "kernel_tested": count(KERNEL), "import_verified": count(IMPORT), "built_unverified": count(BUILT),
                 "missing": sum(missing.values()), "missing_by_reason": dict(sorted(missing.items())),
-                "aarch64": AARCH64_LINE.removeprefix("aarch64: ")}
+                "by_platform": {p: {"cells": sum(1 for c in self.cells if c.cell.platform == p),
+                                    "served": sum(1 for c in self.cells if c.cell.platform == p and c.served)}
+                                for p in platforms}}
 
-    def rows(self) -> list[tuple[str, str, tuple[str, ...], CellStatus]]:
-        """The cells grouped compactly: (CUDA line, torch minor, Pythons, one of them) per equal outcome."""
-        groups: dict[tuple[str, str, str, str, str | None, str | None], list[CellStatus]] = {}
-        for c in sorted(self.cells, key=lambda c: (Version(c.cell.cuda), Version(c.cell.torch), Version(c.cell.python))):
-            groups.setdefault((c.cell.cuda, c.cell.torch, c.status, c.evidence, c.wheel, c.reason), []).append(c)
-        return [(key[0], key[1], tuple(c.cell.python for c in group), group[0]) for key, group in groups.items()]
+    def rows(self) -> list[tuple[str, str, str, tuple[str, ...], CellStatus]]:
+        """The cells grouped compactly: (platform, CUDA line, torch minor, Pythons, one of them) per equal outcome."""
+        groups: dict[tuple[str, str, str, str, str, str | None, str | None], list[CellStatus]] = {}
+        order = lambda c: (c.cell.platform != "x86_64", c.cell.platform, Version(c.cell.cuda),  # noqa: E731
+                           Version(c.cell.torch), Version(c.cell.python))
+        for c in sorted(self.cells, key=order):
+            groups.setdefault((c.cell.platform, c.cell.cuda, c.cell.torch, c.status, c.evidence, c.wheel, c.reason),
+                              []).append(c)
+        return [(key[0], key[1], key[2], tuple(c.cell.python for c in group), group[0])
+                for key, group in groups.items()]
 
     def to_json(self) -> dict[str, Any]:
         return {"package": self.package, "version": self.version, "version_from": self.version_from,
@@ -118,10 +129,12 @@ class PackageCoverage:
 # ---------------------------------------------------------------- the users' matrix
 
 
-def users_matrix(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA) -> tuple[frozenset[Cell], list[str]]:
+def users_matrix(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA,
+                 platforms: Iterable[str] = USERS_PLATFORMS) -> tuple[frozenset[Cell], list[str]]:
     """Every (torch minor, CUDA line, Python) the indexes offer on a CUDA line >= ``min_cuda`` (final releases; a
-    release whose index names no Pythons takes those of the same release on another index), and notes on what was
-    left out."""
+    release whose index names no Pythons takes those of the same release on another index), on each of
+    ``platforms``, and notes on what was left out."""
+    platforms = tuple(platforms)
     indexes = list(indexes)
     pythons_of: dict[Version, set[str]] = {}
     for index in indexes:
@@ -147,7 +160,7 @@ def users_matrix(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA
                 if not pythons:
                     unknown.append(f"torch {text} on {index.name} (CUDA {cuda.line}): Pythons unknown, not counted")
                 minor = "{}.{}".format(*torch_minor(text))
-                cells.update(Cell(minor, cuda.line, p) for p in pythons)
+                cells.update(Cell(minor, cuda.line, p, platform) for p in pythons for platform in platforms)
     return frozenset(cells), unknown
 
 
@@ -178,9 +191,18 @@ def _pythons_of_tags(filename: str) -> tuple[set[str] | None, bool]:
     return pythons, abi3
 
 
-def _x86_64(filename: str) -> bool:
+def wheel_platforms(filename: str) -> set[str] | None:
+    """The platforms a wheel's tags name (``manylinux_2_28_aarch64`` → aarch64); None for ``any`` (every platform);
+    an empty set for a platform the users' matrix does not have (win_amd64, macOS)."""
     _, _, _, tags = parse_wheel_filename(filename)
-    return any(t.platform == "any" or t.platform.endswith("x86_64") for t in tags)
+    found: set[str] = set()
+    for tag in tags:
+        if tag.platform == "any":
+            return None
+        platform = of_wheel_platform(tag.platform) if "linux" in tag.platform else None
+        if platform is not None:
+            found.add(platform.name)
+    return found
 
 
 def _kernel_text(record: BuildRecord, gpu: str | None = None) -> str:
@@ -206,6 +228,9 @@ def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cel
     """The cells of ``matrix`` this wheel is for, each with (status, evidence)."""
     label = wheel_label(filename)
     pythons, abi3 = _pythons_of_tags(filename)
+    platforms = wheel_platforms(filename)
+    if platforms is not None:
+        matrix = frozenset(c for c in matrix if c.platform in platforms)
     major = stable_label_major(label)
     if major is not None or (label is None and record is not None and record.is_stable_abi):
         return _stable_cells(record, major, matrix, floor)
@@ -281,7 +306,8 @@ def newest_known(recipe: Recipe) -> str | None:
 
 
 def house_wheels(house: Wheelhouse, recipe: Recipe) -> dict[str, list[tuple[str, BuildRecord | None]]]:
-    """The package's wheels in the wheelhouse by version (x86_64 or any platform), inside the recipe's range."""
+    """The package's wheels in the wheelhouse by version (x86_64, aarch64 or any platform), inside the recipe's
+    range."""
     name = canonicalize_name(recipe.name)
     found: dict[str, list[tuple[str, BuildRecord | None]]] = {}
     for path in house.wheel_files() if house.root.is_dir() else ():
@@ -292,7 +318,7 @@ def house_wheels(house: Wheelhouse, recipe: Recipe) -> dict[str, list[tuple[str,
         if canonicalize_name(wname) != name or not recipe.versions.contains(Version(version.public),
                                                                              prereleases=True):
             continue
-        if _x86_64(path.name):
+        if wheel_platforms(path.name) != set():
             found.setdefault(version.public, []).append((path.name, house.record_of(path.name)))
     return found
 
@@ -315,9 +341,10 @@ def farm_view(farm_file: Path | None, settings: Settings, recipe: Recipe, versio
         targets = [t for t in expand(farm, settings, only=[recipe.name]) if Version(t.version) == Version(version)]
     except BuilderError as e:
         return FarmView(frozenset(), note=f"farm not read: {e.one_line()}")
-    archs = tuple(a for e in entries for a in e.archs)
+    archs = tuple(dict.fromkeys(t.archs for t in targets if t.kind.is_cuda))  # each platform's lists, as built
     if not targets:
-        return FarmView(frozenset(), archs, note=f"{farm.file} builds no {recipe.name} {version}")
+        return FarmView(frozenset(), tuple(a for e in entries for a in e.archs),
+                        note=f"{farm.file} builds no {recipe.name} {version}")
     served = serving(targets, settings)
     return FarmView(frozenset().union(*served.values()), archs)
 
@@ -386,8 +413,9 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
     for name in wanted:
         recipe = load_recipe(find_recipe(name, recipes_dir), patches)
         reports.append(package_coverage(recipe, house, matrix, partial(farm_view, farm_file, settings, recipe)))
-    meta = {"platform": "x86_64", "min_cuda": MIN_CUDA.line, "free_threaded": "not counted",
-            "aarch64": AARCH64_LINE.removeprefix("aarch64: "), "wheelhouse": str(settings.wheelhouse),
+    meta = {"platforms": list(USERS_PLATFORMS), "min_cuda": MIN_CUDA.line, "free_threaded": "not counted",
+            "aarch64_pythons": "taken as the x86_64 ones (the indexes name Pythons per release, not platforms)",
+            "wheelhouse": str(settings.wheelhouse),
             "indexes": [{"name": i.name, "source": source_text(i)} for i in read], "notes": unknown,
             "matrix_cells": len(matrix)}
     return reports, meta
@@ -408,7 +436,9 @@ def compact_pythons(pythons: Iterable[str]) -> str:
 def totals_line(report: PackageCoverage) -> str:
     t = report.totals()
     missing = ", ".join(f"{reason} {n}" for reason, n in t["missing_by_reason"].items())
+    platforms = "; ".join(f"{p} {v['served']}/{v['cells']}" for p, v in t["by_platform"].items())
     return (f"{report.package} {report.version} ({report.version_from}): {t['cells']} cells, {t['served']} served "
             f"with evidence ({t['kernel_tested']} kernel-tested, {t['import_verified']} import-verified), "
-            f"{t['built_unverified']} built not verified, {t['missing']} missing" + (f" ({missing})" if missing else ""))
+            f"{t['built_unverified']} built not verified, {t['missing']} missing" + (f" ({missing})" if missing else "")
+            + (f"; served per platform: {platforms}" if platforms else ""))
 

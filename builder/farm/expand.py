@@ -1,9 +1,12 @@
 """A farm expanded into targets: packages × versions (pinned, or the newest N on PyPI inside the recipe's range)
-× CUDA × arch lists × Python × torch, less the exclusions; every cell checked buildable. Where a recipe's stable-ABI
-port covers a version, the cells at or above the port's torch floor collapse into one ``torch-stable`` target per
-CUDA major and arch list (one ``cp310-abi3`` wheel, ``+cu13``); the cells below the floor stay per-torch. Also the
-GitHub Actions matrix (``{"include": [...]}``) of those targets, and what they serve: the (torch minor, CUDA line,
-Python) cells a user can have that some target's wheel is built for (``served_cells``, ``coverage``)."""
+× platforms × CUDA × arch lists × Python × torch, less the exclusions; every cell checked buildable. Each platform
+takes its own arch lists (model/platform.py's defaults where the farm gives none; an arch its machines never carry
+dropped with ``archs-where-supported``, else refused); a pure-Python wheel is one build for every platform. Where a
+recipe's stable-ABI port covers a version, the cells at or above the port's torch floor collapse into one
+``torch-stable`` target per platform, CUDA major and arch list (one ``cp310-abi3`` wheel, ``+cu13``); the cells
+below the floor stay per-torch. Also the GitHub Actions matrix (``{"include": [...]}``) of those targets, with the build runner of each platform and the GPU
+runner that tests it (or why none can), and what they serve: the (torch minor, CUDA line, Python, platform) cells a
+user can have that some target's wheel is built for (``served_cells``, ``coverage``)."""
 
 from __future__ import annotations
 
@@ -29,16 +32,11 @@ from builder.discovery.compat import (
 )
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
 from builder.model.abi import Abi, StableAbi, torch_minor
-from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
+from builder.model.arch import check_archs_for_cuda, format_arch_list, parse_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
+from builder.model.platform import Platform
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.stages.plan import default_build_torch
-
-DEFAULT_FARM_FILE = "farm.toml"
-DEFAULT_RUNNER = "gpu-sm{arch}"
-
-
-
 
 Releases = Callable[[str, Settings], Iterable[str]]
 
@@ -163,31 +161,66 @@ def _check_local_source(fail: Callable[..., FarmError], field_name: str, locatio
 
 def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version: str,
            settings: Settings | None = None) -> list[FarmTarget]:
-    cells: list[tuple[FarmTarget, int]] = []  # each with the position of its arch list in the farm's archs
+    cells: list[tuple[FarmTarget, int]] = []  # each with the position of its arch list in its platform's lists
     index = resolve_index(entry.torch_index, settings)
     cuda_ext = recipe.kind.is_cuda
-    # A pure-Python wheel holds no GPU code: it is built once; its first arch list only picks the test runner.
-    arch_lists = entry.archs if cuda_ext else entry.archs[:1]
-    for cuda in entry.cuda:
-        torches = entry.torch
-        if not torches:
-            try:
-                torches = newest_torches(index, cuda, entry.torch_newest)
-            except UsageError as e:
-                raise FarmError(f"{farm.file}: field '{entry.where}.torch' is needed for CUDA {cuda}: {e.message}",
-                                "give torch = ['X.Y.Z'] (here or in [defaults])") from e
-        for position, archs in _arch_lists(arch_lists, cuda, cuda_ext and entry.archs_where_supported, settings):
-            for python in entry.python:
-                for torch in torches:
-                    if any(x.matches(recipe.name, version, cuda, archs, python, torch) for x in farm.excludes):
-                        continue
-                    _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch, settings)
-                    cells.append((FarmTarget(
-                        package=recipe.name, version=version, kind=recipe.kind, cuda=cuda, archs=archs, python=python,
-                        torch=torch, torch_index=entry.torch_index, toolchain=entry.toolchain, recipes=recipes,
-                        source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
-                    ), position))
+    # A pure-Python wheel holds no GPU code and no machine code: it is built once for every platform; its first
+    # arch list only picks the test runner.
+    builds = [(p,) for p in entry.platforms] if cuda_ext else [entry.platforms]
+    for platforms in builds:
+        platform_lists = platform_arch_lists(farm, entry, platforms[0], cuda_ext)
+        arch_lists = platform_lists if cuda_ext else platform_lists[:1]
+        for cuda in entry.cuda:
+            torches = entry.torch
+            if not torches:
+                try:
+                    torches = newest_torches(index, cuda, entry.torch_newest)
+                except UsageError as e:
+                    raise FarmError(f"{farm.file}: field '{entry.where}.torch' is needed for CUDA {cuda}: {e.message}",
+                                    "give torch = ['X.Y.Z'] (here or in [defaults])") from e
+            for position, archs in _arch_lists(arch_lists, cuda, cuda_ext and entry.archs_where_supported, settings):
+                for python in entry.python:
+                    for torch in torches:
+                        platform = platforms[0] if cuda_ext else None  # [[exclude]] platform: CUDA builds only
+                        if any(x.matches(recipe.name, version, cuda, archs, python, torch, platform)
+                               for x in farm.excludes):
+                            continue
+                        _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch, settings)
+                        cells.append((FarmTarget(
+                            package=recipe.name, version=version, kind=recipe.kind, cuda=cuda, archs=archs,
+                            python=python, torch=torch, torch_index=entry.torch_index, toolchain=entry.toolchain,
+                            recipes=recipes, source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
+                            platforms=platforms,
+                        ), position))
     return _choose_abi(farm, entry, recipe, version, index, cells, settings)
+
+
+def platform_arch_lists(farm: Farm, entry: FarmEntry, platform: Platform, cuda_ext: bool) -> tuple[Archs, ...]:
+    """The entry's arch lists for one platform: as given, or the platform's default list (one wheel with SASS for
+    each). An arch no machine of the platform carries (sm_121 on x86_64) is dropped with ``archs-where-supported``
+    (a list left empty is dropped), else refused naming the entry, the platform and the arch."""
+    if not entry.archs:
+        return (parse_arch_list(",".join(map(str, platform.default_archs))),)
+    out: list[Archs] = []
+    for archs in entry.archs:
+        kept = []
+        for arch in archs:
+            why = platform.carries(arch)
+            if why is None:
+                kept.append(arch)
+            elif cuda_ext and not entry.archs_where_supported:
+                raise FarmError(f"{farm.file}: {entry.where} builds archs {format_arch_list(archs)} for platform "
+                                f"{platform}: {why}",
+                                "set archs-where-supported = true (each platform keeps the archs it carries), leave "
+                                f"archs out ({platform} defaults to {','.join(map(str, platform.default_archs))}), "
+                                f"or set platforms = [...] for {entry.name}")
+        if kept and tuple(kept) not in out:
+            out.append(tuple(kept))
+    if cuda_ext and not out:
+        raise FarmError(f"{farm.file}: {entry.where}: none of its arch lists has an arch a {platform} machine carries",
+                        f"leave archs out ({platform} defaults to {','.join(map(str, platform.default_archs))}), or "
+                        f"set platforms = [...] for {entry.name} without {platform}")
+    return tuple(out) or entry.archs[:1]
 
 
 # ---------------------------------------------------------------- the ABI: per-torch cells, or one stable target
@@ -208,12 +241,12 @@ def _choose_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, inde
                         "leave abi out (auto: torch-stable where a port covers the version) or set abi = 'per-torch'")
     if port is None or entry.abi == Abi.PER_TORCH:
         return [dataclasses.replace(cell, port=port) for cell, _ in cells]
-    slots: list[FarmTarget | tuple[int, int]] = []
-    groups: dict[tuple[int, int], list[FarmTarget]] = {}
+    slots: list[FarmTarget | tuple[str, int, int]] = []
+    groups: dict[tuple[str, int, int], list[FarmTarget]] = {}
     for cell, position in cells:
         why_not = _not_stable(cell, port)
         if why_not is None:
-            key = (cell.cuda.major, position)
+            key = (cell.platform.name, cell.cuda.major, position)
             if key not in groups:
                 groups[key] = []
                 slots.append(key)
@@ -269,26 +302,35 @@ def _stable_target(farm: Farm, entry: FarmEntry, recipe: Recipe, port: StableAbi
 
 @dataclass(frozen=True, order=True)
 class Cell:
-    """An environment a user can have: a torch minor, the CUDA line that torch is a build of, a Python minor."""
+    """An environment a user can have: a torch minor, the CUDA line that torch is a build of, a Python minor, the
+    CPU platform (torch's CUDA wheels exist for both: the indexes name Pythons per release, not platforms, so a
+    release is taken to have the same Pythons on aarch64)."""
 
     torch: str  # 2.12
     cuda: str  # 13.0
     python: str  # 3.12
+    platform: str = "x86_64"
 
     def as_list(self) -> list[str]:
-        return [self.torch, self.cuda, self.python]
+        return [self.torch, self.cuda, self.python, self.platform]
 
 
 def served_cells(target: FarmTarget, index: TorchIndex) -> frozenset[Cell]:
-    """The cells a target's wheel is built for. A per-torch target: its own (torch minor, that torch's CUDA line,
-    Python). A torch-stable target: every torch minor at or above the port's floor that ``index`` has for a CUDA line
+    """The cells a target's wheel is built for, on each platform it serves (a pure-Python wheel: every platform of
+    its entry). A per-torch target: its own (torch minor, that torch's CUDA line, Python). A torch-stable target:
+    every torch minor at or above the port's floor that ``index`` has for a CUDA line
     of the target's major (not older than the line it is built on) × every Python that torch minor has wheels for,
     from the port's abi3 floor on (free-threaded builds cannot load abi3); the target's own Python where the index
     names no Pythons. What a stable wheel is finally offered for is what its torch-range check verified."""
+    cells = _platform_free_cells(target, index)
+    return frozenset(Cell(c.torch, c.cuda, c.python, p.name) for c in cells for p in target.platforms)
+
+
+def _platform_free_cells(target: FarmTarget, index: TorchIndex) -> set[Cell]:
     if not target.stable or target.port is None:
         torch = Version(target.torch)
         line = torch_cuda(index, str(torch.public), target.cuda).line
-        return frozenset({Cell(f"{torch.major}.{torch.minor}", line, target.python.name)})
+        return {Cell(f"{torch.major}.{torch.minor}", line, target.python.name)}
     port = target.port
     built = (target.cuda.major, target.cuda.minor)
     cells: set[Cell] = set()
@@ -307,7 +349,7 @@ def served_cells(target: FarmTarget, index: TorchIndex) -> frozenset[Cell]:
                        and Version(p) >= Version(port.python_floor)] or [target.python.name]
             minor = "{}.{}".format(*torch_minor(text))
             cells.update(Cell(minor, cuda.line, p) for p in pythons)
-    return frozenset(cells)
+    return cells
 
 
 @dataclass(frozen=True)
@@ -363,6 +405,8 @@ def summary(coverages: list[Coverage]) -> dict[str, int]:
         "pure_python_builds": len(targets) - compiles,
         "cells_served": sum(len(c.cells) for c in coverages),
         "compiled_cells_served": sum(len(c.cells) for c in coverages if c.compiles),
+        **{f"cells_served_{p}": sum(1 for c in coverages for cell in c.cells if cell.platform == p)
+           for p in sorted({cell.platform for c in coverages for cell in c.cells})},
     }
 
 
@@ -414,16 +458,43 @@ def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: TorchIndex,
 # ---------------------------------------------------------------- GitHub matrix
 
 
+@dataclass(frozen=True)
+class Route:
+    """Where a target's wheel is kernel-tested: a GPU runner's label, or why no configured runner can test it."""
+
+    runner: str | None
+    untested: str | None = None  # "untested: no runner for aarch64 sm_121,110,103,100,90 (...)"
+
+
+def route(farm: Farm, target: FarmTarget) -> Route:
+    """The GPU runner of the target's platform (each platform it serves, in order, for a pure-Python wheel) with an
+    arch its wheel carries (farm/spec.py ``Farm.runner_for``), or "untested: no runner for ..." naming what would."""
+    for platform in target.platforms:
+        label = farm.runner_for(target.archs, platform)
+        if label is not None:
+            return Route(label)
+    numbers = sorted({a.number for a in target.archs}, reverse=True)
+    platforms = "/".join(p.name for p in target.platforms)
+    wanted = ", ".join(farm.runner_label(n, p) for p in target.platforms for n in numbers)
+    return Route(None, f"untested: no runner for {platforms} sm_{','.join(map(str, numbers))} (none of {wanted} is "
+                       "in [runners] available)")
+
+
 def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[str, str]]]:
-    """``{"include": [...]}`` for ``strategy.matrix``: one job per target, with the GPU runner label by arch."""
+    """``{"include": [...]}`` for ``strategy.matrix``: one job per target, with the platform, the runner that builds
+    it natively (``build_runner``: ubuntu-24.04, ubuntu-24.04-arm) and the GPU runner label by platform and arch
+    (``runner``; "" with ``untested`` saying why when no configured runner can test it)."""
     base = farm.directory
     include = []
     for t in targets:
+        where = route(farm, t)
         include.append({
             "id": t.id,
             "package": t.package,
             "version": t.version,
             "kind": str(t.kind),
+            "platform": t.platform.name,
+            "build_runner": t.platform.runner,
             "cuda": str(t.cuda),
             "arch": format_arch_list(t.archs),
             "python": str(t.python),
@@ -432,11 +503,18 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
             "recipes": _relative(t.recipes, base),
             "source": _relative(Path(t.source), base) if t.source and "://" not in t.source
             and not t.source.startswith("git+") else (t.source or ""),
-            "runner": farm.runner_for(t.archs),
+            "runner": where.runner or "",
+            "untested": where.untested or "",
         })
         # the farm decided (a version with a port could go either way with auto): `builder build --abi` says so
         include[-1]["abi"] = str(t.abi) if t.port is not None else "auto"
     return {"include": include}
+
+
+def tested_matrix(matrix: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+    """The GitHub matrix's targets that a configured GPU runner can test (the nightly's test job fans out over
+    these; the others are reported untested)."""
+    return {"include": [row for row in matrix["include"] if row["runner"]]}
 
 
 def _relative(path: Path, base: Path) -> str:

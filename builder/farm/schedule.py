@@ -5,8 +5,8 @@ seconds), file order can start a long build last, while the other workers idle: 
 after everything else. Starting the longest first (LPT scheduling) bounds the whole run at 4/3 of the best order.
 
 A target's length is what its last build took, read from the wheelhouse's records (their ``timings``: every stage
-of that build), matched on package, CUDA, arch list and toolchain, else on the package alone (scaled by the number
-of archs). A target never built is assumed long (``UNKNOWN_CUDA_SECONDS`` per arch): a new heavy recipe should not
+of that build), matched on package, platform, CUDA, arch list and toolchain, else on the package alone (scaled by
+the number of archs; a build for the same platform first: a cross build of aarch64 code here takes its own time). A target never built is assumed long (``UNKNOWN_CUDA_SECONDS`` per arch): a new heavy recipe should not
 start last. Ties keep the farm file's order.
 """
 
@@ -34,6 +34,7 @@ class PastBuild:
     archs: str  # "90,120+ptx"
     toolchain: str  # the record's toolkit kind: pip, host, docker, or "none (pure Python)"
     seconds: float
+    platform: str = "x86_64"  # the record's platform (records before the platform axis: x86_64)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ def past_builds(wheelhouses: Iterable[Path]) -> list[PastBuild]:
                 seconds = sum(float(v) for v in (data.get("timings") or {}).values())
                 found.append(PastBuild(package=canonicalize_name(str(data.get("package", ""))),
                                        cuda=str(data.get("cuda", "")), archs=",".join(data.get("archs") or ()),
-                                       toolchain=str((data.get("toolchain") or {}).get("kind", "")), seconds=seconds))
+                                       toolchain=str((data.get("toolchain") or {}).get("kind", "")), seconds=seconds,
+                                       platform=str(data.get("platform") or "x86_64")))
             except (OSError, ValueError, TypeError, AttributeError):
                 continue
     return [b for b in found if b.seconds > 0]
@@ -65,12 +67,16 @@ def estimate(target: FarmTarget, past: list[PastBuild]) -> Estimate:
     cuda = target.kind.is_cuda
     archs = format_arch_list(target.archs) if cuda else ""
     toolchain = target.toolchain if cuda else "none (pure Python)"
+    platform = target.platform.name
     same = [b for b in past if b.package == package and b.archs == archs
-            and (not cuda or (b.cuda == str(target.cuda) and toolchain in ("auto", b.toolchain)))]
+            and (not cuda or (b.cuda == str(target.cuda) and toolchain in ("auto", b.toolchain)
+                              and b.platform == platform))]
     if same:
         return Estimate(target, max(b.seconds for b in same), "past build")
     n = max(1, len(target.archs)) if cuda else 1
-    per_arch = [b.seconds / max(1, len(b.archs.split(","))) for b in past if b.package == package]
+    of_package = [b for b in past if b.package == package]
+    of_package = [b for b in of_package if b.platform == platform] or of_package
+    per_arch = [b.seconds / max(1, len(b.archs.split(","))) for b in of_package]
     if per_arch:
         return Estimate(target, max(per_arch) * n, "past build of the package")
     return Estimate(target, UNKNOWN_CUDA_SECONDS * n if cuda else UNKNOWN_PURE_SECONDS, "no past build")

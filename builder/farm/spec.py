@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import tomllib
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,17 +19,19 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
+from builder.core.tomlfile import read_toml
 from builder.discovery.compat import is_known_cuda, known_cuda_text, resolve_index
 from builder.model.abi import ABI_CHOICES, Abi, StableAbi, stable_label
 from builder.model.arch import Arch, format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.platform import PLATFORMS, X86_64, Platform, parse_platform
 from builder.model.python import PythonSpec
 from builder.model.recipe import RecipeKind, TomlChecker
 from builder.stages.plan import Target
 from builder.toolchain import TOOLCHAINS
 
 DEFAULT_FARM_FILE = "farm.toml"
-DEFAULT_RUNNER = "gpu-sm{arch}"
+DEFAULT_RUNNER = "gpu-sm{arch}-{platform}"  # gpu-sm120-x86_64, gpu-sm121-aarch64
 Archs = tuple[Arch, ...]  # one target's arch list, sorted (model/arch.parse_arch_list)
 
 
@@ -53,11 +55,16 @@ _SETTINGS: dict[str, tuple[type, ...]] = {
     "torch-newest": (int,),
     "archs-where-supported": (bool,),
     "abi": (str,),
+    "platforms": (str, list),
 }
 _TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "exclude": (list,), "runners": (dict,)}
 _PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "source": (str, dict),
                                          **_SETTINGS}
-_EXCLUDE: dict[str, tuple[type, ...]] = {k: (str,) for k in ("package", "version", "cuda", "arch", "python", "torch")}
+_EXCLUDE: dict[str, tuple[type, ...]] = {k: (str,) for k in ("package", "version", "cuda", "arch", "python", "torch",
+                                                             "platform")}
+# [runners]: "default" (a label template), "available" (the labels of the GPU runners the farm has), and per-arch
+# labels: "120" (any platform) or "121-aarch64" (one platform)
+_RUNNER_KEY = re.compile(r"\d{2,3}[af]?(-(" + "|".join(PLATFORMS) + "))?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +80,8 @@ class FarmEntry:
     recipes: Path | None = None  # None: the project's (or --recipes)
     toolchain: str = "auto"
     cuda: tuple[CudaVersion, ...] = ()
-    archs: tuple[Archs, ...] = ()  # each one target's arch list: (120,), (90, 120+ptx)
+    archs: tuple[Archs, ...] = ()  # each one target's arch list: (120,), (90, 120+ptx); () → each platform's default
+    platforms: tuple[Platform, ...] = (X86_64,)
     python: tuple[PythonSpec, ...] = (PythonSpec("3.12"),)
     torch: tuple[str, ...] = ()  # empty → the newest torch built for each CUDA on the index
     torch_index: str | None = None
@@ -99,9 +107,12 @@ class Exclusion:
     arch: Archs | None = None
     python: PythonSpec | None = None
     torch: str | None = None
+    platform: Platform | None = None
 
     def matches(self, package: str, version: str, cuda: CudaVersion, archs: Archs, python: PythonSpec,
-                torch: str | None) -> bool:
+                torch: str | None, platform: Platform | None = None) -> bool:
+        if self.platform is not None and platform is not None and self.platform != platform:
+            return False
         if self.package is not None and canonicalize_name(self.package) != canonicalize_name(package):
             return False
         if self.version is not None and not self.version.contains(Version(version), prereleases=True):
@@ -120,21 +131,34 @@ class Farm:
     file: Path
     entries: tuple[FarmEntry, ...]
     excludes: tuple[Exclusion, ...]
-    runners: dict[str, str]  # arch number → runner label; "default" → template with {arch}
+    runners: dict[str, str]  # "120" / "121-aarch64" → runner label; "default" → template with {arch}, {platform}
+    available: tuple[str, ...] | None = None  # [runners] available: the GPU runners' labels; None: every label
 
     @property
     def directory(self) -> Path:
         return self.file.parent
 
-    def runner_for(self, archs: Archs) -> str:
-        """The GPU test runner label: the newest arch of the list that [runners] names, else the default
-        template filled with the newest arch (a wheel with SASS for 90 and 120 is tested on an sm_120 runner)."""
+    def runner_label(self, number: int, platform: Platform = X86_64) -> str:
+        """The label of a GPU runner with an sm_``number`` GPU in a ``platform`` machine: [runners] "121-aarch64",
+        else "121", else the default template (``gpu-sm{arch}-{platform}``)."""
+        for key in (f"{number}-{platform}", str(number)):
+            if key in self.runners:
+                return self.runners[key]
+        return self.runners.get("default", DEFAULT_RUNNER).format(arch=number, platform=platform.name)
+
+    def runner_for(self, archs: Archs, platform: Platform = X86_64) -> str | None:
+        """The GPU test runner of a wheel with SASS for ``archs`` on ``platform``, its newest arch first. With
+        [runners] available: the first label there (a 90,120 wheel goes to gpu-sm90-x86_64 when only that runner
+        exists), None when no runner can test it. Without: the first arch [runners] names, else the newest arch's
+        label from the template (every label is taken to exist)."""
         numbers = sorted({a.number for a in archs}, reverse=True)
+        if self.available is not None:
+            return next((label for n in numbers if (label := self.runner_label(n, platform)) in self.available), None)
         for number in numbers:
-            if str(number) in self.runners:
-                return self.runners[str(number)]
-        newest = str(numbers[0]) if numbers else format_arch_list(archs)
-        return self.runners.get("default", DEFAULT_RUNNER).format(arch=newest)
+            for key in (f"{number}-{platform}", str(number)):
+                if key in self.runners:
+                    return self.runners[key]
+        return self.runner_label(numbers[0], platform) if numbers else None
 
     def package_names(self) -> list[str]:
         return sorted({e.name for e in self.entries})
@@ -161,6 +185,14 @@ class FarmTarget:
     entry: str  # "package[0]"
     abi: Abi = Abi.PER_TORCH
     port: StableAbi | None = None  # the recipe's [stable-abi] where it covers this version (either abi)
+    # the platforms the wheel serves: one for a CUDA extension; every platform of the entry for a pure-Python wheel
+    # (py3-none-any: built once, on the first of them)
+    platforms: tuple[Platform, ...] = (X86_64,)
+
+    @property
+    def platform(self) -> Platform:
+        """The platform the wheel is built for (``builder build --platform``)."""
+        return self.platforms[0]
 
     @property
     def stable(self) -> bool:
@@ -169,15 +201,18 @@ class FarmTarget:
     @property
     def id(self) -> str:
         """A name safe for files and artifact names: tinyext-0.1.0-cu130-sm90-py3.11-torch2.14.1; a torch-stable
-        target names its CUDA major and abi3 instead of CUDA line, Python and torch: demo-1.0-cu13-abi3-sm90_120."""
+        target names its CUDA major and abi3 instead of CUDA line, Python and torch:
+        demo-1.0-cu13-abi3-sm90_120-aarch64. A CUDA target names its platform after its archs; a pure-Python one
+        (every platform's wheel) none."""
+        sm = "sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx")
         if self.stable:
-            parts = [canonicalize_name(self.package), self.version, stable_label(self.cuda), "abi3"]
-            parts.append("sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx"))
+            parts = [canonicalize_name(self.package), self.version, stable_label(self.cuda), "abi3", sm,
+                     self.platform.name]
             return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
         cuda = "cu" + str(self.cuda).replace(".", "")  # as given: 13.0.1 → cu1301 (not the flavour, cu130)
         parts = [canonicalize_name(self.package), self.version, cuda]
         if self.kind.is_cuda:
-            parts.append("sm" + format_arch_list(self.archs).replace(",", "_").replace("+ptx", "ptx"))
+            parts += [sm, self.platform.name]
         parts += [f"py{self.python.name}", f"torch{self.torch}"]
         return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
@@ -186,11 +221,11 @@ class FarmTarget:
         """What the wheel's file name is made of: targets equal here would overwrite each other's wheel."""
         if self.stable and self.port is not None:  # +cu13, cp310-abi3: no torch, no Python
             return (canonicalize_name(self.package), str(Version(self.version)), stable_label(self.cuda),
-                    self.port.requirement, f"cp{self.port.python_floor.replace('.', '')}-abi3")
+                    self.port.requirement, f"cp{self.port.python_floor.replace('.', '')}-abi3", self.platform.name)
         torch = Version(self.torch)
         tag = str(self.python) if self.kind.is_cuda else "py3-none-any"
         return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
-                f"{torch.major}.{torch.minor}", tag)
+                f"{torch.major}.{torch.minor}", tag, self.platform.name if self.kind.is_cuda else "any")
 
     def to_target(self, jobs: int) -> Target:
         return Target(
@@ -205,6 +240,7 @@ class FarmTarget:
             source=self.source,
             jobs=self.jobs or jobs,
             abi=str(self.abi),
+            platform=self.platform,
         )
 
     def settings(self, base: Settings) -> Settings:
@@ -228,12 +264,7 @@ def load_farm(path: Path, settings: Settings | None = None) -> Farm:
     """Parse and validate a farm file (schema and values; recipes and PyPI are consulted by ``expand``).
     ``settings`` decide the known CUDA versions as for ``--cuda`` (None: the shipped snapshot's)."""
     path = path.resolve()
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise FarmError(f"{path}: farm file not found", "pass --file PATH or create farm.toml") from e
-    except tomllib.TOMLDecodeError as e:
-        raise FarmError(f"{path}: not valid TOML: {e}") from e
+    data = read_toml(path, FarmError, what="farm file", missing_hint="pass --file PATH or create farm.toml")
     c = _Checker(path, settings)
     c.keys(data, _TOP, "")
     defaults_table = data.get("defaults", {})
@@ -258,18 +289,8 @@ def load_farm(path: Path, settings: Settings | None = None) -> Farm:
         if not table:
             c.fail(where, "is empty: it would exclude every target", f"give some of {', '.join(_EXCLUDE)}")
         excludes.append(c.exclusion(table, where))
-    runners = data.get("runners", {})
-    for key, value in runners.items():
-        if not isinstance(value, str) or not value:
-            c.fail(f"runners.{key}", "must be a non-empty string (a runner label)")
-        if key != "default" and not re.fullmatch(r"\d{2,3}[af]?", key):
-            c.fail(f"runners.{key}", "must be an arch number such as 120, or 'default'")
-        if key == "default":
-            try:
-                value.format(arch="120")
-            except (KeyError, IndexError, ValueError):
-                c.fail("runners.default", f"is not a label template: {value!r}", "use {arch}, e.g. 'gpu-sm{arch}'")
-    return Farm(path, tuple(entries), tuple(excludes), dict(runners))
+    runners, available = c.runners(data.get("runners", {}), {p for e in entries for p in e.platforms})
+    return Farm(path, tuple(entries), tuple(excludes), runners, available)
 
 
 class _Checker(TomlChecker):
@@ -280,6 +301,55 @@ class _Checker(TomlChecker):
     def __init__(self, path: Path, settings: Settings | None = None) -> None:
         super().__init__(path)
         self.known_settings = settings  # for the known CUDA versions (discovery/compat.known_cuda)
+
+    def runners(self, table: dict[str, Any], platforms: set[Platform]) -> tuple[dict[str, str], tuple[str, ...] | None]:
+        """[runners]: the labels by arch (and platform), the template, and the labels of the runners that exist."""
+        labels: dict[str, str] = {}
+        available: tuple[str, ...] | None = None
+        for key, value in table.items():
+            if key == "available":
+                if not isinstance(value, (str, list)):
+                    self.fail("runners.available", "must be a list of runner labels")
+                available = self.strings(value, "runners.available")
+                continue
+            if not isinstance(value, str) or not value:
+                self.fail(f"runners.{key}", "must be a non-empty string (a runner label)")
+            if key != "default" and not _RUNNER_KEY.fullmatch(key):
+                self.fail(f"runners.{key}", "must be an arch number such as 120, an arch and a platform such as "
+                          "121-aarch64, 'default' or 'available'")
+            labels[key] = value
+        template = labels.get("default", DEFAULT_RUNNER)
+        self.label_template(template, "runners.default")
+        if len(platforms) > 1 and "{platform}" not in template:
+            self.fail("runners.default", f"is {template!r}, without {{platform}}, but the farm builds for "
+                      f"{' and '.join(sorted(p.name for p in platforms))}: one label would send both platforms' "
+                      "wheels to the same machines", "use {arch} and {platform}, e.g. 'gpu-sm{arch}-{platform}'")
+        return labels, available
+
+    def label_template(self, text: str, dotted: str) -> None:
+        """A runner label template: ``{arch}`` and ``{platform}`` its only placeholders, bare (as ``template``
+        checks one placeholder: no format spec or conversion is tried)."""
+        try:
+            fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(text)
+                      if name is not None]
+        except ValueError as e:
+            self.fail(dotted, f"is {text!r}: {e}", "write {arch} and {platform} for the placeholders")
+        for name, spec, conversion in fields:
+            if name not in ("arch", "platform") or spec or conversion:
+                shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                self.fail(dotted, f"is {text!r}: {shown} is not allowed", "the only placeholders it may hold are "
+                          "{arch} and {platform}, with no format spec or conversion: e.g. 'gpu-sm{arch}-{platform}'")
+
+    def platforms(self, value: str | list[Any], dotted: str) -> tuple[Platform, ...]:
+        out: list[Platform] = []
+        for i, text in enumerate(self.strings(value, dotted)):
+            try:
+                out.append(parse_platform(text))
+            except UsageError:
+                self.fail(f"{dotted}[{i}]", f"is not a platform: {text!r}", f"use one of {', '.join(PLATFORMS)}")
+        if len(set(out)) != len(out):
+            self.fail(dotted, f"names one platform twice: {list(value)}")
+        return tuple(out)
 
     def strings(self, value: str | list[Any], dotted: str) -> tuple[str, ...]:
         """A string or a list of strings, as a tuple; an empty list is an error."""
@@ -348,8 +418,10 @@ class _Checker(TomlChecker):
         if "torch-index" in table:
             try:
                 resolve_index(table["torch-index"])
-            except UsageError as e:
-                self.fail(at("torch-index"), f"is neither a URL nor a known index: {table['torch-index']!r}", e.hint)
+            except UsageError as e:  # "--torch-index X: why" (resolve_index speaks of the flag)
+                value, reason = table["torch-index"], e.message.split(": ", 1)[-1]
+                self.fail(at("torch-index"), f"is neither a URL nor a known index: {value!r}"
+                          if "neither a URL" in reason else f"is {value!r}: {reason}", e.hint)
             out["torch_index"] = table["torch-index"]
         if "jobs" in table:
             if table["jobs"] < 1:
@@ -363,6 +435,8 @@ class _Checker(TomlChecker):
             out["torch_newest"] = table["torch-newest"]
         if "archs-where-supported" in table:
             out["archs_where_supported"] = table["archs-where-supported"]
+        if "platforms" in table:
+            out["platforms"] = self.platforms(table["platforms"], at("platforms"))
         if "abi" in table:
             if table["abi"] not in ABI_CHOICES:
                 close = difflib.get_close_matches(table["abi"], ABI_CHOICES, n=1)
@@ -404,8 +478,6 @@ class _Checker(TomlChecker):
             merged.pop("torch_newest", None)
         if "cuda" not in merged:
             self.fail(f"{where}.cuda", "is required (here or in [defaults])", "e.g. cuda = ['13.0']")
-        if "archs" not in merged:
-            self.fail(f"{where}.archs", "is required (here or in [defaults])", "e.g. archs = ['120', '90']")
         return FarmEntry(where=where, name=name, versions=versions, newest=newest, source=source, sources=sources,
                          **merged)
 
@@ -444,4 +516,6 @@ class _Checker(TomlChecker):
             values["package"] = table["package"]
         if "python" in table:
             values["python"] = PythonSpec(table["python"])
+        if "platform" in table:
+            values["platform"] = self.platforms(table["platform"], f"{where}.platform")[0]
         return Exclusion(where=where, **values)

@@ -73,10 +73,12 @@ def known_inputs(target: FarmTarget, settings: Settings) -> TargetInputs:
 
 
 def record_matches(record: BuildRecord, target: FarmTarget, inputs: TargetInputs) -> bool:
-    """Same wheel (package, version, Python minor, torch) built from inputs that agree with ``inputs``."""
+    """Same wheel (package, version, platform, Python minor, torch) built from inputs that agree with ``inputs``
+    (a pure-Python wheel serves every platform: its record names none)."""
     try:
         same_wheel = (
             canonicalize_name(record.package) == canonicalize_name(target.package)
+            and (not target.kind.is_cuda or record.target_platform == target.platform.name)
             and Version(record.version) == Version(target.version)
             and _python_matches(str(record.python.get("version")), target.python)
             and Version(str(record.python.get("torch"))).public == Version(target.torch).public

@@ -35,6 +35,9 @@ def run_target(farm_target: FarmTarget, settings: Settings, options: BuildOption
                           force_terminal=False)
     log.quiet = False
     outcome = FarmOutcome(id=farm_target.id, status="failed")
+    log.info(f"farm target {farm_target.id}: platform {farm_target.platform}"
+             + (" (pure Python: one wheel for " + ", ".join(p.name for p in farm_target.platforms) + ")"
+                if not farm_target.kind.is_cuda else ""))
     try:
         result = run_build(farm_target.to_target(jobs), farm_target.settings(settings), options)
         outcome = FarmOutcome(id=farm_target.id, status=result.status,

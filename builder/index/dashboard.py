@@ -1,10 +1,12 @@
 """The wheelhouse dashboard: one static page (wheelhouse/index.html) written with the index.
 
-It shows the matrix package × version × CUDA/torch × arch × Python with each wheel's status, the archs found in
+It shows the matrix package × version × CUDA/torch × arch × Python × CPU platform with each wheel's status, the archs found in
 its shared objects, the import and kernel test results (passed / skipped with the reason / failed), the kernel
 speed against the pure-torch reference, the wheel size and links to the wheel, its metadata, record and build log.
 A stable-ABI wheel (one ``cp310-abi3`` wheel per CUDA major, ``+cu13``) shows its torch floor in the torch column
 and, with its tests, each torch it was checked on and how, and the channels that list it (checks.wheel_channels).
+A channel holds both platforms' wheels (x86_64 and aarch64
+files side by side, as on PyPI): the platform column and each matrix cell say which is which.
 Everything comes from the wheels' file names and their records; no JavaScript, so any browser (or
 ``chromium --dump-dom``) shows the same thing.
 """
@@ -33,6 +35,7 @@ from builder.index.layout import (
     wheel_path,
 )
 from builder.model.abi import stable_label_major
+from builder.model.platform import of_wheel_platform
 from builder.model.records import BuildRecord, TestReport, TorchCheck
 
 _LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
@@ -63,6 +66,7 @@ class Row:
     stable: bool = False  # a stable-ABI wheel: the torch column is its floor, the checks say where it runs
     torch_checks: list[TorchCheck] = field(default_factory=list)
     channels: tuple[str, ...] = ()  # the channels that list it (checks.wheel_channels)
+    platform: str = "any"  # the CPU platform its tags name: x86_64 | aarch64 | any (pure Python)
 
     @property
     def archs_found(self) -> list[str]:
@@ -113,6 +117,7 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     if stable:
         torch = f"≥ {record.torch_floor}" if record.torch_floor else "stable ABI"
     interpreters = sorted({t.interpreter for t in tags})
+    platform = "/".join(sorted({p.name for t in tags if (p := of_wheel_platform(t.platform)) is not None})) or "any"
     python = ", ".join(_python_of(i) for i in interpreters)
     if tags and all(t.abi == "abi3" for t in tags):  # the limited API: this Python and every later one
         python = ", ".join(f"≥ {_python_of(i)} (abi3)" for i in interpreters)
@@ -137,7 +142,7 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         speed=[dict(s) for s in tests.speed if isinstance(s, Mapping)], gpu=tests.gpu or "",
         size=facts.size, links=links, stable=stable,
         torch_checks=sorted(record.torch_checks or (), key=lambda c: (_version_key(c.torch), c.how)),
-        channels=wheel_channels(facts.filename, facts.record),
+        channels=wheel_channels(facts.filename, facts.record), platform=platform,
     )
 
 
@@ -177,7 +182,8 @@ def _e(text: object) -> str:
 
 
 def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool = False) -> str:
-    rows = sorted(rows, key=lambda r: (r.package, _version_key(r.version), r.cuda, r.torch, r.python, r.area))
+    rows = sorted(rows, key=lambda r: (r.package, _version_key(r.version), r.cuda, r.torch, r.python, r.platform,
+                                       r.area))
     title = "Wheelhouse staging" if staging_area else "Wheelhouse"
     order = ["passed", "skipped", "failed", "staged", "import only", "unknown"]
     counts = {s: sum(r.status == s for r in rows) for s in order}
@@ -231,7 +237,7 @@ def _badge(status: str) -> str:
 
 
 def _matrix(rows: list[Row]) -> str:
-    """Rows: package + version. Columns: CUDA/torch. Cells: one badge per (Python, archs) wheel."""
+    """Rows: package + version. Columns: CUDA/torch. Cells: one badge per (Python, platform, archs) wheel."""
     if not rows:
         return '<p class="empty">No wheels published yet.</p>'
     columns = sorted({(r.cuda, r.torch) for r in rows}, key=lambda c: (_version_key(c[0]), _version_key(c[1])))
@@ -244,14 +250,20 @@ def _matrix(rows: list[Row]) -> str:
         for column in columns:
             cells = [r for r in rows if (r.package, r.version, (r.cuda, r.torch)) == (package, version, column)]
             inner = "".join(
-                f'<div class="cell" data-status="{_e(r.status)}">Python {_e(r.python)} · '
-                f'{_e(", ".join(r.archs_found) or "no GPU code")} {_badge(r.status)}</div>'
+                f'<div class="cell" data-status="{_e(r.status)}" data-platform="{_e(r.platform)}">Python '
+                f'{_e(r.python)} · {_platform_tag(r.platform)}{_e(", ".join(r.archs_found) or "no GPU code")} '
+                f'{_badge(r.status)}</div>'
                 for r in cells
             )
             lines.append(f"<td>{inner or '<span class=dim>—</span>'}</td>")
         lines.append("</tr>")
     lines.append("</tbody></table>")
     return "\n".join(lines)
+
+
+def _platform_tag(platform: str) -> str:
+    """``aarch64 · `` in a matrix cell; nothing for a pure-Python wheel (it serves every platform)."""
+    return "" if platform == "any" else f'<span class="platform {_e(platform)}">{_e(platform)}</span> · '
 
 
 def _tests_cell(r: Row) -> str:
@@ -329,7 +341,8 @@ def _speed_cell(r: Row) -> str:
 def _table(rows: list[Row]) -> str:
     if not rows:
         return ""
-    head = ("<tr><th>package</th><th>version</th><th>CUDA</th><th>torch</th><th>Python</th><th>arch asked</th>"
+    head = ("<tr><th>package</th><th>version</th><th>CUDA</th><th>torch</th><th>Python</th><th>platform</th>"
+            "<th>arch asked</th>"
             "<th>archs found</th><th>status</th><th>tests</th><th>kernel speed vs reference</th><th>size</th>"
             "<th>files</th></tr>")
     body = []
@@ -338,11 +351,12 @@ def _table(rows: list[Row]) -> str:
         found = ", ".join(r.sass + [f"{p} (PTX)" for p in r.ptx]) or '<span class="dim">no GPU code</span>'
         asked = ", ".join(f"sm_{a}" if a[:1].isdigit() else a for a in r.archs_requested) or "—"
         body.append(
-            f'<tr class="wheel" data-wheel="{_e(r.filename)}" data-status="{_e(r.status)}">'
+            f'<tr class="wheel" data-wheel="{_e(r.filename)}" data-status="{_e(r.status)}" '
+            f'data-platform="{_e(r.platform)}">'
             f"<td>{_e(r.package)}</td><td>{_e(r.version)}<br><small>+{_e(r.label)}</small></td>"
             f"<td>{_e(r.cuda)}</td><td>{_e(r.torch)}"
             + ("<br><small>stable ABI</small>" if r.stable else "")
-            + f"</td><td>{_e(r.python)}</td><td>{_e(asked)}</td>"
+            + f"</td><td>{_e(r.python)}</td><td class=\"platform\">{_e(r.platform)}</td><td>{_e(asked)}</td>"
             f"<td>{found}</td><td>{_badge(r.status)}"
             + ('<div class="reason">in staging, awaiting GPU tests</div>' if r.status == "staged" else "")
             + f"</td><td>{_tests_cell(r)}</td><td>{_speed_cell(r)}</td>"
@@ -374,6 +388,8 @@ table.wheels td:first-child, table.wheels td:nth-child(2), table.wheels td:nth-c
 .speedup { font-weight: 700; color: #1a7f37; }
 .dim { color: #8c959f; }
 .cell { white-space: nowrap; margin: 2px 0; }
+span.platform { font-size: 12px; font-weight: 600; }
+span.platform.aarch64 { color: #8250df; }
 details summary { cursor: pointer; color: #0969da; font-size: 12px; }
 table.cases { font-size: 12px; margin-top: 4px; }
 ul.checks { margin: 2px 0 4px; padding-left: 18px; }

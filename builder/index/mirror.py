@@ -24,14 +24,14 @@ import json
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol, TypeVar
+from typing import BinaryIO, TypeVar
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from builder.core import net
 from builder.core.errors import ChecksumError, SourceError
 from builder.core.log import log
 from builder.index.layout import (
@@ -45,7 +45,6 @@ from builder.index.pages import SIMPLE_JSON
 from builder.index.store import Restored, RestoreResult, Wheelhouse
 from builder.model.records import BuildRecord
 
-TRIES = 3  # transient failures (a 5xx, a reset connection) are retried, 1 s then 2 s apart
 CHUNK = 1 << 20
 TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
 
@@ -69,11 +68,12 @@ def normalize(location: str) -> str:
 
 
 def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: bool = False,
-         timeout_s: float = 60.0) -> PullResult | None:
+         timeout_s: float | None = None, policy: net.NetPolicy | None = None) -> PullResult | None:
     """Restore ``house`` from the wheelhouse published at ``location``. None when nothing is published there
-    (``missing_ok``: the first run of a farm); else what was fetched, kept and removed."""
+    (``missing_ok``: the first run of a farm); else what was fetched, kept and removed. Every request follows
+    the network policy (``policy``, else the process's), ``timeout_s`` being its wait for a byte."""
     root = normalize(location)
-    fetch = _Fetcher(root, timeout_s)
+    fetch = _Fetcher(root, net.with_read_timeout(policy or net.current(), timeout_s))
     try:
         top = fetch.json(root + TOP)
     except _Missing:
@@ -185,21 +185,16 @@ def _mtime_ns(stamp: object) -> int | None:
     return seconds * 1_000_000_000 + micros * 1000
 
 
-class _Response(Protocol):
-    """What ``_Fetcher._get`` hands its reader: an open response (urlopen's), read in chunks or whole."""
-
-    def read(self, amt: int = ..., /) -> bytes: ...
-
-
 _T = TypeVar("_T")
 
 
 class _Fetcher:
-    """GET over http(s):// or file://, with a few retries for transient failures; 404 raises _Missing."""
+    """GET over http(s):// or file:// under the network policy (core/net.py: timeouts, a deadline per file,
+    retries); 404 raises _Missing."""
 
-    def __init__(self, root: str, timeout_s: float) -> None:
+    def __init__(self, root: str, policy: net.NetPolicy) -> None:
         self.root = root
-        self.timeout_s = timeout_s
+        self.policy = policy
 
     def json(self, url: str) -> dict:
         data = self._get(url, lambda r: r.read(), accept=SIMPLE_JSON)
@@ -221,11 +216,11 @@ class _Fetcher:
     def wheel(self, url: str, wheel: Restored, out: BinaryIO) -> int:
         """Stream the wheel into ``out``, hashing as it comes; refuse it (naming it) unless it is the published one."""
 
-        def copy(response: _Response) -> tuple[str, int]:
+        def copy(response: net.Body) -> tuple[str, int]:
             digest, size = hashlib.sha256(), 0
             out.seek(0)
             out.truncate()
-            while chunk := response.read(CHUNK):
+            for chunk in response.chunks(CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
@@ -243,23 +238,16 @@ class _Fetcher:
                                 "republish that wheel (or run `builder index rebuild` where it is published)")
         return size
 
-    def _get(self, url: str, read: Callable[[_Response], _T], accept: str = "*/*") -> _T:
-        request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cuda-wheel-builder"})
-        for attempt in range(TRIES):
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return read(response)
-            except urllib.error.HTTPError as e:
-                if e.code in (404, 410):
-                    raise _Missing(url) from None
-                cause, transient = f"answered HTTP {e.code}", e.code >= 500 or e.code == 429
-            except urllib.error.URLError as e:
-                if isinstance(e.reason, (FileNotFoundError, NotADirectoryError)):
-                    raise _Missing(url) from None
-                cause, transient = f"is unreachable ({e.reason})", True
-            except (TimeoutError, ConnectionError) as e:
-                cause, transient = f"is unreachable ({e})", True
-            if not transient or attempt == TRIES - 1:
-                break
-            time.sleep(1 << attempt)
+    def _get(self, url: str, read: Callable[[net.Body], _T], accept: str = "*/*") -> _T:
+        """``read`` of the answer at ``url`` (called again from the start on a retry); giving up is a NetError."""
+        try:
+            return net.open_url(url, read, headers={"Accept": accept}, policy=self.policy)
+        except urllib.error.HTTPError as e:
+            if e.code in (404, 410):
+                raise _Missing(url) from None
+            cause = f"answered HTTP {e.code}"
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (FileNotFoundError, NotADirectoryError)):
+                raise _Missing(url) from None
+            cause = f"is unreachable ({e.reason})"
         raise SourceError(f"{url} {cause}", "check the URL (the wheelhouse root) and that it is served")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
-import tomllib
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -23,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError, RecipeError, UsageError
+from builder.core.tomlfile import read_toml
 from builder.model.abi import Abi, StableAbi
 from builder.model.arch import KnownBad, parse_arch_list
 from builder.model.cudacomponents import CUDA_COMPONENTS
@@ -159,12 +161,9 @@ def list_recipes(recipes_dir: Path) -> list[Path]:
 def load_aliases(recipes_dir: Path) -> dict[str, list[str]]:
     """``recipes/aliases.toml``: a name that stands for several recipes (``fla`` → fla-core, flash-linear-attention)."""
     path = recipes_dir / "aliases.toml"
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+    data = read_toml(path, RecipeError, what="aliases file")
     for key, members in data.items():
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise RecipeError(f"{path}: field '{key}' must be a list of recipe names")
@@ -187,20 +186,9 @@ def find_recipe(name: str, recipes_dir: Path) -> Path:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    """The recipe file's TOML; every way it can fail is one RecipeError naming the file."""
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise RecipeError(f"{path}: recipe file not found") from e
-    except IsADirectoryError as e:
-        raise RecipeError(f"{path}: is a folder, not a recipe file", "a recipe is one TOML file") from e
-    except UnicodeDecodeError as e:
-        raise RecipeError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
-                          "TOML files are UTF-8: re-save it as UTF-8") from e
-    except OSError as e:
-        raise RecipeError(f"{path}: cannot be read ({e.strerror or e})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+    """The recipe file's TOML; every way it can fail (a folder, a fifo, a device, too large, not UTF-8, nested too
+    deep) is one RecipeError naming the file."""
+    return read_toml(path, RecipeError, what="recipe file")
 
 
 def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
@@ -391,11 +379,7 @@ def _load_source(checker: TomlChecker, table: dict[str, Any], path: Path) -> Sou
             checker.fail(f"source.sha256.{version}", "must be 64 lowercase hex digits")
     commits = _load_commits(checker, table)
     local = table.get("path")
-    git_ref = table.get("git-ref", "v{version}")
-    try:
-        git_ref.format(version="0")
-    except (KeyError, IndexError, ValueError, AttributeError) as e:
-        checker.fail("source.git-ref", f"is {git_ref!r}: the only placeholder it may hold is {{version}} ({e!r})")
+    git_ref = checker.template(table.get("git-ref", "v{version}"), "source.git-ref", "version")
     return SourceSpec(
         pypi=table.get("pypi"),
         git=table.get("git"),
@@ -495,6 +479,22 @@ class TomlChecker:
                 wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
                 article = "an" if wanted[0] in "aeiou" else "a"
                 self.fail(dotted, f"must be {article} {wanted}, not {type(value).__name__}")
+
+    def template(self, text: str, field_name: str, placeholder: str) -> str:
+        """A string in which ``{placeholder}`` is replaced (``str.format``): that placeholder alone, bare. A format
+        spec or conversion is refused, not tried: ``{version:999999999}`` would build a gigabyte string."""
+        try:
+            fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(text)
+                      if name is not None]
+        except ValueError as e:
+            self.fail(field_name, f"is {text!r}: {e}", f"write {{{placeholder}}} for the placeholder and {{{{ }}}} "
+                      "for a literal brace")
+        for name, spec, conversion in fields:
+            if name != placeholder or spec or conversion:
+                shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                self.fail(field_name, f"is {text!r}: {shown} is not allowed", f"the only placeholder it may hold is "
+                          f"{{{placeholder}}}, with no format spec or conversion")
+        return text
 
     def required(self, table: dict[str, Any], key: str, where: str) -> Any:
         if key not in table:

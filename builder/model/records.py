@@ -184,6 +184,7 @@ class BuildRecord:
     runtime_dropped: RuntimeDropped | None = None  # absent for recipes without [runtime] drop
     abi: str | None = None  # "torch-stable" (model/abi.py); absent for per-torch builds, as before
     torch_floor: str | None = None  # a stable-ABI wheel's oldest torch (2.11)
+    platform: str | None = None  # the wheel's CPU platform (aarch64); absent for x86_64 and pure Python, as before
     # records/ only
     timings: Mapping[str, float] | None = None
     tests: TestReport | None = None
@@ -205,6 +206,11 @@ class BuildRecord:
             return CudaVersion.parse(self.cuda) if self.cuda else None
         except InvalidVersion:
             return None
+
+    @property
+    def target_platform(self) -> str:
+        """The CPU platform the wheel was built for (records before the platform axis: x86_64)."""
+        return self.platform or "x86_64"
 
     @property
     def is_stable_abi(self) -> bool:
@@ -232,6 +238,8 @@ class BuildRecord:
             out["runtime_dropped"] = {"names": list(self.runtime_dropped.names), "reason": self.runtime_dropped.reason}
         if self.abi is not None:
             out["abi"], out["torch_floor"] = self.abi, self.torch_floor
+        if self.platform is not None:
+            out["platform"] = self.platform
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
@@ -264,6 +272,7 @@ class BuildRecord:
             inspect=data.get("inspect"), wheel=data.get("wheel"), compiler_cache=data.get("compiler_cache"),
             wheel_sha256=data.get("wheel_sha256"), parallel=data.get("parallel"),
             abi=data.get("abi"), torch_floor=data.get("torch_floor"),
+            platform=str(data["platform"]) if data.get("platform") else None,
             torch_checks=tuple(TorchCheck.from_json(c) for c in data["torch_checks"] if isinstance(c, Mapping))
             if isinstance(data.get("torch_checks"), list) else None,
             extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),

@@ -30,7 +30,7 @@ from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv, python_for
 from builder.stages.resolve import SourceRef
 from builder.stages.source import describe_source_digest, fetch
-from builder.toolchain import CudaToolkit, select_toolkit
+from builder.toolchain import CudaToolkit, cross, select_toolkit
 from builder.toolchain.base import BuildHost
 from builder.toolchain.local import LOCAL
 from builder.toolchain.select import may_use_container
@@ -78,7 +78,7 @@ class InputsMemo:
     with the memo). ``check``: the farm's up-front check (no container, no patch dry run: see the module)."""
 
     check: bool = False
-    hosts: dict[tuple[str, str, tuple[str, ...]], BuildHost | None] = field(default_factory=dict)  # (toolchain, CUDA,
+    hosts: dict[tuple[str, str, tuple[str, ...], bool], BuildHost | None] = field(default_factory=dict)  # (toolchain, CUDA,
     # the recipe's CUDA components); None: failed
     containers: dict[str, bool] = field(default_factory=dict)  # per toolchain name: may it pick a container here?
     sources: dict[SourceRef, tuple[Path, str]] = field(default_factory=dict)
@@ -136,19 +136,20 @@ def _host(plan: Plan, settings: Settings, environ: Mapping[str, str], memo: Inpu
     """Where the build runs: this machine for pure Python, else the selected toolchain's host."""
     if not plan.recipe.kind.is_cuda:
         return LOCAL  # without a CUDA toolkit
-    key = (plan.target.toolchain, str(plan.cuda), plan.recipe.cuda_components)
+    here_only = cross.is_cross(plan.target.platform)  # a cross build: this machine's toolkit, never a container's
+    key = (plan.target.toolchain, str(plan.cuda), plan.recipe.cuda_components, here_only)
     if key in memo.hosts:
         known = memo.hosts[key]
         if known is None:
             raise Undecided
         return known
     memo.hosts[key] = None  # until it is selected
-    if memo.check and _may_use_container(plan.target.toolchain, environ, memo):
+    if memo.check and not here_only and _may_use_container(plan.target.toolchain, environ, memo):
         raise Undecided  # its toolkit and Python live in an image that would have to be opened
     _step(memo, "toolchain")
     with timed(timings, "toolchain"):
         choice = select_toolkit(plan.target.toolchain, plan.cuda, settings, environ,
-                                components=plan.recipe.cuda_components)
+                                components=plan.recipe.cuda_components, here_only=here_only)
     assert choice.host is not None and choice.toolkit is not None
     memo.hosts[key] = choice.host
     if not memo.check:

@@ -15,6 +15,7 @@ from packaging.version import Version
 from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.wheelfile import check_wheel_file
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
@@ -40,9 +41,10 @@ class TestOptions:
 def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
     """A wheel path, or a package name: its wheels in staging (first) or in the published index."""
     path = Path(spec)
-    if path.suffix == ".whl":
+    if path.suffix == ".whl" or path.is_file():  # a file given by path is checked: a zip is not a wheel
         if not path.is_file():
             raise UsageError(f"{spec}: no such wheel file")
+        check_wheel_file(path)
         return [path]
     from packaging.utils import canonicalize_name
 

@@ -8,7 +8,7 @@ import os
 import platform
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -20,6 +20,7 @@ from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
+from builder.model.platform import X86_64
 from builder.model.records import (
     BuildRecord,
     FileDigest,
@@ -39,15 +40,17 @@ from builder.stages.inspection import (
     inspect_wheel,
     render_report,
     verify_archs,
+    verify_platform,
 )
 from builder.stages.patch import apply_patches
 from builder.stages.plan import Plan, Target, make_plan
-from builder.stages.pyenv import PythonEnv, fresh_test_env
+from builder.stages.pyenv import PythonEnv, fresh_test_env, index_args, probe
 from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
 from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
-from builder.toolchain import CudaToolkit
+from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
+from builder.toolchain.cibw import EXCLUDED_LIBS
 
 
 @dataclass
@@ -88,6 +91,10 @@ def run_build(target: Target, settings: Settings, options: BuildOptions, env: Ma
 
 def _build_planned(plan: Plan, settings: Settings, options: BuildOptions, environ: dict[str, str],
                    result: BuildResult) -> None:
+    if plan.recipe.kind.is_cuda and cross.is_cross(plan.target.platform):
+        # the cross compilers first (a missing one fails in a second); as CC/CXX they enter the cache key
+        tools = cross.find_tools(plan.target.platform, environ)
+        environ = {**environ, "CC": str(tools.cc), "CXX": str(tools.cxx)}
     with InputsMemo() as memo:  # closes the toolchain's host (a container) after the build
         resolved = resolve_inputs(plan, settings, environ, memo, timings=result.timings)
         _build_with(resolved, settings, options, environ, result)
@@ -100,6 +107,7 @@ class BuildInputs:
     resolved: ResolvedInputs  # the host, source, Python, host compiler and the cache key
     workdir: Path
     parallel: Parallelism  # MAX_JOBS, nvcc and ptxas threads
+    cross: cross.CrossBuild | None = None  # a wheel for another CPU platform: its target Python and torch
 
 
 def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOptions, environ: dict[str, str],
@@ -119,7 +127,7 @@ def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOpti
         workdir.mkdir(parents=True)
         parallel = parallelism(plan.target.jobs, plan.target.archs, resolved.toolkit,
                                ptxas_split=plan.recipe.ptxas_split)
-        inputs = BuildInputs(resolved, workdir, parallel)
+        inputs = BuildInputs(resolved, workdir, parallel, _cross_build(resolved, settings, environ))
         try:
             _build_in(inputs, settings, options, environ, house, result)
         finally:
@@ -128,6 +136,17 @@ def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOpti
                 # (hard links into uv's cache, but a full copy where the cache lives on another disk)
                 for name in ("src", "dist", "test-venv"):
                     shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+def _cross_build(resolved: ResolvedInputs, settings: Settings, environ: Mapping[str, str]) -> cross.CrossBuild | None:
+    plan = resolved.plan
+    if not (plan.recipe.kind.is_cuda and cross.is_cross(plan.target.platform)):
+        return None
+    cross.check_toolkit(plan.target.platform, resolved.host.toolkit)
+    log.step("cross")
+    build = cross.prepare(plan.target.platform, resolved.python.torch or "", index_args(plan.index), settings, environ)
+    log.info(build.describe())
+    return build
 
 
 def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions, environ: Mapping[str, str],
@@ -151,6 +170,10 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
         if ccache is not None:
             env.update(ccache.build_env(toolkit.cuda_home, inputs.workdir / "ccache-stats.log", env))
             log.info(f"compiler cache: {ccache.describe()}")
+    if inputs.cross is not None and toolkit is not None:  # after the compiler cache: the target's compilers,
+        # headers and libraries
+        env.update(inputs.cross.build_env(toolkit.cuda_home, abi3=plan.stable,
+                                          python_version=inputs.resolved.python.version))
     if toolkit is not None:  # after the compiler cache: the maps differ per build folder, their output does not
         env.update(prefix_map_env(env, [(host.path(root), f"/build/{root.name}"),
                                         (host.path(inputs.resolved.python.purelib), "/site-packages"),
@@ -177,6 +200,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                            log_file=log_file, prepared=python.prepared)
     with timed(timings, "build"):
         raw = build_wheel(request, host)
+        if inputs.cross is not None:  # what the container toolchain's cibuildwheel does: the manylinux tag
+            raw = cross.repair(raw, workdir / "repaired", inputs.cross.platform, EXCLUDED_LIBS)
     compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None
     if compiler_cache is not None:
         log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
@@ -195,7 +220,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         report = inspect_wheel(final, settings, (toolkit.cuda_home,) if toolkit else ())
     log.info(render_report(report))
     if toolkit is not None:
-        problems = verify_archs(report, plan.target.archs)
+        problems = verify_archs(report, plan.target.archs) + verify_platform(report, plan.target.platform)
         if problems:
             raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
         log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
@@ -210,13 +235,14 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     log.step("test")
     with timed(timings, "test"):
         companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
-        tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions)
+        tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions,
+                           cross_build=inputs.cross, settings=settings)
     torch_checks = None
     if plan.stable:
         log.step("torch range")
         with timed(timings, "torch range"):
             torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests,
-                                             whole_range=options.torch_range)
+                                             whole_range=options.torch_range, cross_build=inputs.cross)
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
@@ -254,11 +280,13 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,
         abi=str(plan.abi) if plan.stable else None,
         torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
+        platform=None if plan.target.platform is X86_64 or not plan.recipe.kind.is_cuda else plan.target.platform.name,
     )
 
 
 def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_python: Path, wheel: Path,
-                      workdir: Path, tests: TestReport, *, whole_range: bool = True) -> tuple[TorchCheck, ...]:
+                      workdir: Path, tests: TestReport, *, whole_range: bool = True,
+                      cross_build: cross.CrossBuild | None = None) -> tuple[TorchCheck, ...]:
     """A stable-ABI wheel beside every torch minor it claims (stages/torchrange.py). The build's own torch must
     pass (it is the one the import test used); a failure on another torch only keeps the wheel out of that
     torch's channel, and says so."""
@@ -270,8 +298,11 @@ def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_py
         log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
                     "alone until `builder verify` checks the others")
         torches = [(t, line) for t, line in torches if Version(t).public == Version(python.torch or "0").public]
+    make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
+    if cross_build is not None:
+        make_env = cross.env_maker(cross_build.platform, wheel, index_args(plan.index), settings)
     checks = check_torch_range(wheel, stable, plan.recipe.imports, torches, plan.index,
-                               base_python if python.managed else python.python, workdir)
+                               base_python if python.managed else python.python, workdir, make_env=make_env)
     own = Version(python.torch or "0").public
     if not any(c.passed and Version(c.torch).public == own for c in checks):
         detail = next((c.detail for c in checks if Version(c.torch).public == own), "not checked")
@@ -282,15 +313,27 @@ def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_py
 
 
 def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
-               report: WheelReport, workdir: Path, *, main_wheels: Path | None = None) -> TestReport:
-    torch_from = None if python.managed else python
-    test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index, wheel,
-                              plan.recipe.test_requires, workdir, torch_from=torch_from,
-                              find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
+               report: WheelReport, workdir: Path, *, main_wheels: Path | None = None,
+               cross_build: cross.CrossBuild | None = None, settings: Settings | None = None) -> TestReport:
     skip = None
-    if options.stage:
+    if cross_build is not None:  # the import test runs the target's Python under qemu, with the target's torch
+        assert settings is not None
+        log.info(f"import test under {cross_build.tools.qemu.name}: {cross_build.python.version} for "
+                 f"{cross_build.platform}, torch {python.torch} for {cross_build.platform} (slow: one import)")
+        test_python = cross_build.test_env(workdir / "test-venv", python.torch or "", wheel, plan.recipe.test_requires,
+                                           index_args(plan.index), settings)
+        # torch is imported by the import test itself: under qemu each import takes about half a minute
+        test_env = replace(probe(test_python, with_torch=False), torch=python.torch, torch_cuda=python.torch_cuda)
+        skip = (f"no {cross_build.platform} GPU available (cross-built on {platform.machine()}; the kernel tests "
+                f"run on an {cross_build.platform} GPU runner)")
+    else:
+        torch_from = None if python.managed else python
+        test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index,
+                                  wheel, plan.recipe.test_requires, workdir, torch_from=torch_from,
+                                  find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
+    if skip is None and options.stage:
         skip = "staged: kernel tests run at promotion"
-    elif not options.kernel_tests:
+    elif skip is None and not options.kernel_tests:
         skip = "--no-kernel-tests"
     kernel = KernelTestPlan(skip=skip, quick=options.quick_kernel_tests,
                             required=options.require_kernel_tests and not options.stage)

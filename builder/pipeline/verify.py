@@ -9,6 +9,7 @@ index then lists it in the channel of each torch that passed (one transaction: i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -18,10 +19,12 @@ from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
+from builder.model.platform import parse_platform
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import TorchCheck
-from builder.stages.pyenv import find_interpreter
+from builder.stages.pyenv import find_interpreter, index_args
 from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
+from builder.toolchain import cross
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,10 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
             results.append(Verified(wheel.name, (), tuple(record.torch_checks or ())))
             continue
         workdir = settings.cache("tests") / f"verify-{wheel.stem}"
-        new = check_torch_range(wheel, recipe.stable_abi, recipe.imports, todo, index, find_interpreter(python),
-                                workdir)
+        target = parse_platform(record.target_platform)  # another CPU's wheel: its Python under qemu
+        make_env = cross.env_maker(target, wheel, index_args(index), settings) if cross.is_cross(target) else None
+        new = check_torch_range(wheel, recipe.stable_abi, recipe.imports, todo, index,
+                                find_interpreter(python) if make_env is None else Path(), workdir, make_env=make_env)
         replaced = {(Version(c.torch).public, c.how) for c in new}
         kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.how) not in replaced)
         checks = (*kept, *new)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from builder import __version__
+from builder.model.platform import X86_64
 from builder.model.records import BuildRecord
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv
@@ -66,6 +67,7 @@ class TargetInputs:
     cuda: str
     env: Pairs  # the recipe's build env
     compiler: Pairs | None | Unknown  # the host C/C++ compiler of a host-side CUDA build; None otherwise
+    platform: str | None = None  # the wheel's CPU platform; None for x86_64, whose keys stay as they were
 
     def as_json(self) -> dict[str, Any]:
         """The inputs as the cache key hashes them (the layout the key had before this type existed)."""
@@ -74,7 +76,7 @@ class TargetInputs:
             value = getattr(self, f.name)
             if isinstance(value, Unknown):
                 raise ValueError(f"the cache key needs {f.name}, which is unknown here")
-            if f.name == "compiler" and value is None:
+            if f.name in ("compiler", "platform") and value is None:
                 continue  # absent for pure-Python and container builds, whose keys stay as they were
             out[f.name] = _jsonable(f.name, value)
         return out
@@ -139,6 +141,7 @@ def target_inputs(
         cuda=str(plan.cuda),
         env=_pairs(plan.env),
         compiler=compiler if compiler is None or isinstance(compiler, Unknown) else _pairs(compiler),
+        platform=None if plan.target.platform is X86_64 or not cuda_ext else plan.target.platform.name,
     )
 
 
@@ -159,5 +162,6 @@ def recorded_inputs(record: BuildRecord) -> TargetInputs:
         "archs": record.archs,
         "cuda": record.cuda,
         "compiler": _pairs(record.host_compiler) if record.host_compiler else None,
+        "platform": record.platform,
     }
     return TargetInputs(**{f.name: known.get(f.name, UNKNOWN) for f in fields(TargetInputs)})

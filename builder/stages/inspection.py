@@ -18,11 +18,13 @@ from pathlib import Path
 from filelock import FileLock
 from packaging.utils import parse_wheel_filename
 
+from builder.core.elf import elf_machine
 from builder.core.errors import InspectError
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
 from builder.core.wheelfile import read_entries
 from builder.model.arch import Arch
+from builder.model.platform import ELF_NAMES, Platform, of_wheel_platform
 from builder.model.records import BuildRecord
 from builder.stages.finalize import read_build_record, read_metadata
 from builder.stages.repair import PortabilityReport, portability_report
@@ -36,6 +38,7 @@ class SharedObject:
     sass: tuple[str, ...]
     ptx: tuple[str, ...]
     needed: tuple[str, ...]
+    machine: str = ""  # the CPU its ELF header names (core/elf.py): x86_64, aarch64
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,7 @@ def _inspect_object(cuobjdump: Path, name: str, path: Path) -> SharedObject:
         sass=tuple(sorted({f"sm_{a}" for a in sass}, key=_arch_key)),
         ptx=tuple(sorted({f"compute_{a}" for a in ptx}, key=_arch_key)),
         needed=_needed(path),
+        machine=elf_machine(path) or "",
     )
 
 
@@ -251,11 +255,23 @@ def verify_archs(report: WheelReport, archs: tuple[Arch, ...]) -> list[str]:
     return problems
 
 
+def verify_platform(report: WheelReport, target: Platform) -> list[str]:
+    """Problems with a built wheel's CPU platform: an object for another CPU, or a tag naming another platform."""
+    problems = [f"{o.path} is an ELF for {o.machine}, not {target}" for o in report.objects
+                if o.machine and o.machine != target.name]
+    wrong = [t for t in report.tags if (p := of_wheel_platform(t.split("-")[-1])) is not None and p != target]
+    if wrong:
+        problems.append(f"its tag {wrong[0]} is not a {target} tag")
+    return problems
+
+
 def render_report(report: WheelReport) -> str:
     lines = [f"{report.wheel}", f"  tags: {', '.join(report.tags)}"]
     lines += [f"  requires: {r}" for r in report.requires]
     for obj in report.objects:
         lines.append(f"  {obj.path}")
+        if obj.machine:
+            lines.append(f"    machine: {ELF_NAMES.get(obj.machine, obj.machine)}")
         lines.append(f"    SASS: {' '.join(obj.sass) or '-'}")
         lines.append(f"    PTX:  {' '.join(obj.ptx) or '-'}")
         if obj.needed:

@@ -35,6 +35,7 @@ from builder.model.arch import (
     torch_arch_list,
 )
 from builder.model.cuda import CudaVersion
+from builder.model.platform import X86_64, Platform, check_archs_for_platform
 from builder.model.python import PythonSpec
 from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from builder.stages.resolve import (
@@ -64,6 +65,7 @@ class Target:
     jobs: int = 1
     test_patches: tuple[str, ...] = ()
     abi: str = "auto"  # auto (torch-stable where the recipe has a port for this version and torch) | an Abi
+    platform: Platform = X86_64  # the CPU the wheel is for; another than this machine's is a cross build
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Plan:
             ("patches", ", ".join(p.name for p in self.patches) or "none"),
             ("cuda", str(self.cuda)),
             ("archs", format_arch_list(self.target.archs) + f"  (TORCH_CUDA_ARCH_LIST={torch_arch_list(self.target.archs)})"),
+            ("platform", self._platform_text()),
             ("python", str(self.target.python)),
             ("torch", torch),
             ("label", label),
@@ -134,6 +137,12 @@ class Plan:
         if buildable_here is not None:
             rows.insert(rows.index(("toolchain", self.target.toolchain)) + 1, ("buildable here", buildable_here))
         return rows
+
+    def _platform_text(self) -> str:
+        target = self.target.platform
+        if not self.recipe.kind.is_cuda:
+            return f"{target} (pure Python: one wheel serves every platform)"
+        return f"{target} ({target.manylinux_tag})"
 
     def _abi_text(self) -> str:
         stable = self.recipe.stable_abi
@@ -182,6 +191,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     recipe = load_target_recipe(target, settings)
     if recipe.kind.is_cuda:
         check_archs_for_cuda(target.archs, target.cuda, settings)
+        check_archs_for_platform(target.archs, target.platform)
     available: list[str] = []
     if target.source is None and recipe.source.path is None and recipe.source.git is None:
         available = list(pypi_releases(recipe.source.pypi or recipe.name, settings))
@@ -226,7 +236,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         patches=recipe.patches_for(version, target.test_patches, abi),
         torch=torch,
         index=index,
-        image=docker_image_for(target.cuda),
+        image=docker_image_for(target.cuda, target.platform),
         env=env,
         abi=abi,
         torch_cuda_unverified=unverified,

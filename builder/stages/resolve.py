@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core import net
 from builder.core.errors import ChecksumError, RecipeError, SourceError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
@@ -50,8 +50,7 @@ def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
     data = None
     if not settings.offline:
         try:
-            with urllib.request.urlopen(PYPI_JSON.format(name=name), timeout=60) as response:
-                data = json.load(response)
+            data = json.loads(net.fetch_bytes(PYPI_JSON.format(name=name)))
             atomic_write(cache_file, json.dumps(data))
         except urllib.error.HTTPError as e:
             if e.code == 404:

@@ -16,7 +16,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from packaging.version import Version
@@ -39,8 +39,10 @@ _PROBE = r"""
 import importlib, json, platform, sys
 out = {"python": platform.python_version()}
 try:
+    print(json.dumps({"stage": "torch"}), flush=True)  # a crash (no JSON at the end) says where it happened
     import torch
     out["torch"], out["cuda"] = torch.__version__, torch.version.cuda
+    print(json.dumps({"stage": "wheel"}), flush=True)
     for name in json.loads(sys.argv[1]):
         importlib.import_module(name)
     namespaces = json.loads(sys.argv[2])
@@ -73,31 +75,47 @@ def torches_to_check(index: TorchIndex, cuda: CudaVersion, stable: StableAbi) ->
     return [(str(v), line) for _, (v, line) in sorted(newest.items())]
 
 
+# (torch, folder) -> the python of a fresh env in folder holding torch and the wheel (a cross build's: under qemu)
+MakeEnv = Callable[[str, Path], Path]
+
+
+def venv_maker(wheel: Path, index: TorchIndex, base_python: Path) -> MakeEnv:
+    """A venv of ``base_python`` on this machine with the torch and ``wheel`` installed from ``index``."""
+    def make(torch: str, venv: Path) -> Path:
+        run_uv(["venv", "--quiet", "--python", str(base_python), str(venv)], what="torch-range venv creation")
+        python = venv / "bin" / "python"
+        run_uv(["pip", "install", "--quiet", "--python", str(python), *index_args(index), f"torch=={torch}",
+                str(wheel)], what=f"installing torch {torch} beside the wheel")
+        return python
+
+    return make
+
+
 def check_torch_range(wheel: Path, stable: StableAbi, imports: Sequence[str], torches: Sequence[tuple[str, str]],
-                      index: TorchIndex, base_python: Path, workdir: Path) -> tuple[TorchCheck, ...]:
-    """Each of ``torches`` tried with the wheel in a fresh venv (removed afterwards); one TorchCheck each. A torch
-    that cannot be installed is a failed check with uv's reason, not an error: the others still say something."""
+                      index: TorchIndex, base_python: Path, workdir: Path, *,
+                      make_env: MakeEnv | None = None) -> tuple[TorchCheck, ...]:
+    """Each of ``torches`` tried with the wheel in a fresh env (removed afterwards; ``make_env`` makes it, default a
+    venv of ``base_python``); one TorchCheck each. A torch that cannot be installed is a failed check with uv's
+    reason, not an error: the others still say something."""
+    make = make_env or venv_maker(wheel, index, base_python)
     checks = []
     for torch, line in torches:
         log.info(f"torch range: {wheel.name} beside torch {torch} (CUDA {line})")
-        check = _check_one(wheel, stable, imports, torch, line, index, base_python, workdir / "torch-range" / torch)
+        check = _check_one(stable, imports, torch, line, make, workdir / "torch-range" / torch)
         (log.ok if check.passed else log.warning)(f"torch {torch}: {check.status}: {check.detail}")
         checks.append(check)
     return tuple(checks)
 
 
-def _check_one(wheel: Path, stable: StableAbi, imports: Sequence[str], torch: str, line: str, index: TorchIndex,
-               base_python: Path, venv: Path) -> TorchCheck:
+def _check_one(stable: StableAbi, imports: Sequence[str], torch: str, line: str, make: MakeEnv,
+               venv: Path) -> TorchCheck:
     def failed(detail: str, python: str = "") -> TorchCheck:
         return TorchCheck(torch=torch, cuda=line, python=python, how=IMPORT_REGISTRATION, status="failed",
                           detail=detail)
 
     shutil.rmtree(venv, ignore_errors=True)
     try:
-        run_uv(["venv", "--quiet", "--python", str(base_python), str(venv)], what="torch-range venv creation")
-        python = venv / "bin" / "python"
-        run_uv(["pip", "install", "--quiet", "--python", str(python), *index_args(index), f"torch=={torch}",
-                str(wheel)], what=f"installing torch {torch} beside the wheel")
+        python = make(torch, venv)
         result = subprocess.run([str(python), "-c", _PROBE, json.dumps(list(imports)), json.dumps(stable.namespaces)],
                                 capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=600)
     except ToolchainError as e:
@@ -109,7 +127,12 @@ def _check_one(wheel: Path, stable: StableAbi, imports: Sequence[str], torch: st
     try:
         out = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
+        out = {}
+    if "stage" in out or not out:  # it died before printing its answer
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        if out.get("stage") == "torch":
+            return failed(f"torch {torch} itself crashed on import, before the wheel was loaded (exit "
+                          f"{result.returncode}: {last}): the wheel could not be tried with it here")
         return failed(f"the import probe crashed (exit {result.returncode}): {last}")
     return judge_probe(out, torch, line, stable)
 
@@ -123,6 +146,8 @@ def judge_probe(out: dict[str, object], torch: str, line: str, stable: StableAbi
     empty = [ns for ns in stable.namespaces if not any(o.split("::")[0] == ns for o in ops)]
     if "error" in out:
         status, detail = "failed", f"import failed: {out['error']}"
+    elif "cuda" in out and out["cuda"] is None:
+        status, detail = "failed", f"torch {out.get('torch', torch)} there is a CPU build (no CUDA torch for this platform)"
     elif empty:
         status, detail = "failed", f"no ops registered in namespace {', '.join(empty)}"
     elif missing:

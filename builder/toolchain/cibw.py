@@ -3,7 +3,10 @@
 ``build_with_cibuildwheel(CibwRequest)`` runs the real ``cibuildwheel --platform linux`` on a patched source tree:
 
 - ``CIBW_BUILD=cp3XX-manylinux_x86_64`` in ``CIBW_MANYLINUX_X86_64_IMAGE`` (a manylinux-layout image with a CUDA
-  toolkit, dockerfiles/manylinux-cuda-*.Dockerfile) with docker or podman (``CIBW_CONTAINER_ENGINE``).
+  toolkit, dockerfiles/manylinux-cuda-*.Dockerfile) with docker or podman (``CIBW_CONTAINER_ENGINE``); for an
+  aarch64 wheel ``cp3XX-manylinux_aarch64`` in ``CIBW_MANYLINUX_AARCH64_IMAGE``
+  (dockerfiles/manylinux-aarch64-cuda-*.Dockerfile), on an arm64 machine: cibuildwheel runs a foreign image only
+  under emulation, which the request refuses rather than compile for hours under qemu.
 - The container has no network (``create_args: --network=none``): cibuildwheel passes create_args to
   ``<engine> create`` as they are, and the setting holds for the container's whole life, so the pinned torch and
   the build requirements are fetched first, on the host, into ``<cache>/downloads`` (``pip download``; files already
@@ -38,6 +41,7 @@ from builder.core.cachedir import PREFETCH_LOCK
 from builder.core.errors import BuildFailed, ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.streaming import stream
+from builder.model.platform import X86_64, Platform, this_machine
 
 # Sonames auditwheel must leave out: they come from the installed torch, its CUDA wheels, or the NVIDIA driver.
 EXCLUDED_LIBS = (
@@ -63,6 +67,7 @@ class TorchCache:
     torch_index: str
     cache_dir: Path
     requirements: tuple[str, ...] = BUILD_REQUIREMENTS
+    platform: Platform = X86_64  # the wheel's CPU: the torch fetched, the image's, and (checked) this machine's
 
     @property
     def tag(self) -> str:
@@ -115,6 +120,11 @@ class CibwResult:
 def check_request(req: CibwRequest) -> None:
     if req.engine not in ("docker", "podman"):
         raise UsageError(f"unknown container engine {req.engine!r}", "use docker or podman")
+    if req.platform != this_machine():
+        raise UsageError(f"an {req.platform} wheel through cibuildwheel needs an {req.platform} machine, and this one "
+                         f"is {this_machine()}: the {req.platform} image would run every compile under emulation",
+                         f"build it on a {req.platform} machine (the nightly's {req.platform.runner} runners), or "
+                         "cross-compile it here with --toolchain pip or host")
     if not req.python.count(".") or not all(p.isdigit() for p in req.python.split(".")[:2]):
         raise UsageError(f"--python {req.python!r} is not a CPython version like 3.11", "pass e.g. --python 3.12")
     if not (req.source_dir / "setup.py").exists() and not (req.source_dir / "pyproject.toml").exists():
@@ -136,13 +146,15 @@ def prefetch_argv(req: CibwRequest | TorchCache) -> list[str]:
     return [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
             "--dest", str(req.wheels_dir), "--only-binary=:all:", "--implementation", "cp",
             "--python-version", f"{major}.{minor}", "--abi", f"cp{major}{minor}", "--abi", "abi3", "--abi", "none",
-            *_platform_args(), *_torch_index_args(req), f"torch=={req.torch}", *req.requirements]
+            *_platform_args(28, req.platform), *_torch_index_args(req), f"torch=={req.torch}", *req.requirements]
 
 
-def _platform_args(floor: int = 28) -> list[str]:
-    """pip download takes only the platforms named: manylinux_2_28 and every older manylinux (and its aliases)."""
-    tags = [f"manylinux_2_{m}_x86_64" for m in range(floor, 4, -1)] + ["manylinux2014_x86_64", "manylinux2010_x86_64",
-                                                                     "manylinux1_x86_64"]
+def _platform_args(floor: int = 28, platform: Platform = X86_64) -> list[str]:
+    """pip download takes only the platforms named: manylinux_2_28 and every older manylinux (and its aliases;
+    aarch64 wheels start at manylinux2014, glibc 2.17)."""
+    arch = platform.name
+    tags = [f"manylinux_2_{m}_{arch}" for m in range(floor, 4 if arch == "x86_64" else 16, -1)] + [
+        f"manylinux2014_{arch}", *((f"manylinux2010_{arch}", f"manylinux1_{arch}") if arch == "x86_64" else ())]
     return [a for t in tags for a in ("--platform", t)]
 
 
@@ -176,11 +188,12 @@ def cibw_settings(req: CibwRequest) -> dict[str, str]:
         "UV_LINK_MODE": "symlink",
         "UV_NO_PROGRESS": "1",
     }
+    arch = req.platform.name
     return {
         "CIBW_PLATFORM": "linux",
-        "CIBW_BUILD": f"{req.tag}-manylinux_x86_64",
-        "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_MANYLINUX_X86_64_IMAGE": req.image,
+        "CIBW_BUILD": f"{req.tag}-manylinux_{arch}",
+        "CIBW_ARCHS_LINUX": arch,
+        f"CIBW_MANYLINUX_{arch.upper()}_IMAGE": req.image,
         "CIBW_CONTAINER_ENGINE": engine_setting(req),
         "CIBW_BUILD_FRONTEND": "build; args: --no-isolation",
         "CIBW_BUILD_VERBOSITY": "1",
@@ -228,7 +241,8 @@ def prefetch(req: CibwRequest | TorchCache) -> float:
     else:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
         raise ToolchainError(f"fetching torch=={req.torch} for CPython {req.python} failed: {tail}",
-                             f"is torch {req.torch} for cp{req.tag[2:]} manylinux x86_64 on {req.torch_index}?")
+                             f"is torch {req.torch} for cp{req.tag[2:]} manylinux {req.platform} on "
+                             f"{req.torch_index}?")
     return time.monotonic() - start
 
 

@@ -106,7 +106,7 @@ class ContainerToolchain:
         image = find_image(client, spec)
         if image is None:
             raise ToolchainError(f"--toolchain docker: no image for CUDA {spec.cuda} ({spec.tag} is not built)",
-                                 f"run `builder images build --cuda {spec.cuda}` first")
+                                 f"run `builder images build --cuda {spec.cuda} --platform {spec.platform}` first")
         return cls(client, image, spec, cuda, reason, cache=cache, engine_env=engine_env)
 
     def __enter__(self) -> ContainerToolchain:
@@ -211,7 +211,7 @@ class ContainerToolchain:
         torch version named is what that wheel's torch/version.py says, as a probe of the installed torch would."""
         folder = self.cache / hashlib.sha256(index_url.encode()).hexdigest()[:12]  # one torch per pin and index
         fetch = cibw.TorchCache(python=version, torch=torch, torch_index=index_url, cache_dir=folder,
-                                requirements=tuple(requirements))
+                                requirements=tuple(requirements), platform=self.spec.platform)
         cibw.fetch_locked(fetch)
         wheel = cibw.fetched_torch(fetch)
         tag = fetch.tag
@@ -251,7 +251,7 @@ def cibuildwheel_request(request: WheelRequest, prepared: PreparedPython, *, ima
         source_dir=request.source_dir, python=prepared.version, image=image, engine=engine, torch=fetch.torch,
         torch_index=fetch.torch_index, cache_dir=fetch.cache_dir, out_dir=request.out_dir,
         log_file=request.log_file, build_env=passed_env(request), requirements=fetch.requirements,
-        engine_env=engine_env)
+        engine_env=engine_env, platform=fetch.platform)
 
 
 def _ignore(line: str) -> None:

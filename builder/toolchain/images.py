@@ -1,9 +1,12 @@
-"""Build images for the docker toolchain: one per CUDA version, from ``dockerfiles/manylinux-cuda-X.Y.Dockerfile``
-(a manylinux_2_28 image plus CUDA X.Y: what cibuildwheel builds in, toolchain/cibw.py).
+"""Build images for the docker toolchain: one per CUDA version and platform, from
+``dockerfiles/manylinux-cuda-X.Y.Dockerfile`` (x86_64) and ``dockerfiles/manylinux-aarch64-cuda-X.Y.Dockerfile``
+(aarch64: NVIDIA's sbsa packages, built natively on an arm64 machine such as GitHub's ubuntu-24.04-arm): a
+manylinux_2_28 image plus CUDA X.Y, what cibuildwheel builds in (toolchain/cibw.py).
 
-The tag encodes the CUDA version and a hash of the Dockerfile plus its build arguments
-(``cuda-wheel-builder:cuda12.8-<12 hex>``), so an edited Dockerfile or another base image gives another tag and
-a stale image is never reused. Images carry labels naming their CUDA, Dockerfile hash and base image, so the
+The tag encodes the CUDA version, the platform where it is not x86_64, and a hash of the Dockerfile plus its build
+arguments (``cuda-wheel-builder:cuda12.8-<12 hex>``, ``cuda-wheel-builder:cuda13.0-aarch64-<12 hex>``), so an
+edited Dockerfile or another base image gives another tag and a stale image is never reused. Images carry labels
+naming their CUDA, Dockerfile hash, platform and base image, so the
 toolchain can also find an image built from the current Dockerfile on a substitute base (``--base-image``).
 Everything goes through the docker SDK (Docker, or podman's Docker-API service).
 
@@ -28,6 +31,7 @@ from builder.core.datafiles import data_dir
 from builder.core.errors import ToolchainError, UsageError
 from builder.model.cuda import CudaVersion
 from builder.model.cudacomponents import components_of
+from builder.model.platform import X86_64, Platform
 
 REPOSITORY = "cuda-wheel-builder"
 DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
@@ -36,6 +40,7 @@ LABEL_DOCKERFILE = "org.cuda-wheel-builder.dockerfile-sha256"
 LABEL_BASE = "org.cuda-wheel-builder.base-image"
 LABEL_KEY = "org.cuda-wheel-builder.key"
 LABEL_PACKAGES = "org.cuda-wheel-builder.extra-packages"  # only on images with EXTRA_PACKAGES
+LABEL_PLATFORM = "org.cuda-wheel-builder.platform"
 EXTRAS_PART = "cuda-components.Dockerfile.part"
 
 
@@ -47,6 +52,7 @@ class ImageSpec:
     dockerfile: Path
     buildargs: dict[str, str]
     extras_part: Path | None = None  # appended to the Dockerfile when buildargs has EXTRA_PACKAGES
+    platform: Platform = X86_64  # the CPU of the image (and of the wheels built in it)
 
     def dockerfile_text(self) -> bytes:
         """What the image is built from: the Dockerfile, with the extra components' part appended if any."""
@@ -70,7 +76,8 @@ class ImageSpec:
 
     @property
     def tag(self) -> str:
-        return f"{REPOSITORY}:cuda{self.cuda}-{self.key}"
+        arch = "" if self.platform == X86_64 else f"{self.platform}-"  # x86_64 tags stay as they were
+        return f"{REPOSITORY}:cuda{self.cuda}-{arch}{self.key}"
 
     @property
     def base_image(self) -> str:
@@ -78,20 +85,26 @@ class ImageSpec:
 
     def labels(self) -> dict[str, str]:
         labels = {LABEL_CUDA: self.cuda, LABEL_DOCKERFILE: self.dockerfile_sha256, LABEL_BASE: self.base_image,
-                  LABEL_KEY: self.key}
+                  LABEL_KEY: self.key, LABEL_PLATFORM: self.platform.name}
         return labels | {LABEL_PACKAGES: self.extra_packages} if self.extra_packages else labels
 
 
 DOCKERFILE_PREFIX = "manylinux-cuda-"
 
 
-def dockerfile_for(key: str, dockerfiles: Path = DOCKERFILES) -> Path:
-    return dockerfiles / f"{DOCKERFILE_PREFIX}{key}.Dockerfile"
+def dockerfile_prefix(platform: Platform = X86_64) -> str:
+    """``manylinux-cuda-`` (x86_64, the names from before the platform axis), ``manylinux-aarch64-cuda-``."""
+    return DOCKERFILE_PREFIX if platform == X86_64 else f"manylinux-{platform}-cuda-"
 
 
-def available_cudas(dockerfiles: Path = DOCKERFILES) -> list[str]:
-    return sorted((p.name.removeprefix(DOCKERFILE_PREFIX).removesuffix(".Dockerfile")
-                   for p in dockerfiles.glob(f"{DOCKERFILE_PREFIX}*.Dockerfile")), key=Version)
+def dockerfile_for(key: str, dockerfiles: Path = DOCKERFILES, platform: Platform = X86_64) -> Path:
+    return dockerfiles / f"{dockerfile_prefix(platform)}{key}.Dockerfile"
+
+
+def available_cudas(dockerfiles: Path = DOCKERFILES, platform: Platform = X86_64) -> list[str]:
+    prefix = dockerfile_prefix(platform)
+    return sorted((p.name.removeprefix(prefix).removesuffix(".Dockerfile")
+                   for p in dockerfiles.glob(f"{prefix}*.Dockerfile")), key=Version)
 
 
 def default_base_image(dockerfile: Path) -> str:
@@ -102,18 +115,22 @@ def default_base_image(dockerfile: Path) -> str:
 
 
 def image_spec(cuda: CudaVersion | str, base_image: str | None = None, dockerfiles: Path = DOCKERFILES,
-               components: tuple[str, ...] = ()) -> ImageSpec:
-    """The image for ``cuda`` (a CUDA's line, or the key as given to ``builder images build --cuda``)."""
+               components: tuple[str, ...] = (), platform: Platform = X86_64) -> ImageSpec:
+    """The image for ``cuda`` (a CUDA's line, or the key as given to ``builder images build --cuda``) on
+    ``platform``: an aarch64 image is built and run on an arm64 machine (its base is a manylinux_2_28_aarch64
+    image; emulating a whole compile under qemu is not an option worth its hours)."""
     key = cuda if isinstance(cuda, str) else cuda.line
-    dockerfile = dockerfile_for(key, dockerfiles)
+    dockerfile = dockerfile_for(key, dockerfiles, platform)
     if not dockerfile.is_file():
-        raise UsageError(f"no Dockerfile for CUDA {key} ({dockerfile} missing)",
-                         f"available: {', '.join(available_cudas(dockerfiles)) or 'none'}")
+        where = "" if platform == X86_64 else f" on {platform}"
+        raise UsageError(f"no Dockerfile for CUDA {key}{where} ({dockerfile} missing)",
+                         f"available{where}: {', '.join(available_cudas(dockerfiles, platform)) or 'none'}")
     buildargs = {"BASE_IMAGE": base_image} if base_image else {}
     extra = extra_packages(dockerfile, key, components)  # components: a recipe's cuda-components
     if not extra:
-        return ImageSpec(key, dockerfile, buildargs)
-    return ImageSpec(key, dockerfile, buildargs | {"EXTRA_PACKAGES": " ".join(extra)}, dockerfiles / EXTRAS_PART)
+        return ImageSpec(key, dockerfile, buildargs, platform=platform)
+    return ImageSpec(key, dockerfile, buildargs | {"EXTRA_PACKAGES": " ".join(extra)}, dockerfiles / EXTRAS_PART,
+                     platform=platform)
 
 
 def extra_packages(dockerfile: Path, cuda: str, components: tuple[str, ...]) -> list[str]:
@@ -142,7 +159,8 @@ def find_image(client: Any, spec: ImageSpec, *, any_base: bool = True) -> Any | 
         return None
     candidates = [i for i in list_images(client)
                   if i.labels.get(LABEL_CUDA) == spec.cuda and i.labels.get(LABEL_DOCKERFILE) == spec.dockerfile_sha256
-                  and i.labels.get(LABEL_PACKAGES, "") == spec.extra_packages]
+                  and i.labels.get(LABEL_PACKAGES, "") == spec.extra_packages
+                  and i.labels.get(LABEL_PLATFORM, X86_64.name) == spec.platform.name]
     candidates.sort(key=lambda i: i.attrs.get("Created", ""), reverse=True)
     return candidates[0] if candidates else None
 

@@ -14,6 +14,7 @@ from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.model.cuda import CudaVersion
+from builder.model.platform import Platform, this_machine
 from builder.toolchain import container as docker_toolchain
 from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
@@ -31,11 +32,12 @@ from builder.toolchain.local import LocalRunner
 
 TOOLCHAINS = ("auto", "pip", "host", "docker")
 
-def docker_image_for(cuda: CudaVersion) -> str:
-    """What the docker toolchain builds CUDA ``cuda`` in, in words: the base image plus that CUDA, from its
-    Dockerfile (the built image's tag hashes both: ``builder images build`` names it)."""
+def docker_image_for(cuda: CudaVersion, platform: Platform | None = None) -> str:
+    """What the docker toolchain builds CUDA ``cuda`` in for ``platform`` (default: this machine's; a container
+    builds for the machine it runs on), in words: the base image plus that CUDA, from its Dockerfile (the built
+    image's tag hashes both: ``builder images build`` names it)."""
     key = cuda.line
-    dockerfile = dockerfile_for(key)
+    dockerfile = dockerfile_for(key, platform=platform or this_machine())
     if not dockerfile.is_file():
         return f"no manylinux image for CUDA {key} (no dockerfiles/{dockerfile.name})"
     return f"{default_base_image(dockerfile)} + CUDA {key} (dockerfiles/{dockerfile.name})"
@@ -52,12 +54,13 @@ def container_engine_answers(env: Mapping[str, str]) -> str | None:
 
 
 def select_toolkit(requested: str, cuda: CudaVersion, settings: Settings, env: Mapping[str, str], *,
-                   components: tuple[str, ...] = ()) -> ToolchainChoice:
+                   components: tuple[str, ...] = (), here_only: bool = False) -> ToolchainChoice:
     """Resolve ``requested`` (auto/pip/host/docker) into a toolkit that also holds ``components`` (the recipe's
     ``[build] cuda-components``: ``plan.recipe.cuda_components``), or raise one clear ToolchainError.
 
     The choice carries the BuildHost the build runs on (``choice.host``: this machine, or the open
-    ContainerToolchain for docker); the caller closes it.
+    ContainerToolchain for docker); the caller closes it. ``here_only`` (a cross build, toolchain/cross.py): auto
+    leaves containers out, since a container's compiler is not this machine's.
     """
     image = docker_image_for(cuda)
     if requested == "pip":
@@ -66,7 +69,7 @@ def select_toolkit(requested: str, cuda: CudaVersion, settings: Settings, env: M
         return _here("host", find_host_toolkit(cuda, env, memo_dir(settings), components), settings)
     if requested == "docker":
         return _docker(cuda, settings, env, image, components)
-    return _auto(cuda, settings, env, image, components)
+    return _auto(cuda, settings, env, image, components, containers=not here_only)
 
 
 def _here(requested: str, toolkit: CudaToolkit, settings: Settings, notes: tuple[str, ...] = ()) -> ToolchainChoice:
@@ -87,7 +90,7 @@ def _container_host(client: Any, spec: ImageSpec, cuda: CudaVersion, reason: str
 
 def _docker(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image: str,
             components: tuple[str, ...] = ()) -> ToolchainChoice:
-    spec = image_spec(cuda, components=components)
+    spec = image_spec(cuda, components=components, platform=this_machine())
     client = docker_toolchain.connect(env)
     if client is None:
         raise ToolchainError(
@@ -110,12 +113,13 @@ def _docker(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image
 
 
 def _auto(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image: str,
-          components: tuple[str, ...] = ()) -> ToolchainChoice:
+          components: tuple[str, ...] = (), *, containers: bool = True) -> ToolchainChoice:
     """A container engine with an image for ``cuda`` (present, or buildable from a base image present locally),
     else a host toolkit of ``cuda``, else PyPI for CUDA >= 13, else one line naming what is missing.
     Never pulls: a base image that is not on the engine already makes auto fall through."""
     notes: list[str] = []
-    engine_note = _auto_container(cuda, settings, env, components)
+    engine_note = (_auto_container(cuda, settings, env, components) if containers else
+                   "a cross build compiles with this machine's own toolkit, not a container's")
     if isinstance(engine_note, ToolchainChoice):
         return engine_note
     notes.append(engine_note)
@@ -237,7 +241,7 @@ def _probe_container(cuda: CudaVersion, env: Mapping[str, str], components: tupl
         return False, f"no container engine answers for {docker_image_for(cuda)}"
     address = env.get("DOCKER_HOST") or client.api.base_url
     try:
-        spec = image_spec(cuda, components=components)
+        spec = image_spec(cuda, components=components, platform=this_machine())
         if find_image(client, spec) is not None:
             return True, f"docker toolchain ({spec.tag} on the engine at {address})"
         if base_present(client, spec):
@@ -259,7 +263,7 @@ def _auto_container(cuda: CudaVersion, settings: Settings, env: Mapping[str, str
         return f"no container engine answers for {docker_image_for(cuda)}"
     address = env.get("DOCKER_HOST") or client.api.base_url
     try:
-        spec = image_spec(cuda, components=components)
+        spec = image_spec(cuda, components=components, platform=this_machine())
     except UsageError:
         client.close()
         return f"a container engine answers at {address} but there is no Dockerfile for CUDA {cuda}"

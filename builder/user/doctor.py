@@ -20,9 +20,10 @@ from packaging.version import Version
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
+from builder.model.platform import this_machine
 from builder.model.recipe import Recipe, RecipeKind, list_recipes, load_recipe
 from builder.stages.inspection import find_local_cuobjdump, list_gpu_code
-from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, probe_env
+from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, interpreter_argv, probe_env
 from builder.user.fit import (
     EnvFacts,
     Verdict,
@@ -33,7 +34,7 @@ from builder.user.fit import (
     judge,
     runs_on,
 )
-from builder.user.install import install_argv
+from builder.user.install import arch_example, install_argv
 from builder.user.machine import MachineFacts, machine_facts
 
 
@@ -86,6 +87,8 @@ class DoctorReport:
             data["machine"].pop(private, None)
         data["machine"]["builds"] = {cuda: {"possible": ok, "how": how}
                                      for cuda, (ok, how) in self.machine.answered().items()}
+        data["platform"] = {"env": self.facts.machine, "this_machine": this_machine().name, "cross": self.facts.cross,
+                            "known": self.facts.platform is not None}
         return _jsonable_dict(data)
 
 
@@ -166,6 +169,9 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
                       "never chooses torch for you)")
     elif env.torch.cuda is None:
         advice.append(f"torch {env.torch.version} is a CPU build: no CUDA kernel can run here; install a CUDA torch")
+    elif not facts.gpus and facts.cross:
+        advice.append(f"this env is {facts.machine} and runs here under qemu, on an {this_machine()} machine: kernels "
+                      f"can be installed and imported here, but run only on an {facts.machine} machine's GPU")
     elif not facts.gpus:
         advice.append("no GPU is visible (torch sees none, nvidia-smi lists none): kernels can be installed and "
                       "imported here, but not run")
@@ -186,16 +192,20 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
     kinds = {s.report.distribution: s.kind for s in states}
     for offer in offers:
         if offer.package in missing and offer.chosen is None and facts.torch and facts.torch_cuda:
-            can, how = machine.can_build(CudaVersion.parse(facts.torch_cuda))
-            if kinds.get(offer.package) is not RecipeKind.CUDA_EXTENSION:
+            gpu_code = kinds.get(offer.package) is RecipeKind.CUDA_EXTENSION
+            can, how = machine.can_build(CudaVersion.parse(facts.torch_cuda), facts.platform)
+            if not gpu_code:
                 can, how = True, "no compiler at all (pure Python)"
             label = env_label(facts.torch, facts.torch_cuda)
+            if facts.cross and gpu_code:
+                label = f"{facts.machine} and {label}"
             if can:
                 # with no GPU here to take the arch from, the build needs --arch (install would stop and ask)
-                arch = "" if facts.gpus or kinds.get(offer.package) is not RecipeKind.CUDA_EXTENSION else (
-                    " --arch <your GPU's arch, e.g. 120>")
+                arch = "" if facts.gpus or not gpu_code else f" --arch <your GPU's arch, {arch_example(facts)}>"
+                built = f"cross-builds it: builder build … --platform {facts.machine}" if facts.cross and gpu_code \
+                    else "builds it"
                 advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse; this machine can build one "
-                              f"with {how}: builder install {offer.package} --python {python}{arch} (builds it)")
+                              f"with {how}: builder install {offer.package} --python {python}{arch} ({built})")
             else:
                 advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse, and {how}; "
                               f"`builder install {offer.package} --python {python}` lists the ways forward")
@@ -228,7 +238,7 @@ def _fix_hint(fallback: tuple[str, ...], states: tuple[PackageState, ...]) -> st
 
 
 def _has_pip(python: Path) -> bool:
-    result = subprocess.run([str(python), "-c", "import pip"], capture_output=True, check=False)
+    result = subprocess.run([*interpreter_argv(python), "-c", "import pip"], capture_output=True, check=False)
     return result.returncode == 0
 
 

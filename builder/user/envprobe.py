@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,7 +19,9 @@ from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 
+from builder.core.elf import elf_machine
 from builder.core.errors import ToolchainError, UsageError
+from builder.model.platform import PLATFORMS, Platform, parse_platform, this_machine
 from builder.stages.finalize import RECORD_FILE
 from builder.user.probes import script
 
@@ -60,6 +64,19 @@ class PythonInfo:
     glibc: str | None  # 2.36; None on musl or non-Linux
     tags: tuple[str, ...]  # wheel tags this interpreter accepts, best first (cp312-cp312-manylinux_2_36_x86_64, ...)
     tags_source: Literal["packaging", "computed"]  # packaging.tags in that env, or the probe's own computation
+
+    @property
+    def platform(self) -> Platform | None:
+        """The env's CPU platform (its ``uname -m``); None for one the builder makes no wheels for."""
+        return known_platform(self.machine)
+
+
+def known_platform(machine: str) -> Platform | None:
+    """``aarch64``/``arm64`` → AARCH64, ``x86_64``/``amd64`` → X86_64; None for any other machine (ppc64le)."""
+    try:
+        return parse_platform(machine)
+    except UsageError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -222,7 +239,8 @@ def probe_env(
     interpreter = resolve_interpreter(python)
     spec = {"packages": [{"distribution": p.distribution, "imports": list(p.imports)} for p in packages],
             "record_file": RECORD_FILE}
-    argv = [str(interpreter), str(script("env")), json.dumps(spec)]
+    runner = interpreter_argv(interpreter, env)
+    argv = [*runner, str(script("env")), json.dumps(spec)]
     try:
         result = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout,
                                 env=dict(os.environ if env is None else env))
@@ -230,16 +248,64 @@ def probe_env(
         raise ToolchainError(f"Python {interpreter} did not finish the environment probe within {timeout:.0f} s",
                              "check that importing torch works there; a hung CUDA driver is a common cause") from e
     except OSError as e:
-        raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}",
-                             "pass --python with a working interpreter (VENV/bin/python)") from e
+        raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}", _cannot_run_cure(interpreter)) from e
     if result.returncode != 0:
-        raise ToolchainError(f"Python {interpreter} failed the environment probe (exit {result.returncode}): "
-                             f"{_last_line(result.stderr)}", "check that this interpreter starts: PY -c pass")
+        under = f" under {Path(runner[0]).name}" if len(runner) > 1 else ""
+        cure = (f"check that it starts: {shlex.join([*runner, '-c', 'pass'])}" + (
+            "; set QEMU_LD_PREFIX to that env's sysroot (the folder holding its lib/ld-linux-*.so.1)" if under else ""))
+        raise ToolchainError(f"Python {interpreter} failed the environment probe{under} (exit {result.returncode}): "
+                             f"{_last_line(result.stderr)}", cure)
     try:
         return _parse(json.loads(result.stdout))
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise ToolchainError(f"Python {interpreter}: the environment probe's answer is unreadable ({e!r}); "
                              f"stderr: {_last_line(result.stderr)}") from e
+
+
+def interpreter_platform(python: Path) -> Platform | None:
+    """The platform an interpreter's ELF header names (read, not run); None for a script or another CPU's ELF."""
+    machine = elf_machine(python.resolve())
+    return PLATFORMS.get(machine) if machine else None
+
+
+def interpreter_argv(python: Path, env: Mapping[str, str] | None = None) -> list[str]:
+    """How to run ``python`` here: itself, or under qemu-user where its ELF is another platform's (an aarch64 env on
+    this x86_64 machine). qemu finds that env's loader and libraries in the sysroot the interpreter lives in (``-L``:
+    the folder above it holding ``lib/ld-linux-aarch64.so.1``, as in the cross build's ``sysroots/``), else through
+    QEMU_LD_PREFIX; with no qemu here the interpreter is run as it is (binfmt_misc may still run it, else the probe
+    says it cannot run)."""
+    platform = interpreter_platform(python)
+    if platform is None or platform == this_machine():
+        return [str(python)]
+    environ = env if env is not None else os.environ
+    path = environ.get("PATH")
+    qemu = shutil.which(platform.qemu, path=path) or shutil.which(platform.qemu + "-static", path=path)
+    if qemu is None:
+        return [str(python)]
+    sysroot = None if environ.get("QEMU_LD_PREFIX") else _sysroot_of(python, platform)
+    return [qemu, *(["-L", str(sysroot)] if sysroot else []), str(python)]
+
+
+_LOADERS = {"aarch64": "lib/ld-linux-aarch64.so.1", "x86_64": "lib64/ld-linux-x86-64.so.2"}
+
+
+def _sysroot_of(python: Path, platform: Platform) -> Path | None:
+    """The folder an unpacked interpreter of ``platform`` lives in (SYSROOT/usr/bin/python3.11 → SYSROOT): the
+    nearest one above it that holds that platform's dynamic loader; None where it is installed at /."""
+    for folder in python.resolve().parents:
+        if folder == Path("/"):
+            return None
+        if (folder / _LOADERS[platform.name]).exists():
+            return folder
+    return None
+
+
+def _cannot_run_cure(python: Path) -> str:
+    platform = interpreter_platform(python)
+    if platform is not None and platform != this_machine():
+        return (f"it is an {platform} interpreter and this machine is {this_machine()}: install qemu-user-static "
+                f"({platform.qemu}) and set QEMU_LD_PREFIX to that env's sysroot, so it runs under qemu")
+    return "pass --python with a working interpreter (VENV/bin/python)"
 
 
 def resolve_interpreter(python: Path) -> Path:

@@ -3,7 +3,9 @@
 A wheelhouse is read through its own pages (PEP 691 JSON, PEP 658 ``.metadata`` sidecars, the per-wheel records),
 from a local folder or a URL alike, so ``doctor`` and ``install`` see exactly what uv and pip would see. A wheel fits
 an environment when its Python tags are accepted there, its torch pin holds the torch that is installed, its local
-label names that torch's CUDA, and (for GPU code, when a GPU is known) it carries SASS or PTX the GPU can run.
+label names that torch's CUDA, and (for GPU code, when a GPU is known) it carries SASS or PTX the GPU can run. Its
+platform tag must name the env's CPU: an aarch64 env (GH200, DGX Spark) takes no x86_64 wheel, and the reason says
+so by platform, not by tag (a channel holds both platforms' files, as PyPI does; the installer picks by tag).
 
 A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) serves a torch range instead of one
 torch: it fits an env whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor
@@ -29,13 +31,16 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from builder.core import net
 from builder.core.errors import SourceError
 from builder.index.checks import wheel_channels
 from builder.index.layout import record_path, simple_path
 from builder.model.abi import stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
+from builder.model.platform import Platform, of_wheel_platform, this_machine
 from builder.model.records import BuildRecord, TorchCheck
 from builder.stages.torchrange import GPU_KERNEL_TESTS
+from builder.user.envprobe import known_platform
 
 if TYPE_CHECKING:
     from builder.user.envprobe import EnvReport
@@ -55,6 +60,23 @@ class EnvFacts:
     torch_cuda: str | None  # 12.8; None for a CPU torch
     gpus: tuple[int, ...] = ()  # compute capabilities: 90, 120
     torch_dependents: tuple[str, ...] = ()  # what pins torch in the env: "torchvision (torch==2.14.1)"
+    machine: str = "x86_64"  # the env's CPU platform (x86_64, aarch64), as its interpreter says (uname -m)
+
+    @property
+    def platform(self) -> Platform | None:
+        """The env's platform; None for a machine the builder makes no wheels for."""
+        return known_platform(self.machine)
+
+    @property
+    def cross(self) -> bool:
+        """The env is another platform's than this machine (an aarch64 env here): its wheels are cross-built."""
+        return self.platform is not None and self.platform != this_machine()
+
+
+def wheel_platforms(filename: str) -> tuple[str, ...]:
+    """The CPU platforms a wheel's tags name (``x86_64``, ``aarch64``); empty for a pure-Python (``any``) wheel."""
+    tags = parse_wheel_filename(filename)[3]
+    return tuple(sorted({p.name for t in tags if (p := of_wheel_platform(t.platform)) is not None}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +150,11 @@ class IndexedWheel:
     def has_gpu_code(self) -> bool:
         return bool(self.sass or self.ptx)
 
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The CPU platforms its tags name; empty for a pure-Python wheel, which serves every platform."""
+        return wheel_platforms(self.filename)
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -200,7 +227,14 @@ def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
     reasons: list[str] = []
     _, _, _, tags = parse_wheel_filename(wheel.filename)
     if not {str(t) for t in tags} & env.tags:
-        reasons.append(_tags_reason(tags, env))
+        other = _platform_reason(wheel, env)
+        if other:
+            reasons.append(other)
+        if not _python_matches(tags, env):
+            reasons.append(_tags_reason(tags, env))
+        elif not other:  # its Python and CPU are the env's: the glibc (musl) part of the platform tag is not
+            plats = ", ".join(sorted({t.platform for t in tags}))
+            reasons.append(f"its platform tag ({plats}) is none this env takes (an older glibc, or not glibc)")
     if _requires_python_fails(wheel, env):
         reasons.append(f"requires Python {wheel.requires_python}")
     why = ""
@@ -226,6 +260,21 @@ def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
                 code = ", ".join([*wheel.sass, *(wheel.ptx or ())])
                 reasons.append(f"carries {code}, nothing an sm_{cc} GPU can run")
     return Verdict(wheel, tuple(reasons), wheel.channel_for(env), why if not reasons else "")
+
+
+def _platform_reason(wheel: IndexedWheel, env: EnvFacts) -> str | None:
+    """``an x86_64 wheel (linux_x86_64); this env is aarch64``: None where the wheel is for the env's platform."""
+    platforms = wheel.platforms
+    if not platforms or env.machine in platforms:
+        return None
+    tags = sorted({t.platform for t in parse_wheel_filename(wheel.filename)[3]})
+    return f"an {'/'.join(platforms)} wheel ({', '.join(tags)}); this env is {env.machine}"
+
+
+def _python_matches(tags: frozenset[Tag], env: EnvFacts) -> bool:
+    """Whether the env takes the wheel's Python and ABI tags, its platform tag aside."""
+    pairs = {tuple(t.split("-")[:2]) for t in env.tags}
+    return any((t.interpreter, t.abi) in pairs for t in tags)
 
 
 def _tags_reason(tags: frozenset[Tag], env: EnvFacts) -> str:
@@ -312,11 +361,16 @@ def _channel_parts(label: str) -> tuple[CudaVersion, str] | None:
 
 def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
     """What fitting needs of a probed env: torch's distribution version (what pins and constraints compare: PyPI's
-    torch says ``2.10.0+cu128`` at run time but is installed as 2.10.0), the GPUs torch sees, else nvidia-smi's."""
-    gpus = tuple(d.cc for d in env.torch.devices) or tuple(g.cc for g in machine.driver.gpus)
+    torch says ``2.10.0+cu128`` at run time but is installed as 2.10.0), the GPUs torch sees, else nvidia-smi's
+    (for an env of this machine's platform only), and its CPU platform."""
+    platform = env.python.platform
+    gpus = tuple(d.cc for d in env.torch.devices)
+    if not gpus and (platform is None or platform == this_machine()):  # nvidia-smi's GPUs are this machine's, not
+        gpus = tuple(g.cc for g in machine.driver.gpus)                 # those of an env run here under qemu
     torch = (env.torch.distribution or env.torch.version) if env.torch.version else None
     return EnvFacts(python=env.python.version, tags=frozenset(env.python.tags), torch=torch,
-                    torch_cuda=env.torch.cuda, gpus=gpus, torch_dependents=env.torch.dependents)
+                    torch_cuda=env.torch.cuda, gpus=gpus, torch_dependents=env.torch.dependents,
+                    machine=platform.name if platform else env.python.machine)
 
 
 def best(verdicts: list[Verdict]) -> Verdict | None:
@@ -332,13 +386,13 @@ def best(verdicts: list[Verdict]) -> Verdict | None:
 class WheelhouseReader:
     """A wheelhouse (its root: the folder holding ``simple/``, ``channels/``, ``records/``), local or remote."""
 
-    def __init__(self, location: str | Path, timeout_s: float = 20.0) -> None:
+    def __init__(self, location: str | Path, timeout_s: float | None = None) -> None:
         text = str(location)
         if "://" not in text:
             path = Path(text).expanduser().resolve()
             text = path.as_uri()
         self.root = text.rstrip("/") + "/"
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # the wait for a byte; the rest of the network policy is the process's
 
     @property
     def is_local(self) -> bool:
@@ -431,11 +485,13 @@ class WheelhouseReader:
         return data.decode("utf-8", "replace") if data is not None else None
 
     def _fetch(self, url: str, *, accept: str, required: bool) -> bytes | None:
-        """The bytes at ``url``; None for a page that does not exist (unless ``required``)."""
-        request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "cuda-wheel-builder"})
+        """The bytes at ``url`` under the network policy (core/net.py); None for a page that does not exist
+        (unless ``required``)."""
+        policy = net.with_read_timeout(net.current(), self.timeout_s)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return response.read()
+            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy)
+        except net.NetError as e:
+            raise net.NetError(f"wheelhouse {self.root}: {e.message}", e.hint) from None
         except urllib.error.HTTPError as e:
             missing, cause = e.code == 404, f"answered HTTP {e.code}"
         except urllib.error.URLError as e:  # file:// misses arrive as URLError(FileNotFoundError)

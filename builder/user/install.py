@@ -22,10 +22,11 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import InstallError, ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.core.uvtool import install_failure, uv_bin
+from builder.core.uvtool import install_failure, run_uv_process, uv_bin
 from builder.index.layout import Layout
 from builder.model.arch import Arch, format_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.platform import this_machine
 from builder.model.python import PythonSpec
 from builder.user.fit import (
     EnvFacts,
@@ -88,11 +89,10 @@ def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offl
         argv = install_argv(python, wheels, env, constraints, tool="uv-internal")
         if offline:
             argv.insert(3, "--offline")
-        log.command(argv)
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        what = f"installing {', '.join(w.filename for w in wheels)}"
+        result = run_uv_process(argv, what=what)  # the network policy's timeouts and wall clock (core/net.py)
     if result.returncode != 0:
-        raise install_failure(f"installing {', '.join(w.filename for w in wheels)}", result.stderr,
-                              where=python.parent.parent)
+        raise install_failure(what, result.stderr, where=python.parent.parent)
     for line in result.stderr.splitlines():
         if line.strip() and not line.startswith(("Using Python", "Resolved", "Prepared", "Audited")):
             log.info(f"  {line.strip()}")
@@ -113,11 +113,11 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
                         line, channel = CudaVersion.parse(check.cuda), check.channel
                     except InvalidVersion:
                         continue
-                    if check.passed and channel in verdict.wheel.channels and machine.can_build(line)[0]:
+                    if check.passed and channel in verdict.wheel.channels and machine.can_build(line, env.platform)[0]:
                         seen.append((Version(Version(check.torch).public), line))
                 continue
             pin, cuda = verdict.wheel.torch_pin, label_cuda(verdict.wheel.label)
-            if pin is None or cuda is None or not machine.can_build(cuda)[0]:
+            if pin is None or cuda is None or not machine.can_build(cuda, env.platform)[0]:
                 continue
             exact = [s.version for s in pin if s.operator in ("==", "===") and "*" not in s.version]
             if exact:
@@ -165,12 +165,18 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
     cuda = env.torch_cuda or "cpu"
     torch_cuda = CudaVersion.parse(env.torch_cuda) if env.torch_cuda else None
     label = env_label(env.torch, env.torch_cuda) if env.torch and env.torch_cuda else None
-    can, why = machine.can_build(torch_cuda) if torch_cuda else (False, "the env's torch is a CPU build")
-    arch_text = format_arch_list(archs) if archs else "<your GPU's arch, e.g. 120>"
+    can, why = machine.can_build(torch_cuda, env.platform) if torch_cuda else (False, "the env's torch is a CPU build")
+    arch_text = format_arch_list(archs) if archs else f"<your GPU's arch, {arch_example(env)}>"
     torch_public = Version(env.torch).public if env.torch else "?"
     index_flag = f" --torch-index {torch_cuda.flavour}" if torch_cuda and env.torch and Version(env.torch).local else ""
     hints = []
-    if label:
+    if label and env.cross:  # another platform's env (aarch64 here): a cross build, with the env's Python
+        where = ("cross-build it on this machine" if can else f"on a machine with a CUDA {cuda} toolkit and "
+                 f"{env.platform.cross_prefix if env.platform else ''}g++ (a cross build), or an {env.machine} one")
+        hints.append(f"{where}: `builder build {missing[0].package}{cross_flags(env, machine, torch_cuda)} --cuda "
+                     f"{cuda} --arch {arch_text} --python {_minor(env.python)} --torch {torch_public}{index_flag}`; "
+                     f"its wheel lands in channel {reader.channel_url(label)} and this command then installs it")
+    elif label:
         hints.append(f"on a machine with Docker or a CUDA {cuda} toolkit: `builder build {missing[0].package} "
                      f"--cuda {cuda} --arch {arch_text} --torch {torch_public}{index_flag}`; its wheel lands in channel "
                      f"{reader.channel_url(label)} and this command then installs it")
@@ -187,12 +193,47 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
         not_built = f"the one built here with {why} does not fit either"
     else:
         not_built = f"this machine cannot build one: {why}"
+    gap = platform_gap(missing, env)
     return InstallError(
-        f"no {names} wheel fits {python} (torch {env.torch}, CUDA {cuda}, Python {env.python}) and {not_built}",
+        f"no {names} wheel fits {python}{': ' + gap if gap else ''} (torch {env.torch}, CUDA {cuda}, Python "
+        f"{env.python}{', ' + env.machine if env.cross else ''}) and {not_built}",
         extra=tuple(f"hint: {h}" for h in hints) + tuple(
             f"{c.package} in {reader.root}: " + ("; ".join(f"{v.wheel.filename}: {', '.join(v.reasons)}"
                                                            for v in c.verdicts) or "no wheels") for c in missing),
     )
+
+
+def platform_gap(missing: list[Choice], env: EnvFacts) -> str:
+    """``the wheelhouse has causal-conv1d only for x86_64; this env is aarch64``, where every wheel of a missing
+    package is for another platform than the env's; "" where that is not why nothing fits."""
+    gaps = []
+    for choice in missing:
+        offered = {p for v in choice.verdicts for p in v.wheel.platforms}
+        if offered and env.machine not in offered and all(v.wheel.platforms for v in choice.verdicts):
+            gaps.append(f"{choice.package} only for {', '.join(sorted(offered))}")
+    return f"the wheelhouse has {'; '.join(gaps)}; this env is {env.machine}" if gaps else ""
+
+
+def cross_flags(env: EnvFacts, machine: MachineFacts, cuda: CudaVersion | None) -> str:
+    """`` --platform aarch64`` for an env of another platform than this machine's ("" for one of its own), with
+    ``--toolchain host|pip`` where a container engine answers here: ``auto`` would pick the container toolchain,
+    which builds for this machine's platform only."""
+    if not env.cross:
+        return ""
+    toolchain = machine.cross_toolchain(cuda) if machine.engine and cuda else None
+    return f" --platform {env.machine}" + (f" --toolchain {toolchain}" if toolchain else "")
+
+
+def arch_example(env: EnvFacts) -> str:
+    """What ``--arch`` to name, for the env's platform: aarch64 machines are GH200 … DGX Spark, not RTX cards."""
+    if env.machine == "aarch64":
+        return "e.g. 90 (GH200), 100 (GB200), 121 (DGX Spark / GB10)"
+    return "e.g. 120"
+
+
+def _minor(python: str) -> str:
+    v = Version(python)
+    return f"{v.major}.{v.minor}"
 
 
 def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
@@ -242,7 +283,9 @@ class InstallOutcome:
 def torch_distribution(python: Path) -> str | None:
     """torch's installed distribution version, read without importing torch (for the check after installing)."""
     code = "import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')"
-    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+    from builder.user.envprobe import interpreter_argv
+
+    result = subprocess.run([*interpreter_argv(python), "-c", code], capture_output=True, text=True, check=False)
     return result.stdout.strip() or None
 
 
@@ -313,6 +356,10 @@ def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple
         return parse_arch_list(request.arch)
     if facts.gpus:
         return parse_arch_list(",".join(str(cc) for cc in facts.gpus))
+    if required and facts.cross:
+        raise InstallError(f"no GPU here to take the {facts.machine} wheel's arch from (this env runs here under qemu)",
+                           "pass --arch of the machine it is for, e.g. --arch 90 (GH200), --arch 100 (GB200), "
+                           "--arch 121 (DGX Spark / GB10)")
     if required:
         raise InstallError("no GPU here to take the wheel's arch from",
                            "pass --arch, e.g. --arch 120 (RTX 50xx / RTX PRO 6000), --arch 90 (H100/H200)")
@@ -333,13 +380,14 @@ def planned_builds(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
     commands = []
     for choice in missing:
         gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind.is_cuda
-        if gpu_code and not machine.can_build(cuda)[0]:
+        if gpu_code and not machine.can_build(cuda, facts.platform)[0]:
             continue
         archs = _archs(request, facts, required=False) if gpu_code else ()
         arch = f" --arch {format_arch_list(archs)}" if archs else (
             " --arch <your GPU's arch: none here to take it from>" if gpu_code else "")
-        commands.append(f"builder build {choice.package} --cuda {cuda.line}{arch} --python {python_minor} "
-                        f"--torch {version.public}{index}")
+        cross = cross_flags(facts, machine, cuda) if gpu_code else ""
+        commands.append(f"builder build {choice.package}{cross} --cuda {cuda.line}{arch} "
+                        f"--python {python_minor} --torch {version.public}{index}")
     return tuple(commands)
 
 
@@ -360,12 +408,16 @@ def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
     index = cuda.flavour if version.local else None  # PyTorch's own channel
     for choice in missing:
         gpu_code = load_recipe(find_recipe(choice.package, settings.recipes_dir), settings.patches_dir).kind.is_cuda
-        if gpu_code and not machine.can_build(cuda)[0]:
+        if gpu_code and not machine.can_build(cuda, facts.platform)[0]:
             continue
         archs = _archs(request, facts, required=gpu_code) if gpu_code else ()
-        log.step(f"no {choice.package} wheel fits; building one here (CUDA {facts.torch_cuda}, torch {version.public})")
+        platform = facts.platform or this_machine()
+        log.step(f"no {choice.package} wheel fits; building one here (CUDA {facts.torch_cuda}, torch {version.public}"
+                 + (f", cross-compiled for {platform})" if facts.cross and gpu_code else ")"))
+        toolchain = (machine.cross_toolchain(cuda) or "auto") if facts.cross and gpu_code else "auto"
         target = Target(package=choice.package, cuda=cuda, archs=archs, python=PythonSpec(python_minor),
-                        torch=version.public, torch_index=index, jobs=default_jobs())
+                        torch=version.public, torch_index=index, jobs=default_jobs(), platform=platform,
+                        toolchain=toolchain)
         result = run_build(target, settings, BuildOptions())
         built.append(choice.package)
         log.ok(f"{result.status}: {result.wheel}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
+from builder.model.platform import Platform, this_machine
 from builder.toolchain.base import nvcc_version
 from builder.toolchain.host import candidate_homes
 from builder.user.envprobe import GpuDevice
@@ -43,15 +44,48 @@ class MachineFacts:
     env: Mapping[str, str] = field(repr=False, compare=False)
     _answers: dict[str, tuple[bool, str]] = field(default_factory=dict, repr=False, compare=False)
 
-    def can_build(self, cuda: CudaVersion) -> tuple[bool, str]:
-        """Whether this machine can compile for CUDA ``cuda`` (12.8), and how or why not, in one phrase: the
-        answer ``builder plan`` gives (toolchain.select.probe_build_here), asked once per CUDA."""
+    def can_build(self, cuda: CudaVersion, platform: Platform | None = None) -> tuple[bool, str]:
+        """Whether this machine can compile for CUDA ``cuda`` (12.8) and ``platform`` (default: its own), and how
+        or why not, in one phrase: the answer ``builder plan`` gives (toolchain.select.probe_build_here), asked once
+        per CUDA; for another platform, a cross build's (``cross_toolchain``)."""
+        if platform is not None and platform != this_machine():
+            return self._can_cross_build(cuda, platform)
+        return self._probe(None, cuda)
+
+    def cross_toolchain(self, cuda: CudaVersion) -> str | None:
+        """The ``--toolchain`` a cross build for ``cuda`` runs on here: this machine's own toolkit, host before pip
+        (pipeline/run.py refuses the container toolchain for one); None where neither has CUDA ``cuda``."""
+        return next((t for t in ("host", "pip") if self._probe(t, cuda)[0]), None)
+
+    def _probe(self, toolchain: str | None, cuda: CudaVersion) -> tuple[bool, str]:
+        """``probe_build_here`` for ``--toolchain toolchain`` (None: auto), remembered."""
         from builder.toolchain.select import probe_build_here
 
-        key = str(cuda)  # as the doctor's JSON names it (its "builds" table)
+        key = str(cuda) if toolchain is None else f"{cuda} --toolchain {toolchain}"  # the doctor's JSON names them
         if key not in self._answers:
-            answer = probe_build_here("auto", cuda, self.settings, self.env)
+            answer = probe_build_here(toolchain or "auto", cuda, self.settings, self.env)
             self._answers[key] = (answer.possible, answer.how)
+        return self._answers[key]
+
+    def _can_cross_build(self, cuda: CudaVersion, platform: Platform) -> tuple[bool, str]:
+        """A cross build (toolchain/cross.py): this machine's own CUDA ``cuda`` toolkit (host or pip), and the
+        platform's cross gcc/g++ and qemu-user; the target's torch, CUDA libraries and Python come from PyPI and
+        Debian at build time."""
+        from builder.toolchain.cross import find_tools
+
+        key = f"{cuda} {platform}"
+        if key not in self._answers:
+            toolchain = self.cross_toolchain(cuda)
+            if toolchain is None:
+                self._answers[key] = (False, self._probe("host", cuda)[1] + " (a cross build runs on this machine's "
+                                      "own toolkit: --toolchain host or pip)")
+            else:
+                try:
+                    tools = find_tools(platform, self.env)
+                    how = self._probe(toolchain, cuda)[1]
+                    self._answers[key] = (True, f"{how}, cross-compiled for {platform} with {tools.cxx.name}")
+                except ToolchainError as e:
+                    self._answers[key] = (False, f"{e.message.removeprefix(f'--platform {platform}: ')} ({e.hint})")
         return self._answers[key]
 
     def answered(self) -> dict[str, tuple[bool, str]]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from builder.core.elf import elf_machine
 from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.model.arch import Arch, format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.platform import PLATFORMS, Platform, this_machine
 from builder.model.python import PythonSpec
 from builder.stages.pyenv import probe
 from builder.user.machine import query_driver
@@ -39,6 +41,19 @@ def check_python_flag(python: PythonSpec, memo: Path | None = None) -> None:
         raise UsageError(e.message, e.hint) from e
 
 
+
+
+def env_platform(python: Path | str) -> Platform:
+    """The CPU platform of the interpreter ``python`` names (read from its ELF header, so an aarch64 env is told
+    without running it under qemu); this machine's where the file is a script or not an ELF."""
+    path = Path(shutil.which(str(python)) or python)
+    machine = elf_machine(path.resolve()) if path.exists() else None
+    if machine is None:
+        return this_machine()
+    if machine not in PLATFORMS:
+        raise UsageError(f"--python {python}: its interpreter is an ELF for {machine}, not a platform the builder "
+                         "knows", f"use an interpreter for one of {', '.join(PLATFORMS)}")
+    return PLATFORMS[machine]
 
 
 def infer_cuda(cuda: str | None, python: PythonSpec) -> str:

@@ -1,0 +1,413 @@
+"""One network policy for every fetch: connect and read timeouts, a deadline per operation, retries with backoff.
+
+A *read timeout* alone does not bound a download: a server that drips one byte every few seconds never lets a
+read time out, and urllib's ``timeout=`` is exactly such a per-read limit. So each operation (one URL: its
+redirects, every retry and the pauses between them) runs under a watchdog that shuts its sockets down when the
+deadline passes, whatever phase it is in (connecting, waiting for headers, streaming the body), and the reader
+checks the deadline between chunks. When the policy gives up it raises ``NetError``: one line naming the URL, the
+deadline and the settings that change it. ``NetError`` is a ``SourceError`` (the CLI prints it and exits 4) and a
+``TimeoutError`` (callers that fall back to a cache on ``OSError``, as the torch index listing does, still do).
+
+Retried: a timeout, a connection reset or closed early, an answer shorter than its Content-Length, HTTP
+408/425/429/5xx. Not retried, because they are answers rather than accidents: a refused connection (nothing
+listens there), an unknown host, a bad certificate, HTTP 404 and other 4xx (raised as urllib's HTTPError, as
+urlopen would), a missing file://.
+
+uv subprocesses get the same bounds through their environment (``NetPolicy.uv_env``: ``UV_HTTP_TIMEOUT``,
+``UV_HTTP_CONNECT_TIMEOUT``, ``UV_HTTP_RETRIES``; ``use`` exports them for every uv the CLI starts); uv's
+timeout is per read too, so ``uvtool.run_uv`` adds a wall-clock limit (``uv_deadline_s``). git gets a low-speed
+limit (``NetPolicy.git_env``). Defaults: the ``NetPolicy`` fields; the variables that change them: ``SETTINGS``
+(read by ``NetPolicy.from_env``); the CLI's ``--net-deadline`` overrides the deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.client
+import math
+import os
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from builder.core.errors import SourceError, UsageError
+
+CHUNK = 1 << 16
+# HTTP answers worth asking again: the server (or a proxy in front of it) is overloaded or restarting.
+TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+USER_AGENT = "cuda-wheel-builder"
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetPolicy:
+    """How long any fetch may take. Seconds throughout; ``retries`` counts the tries after the first."""
+
+    connect_timeout_s: float = 10.0  # to open a connection (TCP and TLS)
+    read_timeout_s: float = 30.0  # the longest wait for the next byte
+    deadline_s: float = 300.0  # one operation, all tries and pauses included
+    retries: int = 2  # after a timeout, a reset connection or an HTTP 5xx/429
+    backoff_s: float = 1.0  # the pause before the first retry; doubled before each next one
+    uv_deadline_s: float = 1800.0  # one uv command (it may download a multi-GiB CUDA torch)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: float | int | None) -> NetPolicy:
+        """The policy ``env`` sets (``SETTINGS`` names the variables); ``overrides`` that are not None win
+        (a CLI flag). A value that is not a positive number is a UsageError naming the variable."""
+        values: dict[str, Any] = {}
+        for name, var in SETTINGS.items():
+            if env.get(var, "").strip():
+                values[name] = _number(var, env[var], integer=name == "retries")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def uv_env(self) -> dict[str, str]:
+        """uv's own variables for the same bounds (whole seconds: uv reads integers)."""
+        return {"UV_HTTP_TIMEOUT": str(math.ceil(self.read_timeout_s)),
+                "UV_HTTP_CONNECT_TIMEOUT": str(math.ceil(self.connect_timeout_s)),
+                "UV_HTTP_RETRIES": str(self.retries)}
+
+    def git_env(self) -> dict[str, str]:
+        """git's own variables for the same bounds: a transfer slower than 1 KB/s for a read timeout is cut
+        (git has no per-read timeout; its wall clock is the caller's ``timeout=deadline_s``)."""
+        return {"GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": str(math.ceil(self.read_timeout_s))}
+
+
+# field → the environment variable that sets it
+SETTINGS: dict[str, str] = {
+    "connect_timeout_s": "BUILDER_NET_CONNECT_TIMEOUT",
+    "read_timeout_s": "BUILDER_NET_TIMEOUT",
+    "deadline_s": "BUILDER_NET_DEADLINE",
+    "retries": "BUILDER_NET_RETRIES",
+    "backoff_s": "BUILDER_NET_BACKOFF",
+    "uv_deadline_s": "BUILDER_UV_DEADLINE",
+}
+assert set(SETTINGS) == {f.name for f in fields(NetPolicy)}
+
+DEADLINE_CURE = "raise the deadline: BUILDER_NET_DEADLINE=SECONDS or --net-deadline SECONDS"
+
+
+def _number(var: str, text: str, *, integer: bool) -> float | int:
+    try:
+        value: float | int = int(text) if integer else float(text)
+    except ValueError:
+        value = -1
+    if value < 0 or (value == 0 and not integer) or math.isnan(value) or math.isinf(value):
+        kind = "a whole number of tries (0 or more)" if integer else "a positive number of seconds"
+        raise UsageError(f"{var}={text!r} is not {kind}", f"set {var} to e.g. {getattr(NetPolicy(), _field(var))}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse's type for a flag of seconds (``--net-deadline``): a positive number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _field(var: str) -> str:
+    return next(name for name, v in SETTINGS.items() if v == var)
+
+
+# ---------------------------------------------------------------- the process's policy
+
+_CURRENT: list[NetPolicy] = []
+
+
+def use(policy: NetPolicy, environ: MutableMapping[str, str] | None = None) -> None:
+    """Make ``policy`` the one every fetch of this process follows (the CLI calls this once, from its flags and
+    environment); with ``environ`` (``os.environ``), uv processes started from here inherit the same bounds,
+    unless the user set uv's own variables there."""
+    _CURRENT[:] = [policy]
+    if environ is not None:
+        for key, value in policy.uv_env().items():
+            environ.setdefault(key, value)
+
+
+def current() -> NetPolicy:
+    """The policy ``use`` set, else the one the environment sets."""
+    return _CURRENT[0] if _CURRENT else NetPolicy.from_env(os.environ)
+
+
+# ---------------------------------------------------------------- errors
+
+
+class NetError(SourceError, TimeoutError):
+    """A fetch the policy gave up on. A SourceError for the CLI, a TimeoutError (an OSError) for callers that
+    fall back to a cache when the network fails."""
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Retry(Exception):
+    """One try failed in a way worth another (``cause`` says how)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class _Expired(Exception):
+    """The operation's deadline passed."""
+
+
+# ---------------------------------------------------------------- the deadline's watchdog
+
+
+class _Watch:
+    """An operation's deadline: when it passes, every socket the operation opened is shut down, which wakes a
+    read blocked in any phase; the reader then sees ``expired`` and stops."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.started = time.monotonic()
+        self.deadline = self.started + deadline_s
+        self.expired = False
+        self.received = 0  # body bytes, over all tries: what a drip server sent before the deadline
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(deadline_s, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def check(self) -> None:
+        if self.expired or self.remaining() <= 0:
+            self.expired = True
+            raise _Expired
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut the connection down under any thread blocked on it (the plain socket's call: a TLS socket's own
+    would tear down its TLS state under the reader)."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+class _Watched:
+    """An http.client connection whose socket the watch can shut down; connecting is bounded by the connect
+    timeout (and what is left of the deadline), each read by the read timeout."""
+
+    sock: socket.socket
+    timeout: float | None
+
+    def __init__(self, *args: Any, watch: _Watch, policy: NetPolicy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._watch, self._policy = watch, policy
+
+    def connect(self) -> None:
+        self._watch.check()
+        self.timeout = max(0.1, min(self._policy.connect_timeout_s, self._watch.remaining()))
+        super().connect()  # type: ignore[misc]
+        self.sock.settimeout(self._policy.read_timeout_s)
+        self._watch.add(self.sock)
+
+
+class _HTTPConnection(_Watched, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_Watched, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, watch: _Watch, policy: NetPolicy) -> None:
+        super().__init__()
+        self._connection = functools.partial(_HTTPConnection, watch=watch, policy=policy)
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._connection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, watch: _Watch, policy: NetPolicy) -> None:
+        super().__init__()
+        self._connection = functools.partial(_HTTPSConnection, watch=watch, policy=policy)
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._connection, req)
+
+
+# ---------------------------------------------------------------- fetching
+
+
+class Body:
+    """An open answer, read in chunks with the deadline checked between them. A failure while reading is
+    another try for ``open_url`` (the reader is called again from the start)."""
+
+    def __init__(self, response: Any, watch: _Watch, timeout_s: float) -> None:
+        self._response, self._watch, self._timeout = response, watch, timeout_s
+        self.status: int = getattr(response, "status", None) or 200
+        self.headers: Any = response.headers
+        self.url: str = response.geturl()
+        self.received = 0
+
+    def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
+        read = getattr(self._response, "read1", self._response.read)
+        while True:
+            self._watch.check()
+            try:
+                chunk = read(size)
+            except (OSError, http.client.HTTPException) as e:
+                self._watch.check()
+                raise _Retry(f"the answer broke off after {self.received} bytes ({_describe(e, self._timeout)})") \
+                    from e
+            self._watch.check()  # a watchdog's shutdown reads as the end of the answer: it is not
+            if not chunk:
+                break
+            self.received += len(chunk)
+            self._watch.received += len(chunk)
+            yield chunk
+        left = getattr(self._response, "length", None)
+        if left:  # http.client's read1 ends quietly when the connection closes before Content-Length
+            raise _Retry(f"the answer ended {left} bytes short of its Content-Length")
+
+    def read(self) -> bytes:
+        return b"".join(self.chunks())
+
+
+def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str] | None = None,
+             method: str = "GET", policy: NetPolicy | None = None) -> _T:
+    """``read(body)`` of the answer at ``url`` (http(s):// under the policy; file:// too), retried with backoff
+    on a timeout, a broken connection or HTTP 408/429/5xx: ``read`` must start its output afresh each time.
+
+    Other HTTP errors (404…) and a missing file:// raise urllib's own errors, as urlopen does. Giving up (the
+    deadline passed, or the retries ran out) raises NetError."""
+    policy = policy or current()
+    watch = _Watch(policy.deadline_s)
+    request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
+    opener = urllib.request.build_opener(_HTTPHandler(watch, policy), _HTTPSHandler(watch, policy))
+    tries, cause = 0, ""
+    try:
+        while True:
+            tries += 1
+            try:
+                return _try(opener, request, read, watch, policy)
+            except _Retry as e:
+                cause = e.cause
+            except _Expired:
+                raise _gave_up(url, policy, watch, tries, cause) from None
+            pause = policy.backoff_s * 2 ** (tries - 1)
+            if tries > policy.retries:
+                raise _gave_up(url, policy, watch, tries, cause)
+            if watch.expired or pause >= watch.remaining():
+                raise _gave_up(url, policy, watch, tries, cause, deadline=True)
+            time.sleep(pause)
+    finally:
+        watch.stop()
+
+
+def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request, read: Callable[[Body], _T],
+         watch: _Watch, policy: NetPolicy) -> _T:
+    watch.check()
+    try:
+        response = opener.open(request, timeout=policy.read_timeout_s)
+    except urllib.error.HTTPError as e:
+        if e.code not in TRANSIENT_STATUS:
+            raise
+        e.close()
+        raise _Retry(f"answered HTTP {e.code}") from None
+    except urllib.error.URLError as e:
+        watch.check()
+        if not _transient(request, e.reason):
+            raise
+        raise _Retry(_describe(e.reason, policy.read_timeout_s)) from None
+    except (OSError, http.client.HTTPException) as e:  # a connection dropped or timed out before the headers
+        watch.check()
+        raise _Retry(_describe(e, policy.read_timeout_s)) from None
+    with response:
+        return read(Body(response, watch, policy.read_timeout_s))
+
+
+# Failures to open an http(s) connection worth another try. A refused connection (nothing listens there), an
+# unknown host, a bad certificate or a missing file:// are answers, not accidents: they are raised at once.
+_RETRIED = (TimeoutError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError, ssl.SSLEOFError,
+            ssl.SSLZeroReturnError)
+
+
+def _transient(request: urllib.request.Request, reason: object) -> bool:
+    if request.type not in ("http", "https"):
+        return False
+    if isinstance(reason, socket.gaierror):
+        return reason.errno == socket.EAI_AGAIN  # the resolver is busy; an unknown name stays unknown
+    return isinstance(reason, _RETRIED)
+
+
+def _describe(error: object, timeout_s: float) -> str:
+    if isinstance(error, TimeoutError) or (isinstance(error, OSError) and "timed out" in str(error)):
+        return f"nothing came for {timeout_s:g} s"
+    text = str(error) or type(error).__name__
+    return text if len(text) < 160 else text[:157] + "…"
+
+
+def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str, *,
+             deadline: bool = False) -> NetError:
+    took = f"{watch.elapsed():.0f} s, {tries} tr{'y' if tries == 1 else 'ies'}"
+    if watch.expired or deadline:
+        if watch.received:
+            cause = f"{watch.received} bytes came, the answer still incomplete"
+        return NetError(f"{url}: gave up at the {policy.deadline_s:g} s network deadline ({took}; "
+                        f"{cause or 'no answer'})", f"check that it answers, or {DEADLINE_CURE}")
+    return NetError(f"{url}: gave up after {took} within the {policy.deadline_s:g} s network deadline ({cause})",
+                    "check that it answers; more tries with BUILDER_NET_RETRIES=N, longer waits for a byte with "
+                    "BUILDER_NET_TIMEOUT=SECONDS")
+
+
+def fetch_bytes(url: str, *, headers: Mapping[str, str] | None = None, policy: NetPolicy | None = None) -> bytes:
+    """The whole answer at ``url`` under the policy (``open_url``)."""
+    return open_url(url, lambda body: body.read(), headers=headers, policy=policy)
+
+
+def download(url: str, dest: Path, *, policy: NetPolicy | None = None) -> int:
+    """Stream the answer at ``url`` into ``dest`` (rewritten from the start on each try); its size."""
+
+    def copy(body: Body) -> int:
+        size = 0
+        with dest.open("wb") as out:
+            for chunk in body.chunks():
+                out.write(chunk)
+                size += len(chunk)
+        return size
+
+    return open_url(url, copy, policy=policy)
+
+
+def with_read_timeout(policy: NetPolicy, read_timeout_s: float | None) -> NetPolicy:
+    """``policy`` with a command's own per-read timeout (``index pull --timeout``), where one is given."""
+    return policy if read_timeout_s is None else replace(policy, read_timeout_s=read_timeout_s)
