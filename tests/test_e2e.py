@@ -71,7 +71,7 @@ def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
     wheel = house / "wheels" / WHEEL
     assert wheel.is_file()
     # the last line names the wheel's channel, not the combined simple/ (which can swap an env's torch)
-    channel = (house / "channels" / "cu130torch2.14" / "simple").resolve().as_uri()
+    channel = (house.resolve() / "channels" / "cu130torch2.14" / "simple").as_uri()  # through the link
     assert f"(channel: {channel})" in first.stderr and "/simple)" not in first.stderr.replace(channel, ""), first.stderr[-800:]
     # the patch reached the wheel; METADATA carries the label and the torch pin; the record is inside
     with zipfile.ZipFile(wheel) as zf:

@@ -47,9 +47,15 @@ def digest(path: Path) -> str:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Digests, not bytes: a failing comparison reports in a second instead of diffing binary blobs."""
-    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".publish.lock"}
+    """Digests, not bytes: a failing comparison reports in a second instead of diffing binary blobs. Files as
+    readers see them: through the ``simple``/``channels`` links into the live page generation (docs/INDEX.md)."""
+    found = {}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        if Path(folder) == root:
+            dirs[:] = [d for d in dirs if d != ".generations"]
+        found.update({str((Path(folder) / f).relative_to(root)): digest(Path(folder) / f)
+                      for f in files if f != ".publish.lock"})
+    return dict(sorted(found.items()))
 
 
 def test_sigkill_during_publish_leaves_wheelhouse_unchanged_and_next_run_recovers(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import html.parser
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -55,6 +56,24 @@ def labelled_wheel(folder: Path, name: str, version: str, label: str | None, *, 
         return raw
     return finalize_wheel(raw, folder / "final" / f"{label}-{tag}", label=label, pins=list(pins),
                           build_record=BuildRecord(extra={"label": label}))
+
+
+def served_files(root: Path) -> list[Path]:
+    """Every file a reader of the wheelhouse sees, by the paths it sees them at (through the ``simple`` and
+    ``channels`` links into the live generation), the generations themselves left out."""
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        if Path(folder) == root:
+            dirs[:] = [d for d in dirs if d != ".generations"]
+        found += [Path(folder) / f for f in files]
+    return sorted(found)
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Dot-files but the lock and the page generations (``.generations/<N>`` and its ``current`` link)."""
+    generations = root / ".generations"
+    return [p for p in root.rglob(".*") if p.name != ".publish.lock" and p != generations
+            and not (p.parent == generations and (p.name == "current" or p.name.isdigit()))]
 
 
 def sha256(path: Path) -> str:
@@ -229,7 +248,7 @@ def test_rebuild_regenerates_everything(house: Wheelhouse, tmp_path: Path) -> No
                           "cache_key": "0123456789abcdef"}))
     copied = house.logs / f"{wheel.name}.log"
     assert copied.read_text() == log.read_text(), "the build log is copied in at publish time"
-    generated = [p for p in house.root.rglob("*") if p.is_file() and p.parts[-2] not in ("records",)
+    generated = [p for p in served_files(house.root) if p.parts[-2] not in ("records",)
                  and p.suffix != ".whl" and p.name != ".publish.lock"]
     before = {p: p.read_bytes() for p in generated if p.name != "index.html" or p.parent != house.root}
     for path in generated:
@@ -242,7 +261,7 @@ def test_rebuild_regenerates_everything(house: Wheelhouse, tmp_path: Path) -> No
         assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(data).digest(), \
             f"{path.relative_to(house.root)} differs after rebuild"
     assert house.dashboard.is_file()
-    assert not [p for p in house.root.rglob(".*") if p.name != ".publish.lock"], "no temp files left"
+    assert not leftovers(house.root), "no temp files left"
 
 
 def test_rebuild_refuses_a_planted_mismatch(house: Wheelhouse, tmp_path: Path) -> None:
@@ -368,7 +387,7 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
     board = house.dashboard.read_text()
     assert all(f'data-wheel="{w}"' in board for w in expected)
     assert not torn, f"torn reads: {torn[:3]}"
-    assert not [p for p in house.root.rglob(".*") if p.name != ".publish.lock"], "no temp files left"
+    assert not leftovers(house.root), "no temp files left"
     print(f"{workers} publishers x {per_worker} wheels in {elapsed:.1f}s; {reads[0]} concurrent page reads, 0 torn")
 
 

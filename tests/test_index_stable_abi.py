@@ -257,7 +257,7 @@ def test_pip_installs_the_stable_wheel_from_a_verified_torchs_channel(house: Whe
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
 
     def pip(label: str, *args: str) -> subprocess.CompletedProcess:
-        url = (house.channels / label / "simple").resolve().as_uri() + "/"
+        url = house.channel_url(label) + "/"  # through the `channels` link, as users are given it
         return subprocess.run([sys.executable, "-m", "pip", *args, "--no-deps", "--no-cache-dir", "--index-url", url,
                                f"{CC}==1.7.0"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
 

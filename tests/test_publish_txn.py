@@ -56,9 +56,17 @@ def state(house: Wheelhouse) -> dict[str, str]:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every file's digest but the lock's and the builder's own temp files'."""
-    return {str(p.relative_to(root)): sha(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".publish.lock" and not is_builder_temp(p)}
+    """Every file's digest but the lock's and the builder's own temp files', as readers see them: through the
+    ``simple`` and ``channels`` links into the live generation (the generations themselves left out)."""
+    found = {}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        if Path(folder) == root:
+            dirs[:] = [d for d in dirs if d != ".generations"]
+        for name in files:
+            path = Path(folder) / name
+            if name != ".publish.lock" and not is_builder_temp(path):
+                found[str(path.relative_to(root))] = sha(path)
+    return dict(sorted(found.items()))
 
 
 def assert_consistent(house: Wheelhouse) -> None:
@@ -66,6 +74,9 @@ def assert_consistent(house: Wheelhouse) -> None:
     assert not (house.root / JOURNAL).exists(), "a journal is left"
     temps = [str(p) for p in house.root.rglob("*") if is_builder_temp(p)]
     assert not temps, f"temp files left: {temps}"
+    generations = [p.name for p in (house.root / ".generations").iterdir() if p.name != "current"] \
+        if (house.root / ".generations").is_dir() else []
+    assert len(generations) <= 2 and all(g.isdigit() for g in generations), f"generations left: {generations}"
     wheels = {w.name: w for w in house.wheels.glob("*.whl")} if house.wheels.is_dir() else {}
     listed: dict[str, dict] = {}
     for page in [*house.simple.glob("*/index.json"), *house.channels.glob("*/simple/*/index.json")]:

@@ -88,7 +88,7 @@ def test_the_nm_check_refuses_a_wheel_that_imports_torch_cxx(built: dict, tmp_pa
 
 def test_pip_and_uv_install_it_from_the_channel_and_leave_torch_alone(built: dict, tmp_path: Path) -> None:
     house = built["base"] / "wheelhouse"
-    channel = (house / "channels" / "cu130torch2.14" / "simple").resolve().as_uri()
+    channel = (house.resolve() / "channels" / "cu130torch2.14" / "simple").as_uri()  # through the link
     venv = tmp_path / "env"
     subprocess.run([uv_bin(), "venv", "-q", "--seed", "--python", "3.11", str(venv)], check=True)  # with pip
     py = str(venv / "bin" / "python")

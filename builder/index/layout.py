@@ -10,6 +10,9 @@
     <root>/simple/<project>/             per project: index.html + index.json
     <root>/channels/<label>/simple/...   the same, holding only wheels whose local label is <label>
     <root>/channels/index.html           the list of channels
+    <root>/.generations/<N>/simple/...   a generation of the pages: ``simple`` and ``channels`` above are the
+    <root>/.generations/<N>/channels/... symlinks ``simple -> .generations/current/simple`` (and channels), and
+    <root>/.generations/current -> <N>   ``current`` is switched to a new generation by one rename (index/txn.py)
     <root>/index.html                    the dashboard (index/dashboard.py)
     <root>/staging/                      a wheelhouse of its own: built, import-tested, awaiting GPU tests
     <root>/.publish.lock                 held by every change (index/txn.py)
@@ -36,6 +39,9 @@ PAGE_JSON = "index.json"  # beside it (PEP 691)
 LOCK = ".publish.lock"
 JOURNAL = ".publish-journal.json"
 TEMP_SUFFIX = ".builder-tmp"  # staged files: .<name>.<random>.builder-tmp beside their final path
+GENERATIONS = ".generations"  # the page generations: <N>/ and the ``current`` link (index/txn.py)
+CURRENT = "current"
+PAGE_TREES = (SIMPLE, CHANNELS)  # the page trees: symlinks through GENERATIONS/CURRENT, switched together
 
 
 def wheel_path(filename: str) -> str:
@@ -85,6 +91,7 @@ class Layout:
         self.simple = root / SIMPLE
         self.channels = root / CHANNELS
         self.dashboard = root / PAGE_HTML
+        self.generations = root / GENERATIONS
 
     @classmethod
     def holding(cls, wheel: Path) -> Self:
@@ -105,6 +112,10 @@ class Layout:
 
     def log_file(self, filename: str) -> Path:
         return self.root / log_path(filename)
+
+    def generation(self, number: int) -> Layout:
+        """The paths of one generation of the pages (its ``simple`` and ``channels``), not yet or no longer live."""
+        return Layout(self.generations / str(number))
 
     def index(self, label: str | None = None) -> Path:
         """The folder of the combined index, or of the channel of ``label``."""

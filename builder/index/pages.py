@@ -1,6 +1,6 @@
 """The page writers: the simple index (PEP 503 HTML, PEP 691 JSON, PEP 658/714 metadata attributes), its channels
-and the dashboard, staged into a ``Transaction`` from the state it is about to commit, so the pages cannot drift
-from the wheels."""
+and the dashboard, written into a ``Transaction`` (the pages as a new generation, the dashboard as a staged file)
+from the state it is about to commit, so the pages cannot drift from the wheels."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from builder.index.layout import (
     staging_href,
     wheels_href,
 )
-from builder.index.txn import Transaction
+from builder.index.txn import Transaction, is_builder_temp
 from builder.model.records import BuildRecord
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
@@ -63,22 +63,53 @@ class WheelInfo:
 
 def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
                 rehash: bool = False) -> None:
-    """Every page of ``entries``: the combined index, one per channel (``checks.wheel_channels`` says which wheels
-    each lists), the channel list and the dashboard; pages and channels no wheel is in any more go."""
-    infos = _infos(txn, paths, entries, rehash)
+    """Every page of ``entries`` into a new generation (``Transaction.new_generation``): the combined index, one
+    per channel (``checks.wheel_channels`` says which wheels each lists) and the channel list; and the dashboard.
+
+    A wheel the live pages list with other bytes (or another sidecar) is replaced under its name, which no single
+    rename can do together with the pages: an interim generation that does not list it goes live first
+    (``txn.replay``), so no page ever names a file with a hash it does not have."""
+    live = _previous_entries(paths)
+    infos = _infos(txn, paths, entries, {} if rehash else live)
     statuses = {e.filename: _tests_summary(e.record) for e in entries}
-    _stage_simple(txn, paths, None, infos, statuses)
+    replaced = {i.filename for i in infos if i.filename in live and _listed_as(live[i.filename]) != _listed_as(i)}
+    if replaced:
+        _write_generation(txn, paths, [i for i in infos if i.filename not in replaced], statuses)
+    _write_generation(txn, paths, infos, statuses)
+    stage_dashboard(txn, paths, entries, staging_area=staging_area)
+
+
+def _listed_as(info: WheelInfo | dict) -> tuple[object, object]:
+    """What a reader checks a file against: the wheel's sha256 and its sidecar's."""
+    if isinstance(info, WheelInfo):
+        return info.sha256, info.metadata_sha256
+    try:
+        return info["hashes"]["sha256"], info["core-metadata"]["sha256"]
+    except (KeyError, TypeError):
+        return None, None
+
+
+def _write_generation(txn: Transaction, paths: Layout, infos: list[WheelInfo], statuses: dict[str, str]) -> None:
+    """One whole generation of the pages; the user's dot-files in the live pages (a ``.nojekyll``) come along."""
+    gen = Layout(txn.new_generation())
+    _write_simple(txn, gen, None, infos, statuses)
     labels = sorted({label for i in infos for label in i.channels})
     for label in labels:
-        _stage_simple(txn, paths, label, [i for i in infos if label in i.channels], statuses)
-    if paths.channels.is_dir():
-        txn.trees += [d for d in paths.channels.iterdir() if d.is_dir() and d.name not in labels]
+        _write_simple(txn, gen, label, [i for i in infos if label in i.channels], statuses)
+    gen.channels.mkdir(parents=True, exist_ok=True)
     if labels:
         items = [f'    <a href="{html.escape(lab)}/{SIMPLE}/">{html.escape(lab)}</a><br/>' for lab in labels]
-        txn.put_bytes(paths.channels / PAGE_HTML, _page("Channels", items).encode())
-    elif (paths.channels / PAGE_HTML).is_file():  # the last channel went (a stable wheel's checks can all fail)
-        txn.deletes.append(paths.channels / PAGE_HTML)
-    stage_dashboard(txn, paths, entries, staging_area=staging_area)
+        txn.put_page(gen.channels / PAGE_HTML, _page("Channels", items).encode())
+    _carry_dot_files(txn, paths, gen)
+
+
+def _carry_dot_files(txn: Transaction, paths: Layout, gen: Layout) -> None:
+    for live, new in [(paths.simple, gen.simple), (paths.channels, gen.channels)]:
+        for path in live.rglob(".*") if live.is_dir() else []:
+            target = new / path.relative_to(live)
+            if path.is_file() and not path.is_symlink() and not is_builder_temp(path) \
+                    and target.parent.is_dir() and not target.exists():
+                txn.put_page(target, path.read_bytes())
 
 
 def stage_dashboard(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool) -> None:
@@ -111,9 +142,8 @@ def listed(paths: Layout, wheel_name: str, digest: str, record: BuildRecord | No
     return True
 
 
-def _infos(txn: Transaction, paths: Layout, entries: list[Entry], rehash: bool) -> list[WheelInfo]:
+def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict[str, dict]) -> list[WheelInfo]:
     """Index facts per wheel; hashes are reused from the previous JSON pages while size and mtime match."""
-    previous = {} if rehash else _previous_entries(paths)
     infos = []
     for entry in entries:
         st = entry.data.stat()
@@ -153,9 +183,10 @@ def _previous_entries(paths: Layout) -> dict[str, dict]:
     return entries
 
 
-def _stage_simple(txn: Transaction, paths: Layout, label: str | None, infos: list[WheelInfo],
+def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: list[WheelInfo],
                   statuses: dict[str, str]) -> None:
-    """One simple index (combined or a channel): root + one folder per project, HTML and JSON each."""
+    """One simple index (combined or a channel) of a new generation: root + one folder per project, HTML and
+    JSON each."""
     simple, href = paths.index(label), wheels_href(label)
     projects: dict[str, list[WheelInfo]] = {}
     for info in infos:
@@ -163,21 +194,19 @@ def _stage_simple(txn: Transaction, paths: Layout, label: str | None, infos: lis
     for name, files in projects.items():
         links = [_link(info, href, statuses.get(info.filename)) for info in files]
         versions: list[str] = sorted({i.version for i in files}, key=Version)
-        txn.put_bytes(paths.project_page(name, label), _page(f"Links for {name}", links).encode())
-        txn.put_bytes(paths.project_page(name, label, json=True), _json({
+        txn.put_page(paths.project_page(name, label), _page(f"Links for {name}", links).encode())
+        txn.put_page(paths.project_page(name, label, json=True), _json({
             "meta": {"api-version": API_VERSION},
             "name": name,
             "versions": versions,
             "files": [_json_file(info, href) for info in files],
         }).encode())
     root_links = [f'    <a href="{n}/">{n}</a><br/>' for n in sorted(projects)]
-    txn.put_bytes(simple / PAGE_HTML, _page("Simple index", root_links).encode())
-    txn.put_bytes(simple / PAGE_JSON, _json({
+    txn.put_page(simple / PAGE_HTML, _page("Simple index", root_links).encode())
+    txn.put_page(simple / PAGE_JSON, _json({
         "meta": {"api-version": API_VERSION},
         "projects": [{"name": n} for n in sorted(projects)],
     }).encode())
-    if simple.is_dir():
-        txn.trees += [d for d in simple.iterdir() if d.is_dir() and d.name not in projects]
 
 
 def _link(info: WheelInfo, wheels_href: str, status: str | None) -> str:

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from filelock import FileLock
-
 from builder.core.errors import PublishError
 from builder.core.fsutil import sha256_file
 from builder.core.log import log
@@ -32,7 +30,7 @@ from builder.index.checks import (
 )
 from builder.index.layout import Layout, recorded_wheel
 from builder.index.pages import Entry, listed, stage_dashboard, stage_pages
-from builder.index.txn import Transaction, lock_for, recover_root
+from builder.index.txn import Transaction, WheelhouseLock, lock_for, recover_root
 from builder.model.records import BuildRecord
 from builder.stages.repair import (
     PortabilityReport,
@@ -85,14 +83,14 @@ class Wheelhouse(Layout):
         data = json.loads(path.read_text()) if path.exists() else None
         return BuildRecord.from_json(data) if isinstance(data, dict) else None
 
-    def lock(self) -> FileLock:
+    def lock(self) -> WheelhouseLock:
         return lock_for(self.root)
 
     def index_url(self) -> str:
-        return self.simple.resolve().as_uri()
+        return _uri(self.root, self.simple)
 
     def channel_url(self, label: str) -> str:
-        return self.index(label).resolve().as_uri()
+        return _uri(self.root, self.index(label))
 
     def channel_url_template(self) -> str:
         """``file:///…/channels/<channel>/simple``: a channel's URL with its label left open (for messages)."""
@@ -359,3 +357,10 @@ class Wheelhouse(Layout):
     def _refresh_parent(self) -> None:
         if self.parent is not None and self.parent.root.is_dir():
             self.parent.refresh_dashboard()
+
+
+
+def _uri(root: Path, folder: Path) -> str:
+    """A file:// URL of an index folder through the wheelhouse's own ``simple``/``channels`` links, never the
+    generation they point at now (that one is pruned two publishes later); the wheelhouse's own path is resolved."""
+    return (root.resolve() / folder.relative_to(root)).as_uri()

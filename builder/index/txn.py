@@ -1,15 +1,21 @@
-"""The wheelhouse's transaction: every change is staged, then committed by one journal rename, under one lock.
+"""The wheelhouse's transaction: every change is staged, then committed by one journal rename, under one lock;
+readers see the pages switch from one generation to the next in one rename.
 
 Every change (publish, remove, a new record, an index rebuild, a restore) is one ``Transaction`` under the
-wheelhouse's lock (``.publish.lock``): every file of the new state, pages and dashboard included, is staged under a
-temp name of the builder's own naming (``.NAME.RANDOM.builder-tmp``) and fsynced, then one journal rename
-(``.publish-journal.json``) commits it and the renames follow. A kill or a full disk before the commit leaves the
-old state (the temps are swept by the next operation: ``recover_root``); after it, the next operation replays the journal
-(the new state).
+wheelhouse's lock (``.publish.lock``): every data file of the new state (wheel, sidecar, record, log, dashboard) is
+staged under a temp name of the builder's own naming (``.NAME.RANDOM.builder-tmp``) and fsynced, and the pages are
+written whole into a new generation (``.generations/<N>/simple``, ``…/channels``) and fsynced; then one journal
+rename (``.publish-journal.json``) commits it and the renames follow: the new data files land first, then
+``.generations/current`` is switched to the new generation by renaming a new symlink over it (``simple`` and
+``channels`` are fixed links through it), then the files the old generation listed and the new one does not are
+deleted. So at every instant the pages a reader sees list only files that exist with the listed hashes. A kill or a
+full disk before the commit leaves the old state (the temps and the unswitched generation are swept by the next
+operation: ``recover_root``); after it, the next operation replays the journal (the new state).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -21,24 +27,39 @@ from typing import BinaryIO
 from filelock import FileLock
 
 from builder.core.errors import PublishError
-from builder.index.layout import JOURNAL, LOCK, STAGING, TEMP_SUFFIX
+from builder.index.layout import (
+    CURRENT,
+    GENERATIONS,
+    JOURNAL,
+    LOCK,
+    PAGE_TREES,
+    STAGING,
+    TEMP_SUFFIX,
+)
+
+KEEP_GENERATIONS = 2  # the live one and the one before it
 
 
 class Transaction:
-    """Files staged under temp names of the builder's own naming, then committed by one journal rename.
+    """Files staged under temp names of the builder's own naming, pages written into new generations, then
+    committed by one journal rename.
 
-    Stage every file (wheel, sidecar, record, log, every page, the dashboard) as ``.<name>.<random>.builder-tmp``
-    beside its final path and fsync it: this is where a full disk fails, and then nothing has changed. ``commit``
-    writes the journal (the list of renames and deletions) under a temp name, fsyncs it and renames it to
-    ``.publish-journal.json``: that rename is the commit point. Then each temp is renamed over its final path and
-    the journal removed. A process killed before the journal rename leaves only temps (swept on the next open: the
-    old state); killed after it, the next open of the wheelhouse replays the journal (the new state)."""
+    Stage every data file (wheel, sidecar, record, log, the dashboard) as ``.<name>.<random>.builder-tmp`` beside
+    its final path and fsync it, and write every page into a generation (``new_generation``, ``put_page``): this
+    is where a full disk fails, and then nothing has changed. ``commit`` writes the journal (the renames, the
+    generations to switch to, the deletions) under a temp name, fsyncs it and renames it to
+    ``.publish-journal.json``: that rename is the commit point. ``replay`` then does the renames in the order that
+    keeps what readers see true (``replay``) and removes the journal. A process killed before the journal rename
+    leaves only temps and an unswitched generation (swept on the next open: the old state); killed after it, the
+    next open of the wheelhouse replays the journal (the new state)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.moves: list[tuple[Path, Path]] = []
         self.deletes: list[Path] = []
         self.trees: list[Path] = []
+        self.generations: list[int] = []  # page generations to switch to, in order: [final] or [interim, final]
+        self._page_dirs: set[Path] = set()
 
     def put_bytes(self, final: Path, data: bytes) -> Path:
         return self.put_stream(final, lambda f: f.write(data))
@@ -62,19 +83,47 @@ class Transaction:
         os.chmod(tmp, 0o644)
         return tmp
 
+    def new_generation(self) -> Path:
+        """A new, empty generation of the pages (``.generations/<N>/``), switched to in order at the commit."""
+        number = max([*generation_numbers(self.root), *self.generations, 0]) + 1
+        folder = self.root / GENERATIONS / str(number)
+        self.generations.append(number)  # before mkdir: abort() removes a half-written generation too
+        folder.mkdir(parents=True)
+        return folder
+
+    def put_page(self, path: Path, data: bytes) -> None:
+        """A page inside a generation of this transaction: no reader sees it before the switch, so it is written
+        in place (and fsynced, with its folder at the commit)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(path, 0o644)
+        self._page_dirs.add(path.parent)
+
     def abort(self) -> None:
         for tmp, _ in self.moves:
             tmp.unlink(missing_ok=True)
+        for number in self.generations:
+            shutil.rmtree(self.root / GENERATIONS / str(number), ignore_errors=True)
 
     def committed(self) -> bool:
         """Whether a journal is in place: past the commit point, the new state is what the next open finishes."""
         return (self.root / JOURNAL).exists()
 
     def commit(self) -> None:
+        """Write the journal and rename it into place (the commit point), then replay it. Moves onto a file that
+        exists now (a wheel republished under its name, a rewritten record, the dashboard) are the journal's
+        ``replacing``: they happen while the interim generation, which lists none of those wheels, is live."""
+        rel = self._relative
         journal = {
-            "moves": [[str(t.relative_to(self.root)), str(f.relative_to(self.root))] for t, f in self.moves],
-            "deletes": [str(p.relative_to(self.root)) for p in self.deletes],
-            "trees": [str(p.relative_to(self.root)) for p in self.trees],
+            "moves": [[rel(t), rel(f)] for t, f in self.moves if not _exists(f)],
+            "replacing": [[rel(t), rel(f)] for t, f in self.moves if _exists(f)],
+            "generations": [str(n) for n in self.generations],
+            "previous": current_generation(self.root),  # kept after the switch, with the new one
+            "deletes": [rel(p) for p in self.deletes],
+            "trees": [rel(p) for p in self.trees],
         }
         tmp = _temp_path(self.root / JOURNAL)
         try:
@@ -82,13 +131,18 @@ class Transaction:
                 json.dump(journal, f)
                 f.flush()
                 os.fsync(f.fileno())
-            _fsync_dirs({t.parent for t, _ in self.moves})  # the temps' names are durable before the commit
+            pages = {folder for page_dir in self._page_dirs for folder in [page_dir, *page_dir.parents]
+                     if folder.is_relative_to(self.root / GENERATIONS)}
+            _fsync_dirs({t.parent for t, _ in self.moves} | pages)  # temps and pages are durable before the commit
             os.replace(tmp, self.root / JOURNAL)  # the commit point
             _fsync_dirs({self.root})
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         replay(self.root)
+
+    def _relative(self, path: Path) -> str:
+        return str(path.relative_to(self.root))
 
     def finish(self, stage: Callable[[], None], doing: str) -> None:
         """Stage the rest (``stage``: the pages) and commit (``guarded``)."""
@@ -117,16 +171,44 @@ class Transaction:
             raise
 
 
-def lock_for(root: Path) -> FileLock:
-    root.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(root / LOCK))
+class WheelhouseLock:
+    """The wheelhouse's ``.publish.lock``; a wheelhouse this process cannot write (a read-only mount, another
+    user's folder) is one PublishError naming it, not an OSError from the lock file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock: FileLock | None = None
+
+    def __enter__(self) -> WheelhouseLock:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._lock = FileLock(str(self.root / LOCK))
+            self._lock.acquire()
+        except OSError as e:
+            raise PublishError(
+                f"cannot change the wheelhouse {self.root}: its lock {self.root / LOCK} cannot be written "
+                f"({e.strerror or e})",
+                "give a writable --wheelhouse, such as a copy of this one, or make this one writable",
+            ) from e
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+
+def lock_for(root: Path) -> WheelhouseLock:
+    return WheelhouseLock(root)
 
 
 def recover_root(root: Path) -> None:
-    """With the lock held: finish a committed transaction, then drop the temps of uncommitted ones."""
+    """With the lock held: finish a committed transaction, drop the temps and generations of uncommitted ones,
+    and turn page folders of an older layout (or a copy whose links were dereferenced) into a generation."""
     if not root.is_dir():
         return
     replay(root)
+    prune_generations(root)
+    _adopt_page_folders(root)
     _sweep_stale_temps(root)
 
 
@@ -137,7 +219,12 @@ def is_builder_temp(path: Path) -> bool:
 
 def replay(root: Path) -> bool:
     """Finish a committed transaction (roll forward); idempotent, so a kill while replaying is replayed again.
-    Returns whether there was one."""
+    Returns whether there was one.
+
+    The order keeps the live pages true at every instant: new files land (no live page lists them yet); if any
+    file a live page lists is replaced under its name, the interim generation (which lists none of those
+    wheels) goes live first, then they are replaced; then the final generation goes live, and only then are the
+    files it no longer lists deleted."""
     path = root / JOURNAL
     try:
         journal = json.loads(path.read_text())
@@ -146,31 +233,175 @@ def replay(root: Path) -> bool:
     except (OSError, ValueError) as e:
         raise PublishError(f"{path} is unreadable ({e})",
                            "the journal is damaged: remove it and run `builder index rebuild`") from e
-    touched = set()
-    for tmp_rel, final_rel in journal.get("moves", []):
-        tmp, final = _inside(root, tmp_rel), _inside(root, final_rel)
-        if tmp.exists():  # else renamed already, before a kill
-            os.replace(tmp, final)
-            touched.add(final.parent)
+    touched: set[Path] = set()
+    _rename(root, journal.get("moves", []), touched)
+    generations = [int(n) for n in journal.get("generations", [])]
+    pending = [pair for pair in journal.get("replacing", []) if _inside(root, pair[0]).exists()]
+    if pending and len(generations) > 1:
+        _fsync_dirs(touched)
+        switch_generation(root, generations[0])
+    _rename(root, pending, touched)
+    _fsync_dirs(touched)
+    if generations:
+        switch_generation(root, generations[-1])
+        link_page_trees(root)
     for rel in journal.get("deletes", []):
         _inside(root, rel).unlink(missing_ok=True)
     for rel in journal.get("trees", []):
         shutil.rmtree(_inside(root, rel), ignore_errors=True)
-    _fsync_dirs(touched)
+    _fsync_dirs({_inside(root, rel).parent for rel in journal.get("deletes", [])})
     path.unlink()
     _fsync_dirs({root})
+    if generations:
+        previous = journal.get("previous")
+        prune_generations(root, previous if isinstance(previous, int) else None)
     return True
+
+
+def _rename(root: Path, pairs: list[list[str]], touched: set[Path]) -> None:
+    for tmp_rel, final_rel in pairs:
+        tmp, final = _inside(root, tmp_rel), _inside(root, final_rel)
+        if tmp.exists():  # else renamed already, before a kill
+            os.replace(tmp, final)
+            touched.add(final.parent)
+
+
+# ---------------------------------------------------------------------- generations of the pages
+
+
+def generation_numbers(root: Path) -> list[int]:
+    folder = root / GENERATIONS
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and not p.is_symlink())
+
+
+def current_generation(root: Path) -> int | None:
+    try:
+        target = os.readlink(root / GENERATIONS / CURRENT)
+    except OSError:
+        return None
+    return int(target) if target.isdigit() else None
+
+
+def switch_generation(root: Path, number: int) -> None:
+    """Make generation ``number`` the live one: a new symlink renamed over ``.generations/current`` (rename(2)
+    replaces it atomically, so a reader resolves the old generation or the new one)."""
+    folder = root / GENERATIONS
+    if current_generation(root) == number:
+        return
+    link, current = _temp_path(folder / CURRENT), folder / CURRENT
+    os.symlink(str(number), link)
+    if current.is_dir() and not current.is_symlink():  # a copy that dereferenced the link (the Pages artifact)
+        _exchange(link, current)
+        shutil.rmtree(link)
+    else:
+        os.replace(link, current)
+    _fsync_dirs({folder})
+
+
+def link_page_trees(root: Path) -> None:
+    """``simple`` and ``channels`` as the fixed links ``.generations/current/<name>``. A real folder there (a
+    wheelhouse from before generations, or a copy whose links were dereferenced) is exchanged with the new link
+    in one renameat2(RENAME_EXCHANGE), so its readers see the folder or the link, never nothing."""
+    for name in PAGE_TREES:
+        path, target = root / name, f"{GENERATIONS}/{CURRENT}/{name}"
+        if path.is_symlink() and os.readlink(path) == target:
+            continue
+        link = _temp_path(path)
+        os.symlink(target, link)
+        if path.is_dir() and not path.is_symlink():
+            _exchange(link, path)
+            shutil.rmtree(link)  # the old folder, now under the temp name
+        else:
+            os.replace(link, path)
+        _fsync_dirs({root})
+
+
+def prune_generations(root: Path, previous: int | None = None) -> None:
+    """Keep the live generation and the one before it (``previous``: the one live before the last transaction,
+    rather than the interim one it was live for an instant); the others (older ones, and ones an uncommitted
+    transaction wrote) go, with the temp links of a switch a kill interrupted. Call with no journal pending."""
+    numbers = generation_numbers(root)
+    live = current_generation(root)
+    before = [previous] if previous is not None else [n for n in numbers if live is not None and n < live][-1:]
+    keep = set() if live is None else {live, *before[:KEEP_GENERATIONS - 1]}
+    for number in numbers:
+        if number not in keep:
+            shutil.rmtree(root / GENERATIONS / str(number), ignore_errors=True)
+    folder = root / GENERATIONS
+    for stray in folder.iterdir() if folder.is_dir() else []:
+        if is_builder_temp(stray) and stray.is_symlink():
+            stray.unlink(missing_ok=True)
+
+
+def _adopt_page_folders(root: Path) -> None:
+    """Real ``simple``/``channels`` folders become a generation: copied (pages are small), switched to, linked."""
+    if not any((root / n).is_dir() and not (root / n).is_symlink() for n in PAGE_TREES):
+        return
+    number = max([*generation_numbers(root), 0]) + 1
+    folder = root / GENERATIONS / str(number)
+    for name in PAGE_TREES:
+        if (root / name).is_dir():  # a real folder, or a link to the live generation's
+            shutil.copytree(root / name, folder / name, symlinks=True,
+                            ignore=lambda _d, names: [n for n in names if n.endswith(TEMP_SUFFIX)])
+        else:
+            (folder / name).mkdir(parents=True)
+    _fsync_tree(folder)
+    switch_generation(root, number)
+    link_page_trees(root)
+    prune_generations(root)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); where the call or the file system lacks it,
+    move ``b`` to ``a``'s name and ``a`` to ``b``'s (a moment without ``b``: once, when a wheelhouse adopts
+    generations)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        at_fdcwd, rename_exchange = -100, 2
+        if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: not supported here, fall back
+            raise OSError(err, os.strerror(err), str(b))
+    aside = _temp_path(b)
+    os.replace(b, aside)
+    os.replace(a, b)
+    os.replace(aside, a)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dirs({Path(dirpath)})
+    _fsync_dirs({folder.parent})
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
 
 
 def _sweep_stale_temps(root: Path) -> None:
     """Temp files of the builder's own naming left by a publisher that was killed (SIGKILL, full disk) before
-    its commit: with the lock held and no journal, no live writer owns any. Nothing else is touched, and nothing
-    in the staging area (a wheelhouse of its own, under its own lock)."""
-    for path in root.rglob(f".*{TEMP_SUFFIX}"):
+    its commit, and the old page folder an interrupted adoption left under such a name: with the lock held and
+    no journal, no live writer owns any. Nothing else is touched, and nothing in the staging area (a wheelhouse
+    of its own, under its own lock)."""
+    for path in list(root.rglob(f".*{TEMP_SUFFIX}")):
         if STAGING in path.relative_to(root).parts[:1] or not is_builder_temp(path):
             continue
-        if path.is_file() and not path.is_symlink():
+        if path.is_symlink() or path.is_file():
             path.unlink(missing_ok=True)
+        elif path.is_dir() and path.parent == root:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _temp_path(final: Path) -> Path:

@@ -1,0 +1,318 @@
+"""The connection layer of `builder serve`: a slow client costs a socket, never a thread.
+
+One thread reads the request heads of every open connection with a selector; only a complete head is handed to one
+of a fixed number of worker threads, which answers that one request and gives the connection back for the next
+(keep-alive, pipelining). So 200 clients that drip one header byte a second hold 200 sockets in the selector and no
+worker, and a normal request is answered at once. Deadlines per connection (``Limits``): the first byte of a request
+within ``idle`` seconds (of the accept, or of the previous answer on a keep-alive connection: then the connection is
+closed quietly), the whole head within ``head`` seconds of its first byte (else 408 and closed), and every write must
+make progress within ``write`` seconds (a client that stops reading is dropped). At most ``connections`` are open at
+once: a new one past the cap closes an idle keep-alive connection, else the one that has waited longest for its
+request (the slowest head), with 503 and ``Retry-After: 1``; when none waits (all are being answered or queued for a
+worker), the new one gets that 503 itself, before it costs anything. Complete requests past the ``workers`` busy ones wait in a
+queue, not in the listen backlog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import queue
+import re
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import HTTPServer
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Per-connection deadlines (seconds) and caps; the defaults are `builder serve`'s (docs/INDEX.md)."""
+
+    idle: float = 5.0  # to the first byte of a request: a new connection, or keep-alive between requests
+    head: float = 10.0  # from that first byte to the end of the head (request line and headers)
+    write: float = 30.0  # the most a write may wait for the client to read
+    workers: int = 64  # requests answered at once; more wait for a worker
+    connections: int = 512  # open at once; one more is answered 503
+    max_head: int = 64 * 1024  # a longer head is answered 431
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection between requests: what it sent so far and when it must have sent the rest."""
+
+    sock: socket.socket
+    address: tuple[str, int]
+    deadline: float
+    buffer: bytearray = field(default_factory=bytearray)
+    started: bool = False  # the first byte of the current request has arrived
+    scanned: int = 0  # the head's end was searched for up to here
+    since: float = 0.0  # when it began to wait for this request (time.monotonic)
+    answered: int = 0  # requests answered on it
+
+    @property
+    def kept_idle(self) -> bool:
+        """A keep-alive connection between requests, nothing of the next one sent yet."""
+        return self.answered > 0 and not self.started
+
+    def head_complete(self) -> bool:
+        at = _HEAD_END.search(self.buffer, max(0, self.scanned - 3))
+        self.scanned = len(self.buffer)
+        return at is not None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a worker's handler reads from: the socket to answer on and the bytes read for it (its head, and any
+    pipelined bytes after it, which go back to the connection)."""
+
+    sock: socket.socket
+    data: bytes
+
+
+class SocketWriter(io.BufferedIOBase):
+    """An unbuffered writer that sends all it is given (a timeout on the socket bounds each send)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # bytes-like, as io.BufferedIOBase.write
+        self.sock.sendall(b)
+        with memoryview(b) as view:
+            return view.nbytes
+
+
+def _raw_answer(status: str, extra: str = "") -> bytes:
+    body = f"{status}\n".encode()
+    return (f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            f"{extra}Connection: close\r\n\r\n").encode() + body
+
+
+class PooledHTTPServer(HTTPServer):
+    """An ``HTTPServer`` whose ``serve_forever`` runs the selector loop above; ``shutdown`` and ``server_close`` as
+    usual. The handler class answers exactly one request from a ``Request`` and sets ``close_connection`` and
+    ``leftover`` (the bytes after its request)."""
+
+    request_queue_size = 128  # the listen backlog: a burst of connections waits there for the loop to accept it
+
+    def __init__(self, address: tuple[str, int], handler: Callable[..., object], limits: Limits,
+                 log: Callable[[str], None]) -> None:
+        self.limits = limits
+        self.log = log
+        self._jobs: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
+        self._returned: queue.SimpleQueue[tuple[Connection, bool]] = queue.SimpleQueue()
+        self._waiting: dict[socket.socket, Connection] = {}
+        self._open = 0  # connections open, waiting or being answered: only the loop thread counts them
+        self._workers: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_w.setblocking(False)
+        super().__init__(address, handler)  # type: ignore[arg-type]  # binds and listens (server_close if it fails)
+
+    # the loop thread
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._stopped.clear()
+        self.socket.setblocking(False)
+        with selectors.DefaultSelector() as selector:
+            self._selector = selector
+            selector.register(self.socket, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            self._start_workers()
+            try:
+                while not self._stop.is_set():
+                    for key, _ in selector.select(self._timeout(poll_interval)):
+                        if key.fileobj is self.socket:
+                            self._accept()
+                        elif key.fileobj is self._wake_r:
+                            self._wake_r.recv(4096)
+                        else:
+                            self._read(key.data)
+                    self._take_back()
+                    self._expire()
+            finally:
+                for conn in list(self._waiting.values()):
+                    self._close(conn)
+                self._stop.clear()
+                self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        for _ in self._workers:
+            self._jobs.put(None)
+        while not self._returned.empty():
+            self._returned.get()[0].sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _start_workers(self) -> None:
+        while len(self._workers) < self.limits.workers:
+            worker = threading.Thread(target=self._work, name=f"serve-worker-{len(self._workers)}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
+
+    def _timeout(self, poll_interval: float) -> float:
+        if not self._waiting:
+            return poll_interval
+        soonest = min(conn.deadline for conn in self._waiting.values())
+        return min(poll_interval, max(0.0, soonest - time.monotonic()))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # out of file descriptors: leave the rest in the backlog for now
+                self.log(f"cannot accept a connection: {e}")
+                return
+            if self._open >= self.limits.connections and not self._make_room():
+                self._refuse(sock, address)
+                continue
+            sock.setblocking(False)
+            self._open += 1
+            self._wait_for_request(Connection(sock, address, deadline=0.0))
+
+    def _make_room(self) -> bool:
+        """At the cap, close an idle keep-alive connection, else the one that has waited longest for its request
+        (the slowest head: a new client's is the youngest), so that a flood of slow clients cannot lock a normal one
+        out; False when every open connection is being answered or waits for a worker."""
+        if not self._waiting:
+            return False
+        victim = min(self._waiting.values(), key=lambda c: (not c.kept_idle, c.since))
+        self._unwait(victim)
+        self.log(f"{victim.address[0]} - closed to make room: {self._open} connections open (at most "
+                 f"{self.limits.connections}) 503")
+        with contextlib.suppress(OSError):
+            victim.sock.send(_raw_answer("503 Service Unavailable", "Retry-After: 1\r\n"))
+        self._close(victim)
+        return True
+
+    def _refuse(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        """503 at once, without reading the request: the answer fits in the empty send buffer of a new socket."""
+        self.log(f"{address[0]} - refused: {self._open} connections open (at most {self.limits.connections}) 503")
+        try:
+            sock.setblocking(False)
+            sock.send(_raw_answer("503 Service Unavailable", "Retry-After: 1\r\n"))
+        except OSError:
+            pass
+        sock.close()
+
+    def _wait_for_request(self, conn: Connection) -> None:
+        """Between requests: the next head may already be here (pipelined), else wait ``idle`` for its first byte."""
+        conn.started = bool(conn.buffer)
+        conn.scanned = 0
+        conn.since = time.monotonic()
+        conn.deadline = time.monotonic() + (self.limits.head if conn.started else self.limits.idle)
+        if conn.started and self._dispatch_if_ready(conn):
+            return
+        self._waiting[conn.sock] = conn
+        self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: Connection) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client closed (or reset) the connection
+            self._unwait(conn)
+            self._close(conn)
+            return
+        if not conn.started:
+            conn.started = True
+            conn.deadline = time.monotonic() + self.limits.head
+        conn.buffer += data
+        if self._dispatch_if_ready(conn, registered=True):
+            return
+
+    def _dispatch_if_ready(self, conn: Connection, registered: bool = False) -> bool:
+        if not conn.head_complete() and len(conn.buffer) <= self.limits.max_head:
+            return False
+        if registered:
+            self._unwait(conn)
+        self._jobs.put(conn)
+        return True
+
+    def _unwait(self, conn: Connection) -> None:
+        self._waiting.pop(conn.sock, None)
+        self._selector.unregister(conn.sock)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for conn in [c for c in self._waiting.values() if c.deadline <= now]:
+            self._unwait(conn)
+            if conn.started:  # a head begun and not finished in time: say so, then close
+                self.log(f"{conn.address[0]} - request head not complete within {self.limits.head:g} s: 408, closed")
+                try:
+                    conn.sock.send(_raw_answer("408 Request Timeout"))
+                except OSError:
+                    pass
+            self._close(conn)
+
+    def _take_back(self) -> None:
+        while not self._returned.empty():
+            conn, keep = self._returned.get()
+            conn.answered += 1
+            if keep and not self._stop.is_set():
+                conn.sock.setblocking(False)
+                self._wait_for_request(conn)
+            else:
+                self._close(conn)
+
+    def _close(self, conn: Connection) -> None:
+        self._open -= 1
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        conn.sock.close()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:  # full (the loop wakes anyway) or closed
+            pass
+
+    # the worker threads
+
+    def _work(self) -> None:
+        while (conn := self._jobs.get()) is not None:
+            keep = self._answer(conn)
+            self._returned.put((conn, keep))
+            self._wake()
+
+    def _answer(self, conn: Connection) -> bool:
+        """Answer the one request in ``conn.buffer``; whether the connection stays open for the next."""
+        try:
+            conn.sock.settimeout(self.limits.write)
+            if _HEAD_END.search(conn.buffer) is None:
+                self.log(f"{conn.address[0]} - request head over {self.limits.max_head} bytes: 431, closed")
+                conn.sock.sendall(_raw_answer("431 Request Header Fields Too Large"))
+                return False
+            handler = self.RequestHandlerClass(Request(conn.sock, bytes(conn.buffer)), conn.address,
+                                               self)  # type: ignore[arg-type]  # typeshed's Self
+            conn.buffer = bytearray(getattr(handler, "leftover", b""))
+            return not getattr(handler, "close_connection", True)
+        except OSError as e:  # the client went away or stopped reading: nothing to answer to
+            if isinstance(e, TimeoutError):
+                self.log(f"{conn.address[0]} - client read nothing for {self.limits.write:g} s: closed")
+            return False
+        except Exception as e:  # noqa: BLE001 - a bug in a handler must not kill the worker
+            self.log(f"{conn.address[0]} - internal error: {type(e).__name__}: {e}")
+            return False
