@@ -176,3 +176,17 @@ def test_build_with_an_interpreter_of_another_platform_is_refused_before_running
     assert result.error_lines == [f"error: --python {arm}: an aarch64 interpreter, which cannot run this machine's "
                                   "build (cross-build with --platform aarch64 --python 3.X (a version: the build runs "
                                   "here, the import test in Debian's aarch64 Python under qemu))"]
+
+
+def test_a_platform_that_crossed_a_process_boundary_keys_the_same() -> None:
+    """The farm's workers get their targets pickled: an x86_64 Platform equal to X86_64 but not the same object must
+    key and record like X86_64 (a build in a worker and the farm's check in the parent agree on "unchanged")."""
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(X86_64))
+    assert copy == X86_64 and copy is not X86_64
+    from builder.pipeline import run
+    from builder.stages import inputs
+
+    for module in (run, inputs):
+        assert "platform is X86_64" not in Path(module.__file__).read_text()

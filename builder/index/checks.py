@@ -39,7 +39,10 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     on torch 2.12.1 keeps the wheel from that channel, whose users may have 2.12.1, even where 2.12.0 passed), whose
     CUDA major is the wheel's, and whose torch is at or above the record's torch floor. Without a record, or without
     such a check, it is in no channel."""
-    label = wheel_label(filename)
+    try:
+        label = wheel_label(filename)
+    except InvalidWheelFilename:  # a file dropped into wheels/ by hand: publish and rebuild refuse it, it has no channel
+        return ()
     major = stable_label_major(label)
     if major is None and (label or record is None or not record.is_stable_abi):
         return (label,) if label else ()  # a per-torch label decides, whatever the record says: it pins torch==

@@ -280,7 +280,7 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,
         abi=str(plan.abi) if plan.stable else None,
         torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
-        platform=None if plan.target.platform is X86_64 or not plan.recipe.kind.is_cuda else plan.target.platform.name,
+        platform=None if plan.target.platform == X86_64 or not plan.recipe.kind.is_cuda else plan.target.platform.name,
     )
 
 

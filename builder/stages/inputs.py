@@ -141,7 +141,7 @@ def target_inputs(
         cuda=str(plan.cuda),
         env=_pairs(plan.env),
         compiler=compiler if compiler is None or isinstance(compiler, Unknown) else _pairs(compiler),
-        platform=None if plan.target.platform is X86_64 or not cuda_ext else plan.target.platform.name,
+        platform=None if plan.target.platform == X86_64 or not cuda_ext else plan.target.platform.name,
     )
 
 
