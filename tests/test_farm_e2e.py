@@ -121,9 +121,7 @@ def test_second_run_skips_the_unchanged_target_fast(farm: dict) -> None:
     unchanged = summary["by_id"][TINYEXT]
     assert unchanged["status"] == "unchanged" and unchanged["wheel"].endswith(WHEEL)
     log = (farm["second"]["logs"] / f"{TINYEXT}.log").read_text()
-    header, first = log.splitlines()[:2]  # the worker's header names the target and its platform
-    assert header.startswith(f"farm target {TINYEXT}: platform x86_64") and first.startswith("unchanged:")
-    assert "==> build" not in log
+    assert log.startswith("unchanged:") and "==> build" not in log
     # decided from the cache key without starting a build: seconds, against a minute of compiling
     assert summary["check_seconds"] < 30, summary["check_seconds"]
     assert farm["second"]["seconds"] < farm["first"]["seconds"] / 2
