@@ -180,13 +180,20 @@ def test_build_with_an_interpreter_of_another_platform_is_refused_before_running
 
 def test_a_platform_that_crossed_a_process_boundary_keys_the_same() -> None:
     """The farm's workers get their targets pickled: an x86_64 Platform equal to X86_64 but not the same object must
-    key and record like X86_64 (a build in a worker and the farm's check in the parent agree on "unchanged")."""
+    key and record like X86_64 (a build in a worker and the farm's check in the parent agree on "unchanged"; an
+    identity check once keyed worker builds with a platform)."""
     import pickle
+    from types import SimpleNamespace
+
+    from builder.model.recipe import RecipeKind
+    from builder.stages.plan import Plan
+
+    def recorded(platform: object, kind: RecipeKind) -> str | None:
+        plan = SimpleNamespace(target=SimpleNamespace(platform=platform), recipe=SimpleNamespace(kind=kind))
+        return Plan.recorded_platform.fget(plan)  # type: ignore[attr-defined]
 
     copy = pickle.loads(pickle.dumps(X86_64))
     assert copy == X86_64 and copy is not X86_64
-    from builder.pipeline import run
-    from builder.stages import inputs
-
-    for module in (run, inputs):
-        assert "platform is X86_64" not in Path(module.__file__).read_text()
+    assert recorded(copy, RecipeKind.CUDA_EXTENSION) is None and recorded(X86_64, RecipeKind.CUDA_EXTENSION) is None
+    assert recorded(pickle.loads(pickle.dumps(AARCH64)), RecipeKind.CUDA_EXTENSION) == "aarch64"
+    assert recorded(AARCH64, RecipeKind.PURE_PYTHON) is None  # one pure-Python wheel serves every platform

@@ -20,7 +20,6 @@ from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
-from builder.model.platform import X86_64
 from builder.model.records import (
     BuildRecord,
     FileDigest,
@@ -280,7 +279,7 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         runtime_dropped=RuntimeDropped(names=tuple(drop), reason=plan.recipe.runtime_drop_reason) if drop else None,
         abi=str(plan.abi) if plan.stable else None,
         torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
-        platform=None if plan.target.platform == X86_64 or not plan.recipe.kind.is_cuda else plan.target.platform.name,
+        platform=plan.recorded_platform,
     )
 
 

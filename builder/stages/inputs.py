@@ -26,7 +26,6 @@ from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from builder import __version__
-from builder.model.platform import X86_64
 from builder.model.records import BuildRecord
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv
@@ -141,7 +140,7 @@ def target_inputs(
         cuda=str(plan.cuda),
         env=_pairs(plan.env),
         compiler=compiler if compiler is None or isinstance(compiler, Unknown) else _pairs(compiler),
-        platform=None if plan.target.platform == X86_64 or not cuda_ext else plan.target.platform.name,
+        platform=plan.recorded_platform,
     )
 
 

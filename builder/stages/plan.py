@@ -89,6 +89,14 @@ class Plan:
         return self.target.cuda
 
     @property
+    def recorded_platform(self) -> str | None:
+        """The platform as the cache key and the build record name it: None for x86_64 (their keys and records stay
+        as they were before the axis) and for pure Python (one wheel serves every platform). Compared by value: a
+        farm worker gets its target pickled, so its X86_64 is an equal copy."""
+        target = self.target.platform
+        return None if target == X86_64 or not self.recipe.kind.is_cuda else target.name
+
+    @property
     def stable(self) -> bool:
         return self.abi is Abi.TORCH_STABLE
 
