@@ -35,7 +35,7 @@ from builder.model.arch import (
     torch_arch_list,
 )
 from builder.model.cuda import CudaVersion
-from builder.model.platform import X86_64, Platform, check_archs_for_platform
+from builder.model.platform import X86_64, Platform, check_archs_for_platform, this_machine
 from builder.model.python import PythonSpec
 from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
 from builder.stages.resolve import (
@@ -150,7 +150,9 @@ class Plan:
         target = self.target.platform
         if not self.recipe.kind.is_cuda:
             return f"{target} (pure Python: one wheel serves every platform)"
-        return f"{target} ({target.manylinux_tag})"
+        if target != this_machine():
+            return f"{target} (cross-built here, repaired to {target.manylinux_tag}; docs/BUILDS.md \"Issue 27\")"
+        return f"{target} (this machine's)"
 
     def _abi_text(self) -> str:
         stable = self.recipe.stable_abi
