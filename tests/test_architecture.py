@@ -31,7 +31,7 @@ LAYERS = [
 ]
 # Stage modules in the order the pipeline runs them (the cache key is computed between pyenv and patch).
 STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compile", "repair", "finalize",
-               "inspection", "testing", "torchrange"]
+               "inspection", "testing", "torchrange", "variants"]
 
 
 def module_name(path: Path) -> str:

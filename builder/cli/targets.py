@@ -74,6 +74,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--no-torch-range", action="store_true",
                    help="a stable-ABI wheel: check it beside its build torch only (no download of the other torches "
                    "of its range); `builder verify` checks them later")
+    p.add_argument("--variants", action="store_true",
+                   help="also publish one thin wheel per arch (PEP 825 wheel variants, sliced from the same compile), "
+                   "each tested; uv --preview-features wheel-variants picks the one for the GPU, pip the plain wheel")
 
     p = sub.add_parser("test", help="import- and kernel-test a wheel here; promote it from staging if it passes")
     p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
@@ -210,6 +213,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         compiler_cache=args.compiler_cache,
         replace=args.replace,
         torch_range=not args.no_torch_range,
+        variants=args.variants,
     )
     settings = settings_from_args(args)
     _check_cheap_flags(args)

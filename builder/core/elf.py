@@ -21,6 +21,22 @@ def elf_sections(data: bytes) -> dict[str, bytes]:
             for h in heads}
 
 
+def elf_section_span(data: bytes, name: str) -> tuple[int, int] | None:
+    """Where a 64-bit little-endian ELF file holds the section ``name``: (file offset, size); None if it has none
+    (or it is a NOBITS section). ValueError if the data is not such an ELF file."""
+    if data[:5] != b"\x7fELF\x02":
+        raise ValueError("not a 64-bit ELF file")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
+    wanted = name.encode()
+    for h in heads:
+        if names[h[0]:names.index(b"\0", h[0])] == wanted and h[1] != 8:
+            return h[4], h[5]
+    return None
+
+
 def elf_machine(path: Path) -> str | None:
     """The CPU an ELF file is for (``x86_64``, ``aarch64``, ``em-N`` for others); None if it is not an ELF file."""
     try:

@@ -5,15 +5,36 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import time
 import zipfile
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.tags import Tag
+from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
+from packaging.version import Version
 
 from builder.core.errors import InspectError
 
 EPOCH_MIN = 315532800  # 1980-01-01, the earliest time a zip can hold
+LABEL = re.compile(r"^[0-9a-z._]{1,16}$")  # a wheel variant's label (PEP 825)
+
+
+def split_label(filename: str) -> tuple[str, str | None]:
+    """``x-1.0-cp310-abi3-linux_x86_64-sm120.whl`` → (``x-1.0-cp310-abi3-linux_x86_64.whl``, ``sm120``): a
+    variant wheel's (PEP 825) plain name and label; a plain wheel's name comes back as it is, with None. Six parts
+    are a build tag when the third starts with a digit (the wheel spec's rule), else a label; seven are both."""
+    if not filename.endswith(".whl"):
+        return filename, None
+    parts = filename[:-4].split("-")
+    if (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())) and LABEL.match(parts[-1]):
+        return "-".join(parts[:-1]) + ".whl", parts[-1]
+    return filename, None
+
+
+def parse_wheel_name(filename: str) -> tuple[NormalizedName, Version, BuildTag, frozenset[Tag]]:
+    """packaging's ``parse_wheel_filename``, for variant wheels too (their label set aside)."""
+    return parse_wheel_filename(split_label(filename)[0])
 
 
 def read_entries(wheel: Path) -> dict[str, bytes]:
@@ -29,7 +50,7 @@ def check_wheel_file(wheel: Path) -> None:
     inside. Checked before the name is used to find a recipe, so that a zip or a truncated wheel says what it is."""
     hint = "give a .whl file (a wheel this tool built), or a package name"
     try:
-        parse_wheel_filename(wheel.name)
+        parse_wheel_name(wheel.name)
     except InvalidWheelFilename as e:
         raise InspectError(f"{wheel}: not a wheel: {e}", hint) from e
     try:
@@ -79,6 +100,7 @@ def write_wheel(path: Path, entries: dict[str, bytes], dist_info: str, file_mode
 
 
 def tag_part(wheel_name: str) -> str:
-    """``py-abi-platform`` of a wheel file name (validated by packaging)."""
-    parse_wheel_filename(wheel_name)
-    return "-".join(wheel_name[: -len(".whl")].split("-")[-3:])
+    """``py-abi-platform`` of a (plain or variant) wheel file name (validated by packaging)."""
+    plain = split_label(wheel_name)[0]
+    parse_wheel_filename(plain)
+    return "-".join(plain[: -len(".whl")].split("-")[-3:])

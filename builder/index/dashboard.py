@@ -22,9 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
-
 from builder.core.fsutil import human_size
+from builder.core.wheelfile import parse_wheel_name
 from builder.index.checks import wheel_channels
 from builder.index.layout import (
     Layout,
@@ -106,7 +105,7 @@ def rows_from(facts: list[WheelFacts], *, area: str, prefix: str = "") -> list[R
 
 def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     record = facts.record or BuildRecord()
-    name, version, _, tags = parse_wheel_filename(facts.filename)
+    name, version, _, tags = parse_wheel_name(facts.filename)
     label = version.local or ""
     match = _LABEL_RE.match(label)
     major = stable_label_major(label)

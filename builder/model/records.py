@@ -158,6 +158,21 @@ _AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wh
                    "torch_checks")
 
 
+@dataclass(frozen=True)
+class VariantInfo:
+    """A variant wheel's (PEP 825, model/variants.py): its label, the archs of the plain wheel it was sliced from,
+    and the provider properties it is chosen by."""
+
+    label: str
+    of_archs: tuple[str, ...]
+    properties: Mapping[str, Mapping[str, list[str]]]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VariantInfo:
+        return cls(str(data.get("label", "")), tuple(str(a) for a in data.get("of_archs") or ()),
+                   dict(data.get("properties") or {}))
+
+
 @dataclass(frozen=True, kw_only=True)
 class BuildRecord:
     """What a wheel was built from and how: in its .dist-info (cuda_wheel_builder.json, written by finalize) and,
@@ -185,6 +200,7 @@ class BuildRecord:
     abi: str | None = None  # "torch-stable" (model/abi.py); absent for per-torch builds, as before
     torch_floor: str | None = None  # a stable-ABI wheel's oldest torch (2.11)
     platform: str | None = None  # the wheel's CPU platform (aarch64); absent for x86_64 and pure Python, as before
+    variant: VariantInfo | None = None  # a variant wheel (one arch sliced from the plain wheel); absent otherwise
     # records/ only
     timings: Mapping[str, float] | None = None
     tests: TestReport | None = None
@@ -240,6 +256,8 @@ class BuildRecord:
             out["abi"], out["torch_floor"] = self.abi, self.torch_floor
         if self.platform is not None:
             out["platform"] = self.platform
+        if self.variant is not None:
+            out["variant"] = _plain(self.variant)
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
@@ -273,6 +291,7 @@ class BuildRecord:
             wheel_sha256=data.get("wheel_sha256"), parallel=data.get("parallel"),
             abi=data.get("abi"), torch_floor=data.get("torch_floor"),
             platform=str(data["platform"]) if data.get("platform") else None,
+            variant=VariantInfo.from_json(data["variant"]) if isinstance(data.get("variant"), Mapping) else None,
             torch_checks=tuple(TorchCheck.from_json(c) for c in data["torch_checks"] if isinstance(c, Mapping))
             if isinstance(data.get("torch_checks"), list) else None,
             extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),

@@ -9,13 +9,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.core.wheelfile import check_wheel_file
+from builder.core.wheelfile import check_wheel_file, parse_wheel_name
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
@@ -50,7 +49,7 @@ def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
 
     wanted = canonicalize_name(spec)
     for area in (house.staging(), house):
-        found = [w for w in sorted(area.wheels.glob("*.whl")) if canonicalize_name(parse_wheel_filename(w.name)[0]) == wanted]
+        found = [w for w in sorted(area.wheels.glob("*.whl")) if canonicalize_name(parse_wheel_name(w.name)[0]) == wanted]
         if found:
             return found
     raise UsageError(f"no wheel of {spec!r} in {house.staging().wheels} or {house.wheels}")
@@ -58,7 +57,7 @@ def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
 
 def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestReport:
     """Inspect, import-test and kernel-test one wheel; record the result; promote it from staging if it passed."""
-    name, version, _, tags = parse_wheel_filename(wheel.name)
+    name, version, _, tags = parse_wheel_name(wheel.name)
     recipe = load_recipe(find_recipe(str(name), settings.recipes_dir), settings.patches_dir)
     report = inspect_wheel(wheel, settings)
     log.info(render_report(report))

@@ -15,11 +15,12 @@ from packaging.version import Version
 
 from builder import __version__
 from builder.core.cachedir import target_lock
-from builder.core.errors import InspectError
+from builder.core.errors import InspectError, UsageError
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
+from builder.core.wheelfile import split_label
 from builder.index.store import Wheelhouse
-from builder.model.arch import torch_arch_list
+from builder.model.arch import Arch, torch_arch_list
 from builder.model.records import (
     BuildRecord,
     FileDigest,
@@ -29,6 +30,7 @@ from builder.model.records import (
     TestReport,
     TorchCheck,
 )
+from builder.model.variants import Variant
 from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
@@ -47,6 +49,7 @@ from builder.stages.pyenv import PythonEnv, fresh_test_env, index_args, probe
 from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
 from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
+from builder.stages.variants import make_variant, variant_record
 from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
 from builder.toolchain.cibw import EXCLUDED_LIBS
@@ -72,6 +75,7 @@ class BuildOptions:
     compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
     replace: bool = False  # replace a published wheel of the same file name built for another arch set
     torch_range: bool = True  # a stable-ABI wheel: try every torch of its range (False: the build torch only)
+    variants: bool = False  # also one thin wheel per arch (PEP 825 variants, stages/variants.py) beside the plain one
 
 
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
@@ -80,6 +84,7 @@ def run_build(target: Target, settings: Settings, options: BuildOptions, env: Ma
     with timed(timings, "plan"):
         plan = make_plan(target, settings)
     result = BuildResult(plan, timings=timings)
+    check_variants_option(plan, options)
     with target_prefix(f"{plan.recipe.name}-{plan.version}"):
         log.step("plan")
         for key, value in plan.describe():
@@ -120,6 +125,9 @@ def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOpti
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
             log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
                    "nothing to do (--force rebuilds)")
+            if options.variants and not _has_variants(existing[0]):
+                log.warning(f"--variants: {existing[0].name} was published without its variants; "
+                            "`--force` builds it again with them")
             return
         workdir = settings.cache("builds") / f"{plan.recipe.name}-{plan.version}-{key[:12]}"
         shutil.rmtree(workdir, ignore_errors=True)
@@ -135,6 +143,23 @@ def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOpti
                 # (hard links into uv's cache, but a full copy where the cache lives on another disk)
                 for name in ("src", "dist", "test-venv"):
                     shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+def _has_variants(wheel: Path) -> bool:
+    return any(split_label(p.name)[1] is not None and split_label(p.name)[0] == wheel.name
+               for p in wheel.parent.glob(wheel.name[:-4] + "-*.whl"))
+
+
+def check_variants_option(plan: Plan, options: BuildOptions) -> None:
+    """--variants needs GPU code to slice, and a test environment that installs variants (not yet under qemu)."""
+    if not options.variants:
+        return
+    if not plan.recipe.kind.is_cuda:
+        raise UsageError(f"--variants: {plan.recipe.name} is pure Python; it has no GPU code to make variants of",
+                         "leave --variants out for it")
+    if cross.is_cross(plan.target.platform):
+        raise UsageError(f"--variants with --platform {plan.target.platform}: a cross build's import test under qemu "
+                         "does not install variant wheels yet", "build the plain wheel (leave --variants out)")
 
 
 def _cross_build(resolved: ResolvedInputs, settings: Settings, environ: Mapping[str, str]) -> cross.CrossBuild | None:
@@ -242,6 +267,12 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         with timed(timings, "torch range"):
             torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests,
                                              whole_range=options.torch_range, cross_build=inputs.cross)
+    made: list[VariantWheel] = []
+    if options.variants and toolkit is not None:
+        log.step("variants")
+        with timed(timings, "variants"):
+            made = variants_stage(plan, options, python, resolved.test_python, final, record, workdir,
+                                  settings=settings, companions=companions, cuda_home=toolkit.cuda_home)
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
@@ -249,6 +280,9 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                           torch_checks=torch_checks)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace, portability=report.portability)
+        for variant in made:  # after the plain wheel: a tool that knows no variants always finds that one
+            house.publish(variant.wheel, variant.record.with_(torch_checks=torch_checks), replace=options.replace,
+                          portability=variant.report.portability)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
@@ -260,6 +294,40 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     else:
         index = f"index: {house.index_url()}"
     log.ok(f"{where}: {published} ({index})")
+
+
+@dataclass(frozen=True)
+class VariantWheel:
+    wheel: Path
+    record: BuildRecord
+    report: WheelReport
+
+
+def variants_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, final: Path,
+                   record: BuildRecord, workdir: Path, *, settings: Settings, companions: Path,
+                   cuda_home: Path) -> list[VariantWheel]:
+    """One thin wheel per arch of the plain wheel (its fatbins sliced, no second compile), each inspected (only
+    its arch's SASS), import-tested and kernel-tested like the plain wheel. Any failure publishes nothing."""
+    made = []
+    plain_size = final.stat().st_size
+    for arch in sorted({Arch(a.number, a.suffix) for a in plan.target.archs}):
+        variant = Variant.for_build(arch, plan.cuda)
+        wheel = make_variant(final, variant, workdir / "variants")
+        report = inspect_wheel(wheel, settings, (cuda_home,))
+        problems = verify_archs(report, (arch,)) + verify_platform(report, plan.target.platform)
+        if problems:
+            raise InspectError(f"variant {variant.label}: GPU code check failed: " + "; ".join(problems),
+                               "nothing was published")
+        tests = test_stage(plan, options, python, base_python, wheel, report, workdir / f"variant-{variant.label}",
+                           main_wheels=companions, settings=settings)
+        shutil.rmtree(workdir / f"variant-{variant.label}" / "test-venv", ignore_errors=True)
+        size = wheel.stat().st_size
+        log.ok(f"variant {variant.label}: {wheel.name}, {size / 2**20:.1f} MiB ({size / plain_size:.0%} of the plain "
+               f"wheel), {arch.sm} only, for drivers of CUDA {variant.cuda_floor}+; import {tests.import_status}, "
+               f"kernel {tests.kernel_status}" + (f" ({tests.kernel_reason})" if tests.kernel_reason else ""))
+        vrecord = variant_record(record, variant).with_(tests=tests, inspect=report.as_dict(), wheel=wheel.name)
+        made.append(VariantWheel(wheel, vrecord, report))
+    return made
 
 
 def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolkit | None,

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.errors import UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.wheelfile import parse_wheel_name
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.platform import parse_platform
@@ -37,7 +38,7 @@ class Verified:
 def stable_packages(settings: Settings) -> list[str]:
     """The packages that have a published stable-ABI wheel."""
     house = Wheelhouse(settings.wheelhouse)
-    return sorted({str(parse_wheel_filename(w.name)[0]) for w in house.wheel_files()
+    return sorted({str(parse_wheel_name(w.name)[0]) for w in house.wheel_files()
                    if (r := house.record_of(w.name)) is not None and r.is_stable_abi})
 
 
@@ -45,7 +46,7 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
     """Check every published stable-ABI wheel of ``package`` on the torches it has no passed check for."""
     house = Wheelhouse(settings.wheelhouse)
     wanted = canonicalize_name(package)
-    wheels = [w for w in house.wheel_files() if canonicalize_name(parse_wheel_filename(w.name)[0]) == wanted]
+    wheels = [w for w in house.wheel_files() if canonicalize_name(parse_wheel_name(w.name)[0]) == wanted]
     stable = [(w, r) for w in wheels if (r := house.record_of(w.name)) is not None and r.is_stable_abi]
     if not stable:
         raise UsageError(f"no stable-ABI wheel of {package} in {house.wheels}",

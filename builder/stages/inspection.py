@@ -16,13 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
-from packaging.utils import parse_wheel_filename
 
 from builder.core.elf import elf_machine
 from builder.core.errors import InspectError
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
-from builder.core.wheelfile import read_entries
+from builder.core.wheelfile import parse_wheel_name, read_entries
 from builder.model.arch import Arch
 from builder.model.platform import ELF_NAMES, Platform, of_wheel_platform
 from builder.model.records import BuildRecord
@@ -131,7 +130,7 @@ def list_gpu_code(cuobjdump: Path, path: Path) -> tuple[tuple[str, ...], tuple[s
 
 
 def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ...] = ()) -> WheelReport:
-    name, version, _, tags = parse_wheel_filename(wheel.name)
+    name, version, _, tags = parse_wheel_name(wheel.name)
     entries = read_entries(wheel)
     objects: list[SharedObject] = []
     so_names = sorted(n for n in entries if re.search(r"\.so(\.\d+)*$", n))

@@ -29,6 +29,7 @@ from builder.core.settings import Settings
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import PYTORCH_CHANNELS
+from builder.model import variants
 from builder.stages.plan import Plan
 from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, PreparedPython
 from builder.toolchain.local import LOCAL, find_interpreter
@@ -295,16 +296,18 @@ def fresh_test_env(
     shutil.rmtree(target, ignore_errors=True)
     run_uv(["venv", "--quiet", "--python", str(base_python), str(target)], what="test venv creation")
     python = target / "bin" / "python"
+    variant = variants.of_wheel(wheel)  # a variant installs only with uv's preview flag, told the GPU it is for
+    flags, env = variant.forced_install(os.environ) if variant else ([], None)
     if torch_from is None:
         run_uv(
-            ["pip", "install", "--quiet", "--python", str(python), *index_args(index),
+            ["pip", "install", "--quiet", *flags, "--python", str(python), *index_args(index),
              *(["--find-links", str(find_links)] if find_links and find_links.is_dir() else []), str(wheel),
              f"torch=={Version(torch).public}", *extra],
-            what="installing the wheel into a clean venv",
+            what="installing the wheel into a clean venv", env=env,
         )
     else:
         purelib = probe(python).purelib
         (purelib / "_builder_torch_env.pth").write_text(f"{torch_from.purelib}\n")
-        run_uv(["pip", "install", "--quiet", "--offline", "--no-deps", "--python", str(python), str(wheel), *extra],
-               what="installing the wheel into a clean venv")
+        run_uv(["pip", "install", "--quiet", *flags, "--offline", "--no-deps", "--python", str(python), str(wheel),
+                *extra], what="installing the wheel into a clean venv", env=env)
     return probe(python, need_torch=True)

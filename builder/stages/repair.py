@@ -16,10 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
-
 from builder.core.errors import InspectError, PortabilityError
-from builder.core.wheelfile import read_entries
+from builder.core.wheelfile import parse_wheel_name, read_entries
 
 # never inside a wheel: torch's own libraries and CUDA's runtime (they come with the installed torch / the driver)
 FORBIDDEN_VENDORED = ("libtorch*", "libc10*", "libcudart*", "libcuda.so*", "libnvrtc*", "libcublas*", "libcudnn*",
@@ -74,7 +72,7 @@ def glibc_floor(path: Path) -> tuple[int, int] | None:
 
 
 def portability_report(wheel: Path) -> PortabilityReport:
-    _, _, _, tags = parse_wheel_filename(wheel.name)
+    _, _, _, tags = parse_wheel_name(wheel.name)
     platforms = tuple(sorted({t.platform for t in tags}))
     entries = read_entries(wheel)
     objects = [n for n in entries if n.endswith(".so") or ".so." in Path(n).name]

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core import net
 from builder.core.errors import SourceError
+from builder.core.wheelfile import parse_wheel_name
 from builder.index.checks import wheel_channels
 from builder.index.layout import record_path, simple_path
 from builder.model.abi import stable_label_major, torch_minor
@@ -75,7 +76,7 @@ class EnvFacts:
 
 def wheel_platforms(filename: str) -> tuple[str, ...]:
     """The CPU platforms a wheel's tags name (``x86_64``, ``aarch64``); empty for a pure-Python (``any``) wheel."""
-    tags = parse_wheel_filename(filename)[3]
+    tags = parse_wheel_name(filename)[3]
     return tuple(sorted({p.name for t in tags if (p := of_wheel_platform(t.platform)) is not None}))
 
 
@@ -213,7 +214,7 @@ def runs_on(sass: tuple[str, ...], ptx: tuple[str, ...], cc: int) -> bool:
 
 def python_fits(wheel: IndexedWheel, env: EnvFacts) -> bool:
     """Whether the env's Python takes the wheel: one of its tags, and its Requires-Python."""
-    tags = parse_wheel_filename(wheel.filename)[3]
+    tags = parse_wheel_name(wheel.filename)[3]
     return bool({str(t) for t in tags} & env.tags) and not _requires_python_fails(wheel, env)
 
 
@@ -225,7 +226,7 @@ def _requires_python_fails(wheel: IndexedWheel, env: EnvFacts) -> bool:
 def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
     """Every reason ``wheel`` cannot be installed into ``env`` without changing its torch (none: it fits)."""
     reasons: list[str] = []
-    _, _, _, tags = parse_wheel_filename(wheel.filename)
+    _, _, _, tags = parse_wheel_name(wheel.filename)
     if not {str(t) for t in tags} & env.tags:
         other = _platform_reason(wheel, env)
         if other:
@@ -267,7 +268,7 @@ def _platform_reason(wheel: IndexedWheel, env: EnvFacts) -> str | None:
     platforms = wheel.platforms
     if not platforms or env.machine in platforms:
         return None
-    tags = sorted({t.platform for t in parse_wheel_filename(wheel.filename)[3]})
+    tags = sorted({t.platform for t in parse_wheel_name(wheel.filename)[3]})
     return f"an {'/'.join(platforms)} wheel ({', '.join(tags)}); this env is {env.machine}"
 
 
@@ -429,7 +430,7 @@ class WheelhouseReader:
             if not filename.endswith(".whl"):
                 continue
             try:
-                _, version, _, _ = parse_wheel_filename(filename)
+                _, version, _, _ = parse_wheel_name(filename)
             except Exception:  # noqa: BLE001 (a foreign, oddly named file in an index: not ours to judge)
                 continue
             url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
