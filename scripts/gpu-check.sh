@@ -19,6 +19,12 @@
 #                                     determinism tests; `upstream` then runs upstream's whole test file
 #   scripts/gpu-check.sh user-stable  the stable causal-conv1d and mamba-ssm wheels installed into python3, then doctor
 #                                     (transformers' Mamba-2 mixers bound to them)
+#   scripts/gpu-check.sh variants-build  issue 29: causal-conv1d 1.7.0 for sm_90 + sm_120 built here with --variants
+#                                     (the plain wheel and one thin wheel per arch, each kernel-tested where this GPU
+#                                     runs it) into .carry/wh-variants, which a warm machine keeps for the next call
+#   scripts/gpu-check.sh variants-use  then, with no override: doctor's lines, `builder install` (uv picks the sm90
+#                                     variant: the installed .so carries sm_90 only), the recipe's kernel tests
+#                                     against it, pip and flagless uv taking the plain wheel; torch unchanged
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 set -uo pipefail
@@ -171,7 +177,40 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     step timeout "${MAMBA_TF_TIMEOUT:-300}" env PYTHONPATH=/tmp/mamba-site TRITON_CACHE_DIR=/tmp/mamba-triton \
       python3 recipes/mamba-ssm/transformers_check.py --out "$OUT/mamba-transformers.json" || status=1
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|upstream|user-stable|mamba|mamba-tf"; exit 2 ;;
+  variants-build)
+    W=.carry/wh-variants
+    step /usr/bin/time -f "WALL %e s" $B build causal-conv1d --version 1.7.0 --cuda 13.0 --arch 90,120 --toolchain host \
+      --python python3 --offline --source .carry/src/causal_conv1d-1.7.0.tar.gz --no-torch-range --variants --quick \
+      --wheelhouse $W || status=1
+    ls -la $W/wheels | tee -a "$OUT/gpu-check.log"
+    tar czf "$OUT/wh-variants-meta.tgz" --exclude='*.whl' $W
+    ;;
+  variants-use)
+    W=.carry/wh-variants
+    SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    which_file() {  # which causal-conv1d file is installed, and the SASS its .so carries
+      python3 -c 'import importlib.metadata as m; d = m.distribution("causal-conv1d"); print(d.version, "variant.json:", (d.read_text("variant.json") or "none (the plain wheel)").replace("\n", " ")[-160:])'
+      cuobjdump --list-elf "$SITE"/causal_conv1d_cuda*.so "$SITE"/causal_conv1d/*.so 2>/dev/null | sed 's/.*\.\(sm_[0-9]*\)\.cubin/\1/' | sort | uniq -c
+      python3 -m pip list 2>/dev/null | grep -E '^torch '
+    }
+    python3 -m pip list 2>/dev/null | grep -E '^torch ' | tee "$OUT/torch-before.txt"
+    step $B doctor --python python3 --from $W || status=1
+    step $B install causal-conv1d --python python3 --from $W --offline || status=1
+    step which_file
+    step timeout 300 python3 recipes/causal-conv1d/kernel_tests.py --no-bench --out "$OUT/variant-kernel-tests.json" || status=1
+    # the same index for a tool that knows no variants: the plain wheel
+    step python3 -m pip install --no-index --no-deps --force-reinstall --find-links $W/wheels causal-conv1d || status=1
+    step which_file
+    step uv pip install --python python3 --no-index --no-deps --reinstall --find-links $W/wheels causal-conv1d || status=1
+    step which_file
+    step uv pip install --python python3 --preview-features wheel-variants --no-index --no-deps --reinstall \
+      --find-links $W/wheels causal-conv1d || status=1
+    step which_file
+    python3 -m pip list 2>/dev/null | grep -E '^torch ' | tee "$OUT/torch-after.txt"
+    cmp "$OUT/torch-before.txt" "$OUT/torch-after.txt" && echo "torch unchanged" | tee -a "$OUT/gpu-check.log"
+    ls -la $W/wheels | tee -a "$OUT/gpu-check.log"
+    ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|upstream|user-stable|mamba|mamba-tf|variants-build|variants-use"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status

@@ -36,6 +36,7 @@ PROVIDER = {
     "requires": ["nvidia-variant-provider>=0.0.1,<1.0.0"],
 }
 UV_PREVIEW_FEATURE = "wheel-variants"
+UV_MIN_VERSION = "0.13.7"  # variants behind the preview flag since 0.13.1; the provider's FORCE variables since 0.13.7
 FORCE_SM_ARCH = "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"  # "12.0": the GPU the provider reports
 FORCE_DRIVER = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION"  # "13.0": the driver's CUDA version
 FILE_IN_WHEEL = "variant.json"

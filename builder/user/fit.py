@@ -20,7 +20,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core import net
 from builder.core.errors import SourceError
-from builder.core.wheelfile import parse_wheel_name
+from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.checks import wheel_channels
 from builder.index.layout import record_path, simple_path
 from builder.model.abi import stable_label_major, torch_minor
@@ -99,6 +99,7 @@ class IndexedWheel:
     cuda: str = ""  # the record's CUDA (13.0)
     torch_checks: tuple[TorchCheck, ...] = ()  # a stable-ABI wheel: each torch it was tried on
     channels: tuple[str, ...] = ()  # the channels that list it (index/checks.wheel_channels)
+    variants: tuple[str, ...] = ()  # labels of its PEP 825 variants listed beside it (sm90, sm120): uv may pick one
 
     @property
     def is_stable_abi(self) -> bool:
@@ -425,16 +426,22 @@ class WheelhouseReader:
         if not page:
             return []
         found = []
+        labels: dict[str, list[str]] = {}  # plain wheel → its variants' labels: judged as the plain wheel
+        for entry in page.get("files", []):
+            plain, label = split_label(str(entry.get("filename", "")))
+            if label is not None:
+                labels.setdefault(plain, []).append(label)
         for entry in page.get("files", []):
             filename = str(entry.get("filename", ""))
-            if not filename.endswith(".whl"):
+            if not filename.endswith(".whl") or split_label(filename)[1] is not None:
                 continue
             try:
                 _, version, _, _ = parse_wheel_name(filename)
             except Exception:  # noqa: BLE001 (a foreign, oddly named file in an index: not ours to judge)
                 continue
             url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
-            found.append(self._indexed(filename, name, version, url, entry))
+            wheel = self._indexed(filename, name, version, url, entry)
+            found.append(replace(wheel, variants=tuple(sorted(labels.get(filename, ())))))
         return found
 
     def _indexed(self, filename: str, project: str, version: Version, url: str, entry: dict) -> IndexedWheel:
