@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.fsutil import human_size
-from builder.core.wheelfile import parse_wheel_name
+from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.checks import wheel_channels
 from builder.index.layout import (
     Layout,
@@ -66,6 +66,7 @@ class Row:
     torch_checks: list[TorchCheck] = field(default_factory=list)
     channels: tuple[str, ...] = ()  # the channels that list it (checks.wheel_channels)
     platform: str = "any"  # the CPU platform its tags name: x86_64 | aarch64 | any (pure Python)
+    variant: str = ""  # a PEP 825 variant's label (sm90): a thin wheel of one arch, beside the plain wheel
 
     @property
     def archs_found(self) -> list[str]:
@@ -135,6 +136,7 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         filename=facts.filename, package=record.package or str(name), version=str(version.public),
         label=label, cuda=cuda, torch=torch, python=python,
         archs_requested=list(record.archs), sass=sass, ptx=ptx, area=area,
+        variant=split_label(facts.filename)[1] or "",
         status=_status(area, record, import_status, kernel_status), import_status=import_status,
         kernel_status=kernel_status, kernel_reason=tests.kernel_reason,
         counts={k: int(v) for k, v in tests.counts.items()},
@@ -348,6 +350,8 @@ def _table(rows: list[Row]) -> str:
     for r in rows:
         links = " · ".join(f'<a href="{_e(href)}">{_e(kind)}</a>' for kind, href in r.links.items())
         found = ", ".join(r.sass + [f"{p} (PTX)" for p in r.ptx]) or '<span class="dim">no GPU code</span>'
+        if r.variant:
+            found += f'<br><small>variant {_e(r.variant)}: uv picks it for this GPU</small>'
         asked = ", ".join(f"sm_{a}" if a[:1].isdigit() else a for a in r.archs_requested) or "—"
         body.append(
             f'<tr class="wheel" data-wheel="{_e(r.filename)}" data-status="{_e(r.status)}" '
