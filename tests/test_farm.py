@@ -128,6 +128,9 @@ package = "demo"
          None),
         (lambda t: t.replace("newest = 2", "newest = 2\nversions = ['1.0']"), "gives both 'versions' and 'newest'",
          None),
+        (lambda t: t.replace("newest = 2", "newest = 2\nprevious = 1"), "gives 'previous' with 'versions' or 'newest'",
+         "give it alone"),
+        (lambda t: t.replace("newest = 2", "previous = 0"), "field 'package[0].previous' must be at least 1", None),
         (lambda t: t.replace('cuda = ["12.8", "13.0"]', 'cuda = ["12.8", "99.1"]'),
          "field 'defaults.cuda[1]' is not a known CUDA version", "use one of"),
         (lambda t: t.replace('archs = ["120", "90,120+ptx"]', 'archs = ["120", "sm_abc"]'),
@@ -188,19 +191,29 @@ def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
         ("demo", "1.4", "12.8", "90,120+ptx", "3.12", "2.10.0"),
         ("demo", "1.4", "13.0", "120", "3.12", "2.14.1"),
         ("demo", "1.1", "13.0", "120", "3.12", "2.14.1"),
-        # pure Python: no arch dimension (the first arch list only picks the test runner)
+        # pure Python: one py3-none-any wheel per version, built with the entry's first cell (CUDA 12.8, its
+        # newest torch, the first Python); no arch dimension (the first arch list only picks the test runner)
         ("puredemo", "0.2", "12.8", "120", "3.12", "2.10.0"),
-        ("puredemo", "0.2", "13.0", "120", "3.12", "2.14.1"),
     ]
     assert [t.id for t in targets][:2] == ["demo-1.4-cu128-sm90_120ptx-x86_64-py3.12-torch2.10.0",
                                            "demo-1.4-cu130-sm120-x86_64-py3.12-torch2.14.1"]
-    assert targets[-1].id == "puredemo-0.2-cu130-py3.12-torch2.14.1"
+    assert targets[-1].id == "puredemo-0.2-cu128-py3.12-torch2.10.0"
     assert len({t.id for t in targets}) == len(targets)
     only = expand(farm, settings_for(tree), only=["PureDemo"], releases=fake_releases)
     assert {t.package for t in only} == {"puredemo"}
     with pytest.raises(UsageError) as info:
         expand(farm, settings_for(tree), only=["puredem"], releases=fake_releases)
     assert "--only puredem" in info.value.message and info.value.hint == "did you mean 'puredemo'?"
+
+
+def test_a_pure_python_recipe_is_one_build_per_version_whatever_its_cuda_torch_and_python_lists(
+        tree: Path) -> None:
+    """py3-none-any: one file per version, so one build, however many CUDA lines, torches and Pythons the entry
+    names; the first Python its torch has builds it."""
+    text = GOOD.replace('versions = ["0.2"]', 'versions = ["0.2"]\npython = ["3.8", "3.13", "3.12"]\ntorch-newest = 3')
+    targets = expand(load_farm(write_farm(tree, text)), settings_for(tree), releases=fake_releases)
+    (pure,) = [t for t in targets if t.package == "puredemo"]
+    assert (str(pure.cuda), str(pure.python), pure.torch) == ("12.8", "3.13", "2.10.0")
 
 
 @pytest.mark.parametrize(
@@ -221,10 +234,6 @@ def test_expansion_newest_n_defaults_torch_and_exclusions(tree: Path) -> None:
         (lambda t: t.replace('[[exclude]]\narch = "120"\ncuda = "12.8"\npackage = "demo"\n', ""),
          "target demo-1.4-cu128-sm90_120ptx-x86_64-py3.12-torch2.10.0 would publish the same wheel file as "
          "demo-1.4-cu128-sm120-x86_64-py3.12-torch2.10.0", "one arch list such as archs = ['90,120']"),
-        # a pure-Python wheel is py3-none-any: two Pythons give one file name
-        (lambda t: t.replace('versions = ["0.2"]', 'versions = ["0.2"]\npython = ["3.12", "3.13"]'),
-         "puredemo-0.2-cu128-py3.13-torch2.10.0 would publish the same wheel file as "
-         "puredemo-0.2-cu128-py3.12-torch2.10.0", None),
     ],
 )
 def test_expansion_refuses_what_cannot_be_built(tree: Path, edit, needle: str, hint: str | None) -> None:
@@ -544,7 +553,7 @@ def test_exclude_by_platform(tree: Path) -> None:
 
 def test_runners_route_by_platform_and_arch_and_name_what_cannot_be_tested(tree: Path) -> None:
     from builder.discovery.compat import resolve_index
-    from builder.farm.expand import route, served_cells, tested_matrix
+    from builder.farm.expand import Cell, route, served_cells, tested_matrix
 
     text = PLATFORMS + '\n[runners]\n"121-aarch64" = "spark"\navailable = ["gpu-sm120-x86_64", "spark"]\n'
     farm = load_farm(write_farm(tree, text))
@@ -566,8 +575,10 @@ def test_runners_route_by_platform_and_arch_and_name_what_cannot_be_tested(tree:
     assert route(farm, targets[0]).runner == "gpu-sm120-x86_64"
     # the pure-Python wheel's cells count for both platforms
     index = resolve_index(None, settings_for(tree))
-    assert {c.platform for c in served_cells(targets[-1], index)} == {"x86_64", "aarch64"}
-    assert {c.platform for c in served_cells(targets[1], index)} == {"aarch64"}
+    universe = frozenset(Cell(t, c, "3.12", p) for t, c in (("2.14", "13.0"), ("2.10", "12.8"))
+                         for p in ("x86_64", "aarch64"))
+    assert served_cells(targets[-1], index, universe) == universe
+    assert served_cells(targets[1], index, universe) == {Cell("2.14", "13.0", "3.12", "aarch64")}
 
 
 def test_a_runner_template_without_platform_is_refused_for_two_platforms(tree: Path) -> None:
@@ -612,8 +623,10 @@ def test_root_farm_builds_both_platforms_with_their_own_archs() -> None:
     cuda = [t for t in targets if t.kind.is_cuda]
     assert {t.platform.name for t in cuda} == {"x86_64", "aarch64"}
     assert not [t.id for t in cuda if t.platform.name == "x86_64" and {a.number for a in t.archs} & {110, 121}]
-    assert {format_arch_list(t.archs) for t in cuda if t.platform.name == "aarch64" and str(t.cuda) != "12.8"} == {
-        "90,100,103,110,121"}
+    aarch64 = {str(t.cuda): format_arch_list(t.archs) for t in cuda if t.platform.name == "aarch64"}
+    # each CUDA's own list: 12.8 has no sm_103, sm_110 or sm_121; 12.9 no sm_110 (Thor is sm_110 from CUDA 13)
+    assert aarch64 == {"12.8": "90,100", "12.9": "90,100,103,121", "13.0": "90,100,103,110,121",
+                       "13.2": "90,100,103,110,121"}
     pure = [t for t in targets if not t.kind.is_cuda]
     assert pure and all({p.name for p in t.platforms} == {"x86_64", "aarch64"} for t in pure)
     matrix = github_matrix(farm, targets)["include"]

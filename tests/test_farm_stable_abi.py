@@ -17,6 +17,7 @@ import pytest
 from builder.core.settings import Settings
 from builder.discovery.compat import PYPI_SIMPLE, resolve_index
 from builder.discovery.torchindex import cache_file
+from builder.farm.coverage import users_matrix
 from builder.farm.expand import Cell, coverage, expand, github_matrix, served_cells, serving, summary
 from builder.farm.spec import FarmError, load_farm
 from builder.model.arch import format_arch_list
@@ -158,11 +159,12 @@ def test_below_floor_torches_of_the_same_cuda_major_stay_per_torch(tree: Path) -
         ("1.4", "13.0", "3.11", "2.11.0", "torch-stable"),  # stands for 2.13.0 × 3.11 and 3.12
         ("1.4", "13.0", "3.12", "2.10.1", "per-torch"),
     ]
-    # a Python below abi3's floor (3.10) is no stable cell either
+    # a Python below abi3's floor (3.10) is no stable cell either (2.12.0 has 3.9 wheels); a torch without wheels
+    # for a Python of the list (2.10.1 and 3.9) is no cell at all, and no target
+    text = text.replace('torch = ["2.10.1", "2.13.0"]', 'torch = ["2.10.1", "2.12.0"]')
     targets = targets_of(tree, text.replace('python = ["3.11", "3.12"]', 'python = ["3.9", "3.12"]'))
     assert [(str(t.python), t.torch, str(t.abi)) for t in targets] == [
-        ("3.9", "2.10.1", "per-torch"), ("3.9", "2.13.0", "per-torch"),
-        ("3.12", "2.10.1", "per-torch"), ("3.12", "2.11.0", "torch-stable")]
+        ("3.9", "2.12.0", "per-torch"), ("3.12", "2.10.1", "per-torch"), ("3.12", "2.11.0", "torch-stable")]
 
 
 def test_exclusions_apply_to_cells_before_they_collapse(tree: Path) -> None:
@@ -233,11 +235,16 @@ def test_two_entries_of_one_stable_wheel_are_refused(tree: Path) -> None:
 # ---------------------------------------------------------------- what the targets serve
 
 
+def universe_of(tree: Path) -> frozenset[Cell]:
+    """The users' matrix of this test's torch index alone (farm/coverage.users_matrix), x86_64."""
+    return users_matrix([resolve_index(None, settings_for(tree))], platforms=["x86_64"])[0]
+
+
 def test_served_cells_of_stable_and_per_torch_targets(tree: Path) -> None:
     targets = targets_of(tree, FARM)
-    index = resolve_index(None, settings_for(tree))
-    assert served_cells(targets[0], index) == {Cell("2.10", "12.8", "3.11")}
-    stable = served_cells(targets[4], index)
+    index, universe = resolve_index(None, settings_for(tree)), universe_of(tree)
+    assert served_cells(targets[0], index, universe) == {Cell("2.10", "12.8", "3.11")}
+    stable = served_cells(targets[4], index, universe)
     # torch >= 2.11 on 13.0 and 13.2 × their Pythons >= 3.10, free-threaded builds left out (they load no abi3);
     # 2.12's Pythons are those of 2.12.0 and 2.12.1 together; 2.10.1 (13.0) is below the floor
     expected = {Cell(t, "13.0", p) for t in ("2.11", "2.12", "2.13") for p in ("3.10", "3.11", "3.12", "3.13", "3.14")}
@@ -246,26 +253,32 @@ def test_served_cells_of_stable_and_per_torch_targets(tree: Path) -> None:
     # built on 13.2, the wheel is not claimed for the older 13.0 runtime
     text = FARM + '[[exclude]]\npackage = "stabledemo"\ncuda = "13.0"\n'
     (on_132,) = [t for t in targets_of(tree, text) if t.stable]
-    assert {c.cuda for c in served_cells(on_132, index)} == {"13.2"}
+    assert {c.cuda for c in served_cells(on_132, index, universe)} == {"13.2"}
+    # the users' matrix decides, whichever index a torch comes from: a channel's 13.0 build of 2.14 is a cell the
+    # stable wheel built on 13.0 serves (as PyTorch's cu130 channel has 2.15 while PyPI's 2.15 is a 13.2 build)
+    stable_130 = targets[4]
+    assert Cell("2.14", "13.0", "3.12") not in stable
+    assert Cell("2.14", "13.0", "3.12") in served_cells(stable_130, index, universe | {Cell("2.14", "13.0", "3.12")})
+    assert Cell("2.14", "12.9", "3.12") not in served_cells(stable_130, index, universe | {Cell("2.14", "12.9", "3.12")})
 
 
 def test_matrix_counts_compiles_and_cells(tree: Path) -> None:
     text = FARM + '[[package]]\nname = "puredemo"\ncuda = "13.0"\ntorch-newest = 1\npython = "3.12"\n'
     targets = targets_of(tree, text)
-    covered = coverage(targets, serving(targets, settings_for(tree)))
+    covered = coverage(targets, serving(targets, settings_for(tree), universe_of(tree)))
     by_version = {(c.package, c.version): (len(c.targets), c.compiles, c.stable, len(c.cells)) for c in covered}
     assert by_version == {
         ("stabledemo", "1.4"): (5, 5, 1, 4 + 20),  # 4 per-torch cells (12.8) and the stable target's 20
         ("stabledemo", "1.1"): (10, 10, 0, 10),
-        ("puredemo", "0.2"): (1, 0, 0, 1),
+        ("puredemo", "0.2"): (1, 0, 0, 35),  # one py3-none-any wheel: every cell of the users' matrix
     }
     assert summary(covered) == {"targets": 16, "compiles": 15, "stable_compiles": 1, "per_torch_compiles": 14,
-                                "pure_python_builds": 1, "cells_served": 35, "compiled_cells_served": 34,
-                                "cells_served_x86_64": 35}
+                                "pure_python_builds": 1, "cells_served": 69, "compiled_cells_served": 34,
+                                "cells_served_x86_64": 69}
     # before: every target per-torch (abi = "per-torch" everywhere): more compiles, fewer cells
     before = targets_of(tree, text.replace("torch-newest = 2", 'torch-newest = 2\nabi = "per-torch"'))
-    totals = summary(coverage(before, serving(before, settings_for(tree))))
-    assert (totals["compiles"], totals["stable_compiles"], totals["cells_served"]) == (20, 0, 21)
+    totals = summary(coverage(before, serving(before, settings_for(tree), universe_of(tree))))
+    assert (totals["compiles"], totals["stable_compiles"], totals["cells_served"]) == (20, 0, 20 + 35)
 
 
 # ---------------------------------------------------------------- builder matrix
@@ -290,13 +303,19 @@ def test_matrix_cli_prints_compiles_and_cells_table_json_and_github(tree: Path) 
     assert table.code == 0, table.stderr
     assert "15 targets" in table.stdout and "stable >=2.11" in table.stdout
     assert "compiles needed: 15 (1 stable-ABI, 14 per-torch), plus 0 pure-Python builds" in table.stdout
-    assert "cells served by the farm: 34" in table.stdout
-    assert "13.0: torch 2.11-2.13 × py3.10-3.14 (15); 13.2: torch 2.14 × py3.11-3.15 (5)" in table.stdout
+    # the users' matrix is builder coverage's: this test's PyPI listing and the shipped snapshots of PyTorch's
+    # channels (whose 13.0 builds of 2.14 the stable wheel serves too, on x86_64: the farm builds no aarch64)
     data = json.loads(run_cli("matrix", "--file", farm, "--format", "json", env=env).stdout)
-    assert data["summary"]["compiles"] == 15 and data["summary"]["cells_served"] == 34
+    assert data["summary"]["compiles"] == 15 and data["summary"]["matrix_cells"] > 34
     stable = [t for t in data["targets"] if t["abi"] == "torch-stable"]
-    assert [(t["id"], t["cells_served"]) for t in stable] == [("stabledemo-1.4-cu13-abi3-sm90_120-x86_64", 20)]
-    assert data["packages"][0]["cells"][0] == ["2.9", "12.8", "3.11", "x86_64"] and data["packages"][0]["cells_served"] == 24
+    assert [t["id"] for t in stable] == ["stabledemo-1.4-cu13-abi3-sm90_120-x86_64"] and stable[0]["cells_served"] >= 20
+    newest = data["packages"][0]
+    assert newest["cells"][0] == ["2.9", "12.8", "3.11", "x86_64"]
+    assert newest["cells_served"] == 4 + stable[0]["cells_served"] == newest["farm_serves"]
+    assert sum(newest["not_served"].values()) == newest["matrix_cells"] - newest["farm_serves"]
+    assert (f"stabledemo 1.4: farm targets serve {newest['farm_serves']} of {data['summary']['matrix_cells']} cells"
+            in table.stdout)
+    assert f"cells served by the farm: {data['summary']['cells_served']}" in table.stdout
     github = json.loads(run_cli("matrix", "--file", farm, "--format", "github", env=env).stdout)
     entry = next(e for e in github["include"] if e["id"] == "stabledemo-1.4-cu13-abi3-sm90_120-x86_64")
     # what `builder build` needs, and the GPU runner by arch as for any target

@@ -19,7 +19,7 @@ from builder.model.python import PythonSpec
 from builder.model.recipe import load_recipe
 from builder.model.records import BuildRecord, TorchCheck
 from builder.stages.plan import Target, default_build_torch, make_plan
-from builder.stages.torchrange import judge_probe, torches_to_check
+from builder.stages.torchrange import judge_probe, other_index_torches, torches_to_check
 from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
 
 STABLE = """
@@ -127,6 +127,27 @@ def test_the_range_is_the_newest_release_of_each_minor_of_the_cuda_major_from_th
     assert torches_to_check(pypi_like(), CudaVersion.parse("13.0"), stable) == [
         ("2.11.0", "13.0"), ("2.12.1", "13.0"), ("2.13.0", "13.0"), ("2.14.1", "13.0"), ("2.15.0", "13.2")]
     assert torches_to_check(pypi_like(), CudaVersion.parse("12.8"), stable) == []  # 2.10 is below the floor
+
+
+def test_the_range_takes_the_other_indexes_torches_the_wheel_claims(tmp_path: Path) -> None:
+    """A +cu13 wheel built from PyPI is for PyTorch's cu130 channel's 2.15 (a 13.0 build; PyPI's is 13.2) and the
+    cu132 channel's 2.12-2.14 too (the users' matrix, farm/coverage.py): those are tried from those channels; a
+    +cu12 wheel built from the cu128 channel takes cu129's 2.11. From the shipped snapshots (offline, no cache)."""
+    from builder.discovery.compat import resolve_index
+
+    settings = Settings.from_env({}, cache_dir=tmp_path / "cache", offline=True)
+    stable = load_recipe(stable_recipes(tmp_path).recipes_dir / "tinyext" / "recipe.toml",
+                         tmp_path / "patches").stable_abi
+    assert stable is not None and stable.floor_text == "2.11"
+    pypi = resolve_index(None, settings)
+    cuda13 = CudaVersion.parse("13.0")
+    found = other_index_torches(pypi, cuda13, stable, torches_to_check(pypi, cuda13, stable), settings)
+    assert [(i.name, t) for i, t in found] == [
+        ("pytorch-cu130", [("2.15.0", "13.0")]),
+        ("pytorch-cu132", [("2.12.1", "13.2"), ("2.13.0", "13.2"), ("2.14.1", "13.2")])]
+    cu128, cuda12 = resolve_index("cu128", settings), CudaVersion.parse("12.8")
+    found = other_index_torches(cu128, cuda12, stable, torches_to_check(cu128, cuda12, stable), settings)
+    assert [(i.name, t) for i, t in found] == [("pytorch-cu129", [("2.11.0", "12.9")])]  # cu126's 12.6 is older
 
 
 def test_a_stable_build_defaults_to_the_floor_minor(tmp_path: Path) -> None:

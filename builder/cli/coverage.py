@@ -18,8 +18,10 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p = sub.add_parser("coverage", help="the users' matrix per package: which cells a verified wheel serves",
                        description="The (torch minor, CUDA line >= 12.8, Python, platform) cells the known torch "
                                    "indexes offer (x86_64 and aarch64), each with the wheelhouse's wheel that serves it and its evidence "
-                                   "(kernel-tested, import-verified, built), or why it is missing. A cell counts as "
-                                   "served only with evidence.")
+                                   "(kernel-tested, import-verified, built), or why it is missing (known-bad; below "
+                                   "the port's floor; not in farm.toml: no farm target would serve it; a farm target "
+                                   "serves it, not built yet). A cell counts as served only with evidence. `builder "
+                                   "matrix` counts the farm's targets against the same cells.")
     p.add_argument("packages", nargs="*", metavar="PACKAGE", help="recipes to show (default: every recipe)")
     p.add_argument("--farm", type=Path, metavar="FILE", help="the farm file whose targets explain a missing cell "
                    "(default: farm.toml here or above)")

@@ -87,6 +87,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, list]:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    from builder.farm.coverage import cells_text
     from builder.farm.expand import coverage, github_matrix, serving, summary, tested_matrix
     from builder.farm.unchanged import changed_targets
 
@@ -105,9 +106,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         _emit(json.dumps(matrix if not args.tested else tested_matrix(matrix), separators=(",", ":")))
         return 0
     untested = [row for row in matrix["include"] if row["untested"]]
-    served = serving(targets, settings)
+    universe, serves = _users_matrix(settings)
+    served = serving(targets, settings, universe)
     covered = coverage(targets, served)
-    totals = {**summary(covered), "untested": len(untested)}
+    versions = [serves(c) for c in covered]
+    totals = {**summary(covered), "untested": len(untested), "matrix_cells": len(universe)}
     if args.format == "json":
         _emit(json.dumps({
             "farm": str(farm.file),
@@ -117,7 +120,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             "summary": totals,
             "packages": [{"package": c.package, "version": c.version, "targets": len(c.targets),
                           "compiles": c.compiles, "stable_compiles": c.stable, "cells_served": len(c.cells),
-                          "cells": [cell.as_list() for cell in sorted(c.cells, key=_cell_order)]} for c in covered],
+                          **v.to_json(),
+                          "cells": [cell.as_list() for cell in sorted(c.cells, key=_cell_order)]}
+                         for c, v in zip(covered, versions, strict=True)],
         }, indent=2))
         return 0
     table = Table("package", "version", "platform", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain",
@@ -134,25 +139,51 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     table = Table("package", "version", "targets", "compiles", "cells served",
                   Column("torch minors × Pythons, per CUDA line and platform", overflow="fold"),
                   title="what they serve: the (torch minor, CUDA line, Python, platform) cells a user can have")
-    for c in covered:
+    for c, v in zip(covered, versions, strict=True):
         table.add_row(c.package, c.version, str(len(c.targets)),
-                      f"{c.compiles}" + (f" ({c.stable} stable)" if c.stable else ""), str(len(c.cells)),
-                      escape(_cells_text(c.cells)))
+                      f"{c.compiles}" + (f" ({c.stable} stable)" if c.stable else ""),
+                      f"{len(v.served)} of {v.cells} ({v.percent:.1f} %)", escape(cells_text(c.cells)))
     out.print(table)
     which = "the changed targets" if args.changed else "the farm"
     out.print(f"compiles needed: [bold]{totals['compiles']}[/bold] ({totals['stable_compiles']} stable-ABI, "
-              f"{totals['per_torch_compiles']} per-torch), plus {totals['pure_python_builds']} pure-Python builds")
+              f"{totals['per_torch_compiles']} per-torch), plus {totals['pure_python_builds']} pure-Python builds "
+              "(one py3-none-any wheel per version, offered to every torch and CUDA its checks verify)")
     per_platform = ", ".join(f"{k.removeprefix('cells_served_')} {v}" for k, v in totals.items()
                              if k.startswith("cells_served_"))
     out.print(f"cells served by {which}: [bold]{totals['cells_served']}[/bold] (torch minor × CUDA line × Python × "
-              f"platform{': ' + per_platform if per_platform else ''}); per-torch wheels for the compiled packages' "
-              f"{totals['compiled_cells_served']} cells would take {totals['compiled_cells_served']} compiles")
+              f"platform, summed over package versions{': ' + per_platform if per_platform else ''}); per-torch "
+              f"wheels for the compiled packages' {totals['compiled_cells_served']} cells would take "
+              f"{totals['compiled_cells_served']} compiles")
+    who = "the changed targets" if args.changed else "farm targets"
+    out.print(f"the users' matrix ([bold]builder coverage[/bold]'s): {len(universe)} cells per package; once built "
+              f"and verified, {who} serve:")
+    for v in versions:
+        out.print("  " + escape(v.line(who)))
     if untested:
         out.print(f"[yellow]untested: {len(untested)} of {len(targets)} targets[/yellow] (built and staged, not "
                   "promoted: no configured GPU runner has their platform and an arch they carry)")
         for row in untested:
             out.print(f"  {escape(row['id'])}: {escape(row['untested'])}")
     return 0
+
+
+def _users_matrix(settings: Any) -> tuple[Any, Callable[[Any], Any]]:
+    """The users' matrix (``builder coverage``'s, farm/coverage.users_matrix) and how one package version of the
+    farm (expand.Coverage) counts against it (coverage.farm_serves)."""
+    from builder.core.datafiles import default_patches_dir
+    from builder.discovery.compat import known_indexes
+    from builder.farm.coverage import FarmView, farm_serves, users_matrix
+    from builder.model.recipe import find_recipe, load_recipe
+
+    universe, _ = users_matrix(known_indexes(settings))
+
+    def serves(c: Any) -> Any:
+        recipes = c.targets[0].recipes
+        recipe = load_recipe(find_recipe(c.package, recipes), default_patches_dir(recipes))
+        archs = tuple(dict.fromkeys(t.archs for t in c.targets if t.kind.is_cuda))
+        return farm_serves(recipe, c.version, universe, FarmView(c.cells & universe, archs))
+
+    return universe, serves
 
 
 def _short_untested(text: str) -> str:
@@ -164,42 +195,6 @@ def _cell_order(cell: Any) -> tuple:
     from packaging.version import Version
 
     return Version(cell.cuda), Version(cell.torch), Version(cell.python), cell.platform
-
-
-def _cells_text(cells: Any) -> str:
-    """``13.0 x86_64+aarch64: torch 2.11-2.14 × py3.10-3.14 (40); 13.2 aarch64: torch 2.15 × py3.11-3.15 (5)``: per
-    CUDA line, the platforms that have the same cells together (none named where x86_64 is the only one)."""
-    from packaging.version import Version
-
-    by_line: dict[str, dict[str, set]] = {}
-    for cell in cells:
-        by_line.setdefault(cell.cuda, {}).setdefault(cell.platform, set()).add((cell.torch, cell.python))
-    parts = []
-    for line in sorted(by_line, key=Version):
-        merged: dict[frozenset, list[str]] = {}
-        for platform in sorted(by_line[line], key=lambda p: (p != "x86_64", p)):
-            merged.setdefault(frozenset(by_line[line][platform]), []).append(platform)
-        for group, platforms in merged.items():
-            torches = _span(sorted({t for t, _ in group}, key=Version))
-            pythons = _span(sorted({p for _, p in group},
-                                   key=lambda p: Version(p) if p[:1].isdigit() else Version("0")))
-            where = "" if platforms == ["x86_64"] and len(by_line[line]) == 1 else " " + "+".join(platforms)
-            parts.append(f"{line}{where}: torch {torches} × py{pythons} ({len(group) * len(platforms)})")
-    return "; ".join(parts)
-
-
-def _span(minors: list[str]) -> str:
-    """``2.11, 2.12, 2.13`` → ``2.11-2.13`` where the minors are consecutive; listed otherwise."""
-    from itertools import pairwise
-
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        keys = [Version(m).release[:2] for m in minors]
-    except InvalidVersion:
-        return ", ".join(minors)
-    consecutive = len(keys) > 2 and all(a[0] == b[0] and b[1] == a[1] + 1 for a, b in pairwise(keys))
-    return f"{minors[0]}-{minors[-1]}" if consecutive else ", ".join(minors)
 
 
 # ---------------------------------------------------------------- builder watch

@@ -31,10 +31,11 @@ from builder.discovery.compat import (
     torch_cuda,
 )
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
-from builder.model.abi import Abi, StableAbi, torch_minor
+from builder.model.abi import Abi, StableAbi
 from builder.model.arch import check_archs_for_cuda, format_arch_list, parse_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform
+from builder.model.python import PythonSpec
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.stages.plan import default_build_torch
 
@@ -117,8 +118,9 @@ def _versions(farm: Farm, entry: FarmEntry, recipe: Recipe, settings: Settings, 
                 _check_local_source(fail, "source", location, version)
         return list(entry.versions)
     if entry.source is not None or not _from_pypi(entry, recipe):
-        if entry.newest is not None:
-            raise fail("newest", "needs a PyPI source", f"{recipe.name} builds from a local path or git; pin 'versions'")
+        if entry.newest is not None or entry.previous is not None:
+            raise fail("newest" if entry.newest is not None else "previous", "needs a PyPI source",
+                       f"{recipe.name} builds from a local path or git; pin 'versions'")
         from builder.stages.resolve import local_version
 
         location = entry.source or (str(recipe.source.path) if recipe.source.path else None)
@@ -131,6 +133,8 @@ def _versions(farm: Farm, entry: FarmEntry, recipe: Recipe, settings: Settings, 
     in_range = versions_in_range(recipe, releases(recipe.source.pypi or recipe.name, settings))
     if not in_range:
         raise fail("newest", f"PyPI has no release of {recipe.name} inside the recipe's range {recipe.versions}")
+    if entry.previous is not None:  # the releases before the newest: none while the range holds only one
+        return in_range[-entry.previous - 1:-1][::-1]
     return in_range[-newest:][::-1]
 
 
@@ -163,9 +167,11 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
            settings: Settings | None = None) -> list[FarmTarget]:
     cells: list[tuple[FarmTarget, int]] = []  # each with the position of its arch list in its platform's lists
     index = resolve_index(entry.torch_index, settings)
+    pypi = index if index.name == "pypi" else resolve_index(None, settings)
     cuda_ext = recipe.kind.is_cuda
-    # A pure-Python wheel holds no GPU code and no machine code: it is built once for every platform; its first
-    # arch list only picks the test runner.
+    # A pure-Python wheel holds no GPU code and no machine code: it is built once per version for every platform,
+    # CUDA, torch and Python (the first cell of the entry: its first CUDA, that CUDA's newest torch, the first Python
+    # that torch has); its first arch list only picks the test runner.
     builds = [(p,) for p in entry.platforms] if cuda_ext else [entry.platforms]
     for platforms in builds:
         platform_lists = platform_arch_lists(farm, entry, platforms[0], cuda_ext)
@@ -183,7 +189,7 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
                     for torch in torches:
                         platform = platforms[0] if cuda_ext else None  # [[exclude]] platform: CUDA builds only
                         if any(x.matches(recipe.name, version, cuda, archs, python, torch, platform)
-                               for x in farm.excludes):
+                               for x in farm.excludes) or not torch_has_python(index, pypi, torch, python):
                             continue
                         _check_cell(farm, entry, cuda_ext, index, cuda, archs, torch, settings)
                         cells.append((FarmTarget(
@@ -192,7 +198,23 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
                             recipes=recipes, source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
                             platforms=platforms,
                         ), position))
-    return _choose_abi(farm, entry, recipe, version, index, cells, settings)
+    targets = _choose_abi(farm, entry, recipe, version, index, cells, settings)
+    return targets if cuda_ext else targets[:1]  # one py3-none-any wheel per version: the first cell builds it
+
+
+def torch_has_python(index: TorchIndex, pypi: TorchIndex, torch: str, python: PythonSpec) -> bool:
+    """Whether torch ``torch`` has a wheel for ``python``: as ``index`` names the release's Pythons, else as PyPI
+    names those of the same release (a PyTorch channel's row from release notes names none, as in the users'
+    matrix, farm/coverage.users_matrix); True where neither says, or for an interpreter path. A farm's Python list
+    spans torches whose Pythons differ (2.8: 3.9-3.13; 2.15: 3.11-3.15): a Python the torch has no wheel for is no
+    cell a user can have, and no target."""
+    if python.version is None:
+        return True
+    for listing in (index.listing, pypi.listing):
+        release = listing.release(torch) if listing else None
+        if release is not None and release.pythons:
+            return python.version in release.pythons
+    return True
 
 
 def platform_arch_lists(farm: Farm, entry: FarmEntry, platform: Platform, cuda_ext: bool) -> tuple[Archs, ...]:
@@ -315,41 +337,35 @@ class Cell:
         return [self.torch, self.cuda, self.python, self.platform]
 
 
-def served_cells(target: FarmTarget, index: TorchIndex) -> frozenset[Cell]:
-    """The cells a target's wheel is built for, on each platform it serves (a pure-Python wheel: every platform of
-    its entry). A per-torch target: its own (torch minor, that torch's CUDA line, Python). A torch-stable target:
-    every torch minor at or above the port's floor that ``index`` has for a CUDA line
-    of the target's major (not older than the line it is built on) × every Python that torch minor has wheels for,
-    from the port's abi3 floor on (free-threaded builds cannot load abi3); the target's own Python where the index
-    names no Pythons. What a stable wheel is finally offered for is what its torch-range check verified."""
-    cells = _platform_free_cells(target, index)
-    return frozenset(Cell(c.torch, c.cuda, c.python, p.name) for c in cells for p in target.platforms)
+def served_cells(target: FarmTarget, index: TorchIndex, universe: frozenset[Cell]) -> frozenset[Cell]:
+    """The cells a target's wheel would serve once built and verified, on each platform it serves (a pure-Python
+    wheel: every platform of its entry). ``universe`` is the users' matrix (farm/coverage.users_matrix: every torch
+    index the builder knows, PyPI and PyTorch's channels), so that the farm and ``builder coverage`` count against
+    one set of cells.
 
-
-def _platform_free_cells(target: FarmTarget, index: TorchIndex) -> set[Cell]:
+    A per-torch target: its own (torch minor, that torch's CUDA line on ``index``, Python). A torch-stable target:
+    every cell of ``universe`` of the target's CUDA major on a line not older than the one it is built on (a wheel
+    from a newer nvcc is not promised to an older CUDA runtime), torch at or above the port's floor, Python at or
+    above the port's abi3 floor, whichever index that torch comes from (13.0 × 2.15 is PyTorch's cu130 channel's).
+    A pure-Python target (one ``py3-none-any`` wheel per version): every cell of ``universe`` (its recipe names no
+    torch range; torch and triton come with the user's torch). What a wheel is finally offered for is what its
+    torch checks verified (index/checks.py ``wheel_channels``)."""
+    platforms = {p.name for p in target.platforms}
+    if not target.kind.is_cuda:
+        return frozenset(c for c in universe if c.platform in platforms)
     if not target.stable or target.port is None:
         torch = Version(target.torch)
         line = torch_cuda(index, str(torch.public), target.cuda).line
-        return {Cell(f"{torch.major}.{torch.minor}", line, target.python.name)}
-    port = target.port
-    built = (target.cuda.major, target.cuda.minor)
-    cells: set[Cell] = set()
-    for line, versions in index.torch_by_cuda.items():
-        if not line[:1].isdigit():
-            continue  # cpu
-        cuda = CudaVersion.parse(line)
-        if cuda.major != target.cuda.major or (cuda.major, cuda.minor) < built:
-            continue
-        for text in versions:
-            v = Version(text)
-            if v.is_prerelease or v.is_devrelease or not port.admits(text):
-                continue
-            release = index.listing.release(text) if index.listing else None
-            pythons = [p for p in (release.pythons if release else ()) if not p.endswith("t")
-                       and Version(p) >= Version(port.python_floor)] or [target.python.name]
-            minor = "{}.{}".format(*torch_minor(text))
-            cells.update(Cell(minor, cuda.line, p) for p in pythons)
-    return cells
+        return frozenset(Cell(f"{torch.major}.{torch.minor}", line, target.python.name, p) for p in sorted(platforms))
+    return frozenset(c for c in universe if c.platform in platforms and stable_serves(target.port, target.cuda, c))
+
+
+def stable_serves(port: StableAbi, built: CudaVersion, cell: Cell) -> bool:
+    """Whether a stable-ABI wheel of ``port`` built on CUDA ``built`` is for ``cell``: the same CUDA major, a line not
+    older than ``built``'s, torch at or above the floor, Python at or above the abi3 floor."""
+    cuda = CudaVersion.parse(cell.cuda)
+    return (cuda.major == built.major and (cuda.major, cuda.minor) >= (built.major, built.minor)
+            and port.admits(cell.torch) and Version(cell.python) >= Version(port.python_floor))
 
 
 @dataclass(frozen=True)
@@ -370,14 +386,15 @@ class Coverage:
         return sum(1 for t in self.targets if t.stable)
 
 
-def serving(targets: Iterable[FarmTarget], settings: Settings) -> dict[str, frozenset[Cell]]:
-    """Each target's served cells, by target id (one index read per torch index)."""
+def serving(targets: Iterable[FarmTarget], settings: Settings,
+            universe: frozenset[Cell]) -> dict[str, frozenset[Cell]]:
+    """Each target's served cells (``served_cells``), by target id (one index read per torch index)."""
     indexes: dict[str | None, TorchIndex] = {}
     out = {}
     for t in targets:
         if t.torch_index not in indexes:
             indexes[t.torch_index] = resolve_index(t.torch_index, settings)
-        out[t.id] = served_cells(t, indexes[t.torch_index])
+        out[t.id] = served_cells(t, indexes[t.torch_index], universe)
     return out
 
 

@@ -58,7 +58,8 @@ _SETTINGS: dict[str, tuple[type, ...]] = {
     "platforms": (str, list),
 }
 _TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "exclude": (list,), "runners": (dict,)}
-_PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "source": (str, dict),
+_PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "previous": (int,),
+                                         "source": (str, dict),
                                          **_SETTINGS}
 _EXCLUDE: dict[str, tuple[type, ...]] = {k: (str,) for k in ("package", "version", "cuda", "arch", "python", "torch",
                                                              "platform")}
@@ -75,6 +76,7 @@ class FarmEntry:
     name: str
     versions: tuple[str, ...] = ()  # pinned; empty → newest
     newest: int | None = None
+    previous: int | None = None  # the N releases before the newest (a narrower entry for them than the newest's)
     source: str | None = None  # a path / URL / git+URL@ref for every version; "{version}" is substituted
     sources: dict[str, str] = field(default_factory=dict)  # per version
     recipes: Path | None = None  # None: the project's (or --recipes)
@@ -455,6 +457,12 @@ class _Checker(TomlChecker):
         newest = table.get("newest")
         if newest is not None and newest < 1:
             self.fail(f"{where}.newest", "must be at least 1")
+        previous = table.get("previous")
+        if previous is not None and ("versions" in table or "newest" in table):
+            self.fail(where, "gives 'previous' with 'versions' or 'newest'",
+                      "previous = N takes the N releases before the newest: give it alone")
+        if previous is not None and previous < 1:
+            self.fail(f"{where}.previous", "must be at least 1")
         source: str | None = None
         sources: dict[str, str] = {}
         given = table.get("source")
@@ -478,8 +486,8 @@ class _Checker(TomlChecker):
             merged.pop("torch_newest", None)
         if "cuda" not in merged:
             self.fail(f"{where}.cuda", "is required (here or in [defaults])", "e.g. cuda = ['13.0']")
-        return FarmEntry(where=where, name=name, versions=versions, newest=newest, source=source, sources=sources,
-                         **merged)
+        return FarmEntry(where=where, name=name, versions=versions, newest=newest, previous=previous, source=source,
+                         sources=sources, **merged)
 
     def location(self, text: str) -> str:
         """A source: URLs and git+ stay as given; a relative local path is taken from the farm file's folder."""

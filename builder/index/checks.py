@@ -38,13 +38,17 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     ``cu130torch2.12``), never in one named ``cu13``: a channel where a check passed and none failed (a failed check
     on torch 2.12.1 keeps the wheel from that channel, whose users may have 2.12.1, even where 2.12.0 passed), whose
     CUDA major is the wheel's, and whose torch is at or above the record's torch floor. Without a record, or without
-    such a check, it is in no channel."""
+    such a check, it is in no channel.
+
+    An unlabelled pure-Python wheel (``py3-none-any``: built once per version, for every torch and CUDA) is offered
+    the same way, in the channel of each torch its record's checks passed on, with no CUDA major or floor to meet."""
     try:
         label = wheel_label(filename)
     except InvalidWheelFilename:  # a file dropped into wheels/ by hand: publish and rebuild refuse it, it has no channel
         return ()
     major = stable_label_major(label)
-    if major is None and (label or record is None or not record.is_stable_abi):
+    ranged = record is not None and (record.is_stable_abi or (not label and _pure_python(filename)))
+    if major is None and (label or not ranged):
         return (label,) if label else ()  # a per-torch label decides, whatever the record says: it pins torch==
     if record is None:
         return ()
@@ -62,6 +66,12 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
         if (major is None or cuda.major == major) and (floor is None or minor >= floor):
             (passed if check.passed else failed).add(channel)
     return tuple(sorted(passed - failed))
+
+
+def _pure_python(filename: str) -> bool:
+    """Whether every tag of a wheel is ``py3-none-any`` (any Python 3, any platform)."""
+    return all(tag.interpreter.startswith("py3") and tag.abi == "none" and tag.platform == "any"
+               for tag in parse_wheel_filename(filename)[3])
 
 
 def check_wheel(wheel: Path, filename: str | None = None) -> bytes:

@@ -48,7 +48,7 @@ from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import PythonEnv, fresh_test_env, index_args, probe
 from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
-from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
+from builder.stages.torchrange import check_torch_range, describe_checks, other_index_torches, torches_to_check
 from builder.stages.variants import make_variant, variant_record
 from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
@@ -365,11 +365,16 @@ def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_py
         log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
                     "alone until `builder verify` checks the others")
         torches = [(t, line) for t, line in torches if Version(t).public == Version(python.torch or "0").public]
-    make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
-    if cross_build is not None:
-        make_env = cross.env_maker(cross_build.platform, wheel, index_args(plan.index), settings)
-    checks = check_torch_range(wheel, stable, plan.recipe.imports, torches, plan.index,
-                               base_python if python.managed else python.python, workdir, make_env=make_env)
+    rounds = [(plan.index, torches)]
+    if not settings.offline and whole_range:  # the torches of the other indexes the wheel claims (cu130's 2.15)
+        rounds += other_index_torches(plan.index, plan.cuda, stable, torches, settings)
+    checks: tuple[TorchCheck, ...] = ()
+    for index, these in rounds:
+        make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
+        if cross_build is not None:
+            make_env = cross.env_maker(cross_build.platform, wheel, index_args(index), settings)
+        checks += check_torch_range(wheel, stable, plan.recipe.imports, these, index,
+                                    base_python if python.managed else python.python, workdir, make_env=make_env)
     own = Version(python.torch or "0").public
     if not any(c.passed and Version(c.torch).public == own for c in checks):
         detail = next((c.detail for c in checks if Version(c.torch).public == own), "not checked")

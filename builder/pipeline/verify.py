@@ -2,7 +2,8 @@
 
 For each stable-ABI wheel of a package in the wheelhouse, the torches its range now holds (stages/torchrange.py:
 the newest release of each torch minor from the floor on, for the wheel's CUDA major, on the torch index it was
-built with) that its record has no passed check for are tried beside it; the new checks go into its record, and the
+built with and, for the (torch minor, CUDA line) pairs that index lacks, on the other known indexes: torchrange.py
+``other_index_torches``) that its record has no passed check for are tried beside it; the new checks go into its record, and the
 index then lists it in the channel of each torch that passed (one transaction: index/store.py write_record).
 """
 
@@ -24,7 +25,7 @@ from builder.model.platform import parse_platform
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import TorchCheck
 from builder.stages.pyenv import find_interpreter, index_args
-from builder.stages.torchrange import check_torch_range, describe_checks, torches_to_check
+from builder.stages.torchrange import check_torch_range, describe_checks, other_index_torches, torches_to_check
 from builder.toolchain import cross
 
 
@@ -60,20 +61,27 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
         if cuda is None:
             log.warning(f"{wheel.name}: its record names no CUDA; skipped")
             continue
-        done = {(Version(c.torch).public, c.how) for c in record.torch_checks or () if c.passed}
-        todo = [(t, line) for t, line in torches_to_check(index, cuda, recipe.stable_abi)
-                if (Version(t).public, "import+registration") not in done]
-        if not todo:
+        done = {(Version(c.torch).public, c.cuda, c.how) for c in record.torch_checks or () if c.passed}
+        own = torches_to_check(index, cuda, recipe.stable_abi)
+        rounds = [(index, own), *other_index_torches(index, cuda, recipe.stable_abi, own, settings)]
+        rounds = [(i, [(t, line) for t, line in these if (Version(t).public, line, "import+registration") not in done])
+                  for i, these in rounds]
+        if not any(these for _, these in rounds):
             log.ok(f"{wheel.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
             results.append(Verified(wheel.name, (), tuple(record.torch_checks or ())))
             continue
         workdir = settings.cache("tests") / f"verify-{wheel.stem}"
         target = parse_platform(record.target_platform)  # another CPU's wheel: its Python under qemu
-        make_env = cross.env_maker(target, wheel, index_args(index), settings) if cross.is_cross(target) else None
-        new = check_torch_range(wheel, recipe.stable_abi, recipe.imports, todo, index,
-                                find_interpreter(python) if make_env is None else Path(), workdir, make_env=make_env)
-        replaced = {(Version(c.torch).public, c.how) for c in new}
-        kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.how) not in replaced)
+        new: tuple[TorchCheck, ...] = ()
+        for each, todo in rounds:
+            if not todo:
+                continue
+            make_env = cross.env_maker(target, wheel, index_args(each), settings) if cross.is_cross(target) else None
+            new += check_torch_range(wheel, recipe.stable_abi, recipe.imports, todo, each,
+                                     find_interpreter(python) if make_env is None else Path(), workdir,
+                                     make_env=make_env)
+        replaced = {(Version(c.torch).public, c.cuda, c.how) for c in new}
+        kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.cuda, c.how) not in replaced)
         checks = (*kept, *new)
         house.write_record(wheel.name, record.with_(torch_checks=checks))
         log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")

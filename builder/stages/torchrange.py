@@ -23,9 +23,10 @@ from packaging.version import Version
 
 from builder.core.errors import ToolchainError
 from builder.core.log import log
+from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
-from builder.discovery.compat import TorchIndex
-from builder.model.abi import StableAbi
+from builder.discovery.compat import TorchIndex, known_indexes
+from builder.model.abi import StableAbi, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import TorchCheck
 from builder.stages.pyenv import index_args
@@ -73,6 +74,29 @@ def torches_to_check(index: TorchIndex, cuda: CudaVersion, stable: StableAbi) ->
             if stable.admits(text) and (minor not in newest or version > newest[minor][0]):
                 newest[minor] = (version, line)
     return [(str(v), line) for _, (v, line) in sorted(newest.items())]
+
+
+def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: StableAbi, have: Sequence[tuple[str, str]],
+                        settings: Settings | None) -> list[tuple[TorchIndex, list[tuple[str, str]]]]:
+    """The torches a stable wheel built on ``cuda`` from ``index`` claims that ``index`` does not offer: for every
+    other known torch index (PyPI, PyTorch's channels), the newest release of each torch minor at or above the floor
+    on a CUDA line of ``cuda``'s major not older than ``cuda``'s, whose (minor, line) ``have`` lacks. A +cu13 wheel
+    built from PyPI (2.11-2.14 on 13.0, 2.15 on 13.2) is also tried with the cu130 channel's 2.15 and the cu132
+    channel's 2.12-2.14: the cells ``builder coverage`` counts it for (farm/expand.py ``stable_serves``)."""
+    seen = {(torch_minor(t), line) for t, line in have}
+    out = []
+    for other in known_indexes(settings):
+        if other.url.rstrip("/") == index.url.rstrip("/"):
+            continue
+        found = []
+        for torch, line in torches_to_check(other, cuda, stable):
+            on = CudaVersion.parse(line)
+            if (on.major, on.minor) >= (cuda.major, cuda.minor) and (torch_minor(torch), line) not in seen:
+                seen.add((torch_minor(torch), line))
+                found.append((torch, line))
+        if found:
+            out.append((other, found))
+    return out
 
 
 # (torch, folder) -> the python of a fresh env in folder holding torch and the wheel (a cross build's: under qemu)

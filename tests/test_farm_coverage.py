@@ -1,0 +1,229 @@
+"""The farm judged by coverage (issue 28, item 2): the root farm.toml's targets against the users' matrix that
+``builder coverage`` computes (one definition: farm/coverage.users_matrix), from the torch tables the builder
+ships (an empty cache, offline: the shipped PyPI snapshot and PyTorch's channels' snapshots) and PyPI's release
+lists injected. ``builder matrix`` prints the same numbers.
+
+When the shipped snapshot is refreshed (a new torch release), the exact counts here change with it; the floor
+test (>= 95 % for each of the four packages) is the one that must keep passing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.core.settings import Settings
+from builder.discovery.compat import known_indexes, resolve_index
+from builder.farm.coverage import (
+    BELOW_FLOOR,
+    NOT_BUILT,
+    NOT_IN_FARM,
+    FarmView,
+    coverage_report,
+    farm_serves,
+    package_coverage,
+    users_matrix,
+)
+from builder.farm.expand import Cell, coverage, expand, served_cells, serving, summary
+from builder.farm.spec import load_farm
+from builder.index.checks import wheel_channels
+from builder.index.store import Wheelhouse
+from builder.model.recipe import find_recipe, load_recipe
+from builder.model.records import BuildRecord
+from tests.helpers import run_cli
+from tests.test_index import labelled_wheel
+from tests.test_index_stable_abi import check, stable_record, stable_wheel
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASES = {"causal-conv1d": ["1.5.2", "1.6.2.post1", "1.7.0"], "mamba-ssm": ["2.3.1", "2.3.2.post1"],
+            "fla-core": ["0.5.2", "0.6.0"], "flash-linear-attention": ["0.5.2", "0.6.0"]}
+NEWEST = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1", "fla-core": "0.6.0", "flash-linear-attention": "0.6.0"}
+FLOOR = 95.0
+
+
+def shipped(tmp_path: Path) -> Settings:
+    """Offline with an empty cache: every torch index answers from the snapshot the builder ships."""
+    return Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wheelhouse", offline=True)
+
+
+def root_farm(settings: Settings) -> tuple[list, frozenset[Cell], list]:
+    farm = load_farm(ROOT / "farm.toml", settings)
+    targets = expand(farm, settings, releases=lambda name, s: RELEASES[name])
+    universe, notes = users_matrix(known_indexes(settings))
+    assert notes == []
+    return targets, universe, coverage(targets, serving(targets, settings, universe))
+
+
+def serves(settings: Settings, universe: frozenset[Cell], covered: list) -> dict[tuple[str, str], object]:
+    out = {}
+    for c in covered:
+        recipe = load_recipe(find_recipe(c.package, settings.recipes_dir))
+        archs = tuple(dict.fromkeys(t.archs for t in c.targets if t.kind.is_cuda))
+        out[c.package, c.version] = farm_serves(recipe, c.version, universe, FarmView(c.cells & universe, archs))
+    return out
+
+
+# ---------------------------------------------------------------- the root farm
+
+
+def test_root_farm_serves_at_least_95_percent_of_each_packages_cells(tmp_path: Path) -> None:
+    settings = shipped(tmp_path)
+    _, universe, covered = root_farm(settings)
+    found = serves(settings, universe, covered)
+    for package, version in NEWEST.items():
+        result = found[package, version]
+        assert result.cells == len(universe), package  # the users' matrix, not a smaller denominator
+        assert result.percent >= FLOOR, result.line()
+
+
+def test_root_farm_numbers_from_the_shipped_snapshots(tmp_path: Path) -> None:
+    settings = shipped(tmp_path)
+    targets, universe, covered = root_farm(settings)
+    # torch 2.7-2.11 (cu128), 2.8-2.11 (cu129), 2.9-2.15 (13.0), 2.12-2.15 (13.2) × their Pythons × 2 platforms
+    assert len(universe) == 200 and len({c for c in universe if c.platform == "aarch64"}) == 100
+    found = serves(settings, universe, covered)
+    for package in ("causal-conv1d", "mamba-ssm"):
+        result = found[package, NEWEST[package]]
+        assert len(result.served) == 194
+        # Python 3.9 (end of life) of torch 2.7 and 2.8, on both platforms: the only cells not served
+        assert result.not_served == {BELOW_FLOOR: frozenset(
+            Cell(t, line, "3.9", p) for t, line in (("2.7", "12.8"), ("2.8", "12.8"), ("2.8", "12.9"))
+            for p in ("x86_64", "aarch64"))}
+    for package in ("fla-core", "flash-linear-attention"):
+        assert len(found[package, NEWEST[package]].served) == 200
+    totals = summary(covered)
+    # per CUDA extension: 4 stable-ABI wheels (+cu12, +cu13 × 2 platforms) and 84 per-torch ones (cu128 2.7-2.10,
+    # cu129 2.8-2.10, cu130 2.9-2.10, one per Python the torch has from 3.10, × 2 platforms); its previous release
+    # 4 (newest torch of 13.0 and 13.2, Python 3.12); pure Python 1 each
+    assert (totals["targets"], totals["compiles"], totals["stable_compiles"], totals["pure_python_builds"]) == (
+        186, 184, 8, 2)
+    assert len([t for t in targets if t.package == "causal-conv1d" and t.version == "1.7.0"]) == 88
+    assert len([t for t in targets if t.package == "causal-conv1d" and t.version == "1.6.2.post1"]) == 4
+
+
+def test_a_cu13_stable_target_serves_the_cu130_channels_torch_2_15(tmp_path: Path) -> None:
+    """PyPI's 2.15 is a CUDA 13.2 build, PyTorch's cu130 channel has a 13.0 one: the +cu13 wheel built on 13.0
+    serves that cell too (it was "not in farm.toml" while the farm read the cells of its own index only)."""
+    settings = shipped(tmp_path)
+    targets, universe, _ = root_farm(settings)
+    (stable,) = [t for t in targets if t.package == "causal-conv1d" and t.stable and t.cuda.major == 13
+                 and t.platform.name == "x86_64"]
+    cells = served_cells(stable, resolve_index(stable.torch_index, settings), universe)
+    assert Cell("2.15", "13.0", "3.12") in cells and Cell("2.12", "13.2", "3.10") in cells
+    assert not any(c.cuda.startswith("12.") or c.torch in ("2.9", "2.10") for c in cells)
+    assert len(cells) == 45  # 13.0 × 2.11-2.15 and 13.2 × 2.12-2.15, 5 Pythons each
+
+
+def test_matrix_cli_prints_the_farms_share_of_the_users_matrix(tmp_path: Path) -> None:
+    env = _pypi_cache(tmp_path)
+    table = run_cli("matrix", "--file", str(ROOT / "farm.toml"), env=env)
+    assert table.code == 0, table.stderr
+    text = " ".join(table.stdout.split())
+    assert "compiles needed: 184 (8 stable-ABI, 176 per-torch), plus 2 pure-Python builds" in text
+    assert "causal-conv1d 1.7.0: farm targets serve 194 of 200 cells (97.0 %)" in text
+    assert "fla-core 0.6.0: farm targets serve 200 of 200 cells (100.0 %)" in text
+    data = json.loads(run_cli("matrix", "--file", str(ROOT / "farm.toml"), "--format", "json", env=env).stdout)
+    newest = {(p["package"], p["version"]): p for p in data["packages"]}
+    assert newest["mamba-ssm", "2.3.2.post1"]["farm_serves"] == 194 and data["summary"]["matrix_cells"] == 200
+    assert newest["mamba-ssm", "2.3.2.post1"]["not_served"] == {BELOW_FLOOR: 6}
+
+
+# ---------------------------------------------------------------- coverage's reasons, from the same farm
+
+
+def _pypi_cache(tmp_path: Path) -> dict[str, str]:
+    """PyPI's release lists cached as resolve.pypi_releases caches them (the CLI runs offline)."""
+    index = tmp_path / "cache" / "index"
+    index.mkdir(parents=True, exist_ok=True)
+    for name, versions in RELEASES.items():
+        files = {v: [{"packagetype": "sdist", "url": f"https://files.example/{name}-{v}.tar.gz",
+                      "filename": f"{name}-{v}.tar.gz", "digests": {"sha256": "0" * 64}}] for v in versions}
+        (index / f"{name}.json").write_text(json.dumps({"releases": files}))
+    return {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse"),
+            "BUILDER_OFFLINE": "1"}
+
+
+def test_coverage_says_a_farm_target_serves_it_not_built_yet(tmp_path: Path) -> None:
+    _pypi_cache(tmp_path)
+    reports, meta = coverage_report(["causal-conv1d", "fla-core"], shipped(tmp_path), farm_file=ROOT / "farm.toml")
+    assert meta["matrix_cells"] == 200
+    conv, fla = reports
+    assert conv.notes == () and conv.totals()["missing_by_reason"] == {NOT_BUILT: 194, BELOW_FLOOR: 6}
+    by = {c.cell: c for c in conv.cells}
+    assert by[Cell("2.15", "13.0", "3.12")].reason == NOT_BUILT  # the +cu13 wheel's, from the cu130 channel
+    assert by[Cell("2.7", "12.8", "3.9", "aarch64")].reason == BELOW_FLOOR
+    assert fla.totals()["missing_by_reason"] == {NOT_BUILT: 200}
+    # a farm without the channels' entries: their cells are not in farm.toml (no target would serve them)
+    narrow = tmp_path / "farm.toml"
+    narrow.write_text(f'[defaults]\ncuda = ["13.0"]\npython = "3.12"\nrecipes = "{ROOT / "recipes"}"\n'
+                      '[[package]]\nname = "causal-conv1d"\nversions = ["1.7.0"]\n')
+    (conv,) = coverage_report(["causal-conv1d"], shipped(tmp_path), farm_file=narrow)[0]
+    by = {c.cell: c for c in conv.cells}
+    assert by[Cell("2.12", "13.2", "3.11")].reason == NOT_BUILT  # the stable target serves 13.2 too
+    assert by[Cell("2.12", "13.2", "3.11", "aarch64")].reason == NOT_IN_FARM  # x86_64 only
+    assert by[Cell("2.10", "13.0", "3.12")].reason == BELOW_FLOOR
+
+
+# ---------------------------------------------------------------- wheels offered across torches
+
+
+def test_a_stable_wheel_verified_on_the_channels_2_15_serves_that_cell(tmp_path: Path) -> None:
+    matrix, _ = users_matrix(known_indexes(shipped(tmp_path)))
+    recipe = load_recipe(find_recipe("causal-conv1d", shipped(tmp_path).recipes_dir))
+    for checks, status in (([check("2.15.0", cuda="13.2")], "built"), ([check("2.15.0", cuda="13.0")], "import-verified")):
+        house = Wheelhouse(tmp_path / status / "wh")
+        house.publish(stable_wheel(tmp_path / status / "work"), stable_record(checks))
+        report = package_coverage(recipe, house, matrix, lambda version: FarmView(frozenset()))
+        by = {c.cell: c for c in report.cells}
+        assert by[Cell("2.15", "13.0", "3.12")].status == status
+
+
+PURE = "fla_core-0.6.0-py3-none-any.whl"
+
+
+def pure_record(checks: list[dict[str, str]]) -> BuildRecord:
+    return BuildRecord.from_json({"package": "fla-core", "version": "0.6.0", "cuda": "13.0", "cache_key": "pure",
+                                  "python": {"version": "3.12", "torch": "2.14.1+cu130"}, "torch_checks": checks,
+                                  "tests": {"import_status": "passed", "kernel_status": "skipped"}})
+
+
+def test_a_pure_python_wheel_built_once_is_offered_where_its_checks_passed(tmp_path: Path) -> None:
+    checks = [check("2.14.1", how="gpu-kernel-tests"), check("2.15.0", cuda="13.2"), check("2.10.0", cuda="12.8"),
+              check("2.12.1", status="failed")]
+    record = pure_record(checks)
+    assert wheel_channels(PURE, record) == ("cu128torch2.10", "cu130torch2.14", "cu132torch2.15")
+    assert wheel_channels(PURE, None) == ()  # no record, no check: the combined index only
+    # a labelled one (built per torch, as before) stays in its own label's channel
+    assert wheel_channels("fla_core-0.6.0+cu130torch2.14-py3-none-any.whl", record) == ("cu130torch2.14",)
+    house = Wheelhouse(tmp_path / "wh")
+    wheel = labelled_wheel(tmp_path / "work", "fla-core", "0.6.0", None)
+    assert wheel.name == PURE
+    house.publish(wheel, record)
+    matrix, _ = users_matrix(known_indexes(shipped(tmp_path)))
+    recipe = load_recipe(find_recipe("fla-core", shipped(tmp_path).recipes_dir))
+    report = package_coverage(recipe, house, matrix, lambda version: FarmView(frozenset()))
+    by = {c.cell: c for c in report.cells}
+    # every Python and both platforms of each verified (torch minor, CUDA line)
+    for platform in ("x86_64", "aarch64"):
+        assert {p for (t, line, p, pl), c in ((x.as_list(), c) for x, c in by.items()) if (t, line, pl) == (
+            "2.14", "13.0", platform) and c.status == "kernel-tested"} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
+        assert by[Cell("2.15", "13.2", "3.15", platform)].status == "import-verified"
+        assert by[Cell("2.10", "12.8", "3.10", platform)].status == "import-verified"
+        assert by[Cell("2.12", "13.0", "3.12", platform)].status == "built"  # the failed check
+        assert by[Cell("2.7", "12.8", "3.9", platform)].status == "built"  # not checked there
+    assert report.totals()["served"] == 2 * (5 + 5 + 5)
+
+
+@pytest.mark.parametrize("text", ["previous = 1", "previous = 2"])
+def test_previous_takes_the_releases_before_the_newest(tmp_path: Path, text: str) -> None:
+    farm_file = tmp_path / "farm.toml"
+    farm_file.write_text(f'[defaults]\ncuda = ["13.0"]\npython = "3.12"\nrecipes = "{ROOT / "recipes"}"\n'
+                         f'[[package]]\nname = "causal-conv1d"\n{text}\n')
+    settings = shipped(tmp_path)
+    targets = expand(load_farm(farm_file, settings), settings, releases=lambda name, s: RELEASES[name])
+    expected = ["1.6.2.post1"] if text == "previous = 1" else ["1.6.2.post1", "1.5.2"]
+    assert list(dict.fromkeys(t.version for t in targets)) == expected
+    only = expand(load_farm(farm_file, settings), settings, releases=lambda name, s: ["1.7.0"])
+    assert only == []  # one release in range: nothing before it
