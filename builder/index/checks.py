@@ -8,15 +8,11 @@ import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
-from packaging.utils import (
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_wheel_filename,
-)
+from packaging.utils import InvalidWheelFilename, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import BuilderError, PublishError
-from builder.core.wheelfile import dist_info_dir
+from builder.core.wheelfile import dist_info_dir, parse_wheel_name
 from builder.index.layout import Layout
 from builder.model.abi import stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
@@ -25,7 +21,7 @@ from builder.model.records import BuildRecord
 
 def wheel_label(filename: str) -> str | None:
     """The local version label of a wheel file name: ``x-1.7.0+cu130torch2.14-…`` → ``cu130torch2.14``."""
-    return parse_wheel_filename(filename)[1].local
+    return parse_wheel_name(filename)[1].local
 
 
 def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]:
@@ -71,7 +67,7 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
 def _pure_python(filename: str) -> bool:
     """Whether every tag of a wheel is ``py3-none-any`` (any Python 3, any platform)."""
     return all(tag.interpreter.startswith("py3") and tag.abi == "none" and tag.platform == "any"
-               for tag in parse_wheel_filename(filename)[3])
+               for tag in parse_wheel_name(filename)[3])
 
 
 def check_wheel(wheel: Path, filename: str | None = None) -> bytes:
@@ -79,7 +75,7 @@ def check_wheel(wheel: Path, filename: str | None = None) -> bytes:
     when the bytes are in a temp file)."""
     shown = filename or wheel.name
     try:
-        name, version, _, _ = parse_wheel_filename(shown)
+        name, version, _, _ = parse_wheel_name(shown)
     except InvalidWheelFilename as e:
         raise PublishError(f"refusing to publish {shown}: not a valid wheel file name ({e})") from e
     try:
