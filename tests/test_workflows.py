@@ -109,7 +109,8 @@ def test_nightly_triggers_and_permissions(nightly: dict) -> None:
     jobs = nightly["jobs"]
     assert list(jobs) == ["plan", "build", "test", "publish"]
     allowed = {"plan": {"contents": "read", "pages": "read"},  # the Pages site's URL from the Pages API
-               "publish": {"contents": "read", "pages": "write", "id-token": "write"}}
+               # contents: write for the release assets the wheels are (docs/INDEX.md "Wheels as release assets")
+               "publish": {"contents": "write", "pages": "write", "id-token": "write"}}
     for name, job in jobs.items():
         assert job["permissions"] == allowed.get(name, {"contents": "read"}), name
 
@@ -219,6 +220,22 @@ def test_the_actions_cache_is_only_a_speed_up(nightly: dict) -> None:
     assert saves and min(saves) > _step_index(publish, "actions/deploy-pages@"), "the cache is saved before the deploy"
     plan_runs = " ".join(s.get("run", "") for s in nightly["jobs"]["plan"]["steps"])
     assert "rm -rf wheelhouse" in plan_runs, "with nothing published the plan must not compare against a cache"
+
+
+def test_publish_uploads_immutable_assets_and_deploys_pages_without_wheels(nightly: dict) -> None:
+    """The wheels go to release assets, never replaced (no --clobber; an asset with other bytes fails the job
+    before the deployment); the Pages artifact is the exported tree, which holds no wheel."""
+    publish = nightly["jobs"]["publish"]["steps"]
+    rebuild = publish[_step_index(publish, "builder index rebuild")]
+    assert "--assets-url" in rebuild["run"] and "/releases/download/{project}-{version}/" in rebuild["run"]
+    export = _step_index(publish, "builder index export")
+    assert "--assets release-assets" in publish[export]["run"] and "--pages pages-site" in publish[export]["run"]
+    upload = _step_index(publish, "gh release upload")
+    assert "--clobber" not in publish[upload]["run"] and "never change" in publish[upload]["run"]
+    assert ".digest" in publish[upload]["run"] and "exit 1" in publish[upload]["run"]
+    pages = _step_index(publish, "actions/upload-pages-artifact@")
+    assert _step_index(publish, "builder index rebuild") < export < upload < pages < _step_index(publish, "actions/deploy-pages@")
+    assert publish[pages]["with"]["path"] == "pages-site"
 
 
 # ---------------------------------------------------------------- the platform axis: aarch64 on native arm64 runners

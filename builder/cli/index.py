@@ -1,11 +1,16 @@
-"""Commands about the wheelhouse index: `builder index rebuild`, `builder index pull` and `builder serve`."""
+"""Commands about the wheelhouse index: `builder index rebuild`, `builder index pull`, `builder index export` and
+`builder serve`."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from builder.cli.common import out, settings_from_args
+
+if TYPE_CHECKING:
+    from builder.index.assets import AssetStore
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -14,6 +19,11 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     rebuild = isub.add_parser(
         "rebuild", help="regenerate every page (simple/, channels/, .metadata sidecars, dashboard) from the wheels"
     )
+    rebuild.add_argument(
+        "--assets-url", metavar="URL",
+        help="publish the wheels as release assets at URL (kept in the wheelhouse's assets.json; the pages link "
+             "each wheel there by absolute URL): a folder URL ending in /, which may name {project} and {version}, "
+             "e.g. https://github.com/OWNER/REPO/releases/download/{project}-{version}/; '' links wheels/ again")
     add_common(rebuild, "wheelhouse")
     pull = isub.add_parser(
         "pull", help="restore the wheelhouse from a published one (wheels verified by sha256, one transaction)",
@@ -29,6 +39,17 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     pull.add_argument("--timeout", type=float, metavar="SECONDS",
                       help="the longest wait for a byte (default 30: the network policy's, BUILDER_NET_TIMEOUT)")
     add_common(pull, "wheelhouse", "net-deadline")
+    export = isub.add_parser(
+        "export", help="lay out the release assets (wheels + .metadata, immutable) and the Pages tree (no wheel)",
+        description="For a wheelhouse with an assets URL (`index rebuild --assets-url`): --assets DIR copies each "
+                    "wheel and its .metadata sidecar into DIR/<its release>/ (flat for a URL without fields), "
+                    "keeping assets already there with the same bytes and refusing one with other bytes; --pages "
+                    "DIR (new or empty) gets the site: pages, sidecars, records, logs, dashboard, assets.json, "
+                    "no .whl.",
+    )
+    export.add_argument("--assets", metavar="DIR", help="the folder standing in for the releases")
+    export.add_argument("--pages", metavar="DIR", help="a new or empty folder for the Pages tree")
+    add_common(export, "wheelhouse")
 
     serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
     serve.add_argument("--host", default="127.0.0.1",
@@ -43,7 +64,11 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     if args.index_command == "pull":
         return cmd_pull(args)
+    if args.index_command == "export":
+        return cmd_export(args)
     house = Wheelhouse(settings_from_args(args).wheelhouse)
+    if args.assets_url is not None:
+        house.set_assets(_assets_of(args.assets_url))
     areas = [house]
     if house.staging().wheels.is_dir():
         areas.insert(0, house.staging())
@@ -54,6 +79,36 @@ def cmd_index(args: argparse.Namespace) -> int:
     for label in house.labels():
         out.print(f"  channel {label}: {house.channel_url(label)}")
     out.print(f"dashboard: {house.dashboard.resolve().as_uri()}")
+    assets = house.assets()
+    if assets is not None:
+        out.print(f"wheels linked as release assets at {assets.url} (`builder index export` lays them out)",
+                  markup=False)
+    return 0
+
+
+def _assets_of(url: str) -> AssetStore | None:
+    from builder.index.assets import AssetStore
+
+    return AssetStore.parse(url) if url else None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from builder.core.errors import UsageError
+    from builder.index.export import export_assets, export_pages
+    from builder.index.store import Wheelhouse
+
+    if not args.assets and not args.pages:
+        raise UsageError("nothing to export", "give --assets DIR, --pages DIR, or both")
+    house = Wheelhouse(settings_from_args(args).wheelhouse)
+    if args.assets:
+        done = export_assets(house, Path(args.assets))
+        out.print(f"assets: {len(done.written)} file(s) written to {args.assets}, {len(done.present)} already there "
+                  "(same bytes)", markup=False)
+    if args.pages:
+        tree = export_pages(house, Path(args.pages))
+        out.print(f"pages: {tree.files} file(s), {tree.size / 1e6:.1f} MB, in {args.pages} (no wheel)", markup=False)
     return 0
 
 
@@ -100,7 +155,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(f"listening on {args.host}: anyone who can reach this machine can read the wheelhouse")
     out.print(f"serving {house.root} at {url} (dashboard: {url}) — Ctrl-C stops", markup=False)
-    for label in house.labels():  # the URLs to give a resolver; the combined simple/ can swap an env's torch (README)
+    # the URLs to give a resolver (the combined simple/ can swap an env's torch: README); a Pages tree holds no
+    # wheel to read labels from (`index export --pages`), its channel folders name them
+    labels = house.labels() or sorted(p.name for p in house.channels.glob("*") if (p / simple_path()).is_dir())
+    for label in labels:
         out.print(f"  channel {label}: {url}{simple_path(label)}", markup=False)
     out.file.flush()
     try:

@@ -14,6 +14,8 @@
     <root>/.generations/<N>/channels/... symlinks ``simple -> .generations/current/simple`` (and channels), and
     <root>/.generations/current -> <N>   ``current`` is switched to a new generation by one rename (index/txn.py)
     <root>/index.html                    the dashboard (index/dashboard.py)
+    <root>/assets.json                   where the wheels are published as release assets, when they are
+                                         (index/assets.py): the pages then link each wheel by absolute URL
     <root>/staging/                      a wheelhouse of its own: built, import-tested, awaiting GPU tests
     <root>/.publish.lock                 held by every change (index/txn.py)
     <root>/.publish-journal.json         a committed transaction not yet finished (index/txn.py)
@@ -38,6 +40,7 @@ PAGE_HTML = "index.html"  # in every index folder (PEP 503), and the dashboard a
 PAGE_JSON = "index.json"  # beside it (PEP 691)
 LOCK = ".publish.lock"
 JOURNAL = ".publish-journal.json"
+ASSETS = "assets.json"  # the assets setting (index/assets.py): published with the pages, so a pull restores it
 TEMP_SUFFIX = ".builder-tmp"  # staged files: .<name>.<random>.builder-tmp beside their final path
 GENERATIONS = ".generations"  # the page generations: <N>/ and the ``current`` link (index/txn.py)
 CURRENT = "current"
@@ -92,6 +95,7 @@ class Layout:
         self.channels = root / CHANNELS
         self.dashboard = root / PAGE_HTML
         self.generations = root / GENERATIONS
+        self.assets_file = root / ASSETS
 
     @classmethod
     def holding(cls, wheel: Path) -> Self:

@@ -3,7 +3,10 @@ folder), so that the published index, not a cache, is the farm's durable state.
 
 What is read is what a resolver reads: ``simple/index.json`` and ``simple/<project>/index.json`` (PEP 691 files,
 fetched by name, so a static host without content negotiation serves them), each wheel at its page's URL, its
-PEP 658 ``.metadata`` sidecar, and beside them ``records/<wheel>.json`` and ``logs/<wheel>.log`` (both optional).
+PEP 658 ``.metadata`` sidecar (at the wheel's URL + ``.metadata``: on the same host, or beside a release asset
+on another), and beside the pages ``records/<wheel>.json`` and ``logs/<wheel>.log`` (both optional) and the assets
+setting ``assets.json`` (index/assets.py; optional), which the pulled wheelhouse keeps, so its pages link the same
+asset URLs.
 Everything is verified before it counts: the wheel's sha256 and size against its page (and the record's
 ``wheel_sha256``), the sidecar against the page's core-metadata hash. A mismatch is refused, naming the file, and
 nothing changes. The files are written through the wheelhouse's own transaction (``Wheelhouse.restore``): a kill
@@ -32,9 +35,11 @@ from typing import BinaryIO, TypeVar
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from builder.core import net
-from builder.core.errors import ChecksumError, SourceError
+from builder.core.errors import ChecksumError, PublishError, SourceError
 from builder.core.log import log
+from builder.index.assets import AssetStore
 from builder.index.layout import (
+    ASSETS,
     PAGE_JSON,
     log_path,
     project_path,
@@ -83,12 +88,13 @@ def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: 
                           "point at the wheelhouse root (the folder holding simple/ and wheels/), or give --missing-ok "
                           "for a first run") from None
     wheels, urls = _published_wheels(fetch, top)
+    assets = _published_assets(fetch, urls)
     fetched: list[int] = []
 
     def download(wheel: Restored, out: BinaryIO) -> None:
         fetched.append(fetch.wheel(urls[wheel.filename], wheel, out))
 
-    result = house.restore(wheels, download, delete=delete)
+    result = house.restore(wheels, download, delete=delete, assets=assets)
     return PullResult(root, result, sum(fetched))
 
 
@@ -113,6 +119,25 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
             if wheel.filename not in wheels:
                 wheels[wheel.filename], urls[wheel.filename] = wheel, url
     return [wheels[n] for n in sorted(wheels)], urls
+
+
+def _published_assets(fetch: _Fetcher, urls: dict[str, str]) -> AssetStore | None:
+    """The published assets setting (``assets.json``), or None; every wheel's page URL must be the one it gives,
+    or the pulled wheelhouse's pages would link other URLs than the published ones."""
+    url = fetch.root + ASSETS
+    data = fetch.optional(url)
+    if data is None:
+        return None
+    try:
+        assets = AssetStore.from_bytes(data, url)
+    except PublishError as e:
+        raise SourceError(e.message, "the published index is damaged: fix assets.json where it is published") from e
+    for filename, linked in sorted(urls.items()):
+        if linked != assets.url_of(filename):
+            raise SourceError(f"{url} puts {filename} at {assets.url_of(filename)}, its page links {linked}; "
+                              "nothing was changed", "run `builder index rebuild` where it is published and deploy it "
+                              "again")
+    return assets
 
 
 def _published_wheel(fetch: _Fetcher, page_url: str, entry: dict) -> tuple[Restored, str]:

@@ -1,6 +1,8 @@
 """The page writers: the simple index (PEP 503 HTML, PEP 691 JSON, PEP 658/714 metadata attributes), its channels
 and the dashboard, written into a ``Transaction`` (the pages as a new generation, the dashboard as a staged file)
-from the state it is about to commit, so the pages cannot drift from the wheels."""
+from the state it is about to commit, so the pages cannot drift from the wheels. Each wheel is linked relatively
+(``../../wheels/X.whl``), or by absolute URL where the wheelhouse publishes its wheels as release assets
+(index/assets.py); either way with its sha256."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.fsutil import sha256_file
+from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import check_wheel, wheel_channels
 from builder.index.dashboard import WheelFacts, render_dashboard, rows_from, rows_of
 from builder.index.layout import (
@@ -62,9 +65,10 @@ class WheelInfo:
 
 
 def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
-                rehash: bool = False) -> None:
+                rehash: bool = False, assets: AssetStore | None = None) -> None:
     """Every page of ``entries`` into a new generation (``Transaction.new_generation``): the combined index, one
     per channel (``checks.wheel_channels`` says which wheels each lists) and the channel list; and the dashboard.
+    With ``assets`` (the setting being committed) every wheel is linked at its asset URL.
 
     A wheel the live pages list with other bytes (or another sidecar) is replaced under its name, which no single
     rename can do together with the pages: an interim generation that does not list it goes live first
@@ -74,9 +78,9 @@ def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, stagin
     statuses = {e.filename: _tests_summary(e.record) for e in entries}
     replaced = {i.filename for i in infos if i.filename in live and _listed_as(live[i.filename]) != _listed_as(i)}
     if replaced:
-        _write_generation(txn, paths, [i for i in infos if i.filename not in replaced], statuses)
-    _write_generation(txn, paths, infos, statuses)
-    stage_dashboard(txn, paths, entries, staging_area=staging_area)
+        _write_generation(txn, paths, [i for i in infos if i.filename not in replaced], statuses, assets)
+    _write_generation(txn, paths, infos, statuses, assets)
+    stage_dashboard(txn, paths, entries, staging_area=staging_area, assets=assets)
 
 
 def _listed_as(info: WheelInfo | dict) -> tuple[object, object]:
@@ -89,13 +93,14 @@ def _listed_as(info: WheelInfo | dict) -> tuple[object, object]:
         return None, None
 
 
-def _write_generation(txn: Transaction, paths: Layout, infos: list[WheelInfo], statuses: dict[str, str]) -> None:
+def _write_generation(txn: Transaction, paths: Layout, infos: list[WheelInfo], statuses: dict[str, str],
+                      assets: AssetStore | None) -> None:
     """One whole generation of the pages; the user's dot-files in the live pages (a ``.nojekyll``) come along."""
     gen = Layout(txn.new_generation())
-    _write_simple(txn, gen, None, infos, statuses)
+    _write_simple(txn, gen, None, infos, statuses, assets)
     labels = sorted({label for i in infos for label in i.channels})
     for label in labels:
-        _write_simple(txn, gen, label, [i for i in infos if label in i.channels], statuses)
+        _write_simple(txn, gen, label, [i for i in infos if label in i.channels], statuses, assets)
     gen.channels.mkdir(parents=True, exist_ok=True)
     if labels:
         items = [f'    <a href="{html.escape(lab)}/{SIMPLE}/">{html.escape(lab)}</a><br/>' for lab in labels]
@@ -112,10 +117,15 @@ def _carry_dot_files(txn: Transaction, paths: Layout, gen: Layout) -> None:
                 txn.put_page(target, path.read_bytes())
 
 
-def stage_dashboard(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool) -> None:
-    """The dashboard of ``entries``; the main one shows the staged wheels too."""
+def stage_dashboard(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
+                    assets: AssetStore | None = None) -> None:
+    """The dashboard of ``entries``; the main one shows the staged wheels too. With ``assets`` its wheel links
+    are the asset URLs (the Pages tree holds no wheel)."""
     facts = [WheelFacts(e.filename, e.data.stat().st_size, e.record, e.has_log) for e in entries]
     rows = rows_from(facts, area="staged" if staging_area else "published")
+    if assets is not None:
+        for row in rows:
+            row.links["wheel"] = assets.url_of(row.filename)
     staging = paths.staging_paths()
     if not staging_area and staging.wheels.is_dir():
         rows += rows_of(staging, staging.wheel_files(), area="staged", prefix=staging_href())
@@ -125,21 +135,30 @@ def stage_dashboard(txn: Transaction, paths: Layout, entries: list[Entry], *, st
 
 def listed(paths: Layout, wheel_name: str, digest: str, record: BuildRecord | None) -> bool:
     """Whether the pages (combined and each of its channels, JSON and HTML) list ``wheel_name`` with this sha256;
-    ``record`` is the wheel's, which names a stable-ABI wheel's channels."""
+    ``record`` is the wheel's, which names a stable-ABI wheel's channels; at the URL the wheelhouse's assets
+    setting gives it (its own ``wheels/`` folder without one)."""
     project = canonicalize_name(parse_wheel_filename(wheel_name)[0])
     channels: list[str | None] = [None, *wheel_channels(wheel_name, record)]
-    for page in [paths.project_page(project, label, json=True) for label in channels]:
+    assets = read_assets(paths)
+    for label in channels:
+        page = paths.project_page(project, label, json=True)
+        href = wheel_href(wheel_name, label, assets)
         try:
             files = json.loads(page.read_text()).get("files", [])
-            if not any(f.get("filename") == wheel_name and f.get("hashes", {}).get("sha256") == digest
-                       for f in files):
+            if not any(f.get("filename") == wheel_name and f.get("url") == href
+                       and f.get("hashes", {}).get("sha256") == digest for f in files):
                 return False
             html_page = (page.parent / PAGE_HTML).read_text()
         except (OSError, ValueError, AttributeError):
             return False
-        if f"{wheel_name}#sha256={digest}" not in html_page:
+        if f'href="{html.escape(href)}#sha256={digest}"' not in html_page:
             return False
     return True
+
+
+def wheel_href(filename: str, label: str | None, assets: AssetStore | None) -> str:
+    """The link to a wheel from a project page of that index: its asset URL, else its file in ``wheels/``."""
+    return assets.url_of(filename) if assets is not None else f"{wheels_href(label)}{filename}"
 
 
 def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict[str, dict]) -> list[WheelInfo]:
@@ -184,22 +203,23 @@ def _previous_entries(paths: Layout) -> dict[str, dict]:
 
 
 def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: list[WheelInfo],
-                  statuses: dict[str, str]) -> None:
+                  statuses: dict[str, str], assets: AssetStore | None) -> None:
     """One simple index (combined or a channel) of a new generation: root + one folder per project, HTML and
     JSON each."""
-    simple, href = paths.index(label), wheels_href(label)
+    simple = paths.index(label)
     projects: dict[str, list[WheelInfo]] = {}
     for info in infos:
         projects.setdefault(info.project, []).append(info)
     for name, files in projects.items():
-        links = [_link(info, href, statuses.get(info.filename)) for info in files]
+        hrefs = {info.filename: wheel_href(info.filename, label, assets) for info in files}
+        links = [_link(info, hrefs[info.filename], statuses.get(info.filename)) for info in files]
         versions: list[str] = sorted({i.version for i in files}, key=Version)
         txn.put_page(paths.project_page(name, label), _page(f"Links for {name}", links).encode())
         txn.put_page(paths.project_page(name, label, json=True), _json({
             "meta": {"api-version": API_VERSION},
             "name": name,
             "versions": versions,
-            "files": [_json_file(info, href) for info in files],
+            "files": [_json_file(info, hrefs[info.filename]) for info in files],
         }).encode())
     root_links = [f'    <a href="{n}/">{n}</a><br/>' for n in sorted(projects)]
     txn.put_page(simple / PAGE_HTML, _page("Simple index", root_links).encode())
@@ -209,9 +229,8 @@ def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: lis
     }).encode())
 
 
-def _link(info: WheelInfo, wheels_href: str, status: str | None) -> str:
-    href = html.escape(f"{wheels_href}{info.filename}")
-    attrs = f'href="{href}#sha256={info.sha256}"'
+def _link(info: WheelInfo, href: str, status: str | None) -> str:
+    attrs = f'href="{html.escape(href)}#sha256={info.sha256}"'
     if info.requires_python:
         attrs += f' data-requires-python="{html.escape(info.requires_python)}"'
     attrs += f' data-core-metadata="sha256={info.metadata_sha256}"'
@@ -220,10 +239,10 @@ def _link(info: WheelInfo, wheels_href: str, status: str | None) -> str:
     return f"    <a {attrs}>{html.escape(info.filename)}</a>{note}<br/>"
 
 
-def _json_file(info: WheelInfo, wheels_href: str) -> dict[str, str | int | bool | dict[str, str]]:
+def _json_file(info: WheelInfo, href: str) -> dict[str, str | int | bool | dict[str, str]]:
     entry: dict[str, str | int | bool | dict[str, str]] = {
         "filename": info.filename,
-        "url": f"{wheels_href}{info.filename}",
+        "url": href,
         "hashes": {"sha256": info.sha256},
         "core-metadata": {"sha256": info.metadata_sha256},
         "dist-info-metadata": {"sha256": info.metadata_sha256},

@@ -21,6 +21,7 @@ from typing import BinaryIO
 from builder.core.errors import PublishError
 from builder.core.fsutil import sha256_file
 from builder.core.log import log
+from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import (
     check_wheel,
     log_source,
@@ -106,6 +107,10 @@ class Wheelhouse(Layout):
         label for a per-torch wheel; for a stable-ABI wheel one per verified torch, () before any check passed."""
         return wheel_channels(wheel_name, self._read_record(wheel_name))
 
+    def assets(self) -> AssetStore | None:
+        """Where this wheelhouse publishes its wheels as release assets (``assets.json``), or None."""
+        return read_assets(self)
+
     def recover(self) -> None:
         """Finish or drop a transaction a killed publisher left behind (every other method does this first)."""
         if self.root.is_dir():
@@ -118,8 +123,9 @@ class Wheelhouse(Layout):
         transaction (see ``Transaction``): afterwards the wheelhouse is either as it was or holds the wheel,
         listed everywhere with its hash. The record gains ``wheel_sha256``, what the unchanged check verifies.
 
-        Refuses (PublishError) a wheel whose METADATA Name/Version differ from its file name, and one that would
-        replace a published wheel of the same file name built for another arch set, unless ``replace``; refuses
+        Refuses (PublishError) a wheel whose METADATA Name/Version differ from its file name, one that would
+        replace a published wheel of the same file name built for another arch set, unless ``replace``, and, where
+        the wheels are release assets (``assets()``), any other bytes under a published file name; refuses
         (PortabilityError, exit 13) one that vendors libtorch/libc10/libcudart or whose objects need a newer glibc
         than its manylinux tag promises (stages/repair.py). ``portability`` is the report inspection already made
         of this file (a build and a promotion give it); without one it is made here.
@@ -136,13 +142,17 @@ class Wheelhouse(Layout):
         try:
             with self.lock():
                 recover_root(self.root)
+                assets = self.assets()
+                if assets is not None:
+                    self._check_immutable(wheel.name, digest, assets)
                 if not replace and not self.staging().contains(wheel):  # a promotion was checked when staged
                     self._check_arch_set(wheel.name, record)
                     if self.parent is not None:
                         self.parent._check_arch_set(wheel.name, record)
                 entry = self._stage_wheel(txn, wheel, metadata, record, source, digest)
                 entries = [e for e in self._entries() if e.filename != wheel.name] + [entry]
-                self._commit(txn, sorted(entries, key=lambda e: e.filename), f"publishing {wheel.name} into")
+                self._commit(txn, sorted(entries, key=lambda e: e.filename), f"publishing {wheel.name} into",
+                             assets=assets)
         except OSError as e:  # while staging the wheel, sidecar, record or log (_commit raises PublishError)
             txn.abort()
             raise PublishError(f"publishing {wheel.name} into {self.root} failed: {e}; nothing was changed",
@@ -157,7 +167,7 @@ class Wheelhouse(Layout):
             entries = [e for e in self._entries() if e.filename != wheel_name]
             txn = Transaction(self.root)
             txn.deletes += self._files_of(wheel_name)
-            self._commit(txn, entries, f"removing {wheel_name} from")
+            self._commit(txn, entries, f"removing {wheel_name} from", assets=self.assets())
         self._refresh_parent()
 
     def write_record(self, wheel_name: str, record: BuildRecord) -> None:
@@ -173,12 +183,13 @@ class Wheelhouse(Layout):
                     txn.put_bytes(self.record_file(wheel_name), record.file_bytes())
                     entry = Entry(entry.filename, entry.data, entry.metadata, record, entry.has_log)
                 entries.append(entry)
-            self._commit(txn, entries, f"writing the record of {wheel_name} into")
+            self._commit(txn, entries, f"writing the record of {wheel_name} into", assets=self.assets())
         self._refresh_parent()
 
     def restore(self, wheels: list[Restored], download: Callable[[Restored, BinaryIO], None], *,
-                delete: bool = False) -> RestoreResult:
-        """Make this wheelhouse hold ``wheels`` (a published index, ``builder index pull``) in one transaction.
+                delete: bool = False, assets: AssetStore | None = None) -> RestoreResult:
+        """Make this wheelhouse hold ``wheels`` (a published index, ``builder index pull``) in one transaction,
+        with the published assets setting (``assets``: None where the published pages link their own wheels/).
 
         A wheel already here with the published sha256 is kept; any other is written by ``download`` (which
         verifies what it writes) into a temp file of the transaction, so a kill or a refused download leaves the
@@ -200,7 +211,9 @@ class Wheelhouse(Layout):
                     txn.deletes += self._files_of(name)
             else:
                 entries += [present[name] for name in extra]
-            self._commit(txn, sorted(entries, key=lambda e: e.filename), "restoring the published index into")
+            self._stage_small_file(txn, self.assets_file, assets.file_bytes() if assets is not None else None)
+            self._commit(txn, sorted(entries, key=lambda e: e.filename), "restoring the published index into",
+                         assets=assets)
         return RestoreResult(tuple(fetched), tuple(kept), tuple(extra) if delete else (),
                              () if delete else tuple(extra))
 
@@ -228,7 +241,7 @@ class Wheelhouse(Layout):
                     return None
                 if not listed(self, wheel.name, digest, record):
                     log.warning(f"{wheel.name} is not listed in the pages with its sha256; rebuilding the pages")
-                    self._rebuild_locked()
+                    self._rebuild_locked(Transaction(self.root), self.assets())
                 return wheel, record
         return None
 
@@ -236,7 +249,17 @@ class Wheelhouse(Layout):
         """Regenerate everything from the wheels and records: sidecars, logs, pages, channels, dashboard."""
         with self.lock():
             recover_root(self.root)
-            self._rebuild_locked()
+            self._rebuild_locked(Transaction(self.root), self.assets())
+        self._refresh_parent()
+
+    def set_assets(self, assets: AssetStore | None) -> None:
+        """Publish the wheels as release assets at ``assets`` (None: link them in ``wheels/`` again): the setting
+        and every page regenerated with it, in one transaction (``rebuild_index`` with a new ``assets.json``)."""
+        with self.lock():
+            recover_root(self.root)
+            txn = Transaction(self.root)
+            self._stage_small_file(txn, self.assets_file, assets.file_bytes() if assets is not None else None)
+            self._rebuild_locked(txn, assets)
         self._refresh_parent()
 
     def refresh_dashboard(self) -> None:
@@ -244,7 +267,8 @@ class Wheelhouse(Layout):
             recover_root(self.root)
             txn = Transaction(self.root)
             try:
-                stage_dashboard(txn, self, self._entries(), staging_area=self.parent is not None)
+                stage_dashboard(txn, self, self._entries(), staging_area=self.parent is not None,
+                                assets=self.assets())
                 txn.commit()
             except OSError as e:
                 if txn.committed():
@@ -253,6 +277,16 @@ class Wheelhouse(Layout):
                 txn.abort()  # the dashboard is a view, not the index: a stale one is rewritten by the next publish
 
     # ------------------------------------------------------------------ the parts (caller holds the lock)
+
+    def _check_immutable(self, wheel_name: str, digest: str, assets: AssetStore) -> None:
+        """A published asset's URL keeps its bytes: other bytes under a file name held here are refused."""
+        held = self.wheel_file(wheel_name)
+        if held.exists() and sha256_file(held) != digest:
+            raise PublishError(
+                f"refusing to publish {wheel_name}: its release asset {assets.url_of(wheel_name)} already holds "
+                f"other bytes (sha256 {sha256_file(held)}, this file {digest}); a URL's bytes never change",
+                "publish it under a new file name (a new version or build tag), or keep the published wheel",
+            )
 
     def _check_arch_set(self, wheel_name: str, record: BuildRecord) -> None:
         old = self._read_record(wheel_name) if self.wheel_file(wheel_name).exists() else None
@@ -312,31 +346,35 @@ class Wheelhouse(Layout):
         elif not path.is_file() or path.read_bytes() != data:
             txn.put_bytes(path, data)
 
-    def _rebuild_locked(self) -> None:
-        txn = Transaction(self.root)
-        entries = []
-        for entry in self._entries():
-            wheel = entry.data
-            metadata = check_wheel(wheel)
-            sidecar = entry.metadata
-            if not sidecar.exists() or sidecar.read_bytes() != metadata:
-                sidecar = txn.put_bytes(entry.metadata, metadata)
-            has_log = entry.has_log
-            source = log_source(wheel, entry.record)
-            if not has_log and source is not None and own_log(source, self, entry.record):
-                txn.put_copy(self.log_file(entry.filename), source)
-                has_log = True
-            entries.append(Entry(entry.filename, wheel, sidecar, entry.record, has_log))
+    def _rebuild_locked(self, txn: Transaction, assets: AssetStore | None) -> None:
+        """Every sidecar, log and page regenerated from the wheels into ``txn`` (which may hold more: a new
+        ``assets.json``), committed; nothing changes if any step fails."""
         try:
-            self._commit(txn, entries, "rebuilding the index of", rehash=True)
+            entries = []
+            for entry in self._entries():
+                wheel = entry.data
+                metadata = check_wheel(wheel)
+                sidecar = entry.metadata
+                if not sidecar.exists() or sidecar.read_bytes() != metadata:
+                    sidecar = txn.put_bytes(entry.metadata, metadata)
+                has_log = entry.has_log
+                source = log_source(wheel, entry.record)
+                if not has_log and source is not None and own_log(source, self, entry.record):
+                    txn.put_copy(self.log_file(entry.filename), source)
+                    has_log = True
+                entries.append(Entry(entry.filename, wheel, sidecar, entry.record, has_log))
+            self._commit(txn, entries, "rebuilding the index of", rehash=True, assets=assets)
         except BaseException:
-            txn.abort()
+            if not txn.committed():
+                txn.abort()
             raise
 
-    def _commit(self, txn: Transaction, entries: list[Entry], doing: str, rehash: bool = False) -> None:
-        """Stage every page for ``entries`` into ``txn`` and commit it (``Transaction.finish``)."""
-        txn.finish(lambda: stage_pages(txn, self, entries, staging_area=self.parent is not None, rehash=rehash),
-                   doing)
+    def _commit(self, txn: Transaction, entries: list[Entry], doing: str, *, assets: AssetStore | None,
+                rehash: bool = False) -> None:
+        """Stage every page for ``entries`` into ``txn`` (linking the wheels at ``assets``, the setting this
+        transaction leaves) and commit it (``Transaction.finish``)."""
+        txn.finish(lambda: stage_pages(txn, self, entries, staging_area=self.parent is not None, rehash=rehash,
+                                       assets=assets), doing)
 
     def _entries(self) -> list[Entry]:
         """The committed state, as the pages should show it."""

@@ -1,0 +1,107 @@
+"""Wheels as immutable release assets: the setting that says where they live, and the URL of each.
+
+A GitHub Pages site holds at most 1 GB (100 MB a file); a full farm's wheels do not fit. With an ``AssetStore`` set
+(``builder index rebuild --assets-url URL``, kept in ``<wheelhouse>/assets.json``) the pages link every wheel by
+absolute URL, ``{url}{file}#sha256=…``, and the wheels (with their PEP 658 ``.metadata`` sidecars, which a
+resolver fetches at the wheel's URL + ``.metadata``) are uploaded there: GitHub Release assets, an S3-compatible
+bucket, any static host. The pages, records, logs and dashboard stay on the Pages site (index/export.py lays out
+both). ``assets.json`` is published with the pages, so ``builder index pull`` restores it and a rebuild of the pulled
+wheelhouse links the same URLs.
+
+The URL may name the wheel's project and public version, ``{project}`` and ``{version}`` (one release per package
+version: GitHub allows 1,000 assets per release), only after its last fixed ``/``:
+``https://github.com/OWNER/REPO/releases/download/{project}-{version}/`` puts
+``causal_conv1d-1.7.0+cu130torch2.14-….whl`` at ``…/download/causal-conv1d-1.7.0/causal_conv1d-1.7.0%2Bcu130….whl``.
+The file name is percent-encoded (``+`` as ``%2B``: S3 reads a bare ``+`` in a path as a space).
+
+A URL's bytes never change: with a store set, a wheelhouse refuses to publish other bytes under a file name it
+holds (store.py), and an export refuses to overwrite an asset whose bytes differ (export.py).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import urllib.parse
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from builder.core.errors import PublishError, UsageError
+from builder.index.layout import Layout
+
+FIELDS = ("project", "version")
+SCHEMES = ("http", "https", "file")
+
+
+@dataclass(frozen=True)
+class AssetStore:
+    """Where the wheels are published: a URL ending in ``/``, maybe naming ``{project}`` and ``{version}``."""
+
+    url: str
+
+    @classmethod
+    def parse(cls, url: str, *, source: str = "--assets-url") -> AssetStore:
+        """The store of a URL, or a UsageError naming what is wrong with it."""
+        cure = ("give the folder URL the wheels are uploaded to, ending in /, e.g. "
+                "https://github.com/OWNER/REPO/releases/download/{project}-{version}/")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in SCHEMES or not parts.netloc and parts.scheme != "file":
+            raise UsageError(f"{source} {url!r}: not an http(s):// or file:// URL", cure)
+        if parts.query or parts.fragment or not url.endswith("/"):
+            raise UsageError(f"{source} {url!r}: must end in / (the wheel's file name is appended), with no "
+                             "query or fragment", cure)
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(url) if name is not None}
+        except ValueError as e:
+            raise UsageError(f"{source} {url!r}: {e}", cure) from e
+        if names - set(FIELDS):
+            raise UsageError(f"{source} {url!r}: names {', '.join(sorted(names - set(FIELDS)))}; only {{project}} "
+                             "and {version} can be filled in", cure)
+        store = cls(url)
+        if parts.scheme != "file" and not urllib.parse.urlsplit(store.prefix).netloc:
+            raise UsageError(f"{source} {url!r}: {{project}} and {{version}} may appear only after the host", cure)
+        return store
+
+    @property
+    def prefix(self) -> str:
+        """The fixed part: everything up to the last ``/`` before the first field (all of it without fields)."""
+        first = self.url.find("{")
+        return self.url if first < 0 else self.url[:self.url.rfind("/", 0, first) + 1]
+
+    def folder_of(self, filename: str) -> str:
+        """The part of the wheel's URL between the prefix and its file name (``causal-conv1d-1.7.0/``, a GitHub
+        release's tag; ``""`` for a URL without fields): the folder an export lays the asset into."""
+        if self.url == self.prefix:
+            return ""
+        name, version, _, _ = parse_wheel_filename(filename)
+        return self.url[len(self.prefix):].format(project=canonicalize_name(name), version=version.public)
+
+    def url_of(self, filename: str) -> str:
+        return self.prefix + self.folder_of(filename) + urllib.parse.quote(filename)
+
+    def file_bytes(self) -> bytes:
+        return (json.dumps({"url": self.url}, indent=1, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str) -> AssetStore:
+        """The store an ``assets.json`` names; a damaged one is a PublishError naming ``source``."""
+        try:
+            url = json.loads(data)["url"]
+            if not isinstance(url, str):
+                raise TypeError("url is not a string")
+            return cls.parse(url, source=source)
+        except (ValueError, KeyError, TypeError, UsageError) as e:
+            detail = e.one_line() if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
+            raise PublishError(f"{source} is not an assets setting ({detail})",
+                               'write {"url": "https://…/"} into it, or set it with `builder index rebuild '
+                               '--assets-url URL`') from e
+
+
+def read_assets(paths: Layout) -> AssetStore | None:
+    """The wheelhouse's assets setting, or None: its pages link its own ``wheels/`` folder."""
+    try:
+        data = paths.assets_file.read_bytes()
+    except FileNotFoundError:
+        return None
+    return AssetStore.from_bytes(data, str(paths.assets_file))
