@@ -25,9 +25,10 @@ import string
 import urllib.parse
 from dataclasses import dataclass
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 
 from builder.core.errors import PublishError, UsageError
+from builder.core.wheelfile import parse_wheel_name
 from builder.index.layout import Layout
 
 FIELDS = ("project", "version")
@@ -74,7 +75,7 @@ class AssetStore:
         release's tag; ``""`` for a URL without fields): the folder an export lays the asset into."""
         if self.url == self.prefix:
             return ""
-        name, version, _, _ = parse_wheel_filename(filename)
+        name, version, _, _ = parse_wheel_name(filename)
         return self.url[len(self.prefix):].format(project=canonicalize_name(name), version=version.public)
 
     def url_of(self, filename: str) -> str:

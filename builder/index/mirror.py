@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename
 
 from builder.core import net
 from builder.core.errors import ChecksumError, PublishError, SourceError
 from builder.core.log import log
+from builder.core.wheelfile import parse_wheel_name
 from builder.index.assets import AssetStore
 from builder.index.layout import (
     ASSETS,
@@ -49,6 +50,7 @@ from builder.index.layout import (
 from builder.index.pages import SIMPLE_JSON
 from builder.index.store import Restored, RestoreResult, Wheelhouse
 from builder.model.records import BuildRecord
+from builder.model.variants import VARIANTS_SUFFIX
 
 CHUNK = 1 << 20
 TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
@@ -115,6 +117,8 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
                               "the published index is damaged: run `builder index rebuild` where it is published") \
                 from None
         for entry in page.get("files", []):
+            if isinstance(entry, dict) and str(entry.get("filename", "")).endswith(VARIANTS_SUFFIX):
+                continue  # a PEP 825 variants table: rendered again from the restored wheels' records
             wheel, url = _published_wheel(fetch, page_url, entry)
             if wheel.filename not in wheels:
                 wheels[wheel.filename], urls[wheel.filename] = wheel, url
@@ -191,7 +195,7 @@ def _safe_segment(name: str) -> bool:
 
 def _is_wheel_name(name: str) -> bool:
     try:
-        parse_wheel_filename(name)
+        parse_wheel_name(name)
     except InvalidWheelFilename:
         return False
     return True

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.fsutil import sha256_file
+from builder.core.wheelfile import parse_wheel_name
 from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import check_wheel, wheel_channels
 from builder.index.dashboard import WheelFacts, render_dashboard, rows_from, rows_of
@@ -30,7 +31,8 @@ from builder.index.layout import (
     wheels_href,
 )
 from builder.index.txn import Transaction, is_builder_temp
-from builder.model.records import BuildRecord
+from builder.index.variantfiles import VariantsFile, variants_files
+from builder.model.records import BuildRecord, VariantInfo
 
 API_VERSION = "1.1"  # PEP 691 + PEP 700 (size, upload-time, versions)
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -62,6 +64,7 @@ class WheelInfo:
     sha256: str
     metadata_sha256: str
     requires_python: str | None
+    variant: VariantInfo | None = None  # a variant wheel's (its record's): the label → properties table lists it
 
 
 def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
@@ -137,7 +140,7 @@ def listed(paths: Layout, wheel_name: str, digest: str, record: BuildRecord | No
     """Whether the pages (combined and each of its channels, JSON and HTML) list ``wheel_name`` with this sha256;
     ``record`` is the wheel's, which names a stable-ABI wheel's channels; at the URL the wheelhouse's assets
     setting gives it (its own ``wheels/`` folder without one)."""
-    project = canonicalize_name(parse_wheel_filename(wheel_name)[0])
+    project = canonicalize_name(parse_wheel_name(wheel_name)[0])
     channels: list[str | None] = [None, *wheel_channels(wheel_name, record)]
     assets = read_assets(paths)
     for label in channels:
@@ -166,7 +169,7 @@ def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict
     infos = []
     for entry in entries:
         st = entry.data.stat()
-        name, version, _, _ = parse_wheel_filename(entry.filename)
+        name, version, _, _ = parse_wheel_name(entry.filename)
         old = previous.get(entry.filename)
         sidecar = entry.metadata
         if entry.sha256 is None and old and old.get("size") == st.st_size \
@@ -187,6 +190,7 @@ def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict
             filename=entry.filename, project=str(canonicalize_name(name)), version=str(version),
             channels=wheel_channels(entry.filename, entry.record), size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256,
             metadata_sha256=metadata_sha256, requires_python=requires_python,
+            variant=entry.record.variant if entry.record is not None else None,
         ))
     return infos
 
@@ -214,12 +218,16 @@ def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: lis
         hrefs = {info.filename: wheel_href(info.filename, label, assets) for info in files}
         links = [_link(info, hrefs[info.filename], statuses.get(info.filename)) for info in files]
         versions: list[str] = sorted({i.version for i in files}, key=Version)
+        tables = variants_files((i.filename, i.variant) for i in files)  # PEP 825: beside the page, not an asset
+        for table in tables:
+            txn.put_page(paths.project_page(name, label).parent / table.filename, table.data)
+        links += [_variants_link(table) for table in tables]
         txn.put_page(paths.project_page(name, label), _page(f"Links for {name}", links).encode())
         txn.put_page(paths.project_page(name, label, json=True), _json({
             "meta": {"api-version": API_VERSION},
             "name": name,
             "versions": versions,
-            "files": [_json_file(info, hrefs[info.filename]) for info in files],
+            "files": [_json_file(info, hrefs[info.filename]) for info in files] + [_variants_json(t) for t in tables],
         }).encode())
     root_links = [f'    <a href="{n}/">{n}</a><br/>' for n in sorted(projects)]
     txn.put_page(simple / PAGE_HTML, _page("Simple index", root_links).encode())
@@ -237,6 +245,15 @@ def _link(info: WheelInfo, href: str, status: str | None) -> str:
     attrs += f' data-dist-info-metadata="sha256={info.metadata_sha256}"'
     note = f' <span class="tests">{html.escape(status)}</span>' if status else ""
     return f"    <a {attrs}>{html.escape(info.filename)}</a>{note}<br/>"
+
+
+def _variants_link(table: VariantsFile) -> str:
+    return f'    <a href="{html.escape(table.filename)}#sha256={table.sha256}">{html.escape(table.filename)}</a><br/>'
+
+
+def _variants_json(table: VariantsFile) -> dict[str, str | int | bool | dict[str, str]]:
+    return {"filename": table.filename, "url": table.filename, "hashes": {"sha256": table.sha256},
+            "size": len(table.data), "yanked": False}
 
 
 def _json_file(info: WheelInfo, href: str) -> dict[str, str | int | bool | dict[str, str]]:

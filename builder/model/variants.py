@@ -40,6 +40,7 @@ UV_MIN_VERSION = "0.13.7"  # variants behind the preview flag since 0.13.1; the 
 FORCE_SM_ARCH = "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"  # "12.0": the GPU the provider reports
 FORCE_DRIVER = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION"  # "13.0": the driver's CUDA version
 FILE_IN_WHEEL = "variant.json"
+VARIANTS_SUFFIX = "-variants.json"  # {name}-{version}-variants.json, listed on the project page
 
 
 @dataclass(frozen=True, order=True)
@@ -107,7 +108,7 @@ __all__ = ["LABEL", "split_label"]  # the file-name rule lives in core/wheelfile
 def variants_file(filename: str) -> str:
     """``{name}-{version}-variants.json`` for a (plain or variant) wheel's file name, as the wheel spells them."""
     name, version = split_label(filename)[0].split("-")[:2]
-    return f"{name}-{version}-variants.json"
+    return f"{name}-{version}{VARIANTS_SUFFIX}"
 
 
 def project_of(filename: str) -> str:

@@ -30,7 +30,7 @@ from builder.model.records import (
     TestReport,
     TorchCheck,
 )
-from builder.model.variants import Variant
+from builder.model.variants import UV_PREVIEW_FEATURE, Variant
 from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
@@ -48,7 +48,16 @@ from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import PythonEnv, fresh_test_env, index_args, probe
 from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
-from builder.stages.torchrange import check_torch_range, describe_checks, other_index_torches, torches_to_check
+from builder.stages.torchrange import (
+    IMPORT_REGISTRATION,
+    Claim,
+    PurePython,
+    check_torch_range,
+    describe_checks,
+    other_index_torches,
+    torches_to_check,
+    venv_maker,
+)
 from builder.stages.variants import make_variant, variant_record
 from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
@@ -230,8 +239,10 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     if compiler_cache is not None:
         log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
     log.step("finalize")
-    label = plan.label(torch) if torch else None  # a stable-ABI wheel's (cu13) names no channel: checks do
-    pins = [plan.torch_requirement(torch)] if torch else []
+    # a stable-ABI wheel's label (cu13) names no channel, a pure-Python wheel has none: their checks do
+    label = plan.label(torch) if torch else None
+    requirement = plan.torch_requirement(torch) if torch else None  # pure Python: upstream's requirement stays
+    pins = [requirement] if requirement else []
     pins += list(plan.recipe.runtime_requires)
     record = build_record(plan, key=key, source_digest=resolved.source_digest, toolkit=toolkit,
                           compiler=resolved.compiler, python=python, log_file=log_file)
@@ -262,11 +273,12 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions,
                            cross_build=inputs.cross, settings=settings)
     torch_checks = None
-    if plan.stable:
+    if plan.ranged:
         log.step("torch range")
         with timed(timings, "torch range"):
             torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests,
-                                             whole_range=options.torch_range, cross_build=inputs.cross)
+                                             whole_range=options.torch_range, cross_build=inputs.cross,
+                                             requires=report.requires, companions=companions)
     made: list[VariantWheel] = []
     if options.variants and toolkit is not None:
         log.step("variants")
@@ -294,6 +306,9 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     else:
         index = f"index: {house.index_url()}"
     log.ok(f"{where}: {published} ({index})")
+    if made:
+        log.ok(f"variants: {', '.join(v.wheel.name for v in made)} beside it (uv --preview-features "
+               f"{UV_PREVIEW_FEATURE} picks the one for the GPU; pip the plain wheel)")
 
 
 @dataclass(frozen=True)
@@ -353,35 +368,60 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
 
 def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_python: Path, wheel: Path,
                       workdir: Path, tests: TestReport, *, whole_range: bool = True,
-                      cross_build: cross.CrossBuild | None = None) -> tuple[TorchCheck, ...]:
-    """A stable-ABI wheel beside every torch minor it claims (stages/torchrange.py). The build's own torch must
-    pass (it is the one the import test used); a failure on another torch only keeps the wheel out of that
-    torch's channel, and says so."""
-    stable = plan.recipe.stable_abi
-    assert stable is not None
-    torches = torches_to_check(plan.index, plan.cuda, stable)
+                      cross_build: cross.CrossBuild | None = None, requires: tuple[str, ...] = (),
+                      companions: Path | None = None) -> tuple[TorchCheck, ...]:
+    """A wheel offered across torches beside every torch minor it claims (stages/torchrange.py): a stable-ABI
+    wheel's port range, a pure-Python wheel's own torch requirement (``requires``: its Requires-Dist lines) on
+    every CUDA line from 12.8 on. The build's own torch must pass (for a stable wheel it is tried again in a
+    fresh venv; for a pure-Python one the import test is that check); a failure on another torch only keeps the
+    wheel out of that torch's channel, and says so."""
+    claim: Claim
+    if plan.pure_python:
+        claim = PurePython.of_requires(requires)
+    else:
+        assert plan.recipe.stable_abi is not None
+        claim = plan.recipe.stable_abi
+    own = Version(python.torch or "0").public
+    built = own_import_check(python, tests) if plan.pure_python else None
+    torches = torches_to_check(plan.index, plan.cuda, claim)
     if settings.offline or not whole_range:
         why = "--offline" if settings.offline else "--no-torch-range"
         log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
                     "alone until `builder verify` checks the others")
-        torches = [(t, line) for t, line in torches if Version(t).public == Version(python.torch or "0").public]
+        torches = [(t, line) for t, line in torches if Version(t).public == own]
+    if built is not None:  # the import test tried this one already
+        torches = [(t, line) for t, line in torches if (Version(t).public, line) != (own, built.cuda)]
     rounds = [(plan.index, torches)]
     if not settings.offline and whole_range:  # the torches of the other indexes the wheel claims (cu130's 2.15)
-        rounds += other_index_torches(plan.index, plan.cuda, stable, torches, settings)
-    checks: tuple[TorchCheck, ...] = ()
+        have = [*torches, *([(built.torch, built.cuda)] if built else [])]
+        rounds += other_index_torches(plan.index, plan.cuda, claim, have, settings)
+    checks: tuple[TorchCheck, ...] = (built,) if built else ()
+    extra = plan.recipe.test_requires if plan.pure_python else ()
     for index, these in rounds:
         make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
         if cross_build is not None:
             make_env = cross.env_maker(cross_build.platform, wheel, index_args(index), settings)
-        checks += check_torch_range(wheel, stable, plan.recipe.imports, these, index,
-                                    base_python if python.managed else python.python, workdir, make_env=make_env)
-    own = Version(python.torch or "0").public
+        elif plan.pure_python:  # its companions and test requirements, as the import test has them
+            make_env = venv_maker(wheel, index, base_python if python.managed else python.python, extra=extra,
+                                  find_links=companions)
+        if these:
+            checks += check_torch_range(wheel, claim, plan.recipe.imports, these, index,
+                                        base_python if python.managed else python.python, workdir, make_env=make_env)
     if not any(c.passed and Version(c.torch).public == own for c in checks):
         detail = next((c.detail for c in checks if Version(c.torch).public == own), "not checked")
         raise TestStageFailed(f"torch range: the wheel fails beside its own build torch {own}: {detail}",
                               "nothing was published", tests)
     log.ok(f"torch range: {describe_checks(checks)}")
     return checks
+
+
+def own_import_check(python: PythonEnv, tests: TestReport) -> TorchCheck:
+    """The import test of a pure-Python build as its torch check for the build torch (the same imports, in a
+    clean venv with that torch)."""
+    passed = tests.import_status == "passed"
+    return TorchCheck(torch=str(Version(python.torch or "0").public), cuda=python.torch_cuda or "",
+                      python=python.version, how=IMPORT_REGISTRATION, status="passed" if passed else "failed",
+                      detail="the build's import test" + ("" if passed else f": {tests.import_detail}"))
 
 
 def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,

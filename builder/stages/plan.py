@@ -100,17 +100,34 @@ class Plan:
     def stable(self) -> bool:
         return self.abi is Abi.TORCH_STABLE
 
-    def label(self, torch: str) -> str:
+    @property
+    def pure_python(self) -> bool:
+        """A pure-Python recipe: one ``py3-none-any`` wheel per version, built once for every torch and CUDA."""
+        return not self.recipe.kind.is_cuda
+
+    @property
+    def ranged(self) -> bool:
+        """The wheel is offered across torches, each one its torch checks verified (stages/torchrange.py): a
+        stable-ABI wheel, or a pure-Python one."""
+        return self.stable or self.pure_python
+
+    def label(self, torch: str) -> str | None:
         """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them).
         The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan).
-        A stable-ABI wheel serves every verified torch of its CUDA major: ``cu13``."""
+        A stable-ABI wheel serves every verified torch of its CUDA major: ``cu13``. A pure-Python wheel has none
+        (None): it holds no code built against torch or CUDA, and its checks say which torches it is offered for."""
+        if self.pure_python:
+            return None
         if self.stable:
             return stable_label(self.cuda)
         t = Version(torch)
         return f"{torch_cuda(self.index, str(t.public), self.cuda).flavour}torch{t.major}.{t.minor}"
 
-    def torch_requirement(self, torch: str) -> str:
-        """What the wheel says about torch: ``torch==2.11.0`` (per torch), ``torch>=2.11`` (stable ABI)."""
+    def torch_requirement(self, torch: str) -> str | None:
+        """What the wheel says about torch: ``torch==2.11.0`` (per torch), ``torch>=2.11`` (stable ABI); None for
+        a pure-Python wheel, which keeps upstream's own torch requirement (finalize pins nothing over it)."""
+        if self.pure_python:
+            return None
         if self.stable and self.recipe.stable_abi is not None:
             return self.recipe.stable_abi.requirement
         return f"torch=={torch.split('+')[0]}"
@@ -120,7 +137,7 @@ class Plan:
         from toolchain.select.probe_build_here) adds a row after the toolchain."""
         torch = f"{self.torch or f'from {self.target.python}'} from {self.index.name} ({self.index.url}; table from " \
                 f"{self.index.source})"
-        label = self.label(self.torch) if self.torch else f"{self.cuda.flavour}torch<from interpreter>"
+        label = self._label_text()
         unverified = self.torch_cuda_unverified
         if unverified:
             torch += f"; its CUDA NOT VERIFIED: {unverified}"
@@ -146,6 +163,12 @@ class Plan:
             rows.insert(rows.index(("toolchain", self.target.toolchain)) + 1, ("buildable here", buildable_here))
         return rows
 
+    def _label_text(self) -> str:
+        if self.pure_python:
+            return "none (pure Python: built once, offered for each torch its checks pass on)"
+        label = self.label(self.torch) if self.torch else None
+        return label or f"{self.cuda.flavour}torch<from interpreter>"
+
     def _platform_text(self) -> str:
         target = self.target.platform
         if not self.recipe.kind.is_cuda:
@@ -159,6 +182,9 @@ class Plan:
         if self.stable and stable is not None:
             return (f"torch-stable (one cp{stable.python_floor.replace('.', '')}-abi3 wheel for CUDA "
                     f"{self.cuda.major} torches >= {stable.floor_text}, each verified)")
+        if self.pure_python:
+            return ("none (pure Python: one py3-none-any wheel for every torch its own requirement allows, each "
+                    "verified by an import beside it)")
         return "per-torch (pinned to this torch)"
 
 

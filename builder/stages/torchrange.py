@@ -1,4 +1,4 @@
-"""The torch-range check of the test stage: a stable-ABI wheel tried beside every torch minor it claims.
+"""The torch-range check of the test stage: a wheel offered across torches tried beside every torch minor it claims.
 
 A per-torch wheel runs with the torch it was built against only, and the import test shows that. A stable-ABI wheel
 (model/abi.py) claims every torch of its CUDA major from the recipe's floor on, so each of them is tried: a fresh
@@ -8,6 +8,12 @@ machine can do all of that (the .so loads, its registrations run); the kernels t
 (``builder test``, which adds a ``gpu-kernel-tests`` check for its torch). The checks go into the build record; the
 index offers the wheel in the channel of each torch that passed (index/pages.py), and a torch released later is one
 ``builder verify`` away, not a rebuild.
+
+A pure-Python wheel built once (``py3-none-any``, unlabelled: recipes of kind ``pure-python``) claims a range too
+(``PurePython``): every torch its own torch requirement admits (upstream's, kept as it is), on every CUDA line from
+12.8 on, whatever CUDA it was built with. The same machinery tries it: a venv with that torch, the wheel (and its
+companions and the recipe's test requirements), the recipe's imports; there are no ops to look at. The build's own
+import test is its check for the build torch.
 """
 
 from __future__ import annotations
@@ -17,22 +23,76 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
+from builder.core.wheelfile import parse_wheel_name
 from builder.discovery.compat import TorchIndex, known_indexes
 from builder.model.abi import StableAbi, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import TorchCheck
 from builder.stages.pyenv import index_args
 
-IMPORT_REGISTRATION = "import+registration"
+IMPORT_REGISTRATION = "import+registration"  # a pure-Python wheel's import check too (it registers no ops)
 GPU_KERNEL_TESTS = "gpu-kernel-tests"
+# The oldest CUDA line a pure-Python wheel is tried on: the users' matrix starts there (Blackwell), as
+# farm/coverage.py MIN_CUDA says; older lines are not the farm's users, and each line tried costs a torch download.
+PURE_PYTHON_MIN_CUDA = CudaVersion.parse("12.8")
+
+
+@dataclass(frozen=True)
+class PurePython:
+    """What a pure-Python wheel built once claims: every torch ``requirement`` admits (the wheel's own unconditional
+    ``Requires-Dist: torch`` specifier, upstream's; empty: every torch), on every CUDA line from
+    ``PURE_PYTHON_MIN_CUDA`` on. It has no torch.ops namespaces to look at."""
+
+    requirement: SpecifierSet
+    namespaces: tuple[str, ...] = ()
+
+    def admits(self, torch: str) -> bool:
+        return self.requirement.contains(Version(torch).public, prereleases=True)
+
+    @classmethod
+    def of_requires(cls, requires: Sequence[str]) -> PurePython:
+        """From a wheel's Requires-Dist lines: its unconditional torch requirement (several: all of them)."""
+        spec = SpecifierSet()
+        for line in requires:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) == "torch" and req.marker is None:
+                spec &= req.specifier
+        return cls(spec)
+
+
+# What a wheel offered across torches claims: a stable-ABI port's range, or a pure-Python wheel's
+Claim = StableAbi | PurePython
+
+
+def built_once(filename: str) -> bool:
+    """Whether a wheel file is a pure-Python wheel built once for every torch: unlabelled and ``py3-none-any``
+    (a labelled one, ``+cu130torch2.14``, is per torch: it pins ``torch==``). With a record, index/checks.py
+    ``wheel_channels`` offers it in the channel of each torch its checks passed on."""
+    _, version, _, tags = parse_wheel_name(filename)
+    return version.local is None and all(
+        t.interpreter.startswith("py3") and t.abi == "none" and t.platform == "any" for t in tags)
+
+
+def _on_line(claim: Claim, line: CudaVersion, cuda: CudaVersion) -> bool:
+    """Whether ``claim`` covers torches built for CUDA ``line`` (a stable wheel built on ``cuda``: its major)."""
+    if isinstance(claim, PurePython):
+        return (line.major, line.minor) >= (PURE_PYTHON_MIN_CUDA.major, PURE_PYTHON_MIN_CUDA.minor)
+    return line.major == cuda.major
 
 # Run by the venv's interpreter: import torch and the recipe's modules, then list each namespace's ops and which
 # of them lack a CUDA kernel. Prints one JSON object; an import error is reported, not raised.
@@ -57,32 +117,35 @@ print(json.dumps(out))
 """
 
 
-def torches_to_check(index: TorchIndex, cuda: CudaVersion, stable: StableAbi) -> list[tuple[str, str]]:
+def torches_to_check(index: TorchIndex, cuda: CudaVersion, stable: Claim) -> list[tuple[str, str]]:
     """(torch release, CUDA line) for the newest release of every torch minor at or above the floor that ``index``
     builds for a CUDA line of ``cuda``'s major, oldest first: PyPI today gives 2.11.0, 2.12.1, 2.13.0 and 2.14.1
-    (13.0) and 2.15.0 (13.2) for CUDA 13."""
-    newest: dict[tuple[int, int], tuple[Version, str]] = {}
+    (13.0) and 2.15.0 (13.2) for CUDA 13. For a pure-Python wheel: every torch minor its requirement admits on
+    each CUDA line from 12.8 on (the newest release of each minor per line), whatever ``cuda`` is."""
+    newest: dict[tuple[int, int, str], tuple[Version, str]] = {}
     for line, releases in index.torch_by_cuda.items():
         try:
-            if CudaVersion.parse(line).major != cuda.major:
+            if not _on_line(stable, CudaVersion.parse(line), cuda):
                 continue
         except ValueError:
             continue  # "cpu"
         for text in releases:
             version = Version(text)
-            minor = (version.major, version.minor)
-            if stable.admits(text) and (minor not in newest or version > newest[minor][0]):
-                newest[minor] = (version, line)
+            # a stable wheel: one release per minor (an index has one CUDA line per torch); pure: per line too
+            key = (version.major, version.minor, line if isinstance(stable, PurePython) else "")
+            if stable.admits(text) and (key not in newest or version > newest[key][0]):
+                newest[key] = (version, line)
     return [(str(v), line) for _, (v, line) in sorted(newest.items())]
 
 
-def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: StableAbi, have: Sequence[tuple[str, str]],
+def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: Claim, have: Sequence[tuple[str, str]],
                         settings: Settings | None) -> list[tuple[TorchIndex, list[tuple[str, str]]]]:
     """The torches a stable wheel built on ``cuda`` from ``index`` claims that ``index`` does not offer: for every
     other known torch index (PyPI, PyTorch's channels), the newest release of each torch minor at or above the floor
     on a CUDA line of ``cuda``'s major not older than ``cuda``'s, whose (minor, line) ``have`` lacks. A +cu13 wheel
     built from PyPI (2.11-2.14 on 13.0, 2.15 on 13.2) is also tried with the cu130 channel's 2.15 and the cu132
-    channel's 2.12-2.14: the cells ``builder coverage`` counts it for (farm/expand.py ``stable_serves``)."""
+    channel's 2.12-2.14: the cells ``builder coverage`` counts it for (farm/expand.py ``stable_serves``). A
+    pure-Python wheel takes every (minor, line) from 12.8 on that ``have`` lacks, as its cells are every cell."""
     seen = {(torch_minor(t), line) for t, line in have}
     out = []
     for other in known_indexes(settings):
@@ -91,7 +154,8 @@ def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: StableAbi,
         found = []
         for torch, line in torches_to_check(other, cuda, stable):
             on = CudaVersion.parse(line)
-            if (on.major, on.minor) >= (cuda.major, cuda.minor) and (torch_minor(torch), line) not in seen:
+            newer = isinstance(stable, PurePython) or (on.major, on.minor) >= (cuda.major, cuda.minor)
+            if newer and (torch_minor(torch), line) not in seen:
                 seen.add((torch_minor(torch), line))
                 found.append((torch, line))
         if found:
@@ -103,19 +167,24 @@ def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: StableAbi,
 MakeEnv = Callable[[str, Path], Path]
 
 
-def venv_maker(wheel: Path, index: TorchIndex, base_python: Path) -> MakeEnv:
-    """A venv of ``base_python`` on this machine with the torch and ``wheel`` installed from ``index``."""
+def venv_maker(wheel: Path, index: TorchIndex, base_python: Path, *, extra: Sequence[str] = (),
+               find_links: Path | None = None) -> MakeEnv:
+    """A venv of ``base_python`` on this machine with the torch and ``wheel`` installed from ``index``, with
+    ``extra`` (a recipe's test requirements) and wheels from ``find_links`` (companions: our fla-core for
+    flash-linear-attention, as the import test has them)."""
+    links = ["--find-links", str(find_links)] if find_links is not None and find_links.is_dir() else []
+
     def make(torch: str, venv: Path) -> Path:
         run_uv(["venv", "--quiet", "--python", str(base_python), str(venv)], what="torch-range venv creation")
         python = venv / "bin" / "python"
-        run_uv(["pip", "install", "--quiet", "--python", str(python), *index_args(index), f"torch=={torch}",
-                str(wheel)], what=f"installing torch {torch} beside the wheel")
+        run_uv(["pip", "install", "--quiet", "--python", str(python), *index_args(index), *links, f"torch=={torch}",
+                str(wheel), *extra], what=f"installing torch {torch} beside the wheel")
         return python
 
     return make
 
 
-def check_torch_range(wheel: Path, stable: StableAbi, imports: Sequence[str], torches: Sequence[tuple[str, str]],
+def check_torch_range(wheel: Path, stable: Claim, imports: Sequence[str], torches: Sequence[tuple[str, str]],
                       index: TorchIndex, base_python: Path, workdir: Path, *,
                       make_env: MakeEnv | None = None) -> tuple[TorchCheck, ...]:
     """Each of ``torches`` tried with the wheel in a fresh env (removed afterwards; ``make_env`` makes it, default a
@@ -131,7 +200,7 @@ def check_torch_range(wheel: Path, stable: StableAbi, imports: Sequence[str], to
     return tuple(checks)
 
 
-def _check_one(stable: StableAbi, imports: Sequence[str], torch: str, line: str, make: MakeEnv,
+def _check_one(stable: Claim, imports: Sequence[str], torch: str, line: str, make: MakeEnv,
                venv: Path) -> TorchCheck:
     def failed(detail: str, python: str = "") -> TorchCheck:
         return TorchCheck(torch=torch, cuda=line, python=python, how=IMPORT_REGISTRATION, status="failed",
@@ -161,9 +230,9 @@ def _check_one(stable: StableAbi, imports: Sequence[str], torch: str, line: str,
     return judge_probe(out, torch, line, stable)
 
 
-def judge_probe(out: dict[str, object], torch: str, line: str, stable: StableAbi) -> TorchCheck:
+def judge_probe(out: dict[str, object], torch: str, line: str, stable: Claim) -> TorchCheck:
     """The probe's JSON as a TorchCheck: passed when everything imported, each namespace has ops, and every op of
-    them has a CUDA kernel."""
+    them has a CUDA kernel (a pure-Python wheel: when everything imported)."""
     python, cuda = str(out.get("python", "")), str(out.get("cuda") or line)
     status, detail = "passed", ""
     ops, missing = _strings(out.get("ops")), _strings(out.get("without_cuda_kernel"))
@@ -176,6 +245,8 @@ def judge_probe(out: dict[str, object], torch: str, line: str, stable: StableAbi
         status, detail = "failed", f"no ops registered in namespace {', '.join(empty)}"
     elif missing:
         status, detail = "failed", f"no CUDA kernel for {', '.join(missing)}"
+    elif not stable.namespaces:
+        detail = "imported (pure Python: no ops to register)"
     else:
         detail = f"imported; {len(ops)} ops registered with CUDA kernels ({', '.join(o.split('::')[1] for o in ops)})"
     return TorchCheck(torch=torch, cuda=cuda, python=python, how=IMPORT_REGISTRATION, status=status, detail=detail)
