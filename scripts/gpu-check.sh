@@ -199,12 +199,13 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     step which_file
     step timeout 300 python3 recipes/causal-conv1d/kernel_tests.py --no-bench --out "$OUT/variant-kernel-tests.json" || status=1
     # the same index for a tool that knows no variants: the plain wheel
-    step python3 -m pip install --no-index --no-deps --force-reinstall --find-links $W/wheels causal-conv1d || status=1
+    IDX=file://$PWD/$W/simple
+    step python3 -m pip install --no-deps --force-reinstall --index-url $IDX causal-conv1d || status=1
     step which_file
-    step uv pip install --python python3 --no-index --no-deps --reinstall --find-links $W/wheels causal-conv1d || status=1
+    step uv pip install --python python3 --offline --no-deps --reinstall --index-url $IDX causal-conv1d || status=1
     step which_file
-    step uv pip install --python python3 --preview-features wheel-variants --no-index --no-deps --reinstall \
-      --find-links $W/wheels causal-conv1d || status=1
+    step uv pip install --python python3 --offline --preview-features wheel-variants --no-deps --reinstall \
+      --index-url $IDX causal-conv1d || status=1
     step which_file
     python3 -m pip list 2>/dev/null | grep -E '^torch ' | tee "$OUT/torch-after.txt"
     cmp "$OUT/torch-before.txt" "$OUT/torch-after.txt" && echo "torch unchanged" | tee -a "$OUT/gpu-check.log"
