@@ -298,7 +298,7 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
     matrix = json.loads(result.stdout)
     assert list(matrix) == ["include"] and len(matrix["include"]) == 8
     keys = {"id", "package", "version", "kind", "platform", "build_runner", "cuda", "arch", "python", "torch",
-            "torch_index", "recipes", "source", "runner", "untested", "abi"}
+            "torch_index", "recipes", "source", "runner", "untested", "abi", "variants"}
     for entry in matrix["include"]:
         assert set(entry) == keys and all(isinstance(v, str) for v in entry.values())
     first = matrix["include"][0]
@@ -306,7 +306,7 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
         "id": "tinyext-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1", "package": "tinyext", "version": "0.1.0",
         "kind": "cuda-extension", "platform": "x86_64", "build_runner": "ubuntu-24.04", "cuda": "13.0",
         "arch": "90,120", "python": "3.11", "torch": "2.14.1", "torch_index": "", "recipes": "recipes", "source": "",
-        "runner": "gpu-rtx5090", "untested": "", "abi": "auto",
+        "runner": "gpu-rtx5090", "untested": "", "abi": "auto", "variants": "",
     }
     assert {e["runner"] for e in matrix["include"]} == {"gpu-rtx5090"}  # [runners] "120" over the default template
     assert {e["source"] for e in matrix["include"]} == {"", "farm/tinyext-0.2.0", "farm/tinyscale-0.2.0"}

@@ -227,3 +227,18 @@ def test_previous_takes_the_releases_before_the_newest(tmp_path: Path, text: str
     assert list(dict.fromkeys(t.version for t in targets)) == expected
     only = expand(load_farm(farm_file, settings), settings, releases=lambda name, s: ["1.7.0"])
     assert only == []  # one release in range: nothing before it
+
+
+
+def test_farm_variants_reach_cuda_targets_only(tmp_path: Path) -> None:
+    """farm.toml's `variants = true` (issue 29): each CUDA target builds its per-arch variants (the nightly passes
+    --variants from the matrix row); a pure-Python one has nothing to slice."""
+    from builder.farm.expand import github_matrix
+
+    settings = shipped(tmp_path)
+    farm = load_farm(ROOT / "farm.toml", settings)
+    targets = expand(farm, settings, releases=lambda name, s: RELEASES[name])
+    rows = {row["id"]: row for row in github_matrix(farm, targets)["include"]}
+    assert targets and all(t.variants == t.kind.is_cuda for t in targets)
+    assert {rows[t.id]["variants"] for t in targets if t.kind.is_cuda} == {"true"}
+    assert {rows[t.id]["variants"] for t in targets if not t.kind.is_cuda} == {""}

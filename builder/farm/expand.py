@@ -196,7 +196,7 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
                             package=recipe.name, version=version, kind=recipe.kind, cuda=cuda, archs=archs,
                             python=python, torch=torch, torch_index=entry.torch_index, toolchain=entry.toolchain,
                             recipes=recipes, source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
-                            platforms=platforms,
+                            platforms=platforms, variants=entry.variants and cuda_ext,
                         ), position))
     targets = _choose_abi(farm, entry, recipe, version, index, cells, settings)
     return targets if cuda_ext else targets[:1]  # one py3-none-any wheel per version: the first cell builds it
@@ -525,6 +525,7 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
         })
         # the farm decided (a version with a port could go either way with auto): `builder build --abi` says so
         include[-1]["abi"] = str(t.abi) if t.port is not None else "auto"
+        include[-1]["variants"] = "true" if t.variants else ""
     return {"include": include}
 
 

@@ -56,6 +56,7 @@ _SETTINGS: dict[str, tuple[type, ...]] = {
     "archs-where-supported": (bool,),
     "abi": (str,),
     "platforms": (str, list),
+    "variants": (bool,),
 }
 _TOP: dict[str, tuple[type, ...]] = {"defaults": (dict,), "package": (list,), "exclude": (list,), "runners": (dict,)}
 _PACKAGE: dict[str, tuple[type, ...]] = {"name": (str,), "versions": (str, list), "newest": (int,), "previous": (int,),
@@ -91,6 +92,7 @@ class FarmEntry:
     torch_newest: int = 1  # torch omitted: the newest N torch minors built for each CUDA (newest patch of each)
     archs_where_supported: bool = False  # drop from each arch list what a target's CUDA cannot compile
     abi: str = "auto"  # auto: one torch-stable target per CUDA major where the recipe has a port | an Abi (ABI_CHOICES)
+    variants: bool = False  # CUDA extensions: also one thin wheel per arch (PEP 825 variants, `builder build --variants`)
 
     def source_for(self, version: str) -> str | None:
         if version in self.sources:
@@ -190,6 +192,7 @@ class FarmTarget:
     # the platforms the wheel serves: one for a CUDA extension; every platform of the entry for a pure-Python wheel
     # (py3-none-any: built once, on the first of them)
     platforms: tuple[Platform, ...] = (X86_64,)
+    variants: bool = False  # a CUDA target whose entry asks for variants: `builder build --variants`
 
     @property
     def platform(self) -> Platform:
@@ -439,6 +442,8 @@ class _Checker(TomlChecker):
             out["archs_where_supported"] = table["archs-where-supported"]
         if "platforms" in table:
             out["platforms"] = self.platforms(table["platforms"], at("platforms"))
+        if "variants" in table:
+            out["variants"] = table["variants"]
         if "abi" in table:
             if table["abi"] not in ABI_CHOICES:
                 close = difflib.get_close_matches(table["abi"], ABI_CHOICES, n=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ def run_target(farm_target: FarmTarget, settings: Settings, options: BuildOption
 
     from builder.core.log import log
     from builder.pipeline.run import run_build
+    from builder.toolchain.cross import is_cross
 
     start = time.monotonic()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -38,6 +40,11 @@ def run_target(farm_target: FarmTarget, settings: Settings, options: BuildOption
     log.info(f"farm target {farm_target.id}: platform {farm_target.platform}"
              + (" (pure Python: one wheel for " + ", ".join(p.name for p in farm_target.platforms) + ")"
                 if not farm_target.kind.is_cuda else ""))
+    if farm_target.variants and not options.variants:
+        if is_cross(farm_target.platform):  # an arm64 runner of the nightly builds them natively
+            log.info("variants: not for a cross build here (its import test under qemu installs no variant)")
+        else:
+            options = dataclasses.replace(options, variants=True)
     try:
         result = run_build(farm_target.to_target(jobs), farm_target.settings(settings), options)
         outcome = FarmOutcome(id=farm_target.id, status=result.status,
