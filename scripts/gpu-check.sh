@@ -22,6 +22,8 @@
 #   scripts/gpu-check.sh variants-build  issue 29: causal-conv1d 1.7.0 for sm_90 + sm_120 built here with --variants
 #                                     (the plain wheel and one thin wheel per arch, each kernel-tested where this GPU
 #                                     runs it) into .carry/wh-variants, which a warm machine keeps for the next call
+#   scripts/gpu-check.sh variants-test  the same wheels built and staged on the CPU machine instead: each tested here,
+#                                     promoted where its kernel tests pass
 #   scripts/gpu-check.sh variants-use  then, with no override: doctor's lines, `builder install` (uv picks the sm90
 #                                     variant: the installed .so carries sm_90 only), the recipe's kernel tests
 #                                     against it, pip and flagless uv taking the plain wheel; torch unchanged
@@ -185,6 +187,18 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     ls -la $W/wheels | tee -a "$OUT/gpu-check.log"
     tar czf "$OUT/wh-variants-meta.tgz" --exclude='*.whl' $W
     ;;
+  variants-test)
+    # the wheels built and staged on the CPU machine (.carry/wh-variants: `builder build causal-conv1d --version 1.7.0
+    # --cuda 13.0 --arch 90,120 --torch 2.11.0 --stage --variants --no-torch-range`): each kernel-tested here and
+    # promoted if it passes; the sm120 variant cannot run on this GPU, so it stays in staging
+    W=.carry/wh-variants
+    for w in $W/staging/wheels/causal_conv1d-*.whl; do
+      case "$w" in *-sm90.whl) quick="" ;; *) quick="--quick" ;; esac
+      step $B test "$w" --python python3 --wheelhouse $W $quick || status=1
+    done
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/variants-$(basename "$(dirname "$f")").json"; done
+    ls -la $W/wheels $W/staging/wheels | tee -a "$OUT/gpu-check.log"
+    ;;
   variants-use)
     W=.carry/wh-variants
     SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -211,7 +225,7 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     cmp "$OUT/torch-before.txt" "$OUT/torch-after.txt" && echo "torch unchanged" | tee -a "$OUT/gpu-check.log"
     ls -la $W/wheels | tee -a "$OUT/gpu-check.log"
     ;;
-  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|upstream|user-stable|mamba|mamba-tf|variants-build|variants-use"; exit 2 ;;
+  *) echo "usage: $0 test-good|test-bad|build-host|fla|fla-guard|fla-old|user|bench|stable|upstream|user-stable|mamba|mamba-tf|variants-build|variants-test|variants-use"; exit 2 ;;
 esac
 echo "gpu-check ${1}: status $status"
 exit $status
