@@ -188,3 +188,28 @@ def test_the_installed_uv_picks_the_variant_for_the_gpu(tmp_path: Path) -> None:
     assert chosen("7.5") == "plain"
     assert chosen("12.0", driver="12.8") == "plain"  # the driver is older than the toolkit's CUDA
     assert chosen("12.0", flag=False) == "plain"
+
+
+def test_a_variant_is_published_only_beside_its_plain_wheel(tmp_path: Path) -> None:
+    """pip and flagless uv skip variant files: a release must never be variants alone. Its variants table appears
+    on the project page once a variant with a record saying so is there."""
+    from builder.core.errors import PublishError
+    from builder.index.store import Wheelhouse
+    from builder.model.records import VariantInfo
+    from tests.test_index import labelled_wheel
+
+    plain = labelled_wheel(tmp_path / "w", "demo", "1.0", "cu130torch2.14", pins=("torch==2.14.1",))
+    variant = plain.with_name(plain.name[:-4] + "-sm90.whl")
+    variant.write_bytes(plain.read_bytes())
+    house = Wheelhouse(tmp_path / "house")
+    v = variants.Variant.for_build(Arch(90), CudaVersion.parse("13.0"))
+    record = BuildRecord(package="demo", version="1.0", variant=VariantInfo(v.label, ("90", "120"), v.properties()))
+    with pytest.raises(PublishError, match="its plain wheel .* is not there"):
+        house.publish(variant, record)
+    assert not list(house.wheels.glob("*.whl")) if house.wheels.is_dir() else True
+    house.publish(plain, BuildRecord(package="demo", version="1.0"))
+    house.publish(variant, record)
+    table = house.root / "simple" / "demo" / "demo-1.0+cu130torch2.14-variants.json"
+    assert variants.read_metadata(table.read_bytes(), "page") == {"sm90": v.properties()}
+    page = json.loads((house.root / "simple" / "demo" / "index.json").read_text())
+    assert {f["filename"] for f in page["files"]} == {plain.name, variant.name, table.name}

@@ -21,6 +21,7 @@ from typing import BinaryIO
 from builder.core.errors import PublishError
 from builder.core.fsutil import sha256_file
 from builder.core.log import log
+from builder.core.wheelfile import split_label
 from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import (
     check_wheel,
@@ -145,6 +146,7 @@ class Wheelhouse(Layout):
                 assets = self.assets()
                 if assets is not None:
                     self._check_immutable(wheel.name, digest, assets)
+                self._check_plain_beside(wheel.name)
                 if not replace and not self.staging().contains(wheel):  # a promotion was checked when staged
                     self._check_arch_set(wheel.name, record)
                     if self.parent is not None:
@@ -287,6 +289,16 @@ class Wheelhouse(Layout):
                 f"other bytes (sha256 {sha256_file(held)}, this file {digest}); a URL's bytes never change",
                 "publish it under a new file name (a new version or build tag), or keep the published wheel",
             )
+
+    def _check_plain_beside(self, wheel_name: str) -> None:
+        """A variant (PEP 825) is published only beside its plain wheel: a tool that knows no variants skips every
+        variant file, and must still find the release."""
+        plain, label = split_label(wheel_name)
+        if label is not None and not self.wheel_file(plain).is_file():
+            raise PublishError(f"refusing to publish the {label} variant {wheel_name} into {self.root}: its plain "
+                               f"wheel {plain} is not there (pip, and uv without --preview-features wheel-variants, "
+                               "would find no file of this release)",
+                               "publish (or promote) the plain wheel first")
 
     def _check_arch_set(self, wheel_name: str, record: BuildRecord) -> None:
         old = self._read_record(wheel_name) if self.wheel_file(wheel_name).exists() else None
