@@ -89,8 +89,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
     add_common(p)
 
-    p = sub.add_parser("verify", help="try published stable-ABI wheels on torches released since they were built")
-    p.add_argument("package", nargs="*", help="recipe names (default: every package with a stable-ABI wheel)")
+    p = sub.add_parser("verify", help="try published stable-ABI and pure-Python wheels on torches they "
+                       "have no check for (released since they were built)")
+    p.add_argument("package", nargs="*", help="recipe names (default: every package with a stable-ABI or pure-Python wheel)")
     p.add_argument("--python", default="3.12", help="Python version of the check venvs (default 3.12)")
     add_common(p)
 
@@ -342,7 +343,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     packages = args.package or stable_packages(settings)
     if not packages:
-        out.print("no stable-ABI wheels in the wheelhouse: nothing to verify")
+        out.print("no stable-ABI or pure-Python wheels in the wheelhouse: nothing to verify")
         return 0
     results = [r for package in packages for r in verify_package(package, settings, python=args.python)]
     table = Table("wheel", "torch", "CUDA", "Python", "how", "result")

@@ -22,7 +22,7 @@ from builder.model.records import BuildRecord, TestReport, TorchCheck
 from builder.stages.inspection import inspect_wheel, render_report
 from builder.stages.pyenv import PythonEnv, find_interpreter, fresh_test_env, probe
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
-from builder.stages.torchrange import GPU_KERNEL_TESTS
+from builder.stages.torchrange import GPU_KERNEL_TESTS, PurePython, built_once
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,14 +62,15 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
     report = inspect_wheel(wheel, settings)
     log.info(render_report(report))
     record = report.record or BuildRecord()
-    torch = _torch_pin(report.requires, record)
+    ranged = record.is_stable_abi or (report.record is not None and built_once(wheel.name))
+    torch = _torch_pin(report.requires, record, ranged=ranged)
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-test-", dir=settings.cache("tests")))
     kernel = KernelTestPlan(quick=options.quick, bench=options.bench, required=options.require_kernel_tests,
                             not_published="nothing was promoted")
     try:
-        test_env = _test_env(wheel, options, torch, record, tags, workdir)
+        test_env = _test_env(wheel, options, torch, record, tags, workdir, requires=report.requires)
         tests = run_tests(test_env, recipe, report, workdir, kernel)
     except TestStageFailed as e:
         _save(record.with_(tests=e.report), wheel, house, staging)
@@ -77,7 +78,7 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
     record = record.with_(tests=tests)
-    if record.is_stable_abi and tests.kernel_status == "passed":
+    if ranged and tests.kernel_status == "passed":  # per torch and GPU: another GPU's run adds its own
         record = record.with_(torch_checks=with_gpu_check(record, test_env, tests))
     if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
         published = house.publish(wheel, record, portability=report.portability)
@@ -97,9 +98,10 @@ def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhou
             area.write_record(wheel.name, record)
 
 
-def _torch_pin(requires: tuple[str, ...], record: BuildRecord) -> str:
-    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored); for a stable-ABI
-    wheel (``torch>=FLOOR``) the torch it was built against, which its record names."""
+def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool = False) -> str:
+    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored); for a wheel
+    offered across torches (``ranged``: a stable-ABI wheel, ``torch>=FLOOR``, or a pure-Python one built once,
+    which keeps upstream's requirement) the torch it was built against, which its record names."""
     from packaging.requirements import Requirement
 
     for text in requires:
@@ -108,28 +110,39 @@ def _torch_pin(requires: tuple[str, ...], record: BuildRecord) -> str:
             pins = [s.version for s in req.specifier if s.operator == "=="]
             if pins:
                 return pins[0]
-    built_with = record.python.get("torch") if record.is_stable_abi else None
+    built_with = record.python.get("torch") if ranged or record.is_stable_abi else None
     if built_with:
         return str(built_with)
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")
 
 
 def with_gpu_check(record: BuildRecord, env: PythonEnv, tests: TestReport) -> tuple[TorchCheck, ...]:
-    """The record's torch checks with this machine's passed kernel suite added for its torch (replacing an
-    earlier GPU check of the same torch)."""
+    """The record's torch checks with this machine's passed kernel suite added for its torch. It replaces an
+    earlier GPU check of the same torch, CUDA line and GPU only: a run on another GPU (another arch: an H200's
+    sm_90 after an RTX 5090's sm_120) adds its check beside the first, so the record keeps one per GPU."""
     torch = Version(env.torch or "0")
     counts = ", ".join(f"{v} {k}" for k, v in tests.counts.items())
     check = TorchCheck(torch=str(torch.public), cuda=env.torch_cuda or "", python=env.version or "",
                        how=GPU_KERNEL_TESTS, status="passed", detail=f"{counts} on {tests.gpu or 'a GPU'}".strip())
-    kept = [c for c in record.torch_checks or () if not (c.how == GPU_KERNEL_TESTS and c.torch == check.torch)]
+    kept = [c for c in record.torch_checks or () if not (c.how == GPU_KERNEL_TESTS and c.torch == check.torch
+                                                          and c.cuda == check.cuda and gpu_of(c) == gpu_of(check))]
     return (*kept, check)
 
 
-def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord, tags: frozenset, workdir: Path):
+def gpu_of(check: TorchCheck) -> str:
+    """The GPU a ``gpu-kernel-tests`` check ran on, as its detail names it (``3 passed on NVIDIA H200``)."""
+    return check.detail.rpartition(" on ")[2] if " on " in check.detail else check.detail
+
+
+def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord, tags: frozenset, workdir: Path,
+              *, requires: tuple[str, ...] = ()):
+    once = built_once(wheel.name)
     if options.python is not None:
         given = probe(Path(shutil.which(options.python) or options.python), need_torch=True)
         if record.is_stable_abi:
             _check_stable_torch(given, record, options.python)
+        elif once:
+            _check_pure_torch(given, requires, options.python)
         elif Version(given.torch or "0").public != Version(torch).public:
             raise ToolchainError(
                 f"--python {options.python}: its torch is {given.torch}, the wheel needs torch=={torch}",
@@ -139,8 +152,8 @@ def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord
     interpreter = next((t.interpreter for t in tags if t.interpreter.startswith("cp")), "cp312")
     version = f"{interpreter[2]}.{interpreter[3:]}"
     built_with = str(record.python.get("version") or "")
-    if any(t.abi == "abi3" for t in tags) and built_with.count(".") >= 1:
-        version = ".".join(built_with.split(".")[:2])  # an abi3 wheel: the Python it was built and tested with
+    if (once or any(t.abi == "abi3" for t in tags)) and built_with.count(".") >= 1:
+        version = ".".join(built_with.split(".")[:2])  # abi3 or py3: the Python it was built and tested with
     index = resolve_index(record.torch_index or None)
     return fresh_test_env(find_interpreter(version), torch, index, wheel, _extra(options), workdir)
 
@@ -155,6 +168,15 @@ def _check_stable_torch(given: PythonEnv, record: BuildRecord, python: str) -> N
     if cuda is not None and given.torch_cuda and not given.torch_cuda.startswith(f"{cuda.major}."):
         raise ToolchainError(f"--python {python}: its torch {given.torch} is built for CUDA {given.torch_cuda}; the "
                              f"wheel is for CUDA {cuda.major} torches", "give an interpreter with such a torch")
+
+
+def _check_pure_torch(given: PythonEnv, requires: tuple[str, ...], python: str) -> None:
+    """A pure-Python wheel built once runs with any torch its own requirement admits (its checks say where it is
+    offered; this run adds one for that torch)."""
+    claim = PurePython.of_requires(requires)
+    if not claim.admits(given.torch or "0"):
+        raise ToolchainError(f"--python {python}: its torch is {given.torch}; the wheel requires torch"
+                             f"{claim.requirement}", "give an interpreter with a torch the wheel allows")
 
 
 def _extra(options: TestOptions) -> tuple[str, ...]:

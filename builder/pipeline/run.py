@@ -239,11 +239,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     if compiler_cache is not None:
         log.info("compiler cache: " + ", ".join(f"{v} {k}" for k, v in compiler_cache.items()))
     log.step("finalize")
-    # a stable-ABI wheel's label (cu13) names no channel, a pure-Python wheel has none: their checks do
-    label = plan.label(torch) if torch else None
-    requirement = plan.torch_requirement(torch) if torch else None  # pure Python: upstream's requirement stays
-    pins = [requirement] if requirement else []
-    pins += list(plan.recipe.runtime_requires)
+    label, pins = label_and_pins(plan, torch)
     record = build_record(plan, key=key, source_digest=resolved.source_digest, toolkit=toolkit,
                           compiler=resolved.compiler, python=python, log_file=log_file)
     with timed(timings, "finalize"):
@@ -309,6 +305,15 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     if made:
         log.ok(f"variants: {', '.join(v.wheel.name for v in made)} beside it (uv --preview-features "
                f"{UV_PREVIEW_FEATURE} picks the one for the GPU; pip the plain wheel)")
+
+
+def label_and_pins(plan: Plan, torch: str) -> tuple[str | None, list[str]]:
+    """What finalize writes: the local label (a stable-ABI wheel's ``cu13`` names no channel, a pure-Python wheel
+    has none: their checks say where they are offered) and the pins: the torch requirement (none for a pure-Python
+    wheel, which keeps upstream's) and the recipe's runtime requirements."""
+    label = plan.label(torch) if torch else None
+    requirement = plan.torch_requirement(torch) if torch else None
+    return label, [*([requirement] if requirement else []), *plan.recipe.runtime_requires]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""`builder verify`: a torch released after a stable-ABI wheel was built is one check, not a rebuild.
+"""`builder verify`: a torch released after a wheel offered across torches was built is one check, not a rebuild.
 
-For each stable-ABI wheel of a package in the wheelhouse, the torches its range now holds (stages/torchrange.py:
-the newest release of each torch minor from the floor on, for the wheel's CUDA major, on the torch index it was
-built with and, for the (torch minor, CUDA line) pairs that index lacks, on the other known indexes: torchrange.py
-``other_index_torches``) that its record has no passed check for are tried beside it; the new checks go into its record, and the
-index then lists it in the channel of each torch that passed (one transaction: index/store.py write_record).
+For each such wheel of a package in the wheelhouse (a stable-ABI wheel, or a pure-Python wheel built once), the
+torches its range now holds (stages/torchrange.py: the newest release of each torch minor it claims, on the torch
+index it was built with and, for the (torch minor, CUDA line) pairs that index lacks, on the other known indexes:
+torchrange.py ``other_index_torches``) that its record has no passed check for are tried beside it; the new checks
+go into its record, and the index then lists it in the channel of each torch that passed (one transaction:
+index/store.py write_record). A stable wheel claims its port's range on its CUDA major; a pure-Python wheel every
+torch its own requirement admits on every CUDA line from 12.8 on (torchrange.py ``PurePython``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,25 @@ from builder.core.errors import UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.wheelfile import parse_wheel_name
-from builder.discovery.compat import resolve_index
+from builder.discovery.compat import TorchIndex, resolve_index
 from builder.index.store import Wheelhouse
-from builder.model.platform import parse_platform
-from builder.model.recipe import find_recipe, load_recipe
-from builder.model.records import TorchCheck
+from builder.model.platform import Platform, parse_platform
+from builder.model.recipe import Recipe, find_recipe, load_recipe
+from builder.model.records import BuildRecord, TorchCheck
+from builder.stages.finalize import read_metadata
 from builder.stages.pyenv import find_interpreter, index_args
-from builder.stages.torchrange import check_torch_range, describe_checks, other_index_torches, torches_to_check
+from builder.stages.torchrange import (
+    IMPORT_REGISTRATION,
+    Claim,
+    MakeEnv,
+    PurePython,
+    built_once,
+    check_torch_range,
+    describe_checks,
+    other_index_torches,
+    torches_to_check,
+    venv_maker,
+)
 from builder.toolchain import cross
 
 
@@ -36,35 +50,39 @@ class Verified:
     checks: tuple[TorchCheck, ...]  # all of them, as the record now holds them
 
 
+def ranged(filename: str, record: BuildRecord | None) -> bool:
+    """Whether a published wheel is offered across torches by its checks: stable-ABI, or pure Python built once."""
+    return record is not None and (record.is_stable_abi or built_once(filename))
+
+
 def stable_packages(settings: Settings) -> list[str]:
-    """The packages that have a published stable-ABI wheel."""
+    """The packages that have a published wheel offered across torches (stable-ABI, or pure Python built once)."""
     house = Wheelhouse(settings.wheelhouse)
-    return sorted({str(parse_wheel_name(w.name)[0]) for w in house.wheel_files()
-                   if (r := house.record_of(w.name)) is not None and r.is_stable_abi})
+    return sorted({str(parse_wheel_name(w.name)[0]) for w in house.wheel_files() if ranged(w.name, house.record_of(w.name))})
 
 
 def verify_package(package: str, settings: Settings, *, python: str = "3.12") -> list[Verified]:
-    """Check every published stable-ABI wheel of ``package`` on the torches it has no passed check for."""
+    """Check every published stable-ABI or built-once pure-Python wheel of ``package`` on the torches it has no
+    passed check for."""
     house = Wheelhouse(settings.wheelhouse)
     wanted = canonicalize_name(package)
     wheels = [w for w in house.wheel_files() if canonicalize_name(parse_wheel_name(w.name)[0]) == wanted]
-    stable = [(w, r) for w in wheels if (r := house.record_of(w.name)) is not None and r.is_stable_abi]
-    if not stable:
-        raise UsageError(f"no stable-ABI wheel of {package} in {house.wheels}",
-                         "build one first (builder build with a recipe that has [stable-abi])")
+    found = [(w, r) for w in wheels if (r := house.record_of(w.name)) is not None and ranged(w.name, r)]
+    if not found:
+        raise UsageError(f"no stable-ABI or built-once pure-Python wheel of {package} in {house.wheels}",
+                         "build one first (builder build with a recipe that has [stable-abi], or a pure-Python one)")
     recipe = load_recipe(find_recipe(package, settings.recipes_dir), settings.patches_dir)
-    if recipe.stable_abi is None:
-        raise UsageError(f"the recipe of {package} has no [stable-abi] section", "add it, or rebuild per torch")
     results = []
-    for wheel, record in stable:
+    for wheel, record in found:
+        claim = _claim(wheel, record, recipe)
         index, cuda = resolve_index(record.torch_index or None, settings), record.cuda_version
         if cuda is None:
             log.warning(f"{wheel.name}: its record names no CUDA; skipped")
             continue
         done = {(Version(c.torch).public, c.cuda, c.how) for c in record.torch_checks or () if c.passed}
-        own = torches_to_check(index, cuda, recipe.stable_abi)
-        rounds = [(index, own), *other_index_torches(index, cuda, recipe.stable_abi, own, settings)]
-        rounds = [(i, [(t, line) for t, line in these if (Version(t).public, line, "import+registration") not in done])
+        own = torches_to_check(index, cuda, claim)
+        rounds = [(index, own), *other_index_torches(index, cuda, claim, own, settings)]
+        rounds = [(i, [(t, line) for t, line in these if (Version(t).public, line, IMPORT_REGISTRATION) not in done])
                   for i, these in rounds]
         if not any(these for _, these in rounds):
             log.ok(f"{wheel.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
@@ -76,10 +94,9 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
         for each, todo in rounds:
             if not todo:
                 continue
-            make_env = cross.env_maker(target, wheel, index_args(each), settings) if cross.is_cross(target) else None
-            new += check_torch_range(wheel, recipe.stable_abi, recipe.imports, todo, each,
-                                     find_interpreter(python) if make_env is None else Path(), workdir,
-                                     make_env=make_env)
+            base = find_interpreter(python) if not cross.is_cross(target) else Path()
+            new += check_torch_range(wheel, claim, recipe.imports, todo, each, base, workdir,
+                                     make_env=_env_maker(wheel, claim, recipe, each, base, target, house, settings))
         replaced = {(Version(c.torch).public, c.cuda, c.how) for c in new}
         kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.cuda, c.how) not in replaced)
         checks = (*kept, *new)
@@ -87,3 +104,25 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
         log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")
         results.append(Verified(wheel.name, new, checks))
     return results
+
+
+def _claim(wheel: Path, record: BuildRecord, recipe: Recipe) -> Claim:
+    """What the wheel claims: its recipe's stable-ABI port, or (pure Python) its own torch requirement."""
+    if not record.is_stable_abi:
+        requires = [line.split(":", 1)[1].strip() for line in read_metadata(wheel).splitlines()
+                    if line.startswith("Requires-Dist:")]
+        return PurePython.of_requires(requires)
+    if recipe.stable_abi is None:
+        raise UsageError(f"the recipe of {recipe.name} has no [stable-abi] section", "add it, or rebuild per torch")
+    return recipe.stable_abi
+
+
+def _env_maker(wheel: Path, claim: Claim, recipe: Recipe, index: TorchIndex, base: Path, target: Platform,
+               house: Wheelhouse, settings: Settings) -> MakeEnv | None:
+    """A cross wheel's env under qemu; a pure-Python wheel's with its companions (the wheelhouse's wheels) and the
+    recipe's test requirements; None (torchrange's default venv) for a stable wheel of this machine."""
+    if cross.is_cross(target):
+        return cross.env_maker(target, wheel, index_args(index), settings)
+    if isinstance(claim, PurePython):
+        return venv_maker(wheel, index, base, extra=recipe.test_requires, find_links=house.wheels)
+    return None

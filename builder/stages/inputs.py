@@ -48,6 +48,7 @@ TOOLKIT_KEY_FIELDS = ("kind", "nvcc", "image", "nvcc_flags")
 COVERED_BY: Mapping[str, str] = {"env": "recipe"}
 
 Pairs = tuple[tuple[str, str], ...]
+BUILT_ONCE = "any (pure Python: built once)"  # a pure-Python wheel's torch, Python, index and CUDA in its cache key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +127,7 @@ def target_inputs(
     """The inputs of ``plan`` once its parts are resolved: the source's digest, the toolkit's record (None for
     pure Python), the build venv and the host compiler (toolchain/hostcompiler.py; None for container builds)."""
     cuda_ext = plan.recipe.kind.is_cuda
+    once = not cuda_ext  # a py3-none-any wheel is the same whatever torch, Python, index or CUDA built it
     return TargetInputs(
         builder=__version__,
         recipe=plan.recipe.content_digest(),
@@ -133,11 +135,11 @@ def target_inputs(
         source=source_digest,
         toolkit=toolkit if isinstance(toolkit, Unknown) else
         _pairs({k: v for k, v in (toolkit or {}).items() if k in TOOLKIT_KEY_FIELDS}),
-        python=python if isinstance(python, Unknown) else python.version,
-        torch=python if isinstance(python, Unknown) else (python.torch or ""),
-        index=plan.index.url,
+        python=BUILT_ONCE if once else python if isinstance(python, Unknown) else python.version,
+        torch=BUILT_ONCE if once else python if isinstance(python, Unknown) else (python.torch or ""),
+        index=BUILT_ONCE if once else plan.index.url,
         archs=tuple(str(a) for a in plan.target.archs) if cuda_ext else (),
-        cuda=str(plan.cuda),
+        cuda=BUILT_ONCE if once else str(plan.cuda),
         env=_pairs(plan.env),
         compiler=compiler if compiler is None or isinstance(compiler, Unknown) else _pairs(compiler),
         platform=plan.recorded_platform,
@@ -149,17 +151,20 @@ def recorded_inputs(record: BuildRecord) -> TargetInputs:
     A field the record does not carry is UNKNOWN: the recipe's build env (its content digest covers it), and any input
     newer than the record (``agrees`` then says the record was built from other inputs)."""
     pure = not record.archs and str(record.toolchain.get("kind", "")).startswith("none")
+    # built once (issue 28): an unlabelled pure-Python wheel's record carries its torch checks; one of the per-torch
+    # pure wheels of before (no checks) keeps the inputs it was built from, so it is never taken for the new one
+    once = pure and record.torch_checks is not None
     known: dict[str, Any] = {
         "builder": record.builder_version,
         "recipe": record.recipe.content_sha256 if record.recipe else "",
         "patches": tuple((p.file, p.sha256) for p in record.patches),
         "source": (record.source.sha256 if record.source else None) or "",
         "toolkit": () if pure else _pairs({k: v for k, v in record.toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
-        "python": str(record.python.get("version")),
-        "torch": str(record.python.get("torch") or ""),
-        "index": record.torch_index,
+        "python": BUILT_ONCE if once else str(record.python.get("version")),
+        "torch": BUILT_ONCE if once else str(record.python.get("torch") or ""),
+        "index": BUILT_ONCE if once else record.torch_index,
         "archs": record.archs,
-        "cuda": record.cuda,
+        "cuda": BUILT_ONCE if once else record.cuda,
         "compiler": _pairs(record.host_compiler) if record.host_compiler else None,
         "platform": record.platform,
     }

@@ -51,7 +51,7 @@ PURE_PYTHON_MIN_CUDA = CudaVersion.parse("12.8")
 
 @dataclass(frozen=True)
 class PurePython:
-    """What a pure-Python wheel built once claims: every torch ``requirement`` admits (the wheel's own unconditional
+    """What a pure-Python wheel built once claims: every torch ``requirement`` admits (the wheel's own
     ``Requires-Dist: torch`` specifier, upstream's; empty: every torch), on every CUDA line from
     ``PURE_PYTHON_MIN_CUDA`` on. It has no torch.ops namespaces to look at."""
 
@@ -63,14 +63,16 @@ class PurePython:
 
     @classmethod
     def of_requires(cls, requires: Sequence[str]) -> PurePython:
-        """From a wheel's Requires-Dist lines: its unconditional torch requirement (several: all of them)."""
+        """From a wheel's Requires-Dist lines: the torch requirement a CUDA user installs it with, every line that
+        applies with the ``cuda`` extra chosen or without extras (fla-core 0.6.0 declares ``torch>=2.7.0`` under
+        its ``cuda``, ``rocm`` and ``cpu`` extras and ``torch==2.10.0`` under ``npu``: >=2.7.0)."""
         spec = SpecifierSet()
         for line in requires:
             try:
                 req = Requirement(line)
             except InvalidRequirement:
                 continue
-            if canonicalize_name(req.name) == "torch" and req.marker is None:
+            if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate({"extra": "cuda"})):
                 spec &= req.specifier
         return cls(spec)
 
@@ -93,6 +95,7 @@ def _on_line(claim: Claim, line: CudaVersion, cuda: CudaVersion) -> bool:
     if isinstance(claim, PurePython):
         return (line.major, line.minor) >= (PURE_PYTHON_MIN_CUDA.major, PURE_PYTHON_MIN_CUDA.minor)
     return line.major == cuda.major
+
 
 # Run by the venv's interpreter: import torch and the recipe's modules, then list each namespace's ops and which
 # of them lack a CUDA kernel. Prints one JSON object; an import error is reported, not raised.

@@ -11,6 +11,11 @@ A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) se
 torch: it fits an env whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor
 on that CUDA line is one it was verified on (its record's torch checks; index/checks.wheel_channels, the rule the
 pages list it by). It is installed from that env's own channel (``cu130torch2.12``), where the index lists it.
+
+A pure-Python wheel built once (``py3-none-any``, unlabelled, with a record: recipes of kind ``pure-python``,
+stages/torchrange.py ``built_once``) is judged the same way, with no CUDA major: it fits an env whose torch meets
+the wheel's own torch requirement (upstream's) and whose torch minor on its CUDA line is one a check of it passed
+on, and is installed from that env's channel, torch held where it is.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, of_wheel_platform, this_machine
 from builder.model.records import BuildRecord, TorchCheck
 from builder.stages.torchrange import GPU_KERNEL_TESTS
+from builder.stages.torchrange import built_once as is_built_once
 from builder.user.envprobe import known_platform
 
 if TYPE_CHECKING:
@@ -100,11 +106,18 @@ class IndexedWheel:
     torch_checks: tuple[TorchCheck, ...] = ()  # a stable-ABI wheel: each torch it was tried on
     channels: tuple[str, ...] = ()  # the channels that list it (index/checks.wheel_channels)
     variants: tuple[str, ...] = ()  # labels of its PEP 825 variants listed beside it (sm90, sm120): uv may pick one
+    built_once: bool = False  # a pure-Python wheel built once for every torch (unlabelled py3-none-any, recorded)
 
     @property
     def is_stable_abi(self) -> bool:
         """One wheel for a range of torches of one CUDA major (label ``cu13``, or a record saying so)."""
         return self.abi == "torch-stable" or stable_label_major(self.label) is not None
+
+    @property
+    def ranged(self) -> bool:
+        """Offered across torches, in the channel of each torch its checks passed on: stable-ABI, or pure Python
+        built once."""
+        return self.is_stable_abi or self.built_once
 
     @property
     def cuda_major(self) -> int | None:
@@ -132,12 +145,13 @@ class IndexedWheel:
     def index_url(self) -> str:
         """The index that lists it for every env: its channel (the combined index for an unlabelled wheel and for a
         stable-ABI wheel, which is in one channel per verified torch instead: see ``index_url_for``)."""
-        return self.wheelhouse + simple_path(None if self.is_stable_abi else self.label)
+        return self.wheelhouse + simple_path(None if self.ranged else self.label)
 
     def channel_for(self, env: EnvFacts) -> str | None:
-        """The channel ``env`` installs it from: a per-torch wheel's own label; for a stable-ABI wheel the env's
-        channel (``cu130torch2.12``) where the wheel is listed there, else None."""
-        if not self.is_stable_abi:
+        """The channel ``env`` installs it from: a per-torch wheel's own label; for a stable-ABI wheel (or a
+        pure-Python one built once) the env's channel (``cu130torch2.12``) where the wheel is listed there, else
+        None."""
+        if not self.ranged:
             return self.label
         if env.torch is None or env.torch_cuda is None:
             return None
@@ -172,8 +186,8 @@ class Verdict:
     @property
     def kernel_tested(self) -> bool:
         """Its kernel tests passed: a per-torch wheel's (on its one torch); a stable-ABI wheel's on a torch of
-        this env's channel (a ``gpu-kernel-tests`` check there)."""
-        if not self.wheel.is_stable_abi:
+        this env's channel (a ``gpu-kernel-tests`` check there); a pure-Python wheel's likewise."""
+        if not self.wheel.ranged:
             return self.wheel.kernel_tests == "passed"
         return any(c.passed and c.how == GPU_KERNEL_TESTS and _check_channel(c) == self.channel
                    for c in self.wheel.torch_checks)
@@ -240,9 +254,9 @@ def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
     if _requires_python_fails(wheel, env):
         reasons.append(f"requires Python {wheel.requires_python}")
     why = ""
-    if wheel.is_stable_abi:
-        stable_reasons, why = _judge_stable(wheel, env)
-        reasons += stable_reasons
+    if wheel.ranged:
+        ranged_reasons, why = _judge_ranged(wheel, env)
+        reasons += ranged_reasons
     else:
         pin = wheel.torch_pin
         if pin is not None:
@@ -301,19 +315,22 @@ def _version_tuple(python: str) -> tuple[int, int]:
     return v.major, v.minor
 
 
-def _judge_stable(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
-    """A stable-ABI wheel against the env's torch: its requirement (the floor), its CUDA major, and whether the
-    env's torch minor on its CUDA line is one the wheel was verified on. (reasons, why it fits)."""
+def _judge_ranged(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
+    """A wheel offered across torches against the env's torch: its requirement (a stable wheel's floor, a
+    pure-Python wheel's own), a stable wheel's CUDA major, and whether the env's torch minor on its CUDA line is one
+    the wheel was verified on. (reasons, why it fits)."""
     pin = wheel.torch_pin
     if env.torch is None:
         return [f"needs torch{pin or ''}; no torch is installed"], ""
     reasons = []
     if pin is not None and not pin.contains(Version(env.torch), prereleases=True):
-        reasons.append(f"needs torch{pin} (its stable-ABI floor), the env has torch {env.torch}")
-    major = wheel.cuda_major
+        whose = "its stable-ABI floor" if wheel.is_stable_abi else "its own requirement"
+        reasons.append(f"needs torch{pin} ({whose}), the env has torch {env.torch}")
+    major = wheel.cuda_major if wheel.is_stable_abi else None  # pure Python: every CUDA line
     what = f"CUDA {major} torches" if major is not None else "CUDA torches"
-    if env.torch_cuda is None:
-        return [*reasons, f"built for {what}; this env's torch {env.torch} is a CPU build"], ""
+    if env.torch_cuda is None:  # a channel is a CUDA line's: a pure-Python wheel is checked on CUDA torches only
+        head = f"built for {what}" if wheel.is_stable_abi else "offered for the CUDA torches its checks passed on"
+        return [*reasons, f"{head}; this env's torch {env.torch} is a CPU build"], ""
     cuda = CudaVersion.parse(env.torch_cuda)
     if major is not None and cuda.major != major:
         return [*reasons, f"built for {what}; this env's torch {env.torch} is CUDA {cuda.major}"], ""
@@ -326,7 +343,8 @@ def _judge_stable(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
     here = [c for c in wheel.torch_checks if c.passed and _check_channel(c) == channel]
     best_check = max(here, key=lambda c: (c.how == GPU_KERNEL_TESTS, Version(c.torch)), default=None)
     checked = f": {best_check.how} passed on torch {best_check.torch}" if best_check else ""
-    return [], f"the stable-ABI wheel verified on this env's torch {minor} with CUDA {cuda.line}{checked}"
+    kind = "stable-ABI" if wheel.is_stable_abi else "pure-Python"
+    return [], f"the {kind} wheel verified on this env's torch {minor} with CUDA {cuda.line}{checked}"
 
 
 def _not_verified(wheel: IndexedWheel, channel: str, minor: str, cuda: CudaVersion) -> str:
@@ -377,11 +395,11 @@ def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
 
 def best(verdicts: list[Verdict]) -> Verdict | None:
     """The fitting wheel to install: the newest version, kernel-tested (on this env's torch) before untested, a
-    per-torch wheel (built against this very torch) before a stable-ABI one."""
+    per-torch wheel (built against this very torch) before a stable-ABI one or a pure-Python one built once."""
     fitting = [v for v in verdicts if v.fits]
     if not fitting:
         return None
-    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.kernel_tested, not v.wheel.is_stable_abi,
+    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.kernel_tested, not v.wheel.ranged,
                                        v.wheel.filename))
 
 
@@ -468,7 +486,7 @@ class WheelhouseReader:
             requires=requires, sass=sass, ptx=ptx, kernel_tests=kernel,
             abi=built.abi if built else None, cuda=built.cuda if built else "",
             torch_checks=tuple(built.torch_checks or ()) if built else (),
-            channels=wheel_channels(filename, built),
+            channels=wheel_channels(filename, built), built_once=built is not None and is_built_once(filename),
         )
 
     # ---------------------------------------------------------------- transport: file:// and http(s):// alike
