@@ -90,3 +90,24 @@ def test_uv_picks_the_variant_for_the_gpu_and_pip_the_plain_wheel(house: Path, t
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", "--index-url",
                     (house / "simple").as_uri(), "tinyext"], check=True)
     assert _sass(python) == {"sm_90", "sm_120"} and torch_now() == torch
+
+
+def test_builder_variants_stages_the_variants_of_a_published_wheel(house: Path, tmp_path: Path) -> None:
+    """`builder variants`: a wheel published without them gets them staged, without a compile; an arch the wheel
+    was not built for is refused, naming the archs it has."""
+    from builder.index.store import Wheelhouse
+    from builder.model.records import BuildRecord
+
+    plain = house / "wheels" / PLAIN
+    record = BuildRecord.from_json(json.loads((house / "records" / f"{PLAIN}.json").read_text()))
+    target = Wheelhouse(tmp_path / "house")
+    target.publish(plain, record.with_(variant=None))
+    env = {"BUILDER_CACHE_DIR": str(house.parent / "cache"), "BUILDER_WHEELHOUSE": str(target.root)}
+    done = run_cli("variants", "tinyext", "--recipes", str(FIXTURES / "recipes"), env=env)
+    assert done.code == 0, done.stderr[-2000:]
+    staged = sorted(p.name for p in (target.root / "staging" / "wheels").glob("*.whl"))
+    assert staged == sorted([PLAIN[:-4] + "-sm120.whl", PLAIN[:-4] + "-sm90.whl"])
+    assert "tinyext-0.1.0+cu130torch2.14-variants.json" in \
+        (target.root / "staging" / "simple" / "tinyext" / "index.html").read_text()
+    refused = run_cli("variants", "tinyext", "--arch", "100", "--recipes", str(FIXTURES / "recipes"), env=env)
+    assert refused.code != 0 and "was built for 90, 120, not 100" in refused.stderr

@@ -89,6 +89,12 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
     add_common(p)
 
+    p = sub.add_parser("variants", help="stage one thin wheel per arch (PEP 825 variants) of wheels already built, "
+                       "without compiling; `builder test` on a GPU promotes them")
+    p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
+    p.add_argument("--arch", help="only these archs (default: every arch the wheel was built for)")
+    add_common(p)
+
     p = sub.add_parser("verify", help="try published stable-ABI and pure-Python wheels on torches they "
                        "have no check for (released since they were built)")
     p.add_argument("package", nargs="*", help="recipe names (default: every package with a stable-ABI or pure-Python wheel)")
@@ -254,6 +260,14 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_variants(args: argparse.Namespace) -> int:
+    from builder.pipeline.variants import stage_variants
+
+    for wheel in stage_variants(args.wheel, settings_from_args(args), args.arch):
+        out.print(f"[bold]staged[/bold]: {wheel}")
+    return 0
+
+
 def _speed_text(row: Mapping[str, Any]) -> str:
     """'kernel 1.337 ms, reference 755.2 ms, x565' or the benchmark's error."""
     if row.get("error") or not isinstance(row.get("kernel_ms"), (int, float)):
@@ -360,6 +374,7 @@ COMMANDS = {
     "verify": cmd_verify,
     "plan": cmd_plan,
     "test": cmd_test,
+    "variants": cmd_variants,
     "recipes": cmd_recipes,
     "inspect": cmd_inspect,
 }

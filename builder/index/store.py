@@ -294,7 +294,8 @@ class Wheelhouse(Layout):
         """A variant (PEP 825) is published only beside its plain wheel: a tool that knows no variants skips every
         variant file, and must still find the release."""
         plain, label = split_label(wheel_name)
-        if label is not None and not self.wheel_file(plain).is_file():
+        areas = [self, *([self.parent] if self.parent is not None else [])]  # staged beside a published one too
+        if label is not None and not any(area.wheel_file(plain).is_file() for area in areas):
             raise PublishError(f"refusing to publish the {label} variant {wheel_name} into {self.root}: its plain "
                                f"wheel {plain} is not there (pip, and uv without --preview-features wheel-variants, "
                                "would find no file of this release)",

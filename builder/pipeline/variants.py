@@ -1,0 +1,87 @@
+"""`builder variants`: the PEP 825 variants of wheels already built (published or staged), without compiling.
+
+For a wheel built before `--variants` (or an unchanged build that found it published), each arch of its record
+becomes a thin wheel (stages/variants.py), inspected like a build's and staged: `builder test` on a GPU that runs
+it kernel-tests it and promotes it beside its plain wheel (the wheelhouse publishes a variant only where its plain
+wheel is)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from builder.core.errors import InspectError, UsageError
+from builder.core.log import log
+from builder.core.settings import Settings
+from builder.core.wheelfile import parse_wheel_name, split_label
+from builder.index.store import Wheelhouse
+from builder.model.arch import Arch, parse_arch_list
+from builder.model.platform import of_wheel_platform
+from builder.model.records import BuildRecord
+from builder.model.variants import Variant
+from builder.pipeline.promote import resolve_wheels
+from builder.stages.finalize import read_build_record
+from builder.stages.inspection import inspect_wheel, verify_archs, verify_platform
+from builder.stages.variants import make_variant, variant_record
+
+
+def stage_variants(spec: str, settings: Settings, archs: str | None = None) -> list[Path]:
+    """Stage the variants of the wheels ``spec`` names (a file, or a package's wheels in staging, else published);
+    ``archs`` narrows them (default: every arch the wheel's record names)."""
+    house = Wheelhouse(settings.wheelhouse)
+    staging = house.staging()
+    staged = []
+    for wheel in _plain_wheels(spec, house):
+        record = house.record_of(wheel.name) or staging.record_of(wheel.name) or read_build_record(wheel)
+        if record is None or not record.archs or record.cuda_version is None:
+            raise UsageError(f"{wheel.name}: no build record naming its archs and CUDA",
+                             "variants are made of CUDA wheels this builder built")
+        for arch in _archs(record, archs, wheel.name):
+            staged.append(_stage_one(wheel, record, Variant.for_build(arch, record.cuda_version), staging, settings))
+    if not staged:
+        raise UsageError(f"{spec}: no plain CUDA wheel to make variants of")
+    return staged
+
+
+def _plain_wheels(spec: str, house: Wheelhouse) -> list[Path]:
+    """The plain wheels ``spec`` names: a file, or a package's in staging and published (staging's copy first)."""
+    if Path(spec).suffix == ".whl" or Path(spec).is_file():
+        return [w for w in resolve_wheels(spec, house) if split_label(w.name)[1] is None]
+    found: dict[str, Path] = {}
+    for area in (house.staging(), house):
+        for wheel in sorted(area.wheels.glob("*.whl")) if area.wheels.is_dir() else []:
+            if split_label(wheel.name)[1] is None and parse_wheel_name(wheel.name)[0] == canonicalize_name(spec):
+                found.setdefault(wheel.name, wheel)
+    return list(found.values())
+
+
+def _archs(record: BuildRecord, wanted: str | None, name: str) -> list[Arch]:
+    have = sorted({Arch(a.number, a.suffix) for a in parse_arch_list(",".join(record.archs))})
+    if wanted is None:
+        return have
+    chosen = sorted({Arch(a.number, a.suffix) for a in parse_arch_list(wanted)})
+    missing = [str(a) for a in chosen if a not in have]
+    if missing:
+        raise UsageError(f"--arch {wanted}: {name} was built for {', '.join(map(str, have))}, not {', '.join(missing)}",
+                         "a variant is sliced from the plain wheel's own code: build it with that arch first")
+    return chosen
+
+
+def _stage_one(wheel: Path, record: BuildRecord, variant: Variant, staging: Wheelhouse, settings: Settings) -> Path:
+    with tempfile.TemporaryDirectory(prefix="variants-", dir=settings.cache("tests")) as tmp:
+        made = make_variant(wheel, variant, Path(tmp))
+        report = inspect_wheel(made, settings)
+        platform = next((p for t in report.tags if (p := of_wheel_platform(t.split("-")[-1])) is not None), None)
+        problems = verify_archs(report, (variant.arch,)) + (verify_platform(report, platform) if platform else [])
+        if problems:
+            raise InspectError(f"variant {variant.label} of {wheel.name}: GPU code check failed: "
+                               + "; ".join(problems), "nothing was staged")
+        plain = record.with_(tests=None, timings=None, compiler_cache=None, parallel=None)
+        staged = staging.publish(made, variant_record(plain, variant).with_(inspect=report.as_dict(), wheel=made.name),
+                                 portability=report.portability)
+    size, full = staged.stat().st_size, wheel.stat().st_size
+    log.ok(f"staged the {variant.label} variant: {staged.name}, {size / 2**20:.1f} MiB ({size / full:.0%} of "
+           f"{wheel.name}), {variant.arch.sm} only; `builder test` on a GPU that runs it promotes it")
+    return staged
