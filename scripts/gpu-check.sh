@@ -22,8 +22,8 @@
 #   scripts/gpu-check.sh variants-build  issue 29: causal-conv1d 1.7.0 for sm_90 + sm_120 built here with --variants
 #                                     (the plain wheel and one thin wheel per arch, each kernel-tested where this GPU
 #                                     runs it) into .carry/wh-variants, which a warm machine keeps for the next call
-#   scripts/gpu-check.sh variants-test  the same wheels built and staged on the CPU machine instead: each tested here,
-#                                     promoted where its kernel tests pass
+#   scripts/gpu-check.sh variants-test  the plain wheel built and staged on the CPU machine instead, tested here; then
+#                                     `builder variants` stages its variants here, each tested, promoted if it passes
 #   scripts/gpu-check.sh variants-use  then, with no override: doctor's lines, `builder install` (uv picks the sm90
 #                                     variant: the installed .so carries sm_90 only), the recipe's kernel tests
 #                                     against it, pip and flagless uv taking the plain wheel; torch unchanged
@@ -188,14 +188,19 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     tar czf "$OUT/wh-variants-meta.tgz" --exclude='*.whl' $W
     ;;
   variants-test)
-    # the wheels built and staged on the CPU machine (.carry/wh-variants: `builder build causal-conv1d --version 1.7.0
-    # --cuda 13.0 --arch 90,120 --torch 2.11.0 --stage --variants --no-torch-range`): each kernel-tested here and
-    # promoted if it passes; the sm120 variant cannot run on this GPU, so it stays in staging
+    # the plain wheel built and staged on the CPU machine (.carry/wh-variants: `builder build causal-conv1d --version
+    # 1.7.0 --cuda 13.0 --arch 90,120 --torch 2.11.0 --stage --no-torch-range`): kernel-tested here and promoted;
+    # `builder variants` stages its sm90 and sm120 variants (no compile), each tested here: sm90 promoted beside it,
+    # sm120 (no sm_120 GPU here) staying in staging
     W=.carry/wh-variants
-    for w in $W/staging/wheels/causal_conv1d-*.whl; do
-      case "$w" in *-sm90.whl) quick="" ;; *) quick="--quick" ;; esac
-      step $B test "$w" --python python3 --wheelhouse $W $quick || status=1
-    done
+    step $B test $W/staging/wheels/causal_conv1d-1.7.0+cu13-cp310-abi3-linux_x86_64.whl --python python3 \
+      --wheelhouse $W --quick || status=1
+    step $B variants causal-conv1d --wheelhouse $W || status=1
+    sha256sum $W/staging/wheels/*.whl $W/wheels/*.whl | tee -a "$OUT/gpu-check.log"
+    step $B test $W/staging/wheels/causal_conv1d-1.7.0+cu13-cp310-abi3-linux_x86_64-sm90.whl --python python3 \
+      --wheelhouse $W --require-kernel-tests || status=1
+    step $B test $W/staging/wheels/causal_conv1d-1.7.0+cu13-cp310-abi3-linux_x86_64-sm120.whl --python python3 \
+      --wheelhouse $W --no-bench || true
     for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/variants-$(basename "$(dirname "$f")").json"; done
     ls -la $W/wheels $W/staging/wheels | tee -a "$OUT/gpu-check.log"
     ;;
