@@ -209,7 +209,7 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     which_file() {  # which causal-conv1d file is installed, and the SASS its .so carries
       python3 -c 'import importlib.metadata as m; d = m.distribution("causal-conv1d"); print(d.version, "variant.json:", (d.read_text("variant.json") or "none (the plain wheel)").replace("\n", " ")[-160:])'
-      cuobjdump --list-elf "$SITE"/causal_conv1d_cuda*.so "$SITE"/causal_conv1d/*.so 2>/dev/null | sed 's/.*\.\(sm_[0-9]*\)\.cubin/\1/' | sort | uniq -c
+      cuobjdump --list-elf "$SITE"/causal_conv1d/_C*.so | sed 's/.*\.\(sm_[0-9]*\)\.cubin/\1/' | sort | uniq -c
       python3 -m pip list 2>/dev/null | grep -E '^torch '
     }
     python3 -m pip list 2>/dev/null | grep -E '^torch ' | tee "$OUT/torch-before.txt"

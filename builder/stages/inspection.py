@@ -21,7 +21,7 @@ from builder.core.elf import elf_machine
 from builder.core.errors import InspectError
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
-from builder.core.wheelfile import parse_wheel_name, read_entries
+from builder.core.wheelfile import parse_wheel_name, read_entries, split_label
 from builder.model.arch import Arch
 from builder.model.platform import ELF_NAMES, Platform, of_wheel_platform
 from builder.model.records import BuildRecord
@@ -184,7 +184,10 @@ def _abi3audit(wheel: Path) -> str:
     tool = shutil.which("abi3audit") or str(Path(sys.executable).parent / "abi3audit")
     if not Path(tool).is_file():
         return "not run: abi3audit is not installed (pip install abi3audit)"
-    result = subprocess.run([tool, "--strict", "--report", str(wheel)], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as tmp:  # abi3audit parses the file name: a variant's label is none of its
+        named = Path(tmp) / split_label(wheel.name)[0]  # business, the plain name is what it understands
+        named.symlink_to(wheel.resolve())
+        result = subprocess.run([tool, "--strict", "--report", str(named)], capture_output=True, text=True)
     try:
         report = json.loads(result.stdout)
     except ValueError:
