@@ -148,6 +148,8 @@ def test_the_range_takes_the_other_indexes_torches_the_wheel_claims(tmp_path: Pa
     cu128, cuda12 = resolve_index("cu128", settings), CudaVersion.parse("12.8")
     found = other_index_torches(cu128, cuda12, stable, torches_to_check(cu128, cuda12, stable), settings)
     assert [(i.name, t) for i, t in found] == [("pytorch-cu129", [("2.11.0", "12.9")])]  # cu126's 12.6 is older
+    local = resolve_index(str(LOCAL_TORCH_INDEX), settings)  # a mirror or a local folder: its own torches only
+    assert other_index_torches(local, cuda13, stable, torches_to_check(pypi, cuda13, stable), settings) == []
 
 
 def test_a_stable_build_defaults_to_the_floor_minor(tmp_path: Path) -> None:

@@ -148,10 +148,14 @@ def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: Claim, hav
     on a CUDA line of ``cuda``'s major not older than ``cuda``'s, whose (minor, line) ``have`` lacks. A +cu13 wheel
     built from PyPI (2.11-2.14 on 13.0, 2.15 on 13.2) is also tried with the cu130 channel's 2.15 and the cu132
     channel's 2.12-2.14: the cells ``builder coverage`` counts it for (farm/expand.py ``stable_serves``). A
-    pure-Python wheel takes every (minor, line) from 12.8 on that ``have`` lacks, as its cells are every cell."""
+    pure-Python wheel takes every (minor, line) from 12.8 on that ``have`` lacks, as its cells are every cell.
+    None for a build from an index that is not one of those (a mirror, a local folder)."""
+    known = known_indexes(settings)
+    if index.url.rstrip("/") not in {k.url.rstrip("/") for k in known}:
+        return []  # a build from a mirror or a local folder was pointed there on purpose: its torches only
     seen = {(torch_minor(t), line) for t, line in have}
     out = []
-    for other in known_indexes(settings):
+    for other in known:
         if other.url.rstrip("/") == index.url.rstrip("/"):
             continue
         found = []
