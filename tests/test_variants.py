@@ -213,3 +213,13 @@ def test_a_variant_is_published_only_beside_its_plain_wheel(tmp_path: Path) -> N
     assert variants.read_metadata(table.read_bytes(), "page") == {"sm90": v.properties()}
     page = json.loads((house.root / "simple" / "demo" / "index.json").read_text())
     assert {f["filename"] for f in page["files"]} == {plain.name, variant.name, table.name}
+    # with the wheels as release assets: the variants table stays in the pages tree, the variants are assets
+    from builder.index.assets import AssetStore
+    from builder.index.export import export_assets, export_pages
+
+    house.set_assets(AssetStore("https://example.org/{project}-{version}/"))
+    export_assets(house, tmp_path / "assets")
+    export_pages(house, tmp_path / "site")
+    assert (tmp_path / "site" / "simple" / "demo" / table.name).read_bytes() == table.read_bytes()
+    assert not list((tmp_path / "site").rglob("*.whl"))
+    assert {p.name for p in (tmp_path / "assets").rglob("*.whl")} == {plain.name, variant.name}

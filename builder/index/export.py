@@ -124,6 +124,8 @@ def _check_pages_link(house: Wheelhouse, assets: AssetStore) -> None:
     for page in sorted(house.simple.glob(f"*/{PAGE_JSON}")):
         for entry in json.loads(page.read_text()).get("files", []):
             name, url = entry.get("filename"), entry.get("url")
+            if not str(name).endswith(".whl"):
+                continue  # a PEP 825 variants table: in the pages tree, beside the page, not an asset
             if url != assets.url_of(name):
                 raise PublishError(f"{page} links {name} at {url}, not at its asset URL {assets.url_of(name)}",
                                    "run `builder index rebuild`, which renders the pages with assets.json")
