@@ -24,15 +24,16 @@ if missing:
     pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason=f"skipped: {missing}")]
 
 PLAIN = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
+BUILD = ("build", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0", "--arch", "90,120",
+         "--python", "3.11", "--torch", "2.14.1", "--torch-index", str(LOCAL_TORCH_INDEX), "--toolchain", "host",
+         "--variants")
 
 
 @pytest.fixture(scope="module")
 def house(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("variants")
     env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse")}
-    done = run_cli("build", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0", "--arch", "90,120",
-                   "--python", "3.11", "--torch", "2.14.1", "--torch-index", str(LOCAL_TORCH_INDEX),
-                   "--toolchain", "host", "--variants", env=env)
+    done = run_cli(*BUILD, env=env)
     assert done.code == 0, done.stderr[-3000:]
     assert "variant sm90:" in done.stderr and "variant sm120:" in done.stderr
     return base / "wheelhouse"
@@ -111,3 +112,11 @@ def test_builder_variants_stages_the_variants_of_a_published_wheel(house: Path, 
         (target.root / "staging" / "simple" / "tinyext" / "index.html").read_text()
     refused = run_cli("variants", "tinyext", "--arch", "100", "--recipes", str(FIXTURES / "recipes"), env=env)
     assert refused.code != 0 and "was built for 90, 120, not 100" in refused.stderr
+
+
+def test_the_same_build_again_is_the_plain_wheel_unchanged(house: Path) -> None:
+    """The variants share their plain wheel's inputs: the unchanged check names the plain wheel."""
+    env = {"BUILDER_CACHE_DIR": str(house.parent / "cache"), "BUILDER_WHEELHOUSE": str(house)}
+    again = run_cli(*BUILD, env=env)
+    assert again.code == 0 and f"unchanged: {PLAIN} was built from the same inputs" in again.stderr, again.stderr[-1500:]
+    assert "published without its variants" not in again.stderr

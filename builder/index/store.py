@@ -230,6 +230,8 @@ class Wheelhouse(Layout):
             recover_root(self.root)
             for path in self.record_files():
                 wheel = self.wheel_file(recorded_wheel(path))
+                if split_label(wheel.name)[1] is not None:
+                    continue  # a variant shares its plain wheel's inputs: the build is the plain wheel
                 try:
                     record = self.record_of(wheel.name)
                 except (OSError, json.JSONDecodeError):
