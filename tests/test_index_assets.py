@@ -15,10 +15,10 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -64,8 +64,9 @@ class _Redirect(SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def redirecting_server(target: str) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Redirect", (_Redirect,), {"target": target}))
+def _serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 with ``handler``, its URL while the block runs."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -75,18 +76,14 @@ def redirecting_server(target: str) -> Iterator[str]:
         server.server_close()
 
 
-@contextmanager
-def static_server(folder: Path) -> Iterator[str]:
+def redirecting_server(target: str) -> AbstractContextManager[str]:
+    return _serving(type("Redirect", (_Redirect,), {"target": target}))
+
+
+def static_server(folder: Path) -> AbstractContextManager[str]:
     """``folder`` served by a plain http.server on 127.0.0.1 (a static host: no negotiation), its URL."""
     folder.mkdir(parents=True, exist_ok=True)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return _serving(partial(_QuietHandler, directory=str(folder)))
 
 
 def published(tmp: Path) -> Wheelhouse:

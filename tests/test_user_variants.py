@@ -5,7 +5,6 @@ sentence `builder install` prints says which file uv installed and why."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -78,5 +77,3 @@ def test_install_says_which_variant_uv_chose(tmp_path: Path, arch: int) -> None:
 def test_install_says_when_uv_took_the_plain_wheel(tmp_path: Path) -> None:
     said = install.variant_chosen(_env_with(tmp_path, None), _wheel(("sm120", "sm90")))
     assert said.startswith("the plain wheel (sm_120, sm_90)") and "none of its variants (sm120, sm90)" in said
-    assert subprocess.run([str(_env_with(tmp_path / "x", None)), "-c", "print(1)"], capture_output=True,
-                          text=True).stdout.strip() == "1"

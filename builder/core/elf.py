@@ -9,32 +9,32 @@ from pathlib import Path
 ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
 
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """A 64-bit little-endian ELF's sections by name (NOBITS sections are empty). ValueError if it is not one."""
+def _section_heads(data: bytes) -> tuple[list[tuple[int, ...]], bytes]:
+    """The section headers of a 64-bit little-endian ELF file and its section-name table. ValueError if it is not
+    one."""
     if data[:5] != b"\x7fELF\x02":
         raise ValueError("not a 64-bit ELF file")
     (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
-    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
-            for h in heads}
+    return heads, data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
+
+
+def _name(names: bytes, head: tuple[int, ...]) -> bytes:
+    return names[head[0]:names.index(b"\0", head[0])]
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """A 64-bit little-endian ELF's sections by name (NOBITS sections are empty). ValueError if it is not one."""
+    heads, names = _section_heads(data)
+    return {_name(names, h).decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]] for h in heads}
 
 
 def elf_section_span(data: bytes, name: str) -> tuple[int, int] | None:
     """Where a 64-bit little-endian ELF file holds the section ``name``: (file offset, size); None if it has none
     (or it is a NOBITS section). ValueError if the data is not such an ELF file."""
-    if data[:5] != b"\x7fELF\x02":
-        raise ValueError("not a 64-bit ELF file")
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names = data[heads[shstrndx][4]:heads[shstrndx][4] + heads[shstrndx][5]]
-    wanted = name.encode()
-    for h in heads:
-        if names[h[0]:names.index(b"\0", h[0])] == wanted and h[1] != 8:
-            return h[4], h[5]
-    return None
+    heads, names = _section_heads(data)
+    return next(((h[4], h[5]) for h in heads if _name(names, h) == name.encode() and h[1] != 8), None)
 
 
 def elf_machine(path: Path) -> str | None:

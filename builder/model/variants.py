@@ -102,9 +102,6 @@ def variant_name(plain: str, variant: Variant) -> str:
     return plain[:-4] + f"-{variant.label}.whl"
 
 
-__all__ = ["LABEL", "split_label"]  # the file-name rule lives in core/wheelfile.py (the index reads names too)
-
-
 def variants_file(filename: str) -> str:
     """``{name}-{version}-variants.json`` for a (plain or variant) wheel's file name, as the wheel spells them."""
     name, version = split_label(filename)[0].split("-")[:2]

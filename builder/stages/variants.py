@@ -13,7 +13,7 @@ from pathlib import Path
 
 from builder.core.errors import InspectError
 from builder.core.fatbin import FatbinError, keep_only, sass_only, shared_object_code
-from builder.core.wheelfile import dist_info_dir, modes, read_entries, write_wheel
+from builder.core.wheelfile import dist_info_dir, modes, read_entries, split_label, write_wheel
 from builder.model import variants
 from builder.model.records import BuildRecord, VariantInfo
 from builder.model.variants import Variant
@@ -23,7 +23,7 @@ from builder.stages.finalize import RECORD_FILE
 def make_variant(wheel: Path, variant: Variant, outdir: Path) -> Path:
     """Write ``wheel``'s variant for ``variant.arch`` into ``outdir``. InspectError when a shared object with GPU
     code has none for that arch (the plain wheel was not built for it), naming the object."""
-    if variants.split_label(wheel.name)[1] is not None:
+    if split_label(wheel.name)[1] is not None:
         raise InspectError(f"{wheel.name} is a variant already", "make variants from the plain wheel")
     entries = read_entries(wheel)
     info = dist_info_dir(entries, wheel.name)
