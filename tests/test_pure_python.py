@@ -185,6 +185,7 @@ def test_the_stage_counts_the_import_test_for_the_build_torch_and_tries_the_rest
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     snapshot = known_indexes(offline(tmp_path))
     monkeypatch.setattr("builder.stages.torchrange.known_indexes", lambda settings: snapshot)
+    monkeypatch.setattr("builder.pipeline.run.read_here", lambda rounds: rounds)  # as if every index answered here
     fake = FakeRange(failing=("2.9.1",))
     checks = stage(tmp_path, Settings.from_env({}, cache_dir=tmp_path / "cache"), fake, monkeypatch)
     own = checks[0]
@@ -368,3 +369,18 @@ def test_a_built_once_wheel_keys_the_same_whatever_torch_built_it() -> None:
     assert once[0] == once[1]
     before = [key(t, c, None) for t, c in (("2.14.1", "13.0"), ("2.15.0", "13.2"))]
     assert before[0] != before[1] and once[0] not in before
+
+
+def test_indexes_never_read_here_are_left_to_verify_elsewhere(tmp_path: Path) -> None:
+    """An index whose release list is the shipped snapshot was unreachable from this machine: its torches are not
+    tried (each would be a failed install keeping the wheel out of a channel), an index read here is."""
+    import dataclasses
+
+    from builder.stages.torchrange import read_here
+
+    indexes = {i.name: i for i in known_indexes(offline(tmp_path))}
+    channel, pypi = indexes["pytorch-cu130"], indexes["pypi"]
+    assert channel.source == "snapshot" and pypi.listing is not None
+    pypi = dataclasses.replace(pypi, listing=dataclasses.replace(pypi.listing, source="cache"))  # read here before
+    kept = read_here([(channel, [("2.15.0", "13.0")]), (pypi, [("2.12.1", "13.0")])])
+    assert [(i.name, t) for i, t in kept] == [("pypi", [("2.12.1", "13.0")])]

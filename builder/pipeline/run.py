@@ -55,6 +55,7 @@ from builder.stages.torchrange import (
     check_torch_range,
     describe_checks,
     other_index_torches,
+    read_here,
     torches_to_check,
     venv_maker,
 )
@@ -399,7 +400,7 @@ def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_py
     rounds = [(plan.index, torches)]
     if not settings.offline and whole_range:  # the torches of the other indexes the wheel claims (cu130's 2.15)
         have = [*torches, *([(built.torch, built.cuda)] if built else [])]
-        rounds += other_index_torches(plan.index, plan.cuda, claim, have, settings)
+        rounds += read_here(other_index_torches(plan.index, plan.cuda, claim, have, settings))
     checks: tuple[TorchCheck, ...] = (built,) if built else ()
     extra = plan.recipe.test_requires if plan.pure_python else ()
     for index, these in rounds:

@@ -37,6 +37,7 @@ from builder.stages.torchrange import (
     check_torch_range,
     describe_checks,
     other_index_torches,
+    read_here,
     torches_to_check,
     venv_maker,
 )
@@ -81,7 +82,8 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
             continue
         done = {(Version(c.torch).public, c.cuda, c.how) for c in record.torch_checks or () if c.passed}
         own = torches_to_check(index, cuda, claim)
-        rounds = [(index, own), *other_index_torches(index, cuda, claim, own, settings)]
+        others = other_index_torches(index, cuda, claim, own, settings)
+        rounds = [(index, own), *(others if settings.offline else read_here(others))]
         rounds = [(i, [(t, line) for t, line in these if (Version(t).public, line, IMPORT_REGISTRATION) not in done])
                   for i, these in rounds]
         if not any(these for _, these in rounds):

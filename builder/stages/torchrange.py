@@ -170,6 +170,21 @@ def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: Claim, hav
     return out
 
 
+def read_here(rounds: list[tuple[TorchIndex, list[tuple[str, str]]]]) -> list[tuple[TorchIndex, list[tuple[str, str]]]]:
+    """``rounds`` less the indexes whose release list this machine never read from them (the shipped snapshot: the
+    index is unreachable here, as download.pytorch.org is from some machines): their torches would only be failed
+    installs, each keeping the wheel out of a channel a reachable machine can verify it for."""
+    kept = []
+    for index, torches in rounds:
+        if torches and index.source in ("snapshot", "none"):
+            log.info(f"torch range: {index.name} not tried (never read from {index.url} here: its list is the "
+                     f"shipped snapshot); `builder verify` on a machine that reaches it checks "
+                     f"{', '.join(t for t, _ in torches)}")
+            continue
+        kept.append((index, torches))
+    return kept
+
+
 # (torch, folder) -> the python of a fresh env in folder holding torch and the wheel (a cross build's: under qemu)
 MakeEnv = Callable[[str, Path], Path]
 
