@@ -174,7 +174,7 @@ def test_a_cross_build_needs_nvcc_and_the_platforms_cross_gxx(tmp_path: Path) ->
     assert machine(tmp_path / "a").can_build(cuda, X86_64) == (True, "host nvcc 13.0 (/usr/local/cuda-13.0)")
     no_gxx = machine(tmp_path / "b", cross_gxx=False)
     assert no_gxx.can_build(cuda, AARCH64) == (
-        False, "a cross build needs aarch64-linux-gnu-gcc, aarch64-linux-gnu-g++, qemu-aarch64-static, not found on PATH "
+        False, "a cross build needs aarch64-linux-gnu-gcc, aarch64-linux-gnu-g++, qemu-aarch64 (or qemu-aarch64-static), not found on PATH "
                "(apt-get install g++-aarch64-linux-gnu, and qemu-user from bookworm-backports (10.0; Debian 12's 7.2 "
                "crashes in torch >= 2.13), as root; .ci/run does)")
     assert "13.0 aarch64" in no_gxx.answered(), "the doctor's JSON lists the cross answer beside the native one"

@@ -20,7 +20,7 @@ from builder.model.platform import this_machine
 
 if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
-    from builder.user.envprobe import KernelBinding
+    from builder.user.envprobe import KernelBinding, ModelKernels
 from builder.core.log import log
 from builder.core.settings import Settings
 
@@ -161,12 +161,27 @@ def _render_transformers(report: DoctorReport) -> None:
             groups: dict[tuple[str, ...], list[str]] = {}
             for model in models:
                 lines = ((f"modeling module fails to import: {model.error}",) if model.error else
-                         tuple(f"{f.role:34} {_binding_text(f)}" for f in model.functions))
+                         tuple(f"{f.role:34} {_binding_text(f)}" for f in model.functions) + _hub_lines(model))
                 groups.setdefault(lines, []).append(model.short)
             for lines, names in groups.items():
                 out.print(f"  {family}: {', '.join(names)}:", markup=False)
                 for line in lines:
                     out.print(f"    {line}", markup=False)
+
+
+def _hub_lines(model: ModelKernels) -> tuple[str, ...]:
+    """What a model loaded with use_kernels=True runs instead: Hugging Face hub kernels, grouped by repository."""
+    by_text: dict[str, list[str]] = {}
+    for f in model.functions:
+        if f.hub is not None:
+            by_text.setdefault(f.hub.text, []).append(f.role)
+    lines = [f"  {', '.join(roles)}: {text}" for text, roles in by_text.items()]
+    if model.layer_hub is not None:
+        lines.append(f"  the whole {model.layer_hub.layer} layer: {model.layer_hub.text}")
+    if not lines:
+        return ()
+    return ("with use_kernels=True, Hugging Face hub kernels instead (downloaded at load, not built or tested "
+            "by this farm):", *lines)
 
 
 def _binding_text(f: KernelBinding) -> str:

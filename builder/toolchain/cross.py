@@ -19,6 +19,7 @@ finds them). Measured: docs/BUILDS.md "aarch64".
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -97,8 +98,9 @@ def find_tools(target: Platform, env: Mapping[str, str] = os.environ) -> CrossTo
     path = env.get("PATH")
     found = {name: shutil.which(name, path=path) for name in
              (f"{target.cross_prefix}gcc", f"{target.cross_prefix}g++")}
-    qemu = _newest_qemu([shutil.which(f"{target.qemu}-static", path=path), shutil.which(target.qemu, path=path)])
-    missing = [name for name, where in found.items() if where is None] + ([] if qemu else [f"{target.qemu}-static"])
+    qemu = find_qemu(target, path)
+    missing = [name for name, where in found.items() if where is None] + (
+        [] if qemu else [f"{target.qemu} (or {target.qemu}-static)"])
     if missing:
         raise ToolchainError(f"--platform {target}: a cross build needs {', '.join(missing)}, not found on PATH",
                              INSTALL_TOOLS)
@@ -106,19 +108,53 @@ def find_tools(target: Platform, env: Mapping[str, str] = os.environ) -> CrossTo
     return CrossTools(target, cc, cxx, Path(str(qemu)))
 
 
-def _newest_qemu(found: list[str | None]) -> str | None:
-    """The qemu-user of the highest version among ``found``: Debian 12's 7.2 segfaults in PyPI's aarch64 torch >= 2.13
-    (in torch._C's init, before any extension loads), bookworm-backports' 10.0 imports them (docs/BUILDS.md)."""
-    def version(qemu: str) -> tuple[int, ...]:
-        try:
-            text = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            return ()
-        match = re.search(r"version (\d+)\.(\d+)", text)
-        return (int(match.group(1)), int(match.group(2))) if match else ()
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
-    candidates = [q for q in dict.fromkeys(found) if q]
-    return max(candidates, key=version) if candidates else None
+
+def find_qemu(target: Platform, path: str | None = None) -> str | None:
+    """The qemu-user that runs ``target``'s programs here, found by what it is rather than one distro's file name:
+    ``qemu-aarch64`` (qemu 10, Debian's qemu-user), ``qemu-aarch64-static`` (qemu-user-static) on PATH, or the
+    interpreter binfmt_misc registered for it; of those that answer ``--version`` as qemu, the newest (Debian 12's 7.2
+    segfaults in PyPI's aarch64 torch >= 2.13, in torch._C's init; bookworm-backports' 10.0 imports them:
+    docs/BUILDS.md). None where there is none."""
+    if not target.qemu:
+        return None
+    named = tuple(q for q in (shutil.which(target.qemu, path=path), shutil.which(f"{target.qemu}-static", path=path))
+                  if q)
+    return _newest_qemu(named, tuple(q for q in _binfmt_interpreters(target) if q not in named))
+
+
+def _binfmt_interpreters(target: Platform) -> list[str]:
+    """The interpreters binfmt_misc runs ``target``'s ELF files with (``interpreter /usr/bin/qemu-aarch64-static``)."""
+    found = []
+    for entry in (BINFMT / target.qemu, BINFMT / f"{target.qemu}-static"):
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        match = re.search(r"^interpreter (\S+)$", text, re.MULTILINE)
+        if match:
+            found.append(match.group(1))
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _newest_qemu(named: tuple[str, ...], registered: tuple[str, ...]) -> str | None:
+    """The newest of ``named`` (qemu by its file name) and of ``registered`` (binfmt_misc's interpreters, which count
+    only where they answer as qemu: Debian's qemu-user-binfmt registers wrappers that cannot take qemu's options)."""
+    versions = {q: _qemu_version(q) for q in (*named, *registered)}
+    working = [*named, *(q for q in registered if versions[q])]
+    return max(working, key=lambda q: versions[q]) if working else None
+
+
+def _qemu_version(qemu: str) -> tuple[int, ...]:
+    """(10, 0) for a qemu-user that says ``qemu-aarch64 version 10.0.x``; () for anything else (a binfmt wrapper)."""
+    try:
+        text = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    match = re.search(r"^qemu-\S+ version (\d+)\.(\d+)", text, re.MULTILINE)
+    return (int(match.group(1)), int(match.group(2))) if match else ()
 
 
 @dataclass(frozen=True)

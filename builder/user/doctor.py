@@ -238,7 +238,10 @@ def _fix_hint(fallback: tuple[str, ...], states: tuple[PackageState, ...]) -> st
 
 
 def _has_pip(python: Path) -> bool:
-    result = subprocess.run([*interpreter_argv(python), "-c", "import pip"], capture_output=True, check=False)
+    try:
+        result = subprocess.run([*interpreter_argv(python), "-c", "import pip"], capture_output=True, check=False)
+    except OSError:  # an env this machine cannot run (another platform's, no qemu here): no pip line to offer
+        return False
     return result.returncode == 0
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from builder.core.elf import elf_machine
 from builder.core.errors import ToolchainError, UsageError
 from builder.model.platform import PLATFORMS, Platform, parse_platform, this_machine
 from builder.stages.finalize import RECORD_FILE
+from builder.toolchain.cross import find_qemu
 from builder.user.probes import script
 
 DEFAULT_TIMEOUT_S = 300.0  # importing torch and transformers from a cold disk can take a minute
@@ -146,6 +146,16 @@ class PackageReport:
 
 
 @dataclass(frozen=True)
+class HubOption:
+    """The Hugging Face hub kernel that transformers runs instead of a function or layer in a model loaded with
+    ``use_kernels=True`` (with a usable ``kernels`` package): someone else's build, not this farm's wheel."""
+
+    layer: str  # the name transformers looks up: "chunk_gated_delta_rule", "Qwen3_5GatedDeltaNet"
+    repos: tuple[tuple[str, tuple[str, ...]], ...]  # ("kernels-community/fla (version 3)", ("cuda", "rocm", "xpu"))
+    text: str  # "kernels-community/fla (version 3) on cuda, rocm, xpu"
+
+
+@dataclass(frozen=True)
 class KernelBinding:
     """What one of transformers' GatedDeltaNet or Mamba-2 functions is really bound to after import."""
 
@@ -160,6 +170,7 @@ class KernelBinding:
     attribute: str | None  # the modeling module's name that holds it
     wrapper: str | None  # "use_kernel_func_from_hub_with_fallback" (5.15+) or None (older: plain import)
     fallback_warning: str | None  # torch fallback only: "at first call" (5.17+), "none (silent)", "at layer init"
+    hub: HubOption | None = None  # what use_kernels=True would run instead (5.15+ with a usable kernels package)
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,7 @@ class ModelKernels:
     fast_path: bool  # all of them bound to kernels
     import_messages: tuple[str, ...]  # warnings and log records emitted while importing it
     family: str = "GatedDeltaNet"  # or "Mamba2"
+    layer_hub: HubOption | None = None  # a hub kernel for the whole layer class (use_kernels=True), e.g. on sm_121
 
     @property
     def short(self) -> str:
@@ -279,7 +291,7 @@ def interpreter_argv(python: Path, env: Mapping[str, str] | None = None) -> list
         return [str(python)]
     environ = env if env is not None else os.environ
     path = environ.get("PATH")
-    qemu = shutil.which(platform.qemu, path=path) or shutil.which(platform.qemu + "-static", path=path)
+    qemu = find_qemu(platform, path)
     if qemu is None:
         return [str(python)]
     sysroot = None if environ.get("QEMU_LD_PREFIX") else _sysroot_of(python, platform)
@@ -379,11 +391,19 @@ def _model(m: dict[str, Any]) -> ModelKernels:
             role=role, kind=f["kind"], text=f["text"], module=f["module"], qualname=f["qualname"],
             file=_path(f["file"]), package=f["package"], package_version=f["package_version"],
             attribute=f["attribute"], wrapper=f["wrapper"], fallback_warning=f["fallback_warning"],
+            hub=_hub_option(f.get("hub")),
         )
         for role in FAMILY_ROLES[family] if (f := m["functions"].get(role)) is not None
     )
     return ModelKernels(
         module=m["module"], error=m["error"], layer_class=m["layer_class"], functions=functions,
         is_fast_path_available=m["is_fast_path_available"], fast_path=bool(m["fast_path"]),
-        import_messages=tuple(m["import_messages"]), family=family,
+        import_messages=tuple(m["import_messages"]), family=family, layer_hub=_hub_option(m.get("layer_hub")),
     )
+
+
+def _hub_option(h: dict[str, Any] | None) -> HubOption | None:
+    if not h:
+        return None
+    return HubOption(layer=str(h["layer"]), repos=tuple((str(r["repo"]), tuple(map(str, r["devices"])))
+                                                       for r in h["repos"]), text=str(h["text"]))

@@ -453,7 +453,9 @@ def run_check(report: Dict[str, Any], device: torch.device, seed: int, quick: bo
 
 
 def _cpu_availability_for_development(spies: Dict[str, SpyRecord]) -> None:
-    """--device cpu only: transformers <= 5.14 gates fla/causal-conv1d on CUDA; let importability decide."""
+    """--device cpu only: transformers <= 5.14 gates fla/causal-conv1d on CUDA, and 5.25+ sends CPU inputs past the
+    installed package to the torch path (hub_kernels._PACKAGE_SUPPORTED_DEVICES); let importability decide, so the
+    CPU stand-ins are what the wrappers call."""
     try:
         from transformers.utils import import_utils
     except ImportError:
@@ -462,6 +464,14 @@ def _cpu_availability_for_development(spies: Dict[str, SpyRecord]) -> None:
     have_conv = spies["causal_conv1d_fn"].installed
     import_utils.is_flash_linear_attention_available = lambda: have_fla
     import_utils.is_causal_conv1d_available = lambda: have_conv
+    try:
+        from transformers.integrations import hub_kernels
+    except ImportError:
+        return
+    devices = getattr(hub_kernels, "_PACKAGE_SUPPORTED_DEVICES", None)
+    if isinstance(devices, dict):
+        for package, kinds in list(devices.items()):
+            devices[package] = (*kinds, "cpu")
 
 
 # --------------------------------------------------------------------------- report and CLI

@@ -290,6 +290,13 @@ def chosen_implementation(obj):
     seen = 0
     while seen < 10:
         seen += 1
+        func = kernels_func(obj)
+        if func is not None:  # transformers >= 5.25 with the kernels package: an nn.Module around the wrapper
+            kernelized = vars(obj).get("forward") if hasattr(obj, "__dict__") else None
+            if kernelized is not None:  # kernels.kernelize() swapped in a hub kernel's forward
+                return kernelized, obj
+            obj = func
+            continue
         code = getattr(obj, "__code__", None)
         cells = getattr(obj, "__closure__", None) or ()
         if code is not None and "implementation" in code.co_freevars:
@@ -301,6 +308,95 @@ def chosen_implementation(obj):
             return obj, None
         obj = inner
     return obj, None
+
+
+def kernels_func(obj):
+    """The function that a `kernels` Func module calls by default, else None.
+
+    With the `kernels` package installed, transformers >= 5.25 passes its fallback wrapper through kernels'
+    use_kernel_forward_from_hub, which turns a function into an instance of a generated nn.Module class (carrying
+    ``kernel_layer_name``) whose forward calls the function from its closure (``func``).
+    """
+    cls = type(obj)
+    forward = getattr(cls, "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is None or "func" not in code.co_freevars or not hasattr(cls, "kernel_layer_name"):
+        return None
+    return forward.__closure__[code.co_freevars.index("func")].cell_contents
+
+
+def hub_layer_name(value):
+    """The name transformers asks the Hugging Face hub for in place of this function (use_kernels=True), else None:
+    a Func module's ``kernel_layer_name``, or the ``func_name`` in the fallback wrapper's closure."""
+    for _ in range(10):
+        name = getattr(type(value), "kernel_layer_name", None)
+        if isinstance(name, str):
+            return name
+        code = getattr(value, "__code__", None)
+        cells = getattr(value, "__closure__", None) or ()
+        if code is not None and "func_name" in code.co_freevars:
+            name = cells[code.co_freevars.index("func_name")].cell_contents
+            return name if isinstance(name, str) else None
+        inner = kernels_func(value) or getattr(value, "__wrapped__", None)
+        if inner is None:
+            return None
+        value = inner
+    return None
+
+
+def hub_mapping():
+    """transformers' own table of hub kernels (layer name -> device -> repository), {} where it has none or the
+    kernels package is not usable. Reading it builds LayerRepository objects; nothing is downloaded."""
+    try:
+        hub = importlib.import_module("transformers.integrations.hub_kernels")
+        from transformers.utils import import_utils
+
+        if not import_utils.is_kernels_available():
+            return {}
+        getter = getattr(hub, "get_kernel_mapping_transformers", None)
+        mapping = getter() if getter is not None else getattr(hub, "_KERNEL_MAPPING", {})
+        return mapping if isinstance(mapping, dict) else {}
+    except Exception:
+        return {}
+
+
+def repo_text(repo):
+    """``kernels-community/fla (version 3)`` or ``Atlas-Inference/gdn @531ae679ab5c (remote code)``."""
+    repo_id = getattr(repo, "_repo_id", None) or getattr(repo, "repo_id", None) or repr(repo)
+    revision, version = getattr(repo, "_revision", None), getattr(repo, "_version", None)
+    where = f" (version {version})" if version is not None else (f" @{str(revision)[:12]}" if revision else "")
+    remote = " (remote code)" if getattr(repo, "_trust_remote_code", False) else ""
+    return f"{repo_id}{where}{remote}"
+
+
+def device_text(device):
+    kind = getattr(device, "type", None) or str(device)
+    props = getattr(device, "properties", None)
+    low, high = getattr(props, "min_capability", None), getattr(props, "max_capability", None)
+    if low is None:
+        return kind
+    prefix = "sm_" if kind == "cuda" else "gfx/cc "
+    return f"{kind} {prefix}{low}" if low == high else f"{kind} {prefix}{low}-{high}"
+
+
+def hub_option(mapping, layer_name):
+    """What a model loaded with use_kernels=True would run in place of ``layer_name``: {"layer", "repos", "text"}
+    with one repository text per group of devices, or None where transformers maps no hub kernel to it."""
+    if not layer_name or layer_name not in mapping:
+        return None
+    by_repo = {}
+    try:
+        for device, entry in mapping[layer_name].items():
+            repos = list(entry.values()) if isinstance(entry, dict) else [entry]
+            for repo in repos:
+                by_repo.setdefault(repo_text(repo), [])
+                if device_text(device) not in by_repo[repo_text(repo)]:
+                    by_repo[repo_text(repo)].append(device_text(device))
+    except Exception:
+        return None
+    repos = [{"repo": r, "devices": d} for r, d in by_repo.items()]
+    text = "; ".join(f"{r['repo']} on {', '.join(r['devices'])}" for r in repos)
+    return {"layer": layer_name, "repos": repos, "text": text}
 
 
 def describe(func):
@@ -373,17 +469,17 @@ def classify_role(module, role, family="GatedDeltaNet"):
                           else "the mixer's torch_forward")
                 out = {"kind": "torch fallback", "module": module.__name__, "qualname": None, "file": None,
                        "package": None, "package_version": None, "text": f"torch fallback ({inline})"}
-            out.update(attribute=attr, wrapper=None,
+            out.update(attribute=attr, wrapper=None, hub=None,
                        fallback_warning="at layer init" if getattr(module, "is_fast_path_available", True) is False
                        else None)
             return out
         impl, wrapper = chosen_implementation(value)
         out = describe(impl)
         out.update(attribute=attr, wrapper="use_kernel_func_from_hub_with_fallback" if wrapper else None,
-                   fallback_warning=fallback_warning(wrapper, out["kind"]) if wrapper else None)
+                   fallback_warning=fallback_warning(wrapper, out["kind"]) if wrapper else None, hub=None)
         return out
-    return {"kind": "absent", "attribute": None, "wrapper": None, "fallback_warning": None, "module": None, "qualname": None, "file": None,
-            "package": None, "package_version": None,
+    return {"kind": "absent", "attribute": None, "wrapper": None, "fallback_warning": None, "module": None,
+            "qualname": None, "file": None, "package": None, "package_version": None, "hub": None,
             "text": "not found (none of {} in {})".format(", ".join(roles[role]), module.__name__)}
 
 
@@ -448,12 +544,27 @@ def transformers_info():
         info["models"].append(model_info(name))
     for name in MAMBA2_MODULES:
         info["mamba2"].append(model_info(name, "Mamba2"))
+    mapping = hub_mapping()  # after the modeling modules: reading it must not change what they bound
+    for model in info["models"] + info["mamba2"]:
+        add_hub_options(model, mapping)
     return info
+
+
+def add_hub_options(model, mapping):
+    """Name, per function and for the layer class itself, the hub kernel use_kernels=True would run instead."""
+    module = sys.modules.get(model["module"])
+    if module is None or model["error"]:
+        return
+    for out in model["functions"].values():
+        attr = out.get("attribute")
+        out["hub"] = hub_option(mapping, hub_layer_name(getattr(module, attr, None))) if attr else None
+    model["layer_hub"] = hub_option(mapping, model["layer_class"])
 
 
 def model_info(name, family="GatedDeltaNet"):
     _, roles, _, layer_suffixes = FAMILIES[family]
     out = {"module": name, "family": family, "exists": False, "error": None, "layer_class": None, "functions": {},
+           "layer_hub": None,
            "is_fast_path_available": None, "fast_path": None, "import_messages": []}
     try:
         if importlib.util.find_spec(name) is None:
