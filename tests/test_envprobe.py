@@ -244,17 +244,26 @@ def test_computed_tags_match_packaging() -> None:
     assert set(env_probe.computed_tags()) == expected
 
 
+# Each older family runs beside the `kernels` its users had: the test venv's own kernels (0.19, which transformers
+# 5.25 requires) breaks the hub-kernel table of transformers <= 5.22 (see the next test), so each folder pins one.
+OLD_FAMILY_KERNELS = "0.12.3"
+
+
+def _install_transformers(target: Path, version: str, kernels: str) -> None:
+    from builder.core.uvtool import run_uv
+
+    run_uv(["pip", "install", "--quiet", "--target", str(target), "--python", sys.executable,
+            f"transformers=={version}", f"kernels=={kernels}"], what=f"installing transformers {version}")
+
+
 @pytest.mark.network
 @pytest.mark.parametrize("version", ["5.10.0", "5.15.0", "5.17.0"])
 def test_older_transformers(tmp_path: Path, version: str) -> None:
     """transformers <= 5.14 (plain imports, None when missing), 5.15/5.16 (silent wrappers), 5.17+ (warning
     wrappers): every style is read, all four are the torch fallback here. Installed with uv into a --target folder
-    put first on PYTHONPATH (PyPI or uv's cache)."""
-    from builder.core.uvtool import run_uv
-
+    put first on PYTHONPATH (PyPI or uv's cache); the newest family (the lock's transformers) is the unit tests'."""
     target = tmp_path / "site"
-    run_uv(["pip", "install", "--quiet", "--target", str(target), "--python", sys.executable,
-            f"transformers=={version}"], what=f"installing transformers {version}")
+    _install_transformers(target, version, OLD_FAMILY_KERNELS)
     report = probe_env(PY, [], env=with_path(target))
     tf = report.transformers
     assert tf.version == version and tf.error is None
@@ -265,3 +274,15 @@ def test_older_transformers(tmp_path: Path, version: str) -> None:
         assert [f.kind for f in model.functions] == ["torch fallback"] * 4
         assert {f.fallback_warning for f in model.functions} == {warning}
         assert model.is_fast_path_available is (False if version == "5.10.0" else None)
+
+
+@pytest.mark.network
+def test_an_old_transformers_beside_a_new_kernels_is_reported_not_hidden(tmp_path: Path) -> None:
+    """transformers 5.10 builds its hub-kernel table at import with LayerRepository(repo_id, layer_name): kernels
+    0.19 refuses that (a revision or version is required), so every modeling module fails to import. A user with
+    that pair gets neither the installed package nor torch from a Qwen3-Next model; the probe says so per module."""
+    target = tmp_path / "site"
+    _install_transformers(target, "5.10.0", "0.19.1")
+    tf = probe_env(PY, [], env=with_path(target)).transformers
+    assert tf.version == "5.10.0" and tf.hub_kernels is not None and tf.hub_kernels.kernels_version == "0.19.1"
+    assert tf.models and all(m.error and "revision or a version must be specified" in m.error for m in tf.models)
