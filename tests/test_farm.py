@@ -314,7 +314,7 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
     only = json.loads(run_cli("matrix", "--file", str(DEMO), "--format", "github", "--only", "tinyscale",
                               env=env).stdout)
     assert {e["package"] for e in only["include"]} == {"tinyscale"}
-    table = run_cli("matrix", "--file", str(DEMO), env=env)
+    table = run_cli("matrix", "--file", str(DEMO), "--details", env=env)
     assert table.code == 0 and "8 targets" in table.stdout and "gpu-rtx5090" in table.stdout
 
 
@@ -600,7 +600,7 @@ def test_matrix_cli_platform_filter_tested_matrix_and_untested_lines(tree: Path)
     (tree / "src" / "setup.py").write_text("from setuptools import setup\nsetup(name='demo', version='1.4')\n")
     env = {"BUILDER_CACHE_DIR": str(tree / "cache"), "BUILDER_WHEELHOUSE": str(tree / "wheelhouse"),
            "BUILDER_OFFLINE": "1"}
-    table = run_cli("matrix", "--file", str(path), "--only", "demo", env=env)
+    table = run_cli("matrix", "--file", str(path), "--only", "demo", "--details", env=env)
     assert table.code == 0, table.stderr
     assert "untested: 1 of 2 targets" in table.stdout
     assert "demo-1.4-cu130-sm90_100_103_110_121-aarch64-py3.12-torch2.14.1: untested: no runner for aarch64" \

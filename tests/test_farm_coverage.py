@@ -130,7 +130,7 @@ def test_a_cu13_stable_target_serves_the_cu130_channels_torch_2_15(tmp_path: Pat
 
 def test_matrix_cli_prints_the_farms_share_of_the_users_matrix(tmp_path: Path) -> None:
     env = _pypi_cache(tmp_path)
-    table = run_cli("matrix", "--file", str(ROOT / "farm.toml"), env=env)
+    table = run_cli("matrix", "--file", str(ROOT / "farm.toml"), "--details", env=env)
     assert table.code == 0, table.stderr
     text = " ".join(table.stdout.split())
     assert "compiles needed: 160 (8 stable-ABI, 152 per-torch), plus 2 pure-Python builds" in text
@@ -140,6 +140,30 @@ def test_matrix_cli_prints_the_farms_share_of_the_users_matrix(tmp_path: Path) -
     newest = {(p["package"], p["version"]): p for p in data["packages"]}
     assert newest["mamba-ssm", "2.3.2.post1"]["farm_serves"] == 170 and data["summary"]["matrix_cells"] == 200
     assert newest["mamba-ssm", "2.3.2.post1"]["not_served"] == {BELOW_FLOOR: 30}
+
+
+def test_matrix_leads_with_a_one_screen_summary(tmp_path: Path) -> None:
+    """Issue 39/42: targets, compiles, cells per compile, and per package claimed/installable/GPU-evidenced of the
+    users' cells (all channels, PyPI only), in under 100 columns and about 20 lines; the targets behind --details."""
+    env = _pypi_cache(tmp_path)
+    for name in RELEASES:  # every target plans: the recipes' own sha256
+        recipe = load_recipe(find_recipe(name, ROOT / "recipes"))
+        path = tmp_path / "cache" / "index" / f"{name}.json"
+        data = json.loads(path.read_text())
+        for version, files in data["releases"].items():
+            files[0]["digests"]["sha256"] = recipe.source.sha256.get(version, "0" * 64)
+        path.write_text(json.dumps(data))
+    result = run_cli("matrix", "--file", str(ROOT / "farm.toml"), env=env)
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 100, result.stdout
+    assert "compiles 160 (8 stable-ABI, 152 per-torch) + 2 pure-Python builds" in lines
+    assert "cells per compile 2.3: 8 stable compiles serve 220 cells, 152 per-torch compiles 152" in lines
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in lines if line.split()[:1] and
+            line.split()[0] in RELEASES}
+    assert rows["causal-conv1d", "1.7.0"] == ["194/194/0", "of", "200", "74/74/0", "of", "75"]
+    assert rows["fla-core", "0.6.0"] == ["200/194/97", "of", "200", "75/74/39", "of", "75"]
+    assert "stable >=2.11" not in result.stdout  # the per-target table is --details'
 
 
 # ---------------------------------------------------------------- coverage's reasons, from the same farm
