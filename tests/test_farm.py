@@ -23,6 +23,7 @@ from builder.model.arch import format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
+from builder.stages.testing import runnable_on
 from tests.helpers import FIXTURES, ROOT, run_cli
 
 DEMO = FIXTURES / "farm-demo.toml"
@@ -313,7 +314,7 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
     only = json.loads(run_cli("matrix", "--file", str(DEMO), "--format", "github", "--only", "tinyscale",
                               env=env).stdout)
     assert {e["package"] for e in only["include"]} == {"tinyscale"}
-    table = run_cli("matrix", "--file", str(DEMO), env=env)
+    table = run_cli("matrix", "--file", str(DEMO), "--details", env=env)
     assert table.code == 0 and "8 targets" in table.stdout and "gpu-rtx5090" in table.stdout
 
 
@@ -599,7 +600,7 @@ def test_matrix_cli_platform_filter_tested_matrix_and_untested_lines(tree: Path)
     (tree / "src" / "setup.py").write_text("from setuptools import setup\nsetup(name='demo', version='1.4')\n")
     env = {"BUILDER_CACHE_DIR": str(tree / "cache"), "BUILDER_WHEELHOUSE": str(tree / "wheelhouse"),
            "BUILDER_OFFLINE": "1"}
-    table = run_cli("matrix", "--file", str(path), "--only", "demo", env=env)
+    table = run_cli("matrix", "--file", str(path), "--only", "demo", "--details", env=env)
     assert table.code == 0, table.stderr
     assert "untested: 1 of 2 targets" in table.stdout
     assert "demo-1.4-cu130-sm90_100_103_110_121-aarch64-py3.12-torch2.14.1: untested: no runner for aarch64" \
@@ -623,10 +624,22 @@ def test_root_farm_builds_both_platforms_with_their_own_archs() -> None:
     cuda = [t for t in targets if t.kind.is_cuda]
     assert {t.platform.name for t in cuda} == {"x86_64", "aarch64"}
     assert not [t.id for t in cuda if t.platform.name == "x86_64" and {a.number for a in t.archs} & {110, 121}]
-    aarch64 = {str(t.cuda): format_arch_list(t.archs) for t in cuda if t.platform.name == "aarch64"}
-    # each CUDA's own list: 12.8 has no sm_103, sm_110 or sm_121; 12.9 no sm_110 (Thor is sm_110 from CUDA 13)
-    assert aarch64 == {"12.8": "90,100", "12.9": "90,100,103,121", "13.0": "90,100,103,110,121",
-                       "13.2": "90,100,103,110,121"}
+    aarch64 = {(t.package, str(t.cuda)): format_arch_list(t.archs) for t in cuda if t.platform.name == "aarch64"}
+    # each CUDA's own list: 12.8 has no sm_103, sm_110 or sm_121 (sm_120 SASS serves DGX Spark's sm_121 there); 12.9
+    # no sm_110 (Thor is sm_110 from CUDA 13); causal-conv1d's known-bad sm_103 from CUDA 13 is 100+ptx there
+    assert aarch64 == {("causal-conv1d", "12.8"): "90,100,120", ("causal-conv1d", "12.9"): "90,100,103,120,121",
+                       ("causal-conv1d", "13.0"): "90,100+ptx,110,120,121",
+                       ("causal-conv1d", "13.2"): "90,100+ptx,110,120,121",
+                       ("mamba-ssm", "12.8"): "90,100,120", ("mamba-ssm", "12.9"): "90,100,103,120,121",
+                       ("mamba-ssm", "13.0"): "90,100,103,110,120,121", ("mamba-ssm", "13.2"): "90,100,103,110,120,121"}
+    # every aarch64 wheel runs on GH200 (sm_90), GB200 (sm_100), GB300 (sm_103) and DGX Spark (sm_121); Thor
+    # (sm_110) from CUDA 13
+    for t in cuda:
+        sass = {a.sm for a in t.archs}
+        ptx = {a.compute for a in t.archs if a.ptx}
+        machines = (90, 100, 103, 120) if t.platform.name == "x86_64" else (
+            (90, 100, 103, 110, 121) if t.cuda.major >= 13 else (90, 100, 103, 121))
+        assert [m for m in machines if not runnable_on(m, sass, ptx)] == [], t.id
     pure = [t for t in targets if not t.kind.is_cuda]
     assert pure and all({p.name for p in t.platforms} == {"x86_64", "aarch64"} for t in pure)
     matrix = github_matrix(farm, targets)["include"]

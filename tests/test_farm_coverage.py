@@ -69,13 +69,22 @@ def serves(settings: Settings, universe: frozenset[Cell], covered: list) -> dict
 
 
 def test_root_farm_serves_at_least_95_percent_of_each_packages_cells(tmp_path: Path) -> None:
+    """Of the cells a wheel of the package can install into at all (farm/proven.py package_reason: its Python range,
+    the triton each torch pins), the farm claims at least 95 %; the rest of the users' matrix is listed with why."""
+    from builder.discovery.compat import known_indexes
+    from builder.farm.proven import ALL, cell_releases, package_reason
+
     settings = shipped(tmp_path)
     _, universe, covered = root_farm(settings)
     found = serves(settings, universe, covered)
+    releases = cell_releases(known_indexes(settings), ("x86_64", "aarch64"))
     for package, version in NEWEST.items():
         result = found[package, version]
         assert result.cells == len(universe), package  # the users' matrix, not a smaller denominator
-        assert result.percent >= FLOOR, result.line()
+        recipe = load_recipe(find_recipe(package, settings.recipes_dir))
+        possible = {c for c in universe if package_reason(package, version, recipe, c, releases.get(
+            (c.torch, c.cuda, c.platform), ())) is None}
+        assert len(result.served & possible) >= FLOOR / 100 * len(possible), (package, ALL, result.line())
 
 
 def test_root_farm_numbers_from_the_shipped_snapshots(tmp_path: Path) -> None:
@@ -84,21 +93,24 @@ def test_root_farm_numbers_from_the_shipped_snapshots(tmp_path: Path) -> None:
     # torch 2.7-2.11 (cu128), 2.8-2.11 (cu129), 2.9-2.15 (13.0), 2.12-2.15 (13.2) × their Pythons × 2 platforms
     assert len(universe) == 200 and len({c for c in universe if c.platform == "aarch64"}) == 100
     found = serves(settings, universe, covered)
-    for package in ("causal-conv1d", "mamba-ssm"):
+    # Python 3.9 (end of life) of torch 2.7 and 2.8, on both platforms: the only causal-conv1d cells not served;
+    # mamba-ssm 2.3.2.post1 requires triton>=3.5.0, which no torch 2.7 (triton 3.3) or 2.8 (3.4) takes: 30 cells
+    for package, served in (("causal-conv1d", 194), ("mamba-ssm", 170)):
         result = found[package, NEWEST[package]]
-        assert len(result.served) == 194
-        # Python 3.9 (end of life) of torch 2.7 and 2.8, on both platforms: the only cells not served
+        assert len(result.served) == served
+        pythons = ("3.9",) if package == "causal-conv1d" else ("3.9", "3.10", "3.11", "3.12", "3.13")
         assert result.not_served == {BELOW_FLOOR: frozenset(
-            Cell(t, line, "3.9", p) for t, line in (("2.7", "12.8"), ("2.8", "12.8"), ("2.8", "12.9"))
-            for p in ("x86_64", "aarch64"))}
+            Cell(t, line, py, p) for t, line in (("2.7", "12.8"), ("2.8", "12.8"), ("2.8", "12.9"))
+            for py in pythons for p in ("x86_64", "aarch64"))}
     for package in ("fla-core", "flash-linear-attention"):
         assert len(found[package, NEWEST[package]].served) == 200
     totals = summary(covered)
     # per CUDA extension: 4 stable-ABI wheels (+cu12, +cu13 × 2 platforms) and 84 per-torch ones (cu128 2.7-2.10,
-    # cu129 2.8-2.10, cu130 2.9-2.10, one per Python the torch has from 3.10, × 2 platforms); its previous release
-    # 4 (newest torch of 13.0 and 13.2, Python 3.12); pure Python 1 each
+    # cu129 2.8-2.10, cu130 2.9-2.10, one per Python the torch has from 3.10, × 2 platforms; mamba-ssm 60: no torch
+    # 2.7 or 2.8, whose triton it cannot take); its previous release 4 (newest torch of 13.0 and 13.2, Python
+    # 3.12); pure Python 1 each
     assert (totals["targets"], totals["compiles"], totals["stable_compiles"], totals["pure_python_builds"]) == (
-        186, 184, 8, 2)
+        162, 160, 8, 2)
     assert len([t for t in targets if t.package == "causal-conv1d" and t.version == "1.7.0"]) == 88
     assert len([t for t in targets if t.package == "causal-conv1d" and t.version == "1.6.2.post1"]) == 4
 
@@ -118,16 +130,40 @@ def test_a_cu13_stable_target_serves_the_cu130_channels_torch_2_15(tmp_path: Pat
 
 def test_matrix_cli_prints_the_farms_share_of_the_users_matrix(tmp_path: Path) -> None:
     env = _pypi_cache(tmp_path)
-    table = run_cli("matrix", "--file", str(ROOT / "farm.toml"), env=env)
+    table = run_cli("matrix", "--file", str(ROOT / "farm.toml"), "--details", env=env)
     assert table.code == 0, table.stderr
     text = " ".join(table.stdout.split())
-    assert "compiles needed: 184 (8 stable-ABI, 176 per-torch), plus 2 pure-Python builds" in text
+    assert "compiles needed: 160 (8 stable-ABI, 152 per-torch), plus 2 pure-Python builds" in text
     assert "causal-conv1d 1.7.0: farm targets serve 194 of 200 cells (97.0 %)" in text
     assert "fla-core 0.6.0: farm targets serve 200 of 200 cells (100.0 %)" in text
     data = json.loads(run_cli("matrix", "--file", str(ROOT / "farm.toml"), "--format", "json", env=env).stdout)
     newest = {(p["package"], p["version"]): p for p in data["packages"]}
-    assert newest["mamba-ssm", "2.3.2.post1"]["farm_serves"] == 194 and data["summary"]["matrix_cells"] == 200
-    assert newest["mamba-ssm", "2.3.2.post1"]["not_served"] == {BELOW_FLOOR: 6}
+    assert newest["mamba-ssm", "2.3.2.post1"]["farm_serves"] == 170 and data["summary"]["matrix_cells"] == 200
+    assert newest["mamba-ssm", "2.3.2.post1"]["not_served"] == {BELOW_FLOOR: 30}
+
+
+def test_matrix_leads_with_a_one_screen_summary(tmp_path: Path) -> None:
+    """Issue 39/42: targets, compiles, cells per compile, and per package claimed/installable/GPU-evidenced of the
+    users' cells (all channels, PyPI only), in under 100 columns and about 20 lines; the targets behind --details."""
+    env = _pypi_cache(tmp_path)
+    for name in RELEASES:  # every target plans: the recipes' own sha256
+        recipe = load_recipe(find_recipe(name, ROOT / "recipes"))
+        path = tmp_path / "cache" / "index" / f"{name}.json"
+        data = json.loads(path.read_text())
+        for version, files in data["releases"].items():
+            files[0]["digests"]["sha256"] = recipe.source.sha256.get(version, "0" * 64)
+        path.write_text(json.dumps(data))
+    result = run_cli("matrix", "--file", str(ROOT / "farm.toml"), env=env)
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 100, result.stdout
+    assert "compiles 160 (8 stable-ABI, 152 per-torch) + 2 pure-Python builds" in lines
+    assert "cells per compile 2.3: 8 stable compiles serve 220 cells, 152 per-torch compiles 152" in lines
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in lines if line.split()[:1] and
+            line.split()[0] in RELEASES}
+    assert rows["causal-conv1d", "1.7.0"] == ["194/194/0", "of", "200", "74/74/0", "of", "75"]
+    assert rows["fla-core", "0.6.0"] == ["200/194/97", "of", "200", "75/74/39", "of", "75"]
+    assert "stable >=2.11" not in result.stdout  # the per-target table is --details'
 
 
 # ---------------------------------------------------------------- coverage's reasons, from the same farm

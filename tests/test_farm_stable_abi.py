@@ -299,7 +299,7 @@ def _cli_tree(tree: Path) -> dict[str, str]:
 def test_matrix_cli_prints_compiles_and_cells_table_json_and_github(tree: Path) -> None:
     env = _cli_tree(tree)
     farm = str(tree / "farm.toml")
-    table = run_cli("matrix", "--file", farm, env=env)
+    table = run_cli("matrix", "--file", farm, "--details", env=env)
     assert table.code == 0, table.stderr
     assert "15 targets" in table.stdout and "stable >=2.11" in table.stdout
     assert "compiles needed: 15 (1 stable-ABI, 14 per-torch), plus 0 pure-Python builds" in table.stdout

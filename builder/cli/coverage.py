@@ -34,11 +34,16 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 def cmd_coverage(args: argparse.Namespace) -> int:
     from builder.farm.coverage import MISSING, compact_pythons, coverage_report, totals_line
+    from builder.farm.proven import ALL, proof_lines, proofs_of_farm
 
     settings = settings_from_args(args)
     reports, meta = coverage_report(args.packages, settings, farm_file=args.farm)
+    proofs, farm_note = proofs_of_farm(args.farm, settings, [r.package for r in reports])
+    proof_of = {(p.package, p.version): p for p in proofs}
     if args.json:
-        print(json.dumps({**meta, "packages": [r.to_json() for r in reports]}, indent=1))
+        print(json.dumps({**meta, "packages": [
+            {**r.to_json(), "farm": {v.name: v.to_json() for v in proof_of[r.package, r.version].views}
+             if (r.package, r.version) in proof_of else None} for r in reports]}, indent=1))
         return 0
     if args.markdown:
         for r in reports:
@@ -47,6 +52,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             for platform, cuda, torch, pythons, c in r.rows():
                 print(f"| {platform} | {cuda} | {torch} | {compact_pythons(pythons)} | {c.evidence} | {c.wheel or ''} |")
             print(f"\n{totals_line(r)}\n")
+            if (r.package, r.version) in proof_of:
+                print("\n".join(proof_lines(proof_of[r.package, r.version])) + "\n")
         return 0
     styles = {"kernel-tested": "green", "import-verified": "cyan", "built": "yellow", MISSING: "red"}
     for r in reports:
@@ -61,6 +68,13 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         out.print(escape(totals_line(r)))
         for note in r.notes:
             out.print(f"note: {escape(note)}")
+        proof = proof_of.get((r.package, r.version))
+        if proof is not None:
+            out.print(f"farm.toml, claimed → installable → GPU-evidenced (not covered: {ALL}):")
+            for line in proof_lines(proof):
+                out.print("  " + escape(line))
+    if farm_note:
+        out.print(f"note: {escape(farm_note)}")
     sources = "; ".join(f"{i['name']}: {i['source']}" for i in meta["indexes"])
     out.print(f"matrix: {meta['matrix_cells']} cells (CUDA >= {meta['min_cuda']}, {' and '.join(meta['platforms'])}: "
               f"aarch64 Pythons {meta['aarch64_pythons']}; free-threaded Pythons not counted) from {escape(sources)}")

@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="only targets that no wheel in the wheelhouse was built from (same inputs)")
     p.add_argument("--tested", action="store_true",
                    help="with --format github: only the targets a configured GPU runner can test ([runners] available)")
+    p.add_argument("--details", action="store_true",
+                   help="with --format table: every target, what each package serves, and the untested targets "
+                   "(default: a one-screen summary)")
     add_common(p)
 
     p = sub.add_parser("watch", help="upstream versions on PyPI newer than the wheelhouse holds")
@@ -125,6 +128,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                          for c, v in zip(covered, versions, strict=True)],
         }, indent=2))
         return 0
+    if not args.details:
+        from builder.farm.proven import prove_farm
+
+        with _quiet():
+            proofs = prove_farm(farm, targets, settings)
+        for line in summary_lines(farm.file, targets, served, totals, proofs, changed=args.changed, total=total):
+            out.print(escape(line), soft_wrap=True)
+        return 0
     table = Table("package", "version", "platform", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain",
                   Column("GPU runner", overflow="fold"),
                   title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
@@ -165,6 +176,42 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         for row in untested:
             out.print(f"  {escape(row['id'])}: {escape(row['untested'])}")
     return 0
+
+
+def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs: list, *, changed: bool = False,
+                  total: int = 0) -> list[str]:
+    """``builder matrix``'s one screen (under 100 columns): targets, compiles, the cells they serve and the cells
+    per compile, then per package version the users' cells claimed / installable / GPU-evidenced (farm/proven.py),
+    all channels and PyPI only."""
+    from builder.farm.proven import ALL, PYPI
+
+    cuda = [t for t in targets if t.kind.is_cuda]
+    stable = [t for t in cuda if t.stable]
+    per_torch = [t for t in cuda if not t.stable]
+    def cells(group: list) -> int:  # summed over package versions (each package's wheel is its own install)
+        by: dict[tuple[str, str], set] = {}
+        for t in group:
+            by.setdefault((t.package, t.version), set()).update(served[t.id])
+        return sum(len(v) for v in by.values())
+
+    compiles = len(cuda)
+    per = totals["compiled_cells_served"] / compiles if compiles else 0.0
+    lines = [f"{file}: {len(targets)} targets" + (f" changed of {total}" if changed else ""),
+             f"compiles {compiles} ({len(stable)} stable-ABI, {len(per_torch)} per-torch) + "
+             f"{totals['pure_python_builds']} pure-Python builds",
+             f"cells per compile {per:.1f}: {len(stable)} stable compiles serve {cells(stable)} cells, "
+             f"{len(per_torch)} per-torch compiles {cells(per_torch)}",
+             f"untested targets (no GPU runner for their platform and archs): {totals['untested']} of {len(targets)}",
+             "",
+             f"{'package':<24}{'version':<13}{'all channels: claimed/inst/GPU':>31}{'PyPI: claimed/inst/GPU':>28}"]
+    for proof in proofs:
+        every, pypi = proof.view(ALL).counts(), proof.view(PYPI).counts()
+        text = lambda c: f"{c['claimed']}/{c['installable']}/{c['evidenced']} of {c['cells']}"  # noqa: E731
+        lines.append(f"{proof.package:<24}{proof.version:<13}{text(every):>31}{text(pypi):>28}")
+    lines += ["", "claimed: a target's wheel is built for the cell; installable: beside every torch release of it",
+              "unchanged (torch, triton, Python, platform); GPU: its kernels run on a GPU of each arch it ships.",
+              "Why each cell is left out: builder coverage. Every target and cell: builder matrix --details"]
+    return lines
 
 
 def _users_matrix(settings: Any) -> tuple[Any, Callable[[Any], Any]]:

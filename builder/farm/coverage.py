@@ -45,6 +45,7 @@ from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
 from builder.farm.expand import Cell, expand, serving
+from builder.farm.facts import pypi_has_cuda_wheels
 from builder.farm.spec import find_farm_file, load_farm
 from builder.index.checks import wheel_label
 from builder.index.store import Wheelhouse
@@ -165,7 +166,8 @@ def users_matrix(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA
                 if not pythons:
                     unknown.append(f"torch {text} on {index.name} (CUDA {cuda.line}): Pythons unknown, not counted")
                 minor = "{}.{}".format(*torch_minor(text))
-                cells.update(Cell(minor, cuda.line, p, platform) for p in pythons for platform in platforms)
+                cells.update(Cell(minor, cuda.line, p, platform) for p in pythons for platform in platforms
+                             if pypi_has_cuda_wheels(index.name, text, platform))
     return frozenset(cells), unknown
 
 

@@ -1,7 +1,7 @@
 """Which torch ABI a build targets, and what a stable-ABI wheel promises.
 
 A ``per-torch`` wheel is compiled against one torch with the ordinary C++ API and runs with that torch minor only:
-it is pinned ``torch==X.Y.Z`` and labelled ``+cu130torch2.11``. A ``torch-stable`` wheel uses only LibTorch's stable
+it is pinned to that minor (``torch>=X.Y.0,<X.Y+1``: the C++ ABI holds across patch releases) and labelled ``+cu130torch2.11``. A ``torch-stable`` wheel uses only LibTorch's stable
 ABI (torch/csrc/stable, the C shims) and Python's limited API: one ``cp310-abi3`` wheel per CUDA major, pinned
 ``torch>=FLOOR`` and labelled ``+cu13``, offered for each torch it was verified on (the ``torch-range`` check of
 the test stage, stages/torchrange.py). The CUDA major still splits wheels: the .so needs ``libcudart.so.13``.
@@ -56,6 +56,15 @@ class StableAbi:
     def build_env(self) -> dict[str, str]:
         """The patched setup.py reads the floor from here (→ ``-DTORCH_TARGET_VERSION``)."""
         return {"BUILDER_TORCH_FLOOR": self.floor_text}
+
+
+def per_torch_requirement(torch: str) -> str:
+    """What finalize writes as a per-torch wheel's torch requirement: every patch release of the minor it was built
+    with, ``torch>=2.9.0,<2.10`` for a build on 2.9.1. PyTorch keeps the C++ ABI across the patch releases of one
+    minor (they are bug-fix cherry-picks onto the release branch); a new minor may break it (a plain causal-conv1d
+    built on 2.11 fails on 2.13 with an undefined symbol), so the pin stops below the next minor."""
+    major, minor = torch_minor(torch)
+    return f"torch>={major}.{minor}.0,<{major}.{minor + 1}"
 
 
 def torch_minor(torch: str) -> tuple[int, int]:

@@ -99,18 +99,21 @@ def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhou
 
 
 def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool = False) -> str:
-    """The unconditional ``torch==X`` pin finalize wrote (upstream's extra-only pins are ignored); for a wheel
-    offered across torches (``ranged``: a stable-ABI wheel, ``torch>=FLOOR``, or a pure-Python one built once,
-    which keeps upstream's requirement) the torch it was built against, which its record names."""
+    """The torch to test with: an unconditional ``torch==X`` pin (upstream's extra-only pins are ignored); for a
+    per-torch wheel pinned to its minor (``torch>=2.9.0,<2.10``: every patch release) and a wheel offered across
+    torches (``ranged``: a stable-ABI wheel, ``torch>=FLOOR``, or a pure-Python one built once, which keeps
+    upstream's requirement) the torch it was built against, which its record names."""
     from packaging.requirements import Requirement
 
+    minor_pin = False
     for text in requires:
         req = Requirement(text)
         if req.name == "torch" and req.marker is None:
             pins = [s.version for s in req.specifier if s.operator == "=="]
             if pins:
                 return pins[0]
-    built_with = record.python.get("torch") if ranged or record.is_stable_abi else None
+            minor_pin = any(s.operator == "<" for s in req.specifier)
+    built_with = record.python.get("torch") if ranged or minor_pin or record.is_stable_abi else None
     if built_with:
         return str(built_with)
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")

@@ -26,7 +26,7 @@ from builder.discovery.compat import (
     torch_cuda,
     torch_cuda_unverified,
 )
-from builder.model.abi import Abi, stable_label
+from builder.model.abi import Abi, per_torch_requirement, stable_label
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -130,7 +130,7 @@ class Plan:
             return None
         if self.stable and self.recipe.stable_abi is not None:
             return self.recipe.stable_abi.requirement
-        return f"torch=={torch.split('+')[0]}"
+        return per_torch_requirement(torch)
 
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,

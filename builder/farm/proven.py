@@ -1,0 +1,254 @@
+"""Claimed, installable, GPU-evidenced: the farm's cells judged (issue 39).
+
+A farm target *claims* the cells of the users' matrix its wheel is built for (farm/expand.py ``served_cells``). A
+claimed cell is *installable* when the target plans (farm/proof.py) and the wheel installs beside every torch
+release of the cell without changing it: the wheel's torch requirement admits each release of the cell's minor on
+that CUDA line (a ``torch==2.9.1`` pin leaves a 2.9.0 user out), the triton it requires admits the triton that
+release pins (farm/facts.py ``TORCH_TRITON``), its Requires-Python admits the cell's Python (``WHEEL_FACTS``), and
+the index publishes that release for the cell's platform (PyPI: CUDA aarch64 wheels from torch 2.9). An
+installable cell is *GPU-evidenced* when the nightly runs the wheel's kernels on a GPU of every arch it ships (one
+configured runner per target: the others are "built, kernel-untested on sm_X"); a pure-Python wheel, which ships no
+GPU code, where a runner of the cell's platform runs it.
+
+Two views: every channel the builder knows (PyPI and PyTorch's), and PyPI alone (what ``pip install torch`` gives).
+Each cell left out of a count is listed with the first reason it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from builder.core.settings import Settings
+from builder.discovery.compat import TorchIndex, known_indexes
+from builder.farm.coverage import MIN_CUDA, USERS_PLATFORMS, FarmView, cells_list, farm_serves, users_matrix
+from builder.farm.expand import Cell, coverage, route, serving
+from builder.farm.facts import TORCH_TRITON, pypi_has_cuda_wheels, wheel_facts
+from builder.farm.spec import Farm, FarmTarget
+from builder.model.abi import per_torch_requirement, torch_minor
+from builder.model.cuda import CudaVersion
+from builder.model.recipe import Recipe
+
+ALL = "all channels"
+PYPI = "PyPI only"
+Releases = Mapping[tuple[str, str, str], frozenset[str]]  # (torch minor, CUDA line, platform) → torch releases
+
+
+def cell_releases(indexes: Iterable[TorchIndex], platforms: Iterable[str]) -> Releases:
+    """The torch releases behind each (torch minor, CUDA line, platform) of the indexes: final releases on a CUDA
+    line >= 12.8, each on the platforms its index publishes CUDA wheels of it for."""
+    out: dict[tuple[str, str, str], set[str]] = {}
+    platforms = tuple(platforms)
+    for index in indexes:
+        for line, versions in index.torch_by_cuda.items():
+            try:
+                cuda = CudaVersion.parse(line)
+            except ValueError:
+                continue  # cpu
+            if (cuda.major, cuda.minor) < (MIN_CUDA.major, MIN_CUDA.minor):
+                continue  # below the users' matrix
+            for text in versions:
+                v = Version(text)
+                if v.is_prerelease or v.is_devrelease:
+                    continue
+                minor = "{}.{}".format(*torch_minor(text))
+                for platform in platforms:
+                    if pypi_has_cuda_wheels(index.name, text, platform):
+                        out.setdefault((minor, cuda.line, platform), set()).add(str(v.public))
+    return {key: frozenset(value) for key, value in out.items()}
+
+
+def torch_requirement(target: FarmTarget) -> str | None:
+    """The torch requirement finalize writes for the target's wheel (stages/plan.Plan.torch_requirement): none for a
+    pure-Python wheel (upstream's, under extras only), the port's floor for a stable one, else the per-torch pin."""
+    if not target.kind.is_cuda:
+        return None
+    if target.stable and target.port is not None:
+        return target.port.requirement
+    return per_torch_requirement(target.torch)
+
+
+def package_reason(package: str, version: str, recipe: Recipe, cell: Cell, releases: Iterable[str]) -> str | None:
+    """Why no wheel of ``package`` ``version`` (whatever its torch pin) installs beside each torch release of
+    ``cell`` without changing it: its Requires-Python, or a triton requirement the release's triton pin fails."""
+    facts = wheel_facts(package, version)
+    if facts is None:
+        return f"{package} {version}: its wheel's requirements are not recorded (farm/facts.py)"
+    if not facts.requires_python.contains(cell.python):
+        return f"Python {cell.python}: {package} requires Python {facts.requires_python}"
+    tritons = [Requirement(r) for r in (*recipe.runtime_requires, *facts.requires)
+               if canonicalize_name(Requirement(r).name) == "triton"]
+    for release in sorted(releases, key=Version):
+        pin = TORCH_TRITON.get(release)
+        if tritons and pin is None:
+            return f"torch {release}: its triton pin is not recorded (farm/facts.py TORCH_TRITON)"
+        for req in tritons:
+            if pin is not None and not req.specifier.contains(pin, prereleases=True):
+                return f"torch {release} pins triton {pin}: {package} requires {req}"
+    return None
+
+
+def install_reason(target: FarmTarget, recipe: Recipe, cell: Cell, releases: Iterable[str]) -> str | None:
+    """Why the target's wheel cannot be installed beside each torch release of ``cell`` without changing torch;
+    None where it can."""
+    found = sorted(releases, key=Version)
+    if not found:
+        return f"no torch {cell.torch} release on CUDA {cell.cuda} for {cell.platform} on these indexes"
+    why = package_reason(target.package, target.version, recipe, cell, found)
+    if why is not None:
+        return why
+    torch = torch_requirement(target)
+    for release in found:
+        if torch is not None and not Requirement(torch).specifier.contains(release):
+            return f"torch {release}: the wheel requires {torch}"
+    return None
+
+
+def untested_archs(farm: Farm, target: FarmTarget, platform: str) -> tuple[str, str | None]:
+    """(the runner that kernel-tests the target's wheel for ``platform``, or ""; why some of what it ships is not
+    run on a GPU there, or None). One runner per target: the archs of other GPUs are kernel-untested."""
+    where = route(farm, target)
+    numbers = sorted({a.number for a in target.archs}, reverse=True) if target.kind.is_cuda else []
+    runner = where.runner or ""
+    if not target.kind.is_cuda:
+        runs_here = any(p.name == platform and farm.runner_for(target.archs, p) == runner for p in target.platforms)
+        return (runner, None) if runner and runs_here else ("", f"no GPU runner for {platform}")
+    if not runner:
+        return "", f"no GPU runner for {platform} (sm_{','.join(map(str, numbers))})"
+    tested = {n for n in numbers if farm.runner_label(n, target.platform) == runner}
+    rest = [n for n in numbers if n not in tested]
+    return runner, (f"built, kernel-untested on sm_{','.join(map(str, rest))} (tested on {runner} only)"
+                    if rest else None)
+
+
+@dataclass(frozen=True)
+class View:
+    """One view (all channels, or PyPI only) of one package version: its users' cells and how far each got."""
+
+    name: str
+    matrix: frozenset[Cell]
+    claimed: frozenset[Cell]
+    installable: frozenset[Cell]
+    evidenced: frozenset[Cell]
+    reasons: Mapping[str, frozenset[Cell]]  # every cell not evidenced, by the first reason it stops at
+
+    def counts(self) -> dict[str, int]:
+        return {"cells": len(self.matrix), "claimed": len(self.claimed), "installable": len(self.installable),
+                "evidenced": len(self.evidenced)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.counts(), "not_covered": {r: len(c) for r, c in self.reasons.items()}}
+
+
+@dataclass(frozen=True)
+class Proof:
+    package: str
+    version: str
+    views: tuple[View, ...]
+
+    def view(self, name: str) -> View:
+        return next(v for v in self.views if v.name == name)
+
+
+def prove(farm: Farm, recipe: Recipe, version: str, targets: Iterable[FarmTarget],
+          served: Mapping[str, frozenset[Cell]], matrices: Mapping[str, frozenset[Cell]],
+          releases: Mapping[str, Releases], refused: Mapping[str, str], not_claimed: Mapping[Cell, str]) -> Proof:
+    """The targets of ``recipe`` ``version`` judged in each view: ``matrices`` and ``releases`` by view name,
+    ``served`` the cells each target claims (by id), ``refused`` the plan refusals (by id), ``not_claimed`` why a
+    cell no target claims is left out (farm/coverage.missing_reason)."""
+    targets = list(targets)
+    views = []
+    for name, matrix in matrices.items():
+        verdicts: dict[Cell, tuple[int, str | None]] = {}  # 1 claimed, 2 installable, 3 evidenced; the reason
+        for t in targets:
+            for cell in served[t.id] & matrix:
+                if t.id in refused:
+                    verdict: tuple[int, str | None] = (1, f"target cannot plan: {refused[t.id]}")
+                else:
+                    why = install_reason(t, recipe, cell, releases[name].get((cell.torch, cell.cuda, cell.platform),
+                                                                            ()))
+                    verdict = (1, why) if why else (3, None)
+                    if why is None:
+                        _, untested = untested_archs(farm, t, cell.platform)
+                        verdict = (2, untested) if untested else (3, None)
+                if cell not in verdicts or verdict[0] > verdicts[cell][0]:
+                    verdicts[cell] = verdict
+        reasons: dict[str, set[Cell]] = {}
+        for cell in matrix:
+            unclaimed = (package_reason(recipe.name, version, recipe, cell,
+                                        releases[name].get((cell.torch, cell.cuda, cell.platform), ()))
+                         if wheel_facts(recipe.name, version) else None) or not_claimed.get(cell, "not in farm.toml")
+            level, why = verdicts.get(cell, (0, unclaimed))
+            if level < 3:
+                reasons.setdefault(why or "?", set()).add(cell)
+        views.append(View(name, matrix, frozenset(verdicts),
+                          frozenset(c for c, (level, _) in verdicts.items() if level >= 2),
+                          frozenset(c for c, (level, _) in verdicts.items() if level == 3),
+                          {r: frozenset(c) for r, c in sorted(reasons.items(), key=lambda kv: -len(kv[1]))}))
+    return Proof(recipe.name, version, tuple(views))
+
+
+def prove_farm(farm: Farm, targets: list[FarmTarget], settings: Settings,
+               indexes: list[TorchIndex] | None = None, *, plan: bool = True) -> list[Proof]:
+    """Every package version of the targets judged against the users' matrix (farm/coverage.users_matrix) of every
+    known channel and of PyPI alone; ``plan``: plan each target first (farm/proof.py), a refused one installs
+    nothing."""
+    from builder.core.datafiles import default_patches_dir
+    from builder.farm.proof import plan_all
+    from builder.model.recipe import find_recipe, load_recipe
+
+    read = indexes if indexes is not None else known_indexes(settings)
+    pypi = [i for i in read if i.name == "pypi"]
+    matrices = {ALL: users_matrix(read)[0], PYPI: users_matrix(pypi)[0]}
+    releases = {ALL: cell_releases(read, USERS_PLATFORMS), PYPI: cell_releases(pypi, USERS_PLATFORMS)}
+    served = serving(targets, settings, matrices[ALL])
+    refused = {r.target: r.error for r in plan_all(targets, settings)} if plan else {}
+    proofs = []
+    for c in coverage(targets, served):
+        recipes = c.targets[0].recipes
+        recipe = load_recipe(find_recipe(c.package, recipes), default_patches_dir(recipes))
+        archs = tuple(dict.fromkeys(t.archs for t in c.targets if t.kind.is_cuda))
+        not_claimed: dict[Cell, str] = {}
+        for matrix in matrices.values():
+            for reason, cells in farm_serves(recipe, c.version, matrix, FarmView(c.cells & matrix, archs)
+                                             ).not_served.items():
+                not_claimed.update(dict.fromkeys(cells, reason))
+        proofs.append(prove(farm, recipe, c.version, c.targets, served, matrices, releases, refused, not_claimed))
+    return proofs
+
+
+def proofs_of_farm(farm_file: Path | None, settings: Settings, packages: Iterable[str]) -> tuple[list[Proof], str]:
+    """``builder coverage``'s farm section: the farm file's targets of ``packages`` judged (``prove_farm``), and a
+    note where the farm cannot be read."""
+    from builder.core.errors import BuilderError
+    from builder.farm.expand import expand
+    from builder.farm.spec import find_farm_file, load_farm
+
+    try:
+        farm = load_farm(find_farm_file(farm_file), settings)
+        wanted = [p for p in packages if canonicalize_name(p) in {canonicalize_name(e.name) for e in farm.entries}]
+        targets = expand(farm, settings, only=wanted) if wanted else []
+    except BuilderError as e:
+        return [], f"farm not read: {e.one_line()}"
+    return prove_farm(farm, targets, settings), ""
+
+
+def proof_lines(proof: Proof, listed: int = 8) -> list[str]:
+    """A package version's counts per view, then (all channels) each reason a cell is not covered, with the cells."""
+    lines = []
+    for v in proof.views:
+        c = v.counts()
+        lines.append(f"{proof.package} {proof.version}, {v.name}: claimed {c['claimed']}, installable "
+                     f"{c['installable']}, GPU-evidenced {c['evidenced']} of {c['cells']} cells")
+    reasons = proof.view(ALL).reasons
+    for reason, cells in list(reasons.items())[:listed]:
+        lines.append(f"  {len(cells)} {reason}: {cells_list(cells)}")
+    if len(reasons) > listed:
+        lines.append(f"  ... {len(reasons) - listed} more reasons (--json lists every cell)")
+    return lines

@@ -1,0 +1,101 @@
+"""Claimed, installable, GPU-evidenced (issue 39): the root farm.toml's cells judged by farm/proven.py against the
+shipped torch snapshots (offline), with every target planned by the real recipes (tests/test_farm_proof.py's
+settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.discovery.compat import known_indexes
+from builder.farm.coverage import USERS_PLATFORMS, users_matrix
+from builder.farm.expand import Cell, expand
+from builder.farm.facts import TORCH_TRITON
+from builder.farm.proven import ALL, PYPI, cell_releases, prove_farm
+from builder.farm.spec import load_farm
+from builder.model.abi import per_torch_requirement
+from builder.model.records import BuildRecord
+from builder.pipeline import promote
+from tests.test_farm_proof import RELEASES, ROOT, planning_settings, root_targets
+
+NEWEST = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1", "fla-core": "0.6.0", "flash-linear-attention": "0.6.0"}
+
+
+@pytest.fixture(scope="module")
+def proofs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    settings = planning_settings(tmp_path_factory.mktemp("proof"))
+    found = prove_farm(load_farm(ROOT / "farm.toml", settings), root_targets(settings), settings)
+    return {(p.package, p.version): p for p in found}
+
+
+def test_every_torch_release_of_the_users_matrix_has_its_triton_pin_recorded(tmp_path: Path) -> None:
+    """farm/facts.py is hand-kept: a torch release the snapshot gains must be added, or its cells lose their
+    triton check."""
+    releases = cell_releases(known_indexes(planning_settings(tmp_path)), USERS_PLATFORMS)
+    seen = {r for found in releases.values() for r in found}
+    assert seen and sorted(seen - set(TORCH_TRITON)) == []
+
+
+def test_a_per_torch_wheel_takes_every_patch_release_of_its_minor() -> None:
+    from packaging.requirements import Requirement
+
+    pin = per_torch_requirement("2.9.1")
+    assert pin == "torch>=2.9.0,<2.10"
+    spec = Requirement(pin).specifier
+    assert spec.contains("2.9.0") and spec.contains("2.9.1") and not spec.contains("2.10.0")
+    record = BuildRecord(package="x", version="1", cuda="12.8", python={"version": "3.12.1", "torch": "2.9.1"})
+    assert promote._torch_pin((pin,), record) == "2.9.1"  # builder test installs the torch it was built with
+
+
+def test_every_claimed_cell_of_the_newest_releases_installs(proofs: dict) -> None:
+    """After the fixes of issue 39 nothing the farm claims for the newest releases fails to install beside its torch,
+    except the pure-Python wheels' Python 3.9 cells (fla requires Python >= 3.10: claimed, not installable)."""
+    for package, version in NEWEST.items():
+        view = proofs[package, version].view(ALL)
+        lost = view.claimed - view.installable
+        if package.startswith("fla") or package == "flash-linear-attention":
+            assert lost and {c.python for c in lost} == {"3.9"}
+            assert f"Python 3.9: {package} requires Python >=3.10" in view.reasons
+        else:
+            assert lost == frozenset(), (package, [r for r, c in view.reasons.items() if c & lost])
+
+
+def test_the_counts_claimed_installable_evidenced(proofs: dict) -> None:
+    counts = {(p, view): proofs[p, NEWEST[p]].view(view).counts() for p in NEWEST for view in (ALL, PYPI)}
+    assert counts["causal-conv1d", ALL] == {"cells": 200, "claimed": 194, "installable": 194, "evidenced": 0}
+    assert counts["mamba-ssm", ALL] == {"cells": 200, "claimed": 170, "installable": 170, "evidenced": 0}
+    assert counts["fla-core", ALL] == {"cells": 200, "claimed": 200, "installable": 194, "evidenced": 97}
+    assert counts["causal-conv1d", PYPI] == {"cells": 75, "claimed": 74, "installable": 74, "evidenced": 0}
+    conv = proofs["causal-conv1d", "1.7.0"].view(ALL).reasons
+    # one runner per target: the x86_64 wheels run on gpu-sm120-x86_64 only; no aarch64 runner at all
+    assert len(conv["built, kernel-untested on sm_100,90 (tested on gpu-sm120-x86_64 only)"]) > 0
+    assert any(r.startswith("no GPU runner for aarch64") for r in conv)
+    mamba = proofs["mamba-ssm", "2.3.2.post1"].view(ALL).reasons
+    assert len(mamba["torch 2.8.0 pins triton 3.4.0: mamba-ssm requires triton>=3.5.0"]) == 20  # not claimed now
+    assert proofs["mamba-ssm", "2.3.1"].view(ALL).installable == frozenset()  # its requirements are not recorded
+
+
+def test_pypi_publishes_no_aarch64_cuda_torch_2_8(tmp_path: Path) -> None:
+    indexes = known_indexes(planning_settings(tmp_path))
+    pypi, _ = users_matrix([i for i in indexes if i.name == "pypi"])
+    every, _ = users_matrix(indexes)
+    gone = {Cell("2.8", "12.8", p, "aarch64") for p in ("3.9", "3.10", "3.11", "3.12", "3.13")}
+    assert not gone & pypi and Cell("2.8", "12.8", "3.12", "x86_64") in pypi
+    assert gone <= every  # PyTorch's cu128 channel publishes them
+
+
+def test_a_claimed_cell_that_cannot_install_is_shown_with_its_reason(tmp_path: Path) -> None:
+    """The check can fail: mamba-ssm 2.3.2.post1 for torch 2.8 (triton 3.4) is claimed and not installable."""
+    settings = planning_settings(tmp_path)
+    farm_file = tmp_path / "farm.toml"
+    farm_file.write_text(f'[defaults]\ncuda = ["12.8"]\npython = "3.12"\nrecipes = "{ROOT / "recipes"}"\n'
+                         'torch-index = "cu128"\ntorch = ["2.8.0", "2.9.1"]\narchs-where-supported = true\n'
+                         '[[package]]\nname = "mamba-ssm"\nversions = ["2.3.2.post1"]\n')
+    farm = load_farm(farm_file, settings)
+    targets = expand(farm, settings, releases=lambda name, s: RELEASES[name])
+    (proof,) = prove_farm(farm, targets, settings)
+    view = proof.view(ALL)
+    bad = view.reasons["torch 2.8.0 pins triton 3.4.0: mamba-ssm requires triton>=3.5.0"]
+    assert Cell("2.8", "12.8", "3.12", "x86_64") in bad and Cell("2.8", "12.8", "3.12", "x86_64") in view.claimed
+    assert Cell("2.9", "12.8", "3.12", "x86_64") in view.installable  # 2.9.0 and 2.9.1 both: the minor's pin
