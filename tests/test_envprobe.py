@@ -23,7 +23,9 @@ from builder.stages.finalize import RECORD_FILE
 from builder.user.envprobe import GDN_ROLES, EnvReport, PackageSpec, probe_env
 from builder.user.probes import env as env_probe
 from builder.user.probes import script
+from tests.helpers import run_cli
 
+pytestmark = pytest.mark.drift  # follows transformers: rerun against its newest release by scripts/drift-check.sh
 PY = Path(sys.executable)
 CAUSAL = PackageSpec("causal-conv1d", ("causal_conv1d", "causal_conv1d_cuda"))
 
@@ -286,3 +288,31 @@ def test_an_old_transformers_beside_a_new_kernels_is_reported_not_hidden(tmp_pat
     tf = probe_env(PY, [], env=with_path(target)).transformers
     assert tf.version == "5.10.0" and tf.hub_kernels is not None and tf.hub_kernels.kernels_version == "0.19.1"
     assert tf.models and all(m.error and "revision or a version must be specified" in m.error for m in tf.models)
+
+
+def test_hub_kernels_are_named_as_someone_elses_beside_the_bound_package(tmp_path: Path) -> None:
+    """transformers 5.25 with the kernels it requires: a function is bound to the installed package, and the hub
+    kernel a model loaded with use_kernels=True would run instead is named (repository, version or revision,
+    devices), as is the whole-layer hub kernel of Qwen3.5's GatedDeltaNet on sm_121; doctor prints both."""
+    causal_conv1d_standin(tmp_path)
+    tf = probe_env(PY, [CAUSAL], env=with_path(tmp_path)).transformers
+    if tf.hub_kernels is None or not tf.hub_kernels.usable:
+        pytest.skip(f"skipped: transformers {tf.version} does not accept kernels "
+                    f"{tf.hub_kernels.kernels_version if tf.hub_kernels else None}: no hub kernel can be named")
+    qwen35 = next(m for m in tf.models if m.short == "qwen3_5")
+    conv = qwen35.function("causal_conv1d_fn")
+    assert conv.kind == "kernel" and conv.package == "causal-conv1d", conv
+    assert conv.hub is not None and conv.hub.layer == "causal_conv1d_fn"
+    assert conv.hub.repos[0][0].startswith("kernels-community/") and "cuda" in conv.hub.repos[0][1]
+    chunk = qwen35.function("chunk_gated_delta_rule")
+    assert chunk.kind == "torch fallback" and chunk.hub is not None and "kernels-community/fla" in chunk.hub.text
+    assert qwen35.layer_hub is not None and qwen35.layer_hub.layer == "Qwen3_5GatedDeltaNet"
+    assert any("cuda sm_121" in devices for _, devices in qwen35.layer_hub.repos), qwen35.layer_hub
+    result = run_cli("doctor", "--python", sys.executable, "--from", str(tmp_path / "none"),
+                     env={"PYTHONPATH": str(tmp_path)}, timeout=600)
+    assert result.code == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "with use_kernels=True, Hugging Face hub kernels instead (downloaded at load, not built or tested by " \
+           "this farm):" in out
+    assert f"causal_conv1d_fn, causal_conv1d_update: {conv.hub.text}" in out
+    assert f"the whole Qwen3_5GatedDeltaNet layer: {qwen35.layer_hub.text}" in out

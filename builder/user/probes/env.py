@@ -375,7 +375,7 @@ def device_text(device):
     low, high = getattr(props, "min_capability", None), getattr(props, "max_capability", None)
     if low is None:
         return kind
-    prefix = "sm_" if kind == "cuda" else "gfx/cc "
+    prefix = "sm_" if kind == "cuda" else "capability "
     return f"{kind} {prefix}{low}" if low == high else f"{kind} {prefix}{low}-{high}"
 
 
