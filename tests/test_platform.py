@@ -197,3 +197,34 @@ def test_a_platform_that_crossed_a_process_boundary_keys_the_same() -> None:
     assert recorded(copy, RecipeKind.CUDA_EXTENSION) is None and recorded(X86_64, RecipeKind.CUDA_EXTENSION) is None
     assert recorded(pickle.loads(pickle.dumps(AARCH64)), RecipeKind.CUDA_EXTENSION) == "aarch64"
     assert recorded(AARCH64, RecipeKind.PURE_PYTHON) is None  # one pure-Python wheel serves every platform
+
+
+def _qemu(path: Path, version: str | None) -> Path:
+    answer = f'echo "{path.name.split("-static")[0]} version {version} (Debian 1:{version}+ds-1)"' if version else "exit 1"
+    path.write_text(f"#!/bin/sh\n{answer}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_qemu_is_found_by_what_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """qemu 10 (Debian's qemu-user) names its binary qemu-aarch64, qemu-user-static qemu-aarch64-static; binfmt_misc
+    may register either: the newest that answers as qemu wins, a binfmt wrapper that does not is ignored."""
+    from builder.toolchain import cross
+
+    monkeypatch.setattr(cross, "BINFMT", tmp_path / "binfmt")
+    (tmp_path / "binfmt").mkdir()
+    only_static, both, none = (tmp_path / n for n in ("only-static", "both", "none"))
+    for folder in (only_static, both, none):
+        folder.mkdir()
+    static = _qemu(only_static / "qemu-aarch64-static", "7.2.0")
+    assert cross.find_qemu(AARCH64, str(only_static)) == str(static)
+    _qemu(both / "qemu-aarch64-static", "7.2.0")
+    new = _qemu(both / "qemu-aarch64", "10.0.2")
+    assert cross.find_qemu(AARCH64, str(both)) == str(new), "the newest: Debian 12's 7.2 crashes in torch >= 2.13"
+    assert cross.find_qemu(AARCH64, str(none)) is None
+    registered = _qemu(tmp_path / "qemu-aarch64-static", "8.2.0")
+    (tmp_path / "binfmt" / "qemu-aarch64").write_text(f"enabled\ninterpreter {registered}\nflags: OCF\n")
+    assert cross.find_qemu(AARCH64, str(none)) == str(registered)
+    wrapper = _qemu(tmp_path / "aarch64-binfmt-P", None)
+    (tmp_path / "binfmt" / "qemu-aarch64").write_text(f"enabled\ninterpreter {wrapper}\nflags: POCF\n")
+    assert cross.find_qemu(AARCH64, str(none)) is None, "a binfmt wrapper that does not answer as qemu"
