@@ -27,6 +27,8 @@
 #   scripts/gpu-check.sh variants-use  then, with no override: doctor's lines, `builder install` (uv picks the sm90
 #                                     variant: the installed .so carries sm_90 only), the recipe's kernel tests
 #                                     against it, pip and flagless uv taking the plain wheel; torch unchanged
+#   scripts/gpu-check.sh doctor-tf    issue 38: transformers 5.25 + kernels 0.19 (.whl); doctor with our fla-core wheel
+#                                     (.carry/wh-fla), then with our causal-conv1d sm_90 wheel too (.carry/wh-cc)
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 set -uo pipefail
@@ -146,6 +148,21 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers|causal.conv1d|mamba.ssm) ' | tee "$OUT/pip-after.txt"
     step $B doctor --python python3 --from .carry/wh-mamba/staging || status=1
     $B doctor --python python3 --from .carry/wh-mamba/staging --json > "$OUT/doctor-after.json" 2>/dev/null || status=1
+    ;;
+  doctor-tf)
+    # issue 38: transformers 5.25 + kernels 0.19 (carried in .whl, first on PYTHONPATH) over the machine's python3 and
+    # torch 2.11: our fla-core wheel alone (causal-conv1d named as the torch fallback), then our causal-conv1d sm_90
+    # wheel too (all four GatedDeltaNet functions bound); the use_kernels=True hub kernels named in both
+    python3 -c 'import transformers, kernels; print("transformers", transformers.__version__, "kernels", kernels.__version__)' \
+      | tee "$OUT/doctor-tf-versions.txt"
+    step $B install fla-core --python python3 --from .carry/wh-fla --offline || status=1
+    step $B doctor --python python3 --from .carry/wh-fla || status=1
+    $B doctor --python python3 --from .carry/wh-fla --json > "$OUT/doctor-fla-only.json" 2>/dev/null || status=1
+    step $B install causal-conv1d --python python3 --from .carry/wh-cc --offline || status=1
+    step $B doctor --python python3 --from .carry/wh-cc || status=1
+    $B doctor --python python3 --from .carry/wh-cc --json > "$OUT/doctor-both.json" 2>/dev/null || status=1
+    python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers|kernels|causal.conv1d|fla.core) ' \
+      | tee "$OUT/doctor-tf-pip.txt"
     ;;
   upstream)
     # upstream's whole suite against the stable wheel installed by `stable` (run after it)
