@@ -48,6 +48,10 @@ def test_one_abi3_wheel_labelled_by_cuda_major_requiring_the_floor(built: dict) 
         inside = json.loads(zf.read(f"{info}/cuda_wheel_builder.json"))
         assert "tinyext/_C.abi3.so" in zf.namelist()
     assert "Requires-Dist: torch>=2.11" in metadata and "torch==" not in metadata
+    # the fixture's setup.py says >=3.9, as causal-conv1d's does; cp310-abi3 and torch 2.11 need 3.10
+    assert "Requires-Python: >=3.10\n" in metadata and ">=3.9" not in metadata
+    page = (house / "channels" / "cu130torch2.14" / "simple" / "tinyext" / "index.html").read_text()
+    assert 'data-requires-python="&gt;=3.10"' in page
     assert inside["abi"] == "torch-stable" and inside["torch_floor"] == "2.11"
     assert "0003-stable-abi.patch" in [p["file"] for p in inside["patches"]]
     assert "stable-ABI check passed: no torch C++ imports" in result.stderr and "abi3audit clean" in result.stderr

@@ -245,7 +245,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                           compiler=resolved.compiler, python=python, log_file=log_file)
     with timed(timings, "finalize"):
         final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
-                               build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
+                               build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop,
+                               requires_python=plan.requires_python)
     log.info(f"wheel: {final.name}")
     log.step("inspect")
     with timed(timings, "inspect"):
