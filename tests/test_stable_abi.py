@@ -184,7 +184,7 @@ def test_the_probe_verdicts(tmp_path: Path) -> None:
     good = {"python": "3.12.1", "torch": "2.12.1+cu130", "cuda": "13.0", "ops": ["tinyext::axpy"],
             "without_cuda_kernel": []}
     check = judge_probe(good, "2.12.1", "13.0", stable)
-    assert check.passed and check.channel == "cu130torch2.12" and "1 ops registered" in check.detail
+    assert check.passed and check.channel == "cu130torch2.12" and "1 op registered" in check.detail
     assert judge_probe({**good, "without_cuda_kernel": ["tinyext::axpy"]}, "2.12.1", "13.0", stable).detail == (
         "no CUDA kernel for tinyext::axpy")
     assert "no ops registered in namespace tinyext" in judge_probe({**good, "ops": []}, "2.12.1", "13.0", stable).detail
