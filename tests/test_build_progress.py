@@ -293,6 +293,45 @@ def test_the_total_is_the_build_files_edges_and_units_are_named_by_their_compile
     assert running_unit(["x86_64-linux-gnu-g++", "-shared", "a.o", "-o", "build/m.so"]) == "link m.so"
 
 
+def test_nvccs_temporaries_stand_for_their_cuda_source() -> None:
+    # the host compiler nvcc runs last, on cudafe++'s output (nvcc 13.0 -dryrun), and its C stub
+    assert running_unit(["gcc", "-D__CUDA_ARCH__=900", "-c", "-x", "c++", "-m64",
+                         "/tmp/tmpxft_000057d4_00000000-6_causal_conv1d_fwd.cudafe1.cpp", "-o", "x.o"]) \
+        == "causal_conv1d_fwd.cu"
+    assert running_unit(["gcc", "-c", "/tmp/tmpxft_0000a1b2_00000000-5_axpy.stub.c"]) == "axpy.cu"
+    assert running_unit(["gcc", "-c", "csrc/tmpxft_notes.cpp"]) == "tmpxft_notes.cpp"  # not nvcc's: as it is
+
+
+@pytest.mark.e2e  # a real nvcc (the unit tier's guard refuses compilers)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
+def test_a_real_nvcc_compile_is_named_by_its_source_in_every_sample(tmp_path: Path) -> None:
+    """Issue 42: the progress line named nvcc's host-compiler pass by its temporary (``running
+    tmpxft_000057d4_00000000-6_big.cudafe1.cpp for 3s``). A real nvcc on a unit whose host pass takes seconds
+    (thrust's headers), sampled through /proc as a build is: every sample names big.cu, and one sample saw the
+    host compiler on a tmpxft file (else the test would prove nothing)."""
+    from builder.core.streaming import stream
+
+    source = tmp_path / "big.cu"
+    source.write_text("#include <thrust/device_vector.h>\n#include <thrust/sort.h>\n"
+                      "void sort(thrust::device_vector<float>& v) { thrust::sort(v.begin(), v.end()); }\n")
+    argvs: list[list[str]] = []
+
+    def processes() -> list[Process] | None:
+        found = descendants()
+        argvs.extend(list(p.argv) for p in found or ())
+        return found
+
+    seen: list[str] = []
+    progress = CompileProgress(seen.append, processes=processes, refresh_s=0.2)
+    with (tmp_path / "build.log").open("w") as out, progress.watching(tick_s=0.05):
+        code, _ = stream(["nvcc", "-c", str(source), "-o", str(tmp_path / "big.o"), "-gencode",
+                          "arch=compute_90,code=sm_90"], out=out, on_line=progress, cwd=tmp_path)
+    assert code == 0, (tmp_path / "build.log").read_text()[-2000:]
+    host_pass = [a for a in argvs if Path(a[0]).name in ("gcc", "g++", "c++") and any("tmpxft_" in w for w in a)]
+    assert host_pass, "no sample caught nvcc's host-compiler pass"
+    assert seen and [line for line in seen if not re.fullmatch(r"running big\.cu for \d+s", line)] == [], seen
+
+
 def test_running_units_and_their_times_come_from_the_processes_a_line_per_change_or_refresh() -> None:
     """Issue 31 item 10: before ninja's first line (19 minutes of a cold causal-conv1d) the line names the running
     units, oldest first, with their times; in a log a new line comes when the set changes or every refresh_s."""

@@ -54,6 +54,18 @@ def test_rewrite_metadata_pins_unconditional_requirement_only() -> None:
     assert text.rstrip().endswith("A description.") and "Requires-Dist: torch==2.14.1" in text
 
 
+def test_rewrite_metadata_raises_the_python_floor_and_keeps_upstreams_other_bounds() -> None:
+    def requires_python(metadata: str, floor: str) -> list[str]:
+        text = rewrite_metadata(metadata, Version("1.0+cu13"), [], requires_python=floor)
+        return [line for line in text.splitlines() if line.startswith("Requires-Python:")]
+
+    assert requires_python(METADATA, ">=3.10") == ["Requires-Python: >=3.10"]  # upstream's >=3.9
+    assert requires_python(METADATA.replace(">=3.9", ">=3.9,<3.15"), ">=3.10") == ["Requires-Python: <3.15,>=3.10"]
+    assert requires_python(METADATA.replace(">=3.9", ">=3.12"), ">=3.10") == ["Requires-Python: >=3.12"]
+    assert requires_python(METADATA.replace("Requires-Python: >=3.9\n", ""), ">=3.10") == ["Requires-Python: >=3.10"]
+    assert "Requires-Python: >=3.9" in rewrite_metadata(METADATA, Version("1.0"), [])  # per-torch: as upstream's
+
+
 def test_finalize_drops_build_time_requirements(tmp_path: Path) -> None:
     """A recipe's [runtime] drop removes upstream's Requires-Dist entries (also ones under a marker) from METADATA
     of the real wheel file; other requirements and the torch pin stay."""

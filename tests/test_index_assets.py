@@ -30,7 +30,7 @@ from builder.index.mirror import pull
 from builder.index.pages import listed
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
-from tests.helpers import ROOT, assert_one_line_error, run_cli
+from tests.helpers import ROOT, CliResult, assert_one_line_error, run_cli
 from tests.test_index import labelled_wheel, raw_wheel
 from tests.test_index_clients import _clean_env
 from tests.test_publish_txn import make_wheel
@@ -191,10 +191,28 @@ def test_export_lays_out_the_assets_and_refuses_other_bytes(tmp_path: Path) -> N
     assert not (out / "gamma-3.0").exists(), "nothing is written before every asset is checked"
 
 
+def test_index_export_refuses_a_wheelhouse_state_with_the_publish_exit_code(tmp_path: Path) -> None:
+    """Issue 42: `builder index export` said exit 2 (a bad command line) where the wheelhouse was the problem:
+    nothing published, or no assets URL set. Those are exit 11 now, one line naming the cure; a bad command line
+    stays exit 2."""
+    def export(house: Path, *flags: str) -> CliResult:
+        return run_cli("index", "export", *flags, "--wheelhouse", str(house), env={"BUILDER_CACHE_DIR": str(tmp_path)})
+
+    empty = export(tmp_path / "empty", "--assets", str(tmp_path / "a"))
+    assert_one_line_error(empty, f"nothing published in {tmp_path / 'empty'}: no wheel to export", "builder build")
+    assert empty.code == 11
+    unset = export(published(tmp_path).root, "--pages", str(tmp_path / "site"))
+    assert_one_line_error(unset, "has no assets.json", "builder index rebuild --assets-url URL")
+    assert unset.code == 11 and not (tmp_path / "site").exists()
+    flagless = export(tmp_path / "wh")
+    assert_one_line_error(flagless, "nothing to export")
+    assert flagless.code == 2
+
+
 def test_the_pages_tree_holds_everything_but_the_wheels(tmp_path: Path) -> None:
     house = published(tmp_path)
     house.staging().publish(raw_wheel(tmp_path / "staged", "delta", "0.1"), BuildRecord.from_json({}))
-    with pytest.raises(UsageError, match="has no assets.json"):
+    with pytest.raises(PublishError, match="has no assets.json"):
         export_pages(house, tmp_path / "none")
     house.set_assets(AssetStore.parse("https://h/"))
     tree = tmp_path / "site"

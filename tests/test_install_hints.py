@@ -64,4 +64,4 @@ def test_dry_run_says_what_it_would_build_and_keeps_the_install_line(tmp_path: P
                              {}, plans)
     lines = outcome.summary()
     assert lines[0].startswith("would run: uv pip install") and lines[1].startswith("would build here: builder build")
-    assert lines[-1] == "torch 2.14.1 in /env/bin/python: would stay (held as a constraint)"
+    assert lines[-1] == "torch 2.14.1 in /env/bin/python: would stay (held by torch==2.14.1 in the command)"

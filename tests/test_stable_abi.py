@@ -4,13 +4,15 @@ the torch-range check's choice of torches and its verdicts, and the record's ver
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import TorchIndex
+from builder.discovery.compat import TorchIndex, resolve_index
 from builder.discovery.torchindex import Listing, Release
 from builder.model.abi import Abi, channel_label, stable_label, stable_label_major
 from builder.model.arch import parse_arch_list
@@ -71,6 +73,22 @@ def test_a_port_makes_a_stable_plan_labelled_by_cuda_major_and_pinned_to_the_flo
     assert "0003-stable-port.patch" in [p.name for p in plan.patches]
     assert plan.env["BUILDER_TORCH_FLOOR"] == "2.11"
     assert dict(plan.describe())["abi"].startswith("torch-stable (one cp310-abi3 wheel for CUDA 13 torches >= 2.11")
+
+
+@needs_local_index
+def test_a_stable_wheel_requires_the_python_of_its_abi3_tag_and_of_its_torch_floor(tmp_path: Path) -> None:
+    """Upstream's setup.py says >=3.9; a cp310-abi3 wheel serves 3.10 on, and its floor torch may start later."""
+    settings = stable_recipes(tmp_path)
+    plan = make_plan(target(), settings)
+    assert plan.requires_python == ">=3.10"  # the local index has no 2.11: the abi3 tag's Python decides
+    assert dict(plan.describe())["abi"].endswith("each verified; Requires-Python >=3.10)")
+    assert make_plan(target(abi="per-torch"), settings).requires_python is None  # its cp311 tag says it
+    pypi = resolve_index("pypi")  # the shipped snapshot: PyPI's torch 2.15.0 has no wheel for Python 3.10
+    assert (pypi.oldest_python(Version("2.11")), pypi.oldest_python(Version("2.15"))) == (Version("3.10"),
+                                                                                         Version("3.11"))
+    assert plan.recipe.stable_abi is not None
+    floor_2_15 = replace(plan.recipe, stable_abi=replace(plan.recipe.stable_abi, torch_floor=Version("2.15")))
+    assert replace(plan, index=pypi, recipe=floor_2_15).requires_python == ">=3.11"
 
 
 @needs_local_index
@@ -166,7 +184,7 @@ def test_the_probe_verdicts(tmp_path: Path) -> None:
     good = {"python": "3.12.1", "torch": "2.12.1+cu130", "cuda": "13.0", "ops": ["tinyext::axpy"],
             "without_cuda_kernel": []}
     check = judge_probe(good, "2.12.1", "13.0", stable)
-    assert check.passed and check.channel == "cu130torch2.12" and "1 ops registered" in check.detail
+    assert check.passed and check.channel == "cu130torch2.12" and "1 op registered" in check.detail
     assert judge_probe({**good, "without_cuda_kernel": ["tinyext::axpy"]}, "2.12.1", "13.0", stable).detail == (
         "no CUDA kernel for tinyext::axpy")
     assert "no ops registered in namespace tinyext" in judge_probe({**good, "ops": []}, "2.12.1", "13.0", stable).detail

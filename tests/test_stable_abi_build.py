@@ -34,7 +34,7 @@ ARGS = ["build", "tinyext", "--recipes", str(FIXTURES / "recipes-stable"), "--cu
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("stable")
     env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse")}
-    return {"base": base, "env": env, "result": run_cli(*ARGS, env=env)}
+    return {"base": base, "env": env, "result": run_cli(*ARGS, "--variants", env=env)}
 
 
 def test_one_abi3_wheel_labelled_by_cuda_major_requiring_the_floor(built: dict) -> None:
@@ -48,9 +48,28 @@ def test_one_abi3_wheel_labelled_by_cuda_major_requiring_the_floor(built: dict) 
         inside = json.loads(zf.read(f"{info}/cuda_wheel_builder.json"))
         assert "tinyext/_C.abi3.so" in zf.namelist()
     assert "Requires-Dist: torch>=2.11" in metadata and "torch==" not in metadata
+    # the fixture's setup.py says >=3.9, as causal-conv1d's does; cp310-abi3 and torch 2.11 need 3.10
+    assert "Requires-Python: >=3.10\n" in metadata and ">=3.9" not in metadata
+    page = (house / "channels" / "cu130torch2.14" / "simple" / "tinyext" / "index.html").read_text()
+    assert 'data-requires-python="&gt;=3.10"' in page
+    assert '<p class="summary" id="summary">1 wheel of 1 package: ' in (house / "index.html").read_text()
     assert inside["abi"] == "torch-stable" and inside["torch_floor"] == "2.11"
     assert "0003-stable-abi.patch" in [p["file"] for p in inside["patches"]]
     assert "stable-ABI check passed: no torch C++ imports" in result.stderr and "abi3audit clean" in result.stderr
+
+
+def test_a_one_arch_wheel_gets_no_variants_and_a_line_saying_so(built: dict) -> None:
+    """Issue 42: `--variants` on a one-arch build, and `builder variants` on its wheel, made a thin wheel holding
+    the same SASS as the plain one (a copy). Now neither makes one, and each says why in one line."""
+    note = f"no variants of {WHEEL}: it holds one arch (sm_90), so its variant would be a copy of it"
+    house = built["base"] / "wheelhouse"
+    assert note in built["result"].stderr, built["result"].stderr[-2000:]
+    assert [p.name for p in (house / "wheels").glob("*.whl")] == [WHEEL]
+    again = run_cli(*ARGS, "--variants", env=built["env"])  # unchanged: no "build it again with --force" advice
+    assert again.code == 0 and note in again.stderr and "published without its variants" not in again.stderr
+    staged = run_cli("variants", "tinyext", "--recipes", str(FIXTURES / "recipes-stable"), env=built["env"])
+    assert staged.code == 0 and note in staged.stderr, staged.stderr[-2000:]
+    assert not list((house / "staging" / "wheels").glob("*.whl"))
 
 
 def test_the_torch_range_check_lands_the_wheel_in_the_channel_of_the_torch_it_passed(built: dict) -> None:
@@ -59,7 +78,7 @@ def test_the_torch_range_check_lands_the_wheel_in_the_channel_of_the_torch_it_pa
     (check,) = record["torch_checks"]  # the local index holds one torch
     assert (check["torch"], check["cuda"], check["how"], check["status"]) == ("2.14.1", "13.0",
                                                                               "import+registration", "passed")
-    assert "1 ops registered with CUDA kernels (axpy)" in check["detail"]
+    assert "1 op registered with CUDA kernels (axpy)" in check["detail"]
     channel = house / "channels" / "cu130torch2.14" / "simple" / "tinyext" / "index.html"
     assert f"{WHEEL}#sha256=" in channel.read_text()
     assert not (house / "channels" / "cu13").exists()  # the label is no channel: the torches are

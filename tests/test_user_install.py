@@ -186,6 +186,24 @@ def test_doctor_and_install_take_a_venv_folder(world: World) -> None:
     assert missing.returncode == 2 and "no such interpreter" in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.parametrize("offline", [False, True])
+def test_install_dry_run_prints_the_command_the_install_runs(world: World, offline: bool) -> None:
+    """Issue 42: --dry-run printed `uv pip install … torch==X` while the install ran this tool's uv with a temporary
+    constraints file. The line after "would run:" must be, word for word, the `+ ` line the real install echoes."""
+    venv = make_venv(world, f"dry-run-{offline}", "2.14.1")
+    flags = ["--offline"] if offline else []
+    dry = _builder(world, "install", "fla-core", "causal-conv1d", "--python", str(venv), "--dry-run", *flags)
+    assert dry.returncode == 0, dry.stderr
+    (planned,) = [line.removeprefix("would run: ") for line in dry.stdout.splitlines() if line.startswith("would run:")]
+    assert installed(venv, "fla-core") is None  # a dry run installs nothing
+    real = _builder(world, "install", "fla-core", "causal-conv1d", "--python", str(venv), *flags)
+    assert real.returncode == 0, real.stderr
+    ran = [line.removeprefix("+ ") for line in real.stderr.splitlines() if line.startswith("+ ") and " pip install " in line]
+    assert ran == [planned], (planned, real.stderr)
+    assert ("--offline" in planned.split()) is offline and "torch==2.14.1" in planned.split()
+    assert installed(venv, "fla-core") == "0.6.0+cu130torch2.14" and installed(venv, "torch") == "2.14.1"
+
+
 def test_install_without_torch_refuses(world: World) -> None:
     venv = world.tmp / "no-torch"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -271,6 +271,11 @@ def test_doctor_and_install_take_the_stable_wheel_from_the_envs_channel(user: Wo
     offer = {o["package"]: o for o in report["offers"]}["causal-conv1d"]
     assert offer["chosen"]["wheel"]["filename"] == STABLE and offer["index_url"] == channel
     assert offer["why"].startswith("the stable-ABI wheel verified on this env's torch 2.12 with CUDA 13.0")
+    # issue 42: the checks ran on Python 3.12 (the record says), this env is the builder's own Python 3.11
+    here = "{}.{}".format(*sys.version_info[:2])
+    other = "" if here == "3.12" else (f" with Python 3.12; this env runs Python {here} (the same abi3 wheel, not run on "
+                                       "that Python by the checks)")
+    assert offer["why"].endswith(f"import+registration passed on torch 2.12.1{other}"), offer["why"]
     assert any(a.startswith(f"causal-conv1d: {STABLE} fits: the stable-ABI wheel verified on this env's torch 2.12")
                and a.endswith(channel) for a in report["advice"]), report["advice"]
     uv_line = next(c for c in report["commands"] if c.startswith("uv pip install"))

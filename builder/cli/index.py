@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from builder.cli.common import out, settings_from_args
+from builder.core.log import plural
 
 if TYPE_CHECKING:
     from builder.index.assets import AssetStore
@@ -75,7 +76,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     for area in areas:
         area.rebuild_index()
         count = len(area.wheel_files())
-        out.print(f"index rebuilt: {area.index_url()} ({count} wheel{'s' if count != 1 else ''})")
+        out.print(f"index rebuilt: {area.index_url()} ({plural(count, 'wheel')})")
     for label in house.labels():
         out.print(f"  channel {label}: {house.channel_url(label)}")
     out.print(f"dashboard: {house.dashboard.resolve().as_uri()}")

@@ -137,6 +137,11 @@ def _status_line(text: str, detail: str) -> str:
 DETAIL_CHARS = 120  # a status detail longer than this is cut (raw output lines; compile steps are short)
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 wheel``, ``2 wheels``, ``0 wheels``; ``nouns`` where the plural is not ``noun + "s"``."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def elapsed(seconds: float) -> str:
     """``45s``, ``2m31s``, ``1h02m``."""
     s = int(seconds)

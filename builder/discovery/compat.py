@@ -110,6 +110,14 @@ class TorchIndex:
         """The torch releases built for ``cuda``'s line on this index, oldest first."""
         return self.torch_by_cuda.get(cuda.line, ())
 
+    def oldest_python(self, torch_minor: Version) -> Version | None:
+        """The oldest Python any release of ``torch_minor`` (2.11: 2.11.0, 2.11.1, …) has a wheel for on this index,
+        from its wheel names; None where the index lists none (a local index without that minor)."""
+        releases = self.listing.releases if self.listing else ()
+        pythons = [Version(p.rstrip("t")) for r in releases for p in r.pythons
+                   if (Version(r.version).major, Version(r.version).minor) == (torch_minor.major, torch_minor.minor)]
+        return min(pythons, default=None)
+
 
 def known_indexes(settings: Settings | None) -> list[TorchIndex]:
     return [TorchIndex(name, url, discover(name, url, settings)) for name, url in KNOWN_INDEXES.items()]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.fsutil import human_size
+from builder.core.log import plural
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.checks import wheel_channels
 from builder.index.layout import (
@@ -199,13 +200,13 @@ def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool =
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}: {len(rows)} wheels</title>
+<title>{title}: {plural(len(rows), "wheel")}</title>
 <style>{_CSS}</style>
 </head>
 <body>
 <header>
   <h1>{title}</h1>
-  <p class="summary" id="summary">{len(rows)} wheels of {packages} packages{": " + summary if summary else ""}</p>
+  <p class="summary" id="summary">{plural(len(rows), "wheel")} of {plural(packages, "package")}{": " + summary if summary else ""}</p>
   <nav>
     <div><b>Combined index</b> <a href="{simple_path()}"><code>{simple_path()}</code></a>
       (PEP 503 HTML + PEP 691 JSON, PEP 658 metadata)</div>

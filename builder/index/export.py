@@ -79,9 +79,15 @@ def export_pages(house: Wheelhouse, dest: Path) -> PagesExport:
 
 
 def _required(house: Wheelhouse) -> AssetStore:
+    """The wheelhouse's asset store; a wheelhouse with nothing to export, or whose wheels are not release assets,
+    is refused (PublishError, exit 11: the wheelhouse's state, not the command line, is what to change)."""
+    if not house.wheel_files():
+        raise PublishError(f"nothing published in {house.root}: no wheel to export",
+                           "build one first (`builder build …`), or give --wheelhouse (BUILDER_WHEELHOUSE) the wheelhouse "
+                           "that holds them")
     assets = house.assets()
     if assets is None:
-        raise UsageError(f"{house.root} links its wheels in wheels/ (it has no {house.assets_file.name})",
+        raise PublishError(f"{house.root} links its wheels in wheels/ (it has no {house.assets_file.name})",
                          "set where the wheels are published first: `builder index rebuild --assets-url URL`")
     return assets
 

@@ -59,7 +59,7 @@ from builder.stages.torchrange import (
     torches_to_check,
     venv_maker,
 )
-from builder.stages.variants import make_variant, variant_record
+from builder.stages.variants import make_variant, one_arch_note, variant_record
 from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
 from builder.toolchain.cibw import EXCLUDED_LIBS
@@ -135,7 +135,9 @@ def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOpti
             result.wheel, result.record, result.status = existing[0], existing[1], "unchanged"
             log.ok(f"unchanged: {existing[0].name} was built from the same inputs (cache key {key[:12]}); "
                    "nothing to do (--force rebuilds)")
-            if options.variants and not _has_variants(existing[0]):
+            if options.variants and (note := one_arch_note(existing[0].name, plan.target.archs)) is not None:
+                log.info(note)
+            elif options.variants and not _has_variants(existing[0]):
                 log.warning(f"--variants: {existing[0].name} was published without its variants; "
                             "`--force` builds it again with them")
             return
@@ -245,7 +247,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                           compiler=resolved.compiler, python=python, log_file=log_file)
     with timed(timings, "finalize"):
         final = finalize_wheel(raw, workdir / "final", label=label, pins=pins,
-                               build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop)
+                               build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop,
+                               requires_python=plan.requires_python)
     log.info(f"wheel: {final.name}")
     log.step("inspect")
     with timed(timings, "inspect"):
@@ -329,7 +332,10 @@ def variants_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_py
                    cuda_home: Path) -> list[VariantWheel]:
     """One thin wheel per arch of the plain wheel (its fatbins sliced, no second compile), each inspected (only
     its arch's SASS), import-tested and kernel-tested like the plain wheel. Any failure publishes nothing."""
-    made = []
+    made: list[VariantWheel] = []
+    if (note := one_arch_note(final.name, plan.target.archs)) is not None:
+        log.info(note)
+        return made
     plain_size = final.stat().st_size
     for arch in sorted({Arch(a.number, a.suffix) for a in plan.target.archs}):
         variant = Variant.for_build(arch, plan.cuda)

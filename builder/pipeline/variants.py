@@ -24,23 +24,28 @@ from builder.model.variants import Variant
 from builder.pipeline.promote import resolve_wheels
 from builder.stages.finalize import read_build_record
 from builder.stages.inspection import inspect_wheel, verify_archs, verify_platform
-from builder.stages.variants import make_variant, variant_record
+from builder.stages.variants import make_variant, one_arch_note, variant_record
 
 
 def stage_variants(spec: str, settings: Settings, archs: str | None = None) -> list[Path]:
     """Stage the variants of the wheels ``spec`` names (a file, or a package's wheels in staging, else published);
-    ``archs`` narrows them (default: every arch the wheel's record names)."""
+    ``archs`` narrows them (default: every arch the wheel's record names). A wheel of one arch gets none, and a
+    line saying so (stages/variants.one_arch_note)."""
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
-    staged = []
-    for wheel in _plain_wheels(spec, house):
+    staged, plain = [], _plain_wheels(spec, house)
+    for wheel in plain:
         record = house.record_of(wheel.name) or staging.record_of(wheel.name) or read_build_record(wheel)
         if record is None or not record.archs or record.cuda_version is None:
             raise UsageError(f"{wheel.name}: no build record naming its archs and CUDA",
                              "variants are made of CUDA wheels this builder built")
-        for arch in _archs(record, archs, wheel.name):
+        chosen = _archs(record, archs, wheel.name)
+        if (note := one_arch_note(wheel.name, parse_arch_list(",".join(record.archs)))) is not None:
+            log.info(note)
+            continue
+        for arch in chosen:
             staged.append(_stage_one(wheel, record, Variant.for_build(arch, record.cuda_version), staging, settings))
-    if not staged:
+    if not plain:
         raise UsageError(f"{spec}: no plain CUDA wheel to make variants of")
     return staged
 

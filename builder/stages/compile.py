@@ -113,6 +113,20 @@ _NINJA_PREFIX = re.compile(r"^\[\d+/\d+\]\s+")
 _SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 _COMPILERS = re.compile(r"^(nvcc|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|.*-g\+\+|.*-gcc)(-\d+)?$")
 _WRAPPERS = ("ccache", "sccache")
+# nvcc's intermediates of x.cu, compiled by the host compiler nvcc runs: /tmp/tmpxft_000057d4_00000000-6_x.cudafe1.cpp
+_NVCC_TEMP = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_(.+?)\.(?:cudafe1\.(?:cpp|c)|cpp\d\.ii|stub\.c|fatbin\.c)$")
+
+
+def _unit_source(words: Sequence[str]) -> str | None:
+    """The translation unit a compiler command line works on, by name: the last source file on it (torch's ninja
+    lines say `-c -c SRC`, so not simply the word after -c); an nvcc temporary stands for its CUDA source
+    (``tmpxft_…_x.cudafe1.cpp`` → ``x.cu``: nvcc names its intermediates after the .cu file it compiles)."""
+    sources = [w for w in words if w.endswith(_SOURCE_SUFFIXES) and not w.startswith("-")]
+    if not sources:
+        return None
+    name = Path(sources[-1]).name
+    temp = _NVCC_TEMP.fullmatch(name)
+    return f"{temp.group(1)}.cu" if temp else name
 
 
 def compile_step(line: str) -> str | None:
@@ -130,9 +144,8 @@ def compile_step(line: str) -> str | None:
         return None
     prefix = f"[{match.group(1)}/{match.group(2)}] " if match else ""
     tool = Path(words[0]).name
-    sources = [w for w in words[1:] if w.endswith(_SOURCE_SUFFIXES) and not w.startswith("-")]
-    if sources:  # the translation unit (torch's ninja lines say `-c -c SRC`, so not simply the word after -c)
-        return f"{prefix}{tool} {Path(sources[-1]).name}"
+    if (source := _unit_source(words[1:])) is not None:
+        return f"{prefix}{tool} {source}"
     if "-o" in words[:-1]:
         return f"{prefix}link {Path(words[words.index('-o') + 1]).name}"
     return f"{prefix}{tool}" if match else None
@@ -150,16 +163,15 @@ SHOWN_RUNNING = 4  # running units named on the line; more are counted
 
 def running_unit(argv: Sequence[str]) -> str | None:
     """The unit a compiler process works on, by its command line: the source's name (``causal_conv1d_fwd.cu``:
-    nvcc, and the host compiler nvcc runs on the same file, alike), ``link x.so`` for a shared-library link,
-    None for anything else (ninja, python, cicc and ptxas on nvcc's temporary files)."""
+    nvcc, and the host compiler nvcc runs on its ``tmpxft_…_causal_conv1d_fwd.cudafe1.cpp``, alike),
+    ``link x.so`` for a shared-library link, None for anything else (ninja, python, cicc and ptxas)."""
     words = list(argv)
     while words and Path(words[0]).name in _WRAPPERS:
         words = words[1:]
     if not words or not _COMPILERS.match(Path(words[0]).name):
         return None
-    sources = [w for w in words[1:] if w.endswith(_SOURCE_SUFFIXES) and not w.startswith("-")]
-    if sources:
-        return Path(sources[-1]).name
+    if (source := _unit_source(words[1:])) is not None:
+        return source
     if "-shared" in words and "-o" in words[:-1]:
         return f"link {Path(words[words.index('-o') + 1]).name}"
     return None

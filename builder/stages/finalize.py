@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -34,9 +35,11 @@ def finalize_wheel(
     pins: list[str],
     build_record: BuildRecord,
     drop: tuple[str, ...] = (),
+    requires_python: str | None = None,
 ) -> Path:
     """Rewrite ``wheel`` into ``outdir`` with the label, the pins (replacing same-named requirements), the record,
-    and without the Requires-Dist entries a recipe's ``[runtime] drop`` names."""
+    ``requires_python`` as its lower bound (where given: Plan.requires_python), and without the Requires-Dist
+    entries a recipe's ``[runtime] drop`` names."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     entries = read_entries(wheel)
     file_modes = modes(wheel)
@@ -53,7 +56,8 @@ def finalize_wheel(
     metadata_name = f"{new_info}/METADATA"
     if metadata_name not in renamed:
         raise InspectError(f"{wheel.name}: no METADATA in {old_info}")
-    renamed[metadata_name] = rewrite_metadata(renamed[metadata_name].decode(), new_version, pins, drop).encode()
+    renamed[metadata_name] = rewrite_metadata(renamed[metadata_name].decode(), new_version, pins, drop,
+                                              requires_python).encode()
     renamed[f"{new_info}/{RECORD_FILE}"] = build_record.wheel_bytes()
     out = outdir / f"{dist_name}-{new_version}-{tag_part(wheel.name)}.whl"
     outdir.mkdir(parents=True, exist_ok=True)
@@ -63,9 +67,11 @@ def finalize_wheel(
     return out
 
 
-def rewrite_metadata(text: str, version: Version, pins: list[str], drop: tuple[str, ...] = ()) -> str:
+def rewrite_metadata(text: str, version: Version, pins: list[str], drop: tuple[str, ...] = (),
+                     requires_python: str | None = None) -> str:
     """Set ``Version:``, replace unconditional Requires-Dist lines whose name a pin names, and remove every
-    Requires-Dist line (with or without a marker) whose name ``drop`` names."""
+    Requires-Dist line (with or without a marker) whose name ``drop`` names. ``requires_python`` (``>=3.10``)
+    raises Requires-Python's lower bound to it (upstream's other bounds and a higher floor of its own are kept)."""
     head, sep, body = text.partition("\n\n")
     pinned = {canonicalize_name(Requirement(p).name) for p in pins}
     dropped = {canonicalize_name(n) for n in drop}
@@ -73,6 +79,11 @@ def rewrite_metadata(text: str, version: Version, pins: list[str], drop: tuple[s
     for line in head.splitlines():
         if line.startswith("Version:"):
             lines.append(f"Version: {version}")
+            if requires_python and not any(x.startswith("Requires-Python:") for x in head.splitlines()):
+                lines.append(f"Requires-Python: {requires_python}")
+            continue
+        if line.startswith("Requires-Python:") and requires_python:
+            lines.append(f"Requires-Python: {raised_floor(line.split(':', 1)[1].strip(), requires_python)}")
             continue
         if line.startswith("Requires-Dist:"):
             try:
@@ -87,6 +98,20 @@ def rewrite_metadata(text: str, version: Version, pins: list[str], drop: tuple[s
         lines.append(line)
     lines.extend(f"Requires-Dist: {p}" for p in pins)
     return "\n".join(lines) + (sep + body if sep else "\n")
+
+
+def raised_floor(specifier: str, floor: str) -> str:
+    """``>=3.9`` raised to ``>=3.10`` → ``>=3.10``; ``>=3.9,<3.15`` → ``<3.15,>=3.10``; a lower bound at or above
+    the floor is kept as it is (``>=3.11`` stays)."""
+    try:
+        specs = SpecifierSet(specifier)
+    except InvalidSpecifier:
+        return floor
+    low = Version(Specifier(floor).version)
+    kept = [s for s in specs if not (s.operator in (">=", ">") and Version(s.version) < low)]
+    if not any(s.operator in (">=", ">") for s in kept):
+        kept.append(Specifier(floor))
+    return str(SpecifierSet(",".join(str(s) for s in kept)))
 
 
 def read_build_record(wheel: Path) -> BuildRecord | None:

@@ -132,6 +132,19 @@ class Plan:
             return self.recipe.stable_abi.requirement
         return per_torch_requirement(torch)
 
+    @property
+    def requires_python(self) -> str | None:
+        """What finalize writes as the wheel's Requires-Python: for a stable-ABI wheel the higher of its abi3 tag's
+        Python (cp310 → 3.10) and the oldest Python its torch floor has wheels for on the index (upstream's
+        setup.py says >=3.9, which no cp310-abi3 wheel or torch 2.11 serves); None for the others, which keep
+        upstream's (a per-torch wheel's cpXY tag names its one Python, a pure-Python wheel's is upstream's)."""
+        stable = self.recipe.stable_abi
+        if not self.stable or stable is None:
+            return None
+        floors = [Version(stable.python_floor), self.index.oldest_python(stable.torch_floor)]
+        floor = max(f for f in floors if f is not None)
+        return f">={floor.major}.{floor.minor}"
+
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
         from toolchain.select.probe_build_here) adds a row after the toolchain."""
@@ -181,7 +194,7 @@ class Plan:
         stable = self.recipe.stable_abi
         if self.stable and stable is not None:
             return (f"torch-stable (one cp{stable.python_floor.replace('.', '')}-abi3 wheel for CUDA "
-                    f"{self.cuda.major} torches >= {stable.floor_text}, each verified)")
+                    f"{self.cuda.major} torches >= {stable.floor_text}, each verified; Requires-Python {self.requires_python})")
         if self.pure_python:
             return ("none (pure Python: one py3-none-any wheel for every torch its own requirement allows, each "
                     "verified by an import beside it)")

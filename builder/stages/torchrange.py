@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.errors import ToolchainError
-from builder.core.log import log
+from builder.core.log import log, plural
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
 from builder.core.wheelfile import parse_wheel_name
@@ -270,7 +270,7 @@ def judge_probe(out: dict[str, object], torch: str, line: str, stable: Claim) ->
     elif not stable.namespaces:
         detail = "imported (pure Python: no ops to register)"
     else:
-        detail = f"imported; {len(ops)} ops registered with CUDA kernels ({', '.join(o.split('::')[1] for o in ops)})"
+        detail = f"imported; {plural(len(ops), 'op')} registered with CUDA kernels ({', '.join(o.split('::')[1] for o in ops)})"
     return TorchCheck(torch=torch, cuda=cuda, python=python, how=IMPORT_REGISTRATION, status=status, detail=detail)
 
 

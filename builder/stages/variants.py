@@ -9,15 +9,26 @@ variant like any wheel before it is published beside the plain wheel.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from builder.core.errors import InspectError
 from builder.core.fatbin import FatbinError, keep_only, sass_only, shared_object_code
 from builder.core.wheelfile import dist_info_dir, modes, read_entries, split_label, write_wheel
 from builder.model import variants
+from builder.model.arch import Arch
 from builder.model.records import BuildRecord, VariantInfo
 from builder.model.variants import Variant
 from builder.stages.finalize import RECORD_FILE
+
+
+def one_arch_note(wheel: str, archs: Iterable[Arch]) -> str | None:
+    """The line said instead of making variants of a wheel built for one arch (a variant would hold the same
+    SASS, less its PTX: a copy no installer gains from); None for a wheel of several archs."""
+    have = sorted({Arch(a.number, a.suffix) for a in archs}, key=str)
+    if len(have) != 1:
+        return None
+    return f"no variants of {wheel}: it holds one arch ({have[0].sm}), so its variant would be a copy of it"
 
 
 def make_variant(wheel: Path, variant: Variant, outdir: Path) -> Path:

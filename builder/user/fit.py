@@ -344,7 +344,23 @@ def _judge_ranged(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
     best_check = max(here, key=lambda c: (c.how == GPU_KERNEL_TESTS, Version(c.torch)), default=None)
     checked = f": {best_check.how} passed on torch {best_check.torch}" if best_check else ""
     kind = "stable-ABI" if wheel.is_stable_abi else "pure-Python"
-    return [], f"the {kind} wheel verified on this env's torch {minor} with CUDA {cuda.line}{checked}"
+    return [], f"the {kind} wheel verified on this env's torch {minor} with CUDA {cuda.line}{checked}" + (
+        _other_python(wheel, best_check.python, env.python) if best_check else "")
+
+
+def _other_python(wheel: IndexedWheel, checked: str, here: str) -> str:
+    """``with Python 3.12; this env runs Python 3.13 (the same abi3 wheel)`` where the check ran on another Python
+    minor than the env's (the same file serves both: cp310-abi3 or py3); empty where they are the same or the
+    record does not say."""
+    try:
+        ran, runs = _version_tuple(checked), _version_tuple(here)
+    except InvalidVersion:
+        return ""
+    if ran == runs:
+        return ""
+    tag = "abi3" if wheel.is_stable_abi else "py3"
+    return (f" with Python {ran[0]}.{ran[1]}; this env runs Python {runs[0]}.{runs[1]} (the same {tag} wheel, "
+            "not run on that Python by the checks)")
 
 
 def _not_verified(wheel: IndexedWheel, channel: str, minor: str, cuda: CudaVersion) -> str:

@@ -1,7 +1,7 @@
 """``builder install``: the fitting wheels from a wheelhouse into a user's environment, never touching its torch.
 
 Per package the newest wheel that fits the env (fit.py) is installed from its channel, pinned exactly
-(``pkg==1.7.0+cu130torch2.14``), with the env's own torch as a constraint, so no resolver can swap torch. A
+(``pkg==1.7.0+cu130torch2.14``), with the env's own torch named exactly (``torch==2.14.1``), so no resolver can swap torch. A
 stable-ABI wheel (``pkg==1.7.0+cu13``) comes from the env's own channel too (``cu130torch2.12``), which lists it
 where it was verified on that torch. When
 nothing fits, a wheel is built here if this machine can compile for the env's CUDA; otherwise the command stops
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,10 +62,10 @@ def choose(packages: list[str], env: EnvFacts, reader: WheelhouseReader) -> list
     return choices
 
 
-def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, constraints: Path | None = None,
-                 *, tool: str = "uv") -> list[str]:
+def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, tool: str = "uv") -> list[str]:
     """The install command: each wheel's channel as an extra index (a stable-ABI wheel's: the env's), exact pins,
-    torch held where it is."""
+    torch held where it is by an exact requirement the env already meets. ``uv``/``pip``: the lines doctor prints
+    for the user's own tools; ``uv-internal``: this tool's uv (``run_argv``)."""
     indexes: list[str] = []
     for wheel in wheels:
         if wheel.index_url_for(env) not in indexes:
@@ -79,23 +78,20 @@ def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, constr
     # uv picks the variant for this machine's GPU (model/variants.py) where the wheel has any and uv knows them
     preview = ["--preview-features", variants.UV_PREVIEW_FEATURE] \
         if any(w.variants for w in wheels) and (tool == "uv" or uv_knows_variants()) else []
-    head = [uv_bin() if tool == "uv-internal" else "uv", "pip", "install", *preview, "--python", str(python),
-            *index_args]
-    if constraints is not None:
-        return [*head, "--constraint", str(constraints), *pins]
-    return [*head, *pins, *hold]
+    return [uv_bin() if tool == "uv-internal" else "uv", "pip", "install", *preview, "--python", str(python),
+            *index_args, *pins, *hold]
 
 
-def run_install(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False) -> None:
-    """Install ``wheels`` with uv, the env's torch given as a constraint (a requirement it already meets)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        constraints = Path(tmp) / "hold-torch.txt"
-        constraints.write_text(f"torch=={env.torch}\n" if env.torch else "")
-        argv = install_argv(python, wheels, env, constraints, tool="uv-internal")
-        if offline:
-            argv.insert(3, "--offline")
-        what = f"installing {', '.join(w.filename for w in wheels)}"
-        result = run_uv_process(argv, what=what)  # the network policy's timeouts and wall clock (core/net.py)
+def run_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False) -> list[str]:
+    """What ``builder install`` runs, and what its --dry-run prints: the one command line for both."""
+    argv = install_argv(python, wheels, env, tool="uv-internal")
+    return [*argv[:3], "--offline", *argv[3:]] if offline else argv
+
+
+def run_install(argv: list[str], python: Path, wheels: list[IndexedWheel]) -> None:
+    """Run ``argv`` (``run_argv``'s) to install ``wheels`` into ``python``'s env; say which variant uv chose."""
+    what = f"installing {', '.join(w.filename for w in wheels)}"
+    result = run_uv_process(argv, what=what)  # the network policy's timeouts and wall clock (core/net.py)
     if result.returncode != 0:
         raise install_failure(what, result.stderr, where=python.parent.parent)
     for line in result.stderr.splitlines():
@@ -313,7 +309,7 @@ class InstallOutcome:
         if self.torch and (self.installed or self.built):
             lines.append(f"torch {self.torch} in {self.python}: unchanged")
         elif self.torch:
-            lines.append(f"torch {self.torch} in {self.python}: would stay (held as a constraint)")
+            lines.append(f"torch {self.torch} in {self.python}: would stay (held by torch=={self.torch} in the command)")
         return lines
 
 
@@ -353,13 +349,14 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     wheels = [c.chosen for c in choices if c.chosen is not None]
     why = {c.chosen.filename: f"{c.why}; channel {c.chosen.index_url_for(facts)}" for c in choices
            if c.chosen is not None and c.why}
-    command = shlex.join(install_argv(python, wheels, facts)) if wheels else None
+    argv = run_argv(python, wheels, facts, offline=settings.offline) if wheels else None
+    command = shlex.join(argv) if argv else None
     installed: tuple[IndexedWheel, ...] = ()
-    if wheels and not request.dry_run:
+    if argv and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
         for name, line in why.items():
             log.info(f"  {name}: {line}")
-        run_install(python, wheels, facts, offline=settings.offline)
+        run_install(argv, python, wheels)
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]
