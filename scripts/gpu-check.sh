@@ -155,6 +155,10 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     # wheel too (all four GatedDeltaNet functions bound); the use_kernels=True hub kernels named in both
     python3 -c 'import transformers, kernels; print("transformers", transformers.__version__, "kernels", kernels.__version__)' \
       | tee "$OUT/doctor-tf-versions.txt"
+    # the causal-conv1d wheel built on the CPU machine (stable ABI, sm_90): its kernel tests on this GPU first
+    step timeout "${CC_TIMEOUT:-300}" $B test .carry/wh-cc/wheels/causal_conv1d-*.whl --python python3 \
+      --require-kernel-tests --wheelhouse .carry/wh-cc --no-bench || status=1
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/cc-$(basename "$(dirname "$f")").json"; done
     step $B install fla-core --python python3 --from .carry/wh-fla --offline || status=1
     step $B doctor --python python3 --from .carry/wh-fla || status=1
     $B doctor --python python3 --from .carry/wh-fla --json > "$OUT/doctor-fla-only.json" 2>/dev/null || status=1
