@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from builder.cli.common import out, settings_from_args
 from builder.core.log import plural
+from builder.core.net import seconds
 
 if TYPE_CHECKING:
     from builder.index.assets import AssetStore
@@ -37,8 +38,12 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                       help="remove local wheels the published index does not hold (an exact mirror)")
     pull.add_argument("--missing-ok", action="store_true",
                       help="nothing published there yet (HTTP 404 for simple/index.json) is not an error: a first run")
-    pull.add_argument("--timeout", type=float, metavar="SECONDS",
+    pull.add_argument("--timeout", type=seconds, metavar="SECONDS",
                       help="the longest wait for a byte (default 30: the network policy's, BUILDER_NET_TIMEOUT)")
+    pull.add_argument("--allow-origin", action="append", default=[], metavar="URL",
+                      help="also fetch from this origin (http(s)://host[:port]) or folder (file://…), where the "
+                           "published pages link files there; by default only the index's own origin and the one "
+                           "its assets.json names are read")
     add_common(pull, "wheelhouse", "net-deadline")
     export = isub.add_parser(
         "export", help="lay out the release assets (wheels + .metadata, immutable) and the Pages tree (no wheel)",
@@ -118,7 +123,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from builder.index.store import Wheelhouse
 
     house = Wheelhouse(settings_from_args(args).wheelhouse)
-    result = pull(args.url, house, delete=args.delete, missing_ok=args.missing_ok, timeout_s=args.timeout)
+    result = pull(args.url, house, delete=args.delete, missing_ok=args.missing_ok, timeout_s=args.timeout,
+                  allow=tuple(args.allow_origin))
     if result is None:
         out.print(f"nothing published at {args.url} yet (no simple/index.json): {house.root} left as it was",
                   markup=False)

@@ -32,6 +32,7 @@ import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, fields, replace
@@ -41,6 +42,7 @@ from typing import Any, TypeVar
 from builder.core.errors import SourceError, UsageError
 
 CHUNK = 1 << 16
+MAX_REDIRECTS = 5  # one fetch follows at most this many, each to http(s) only
 # HTTP answers worth asking again: the server (or a proxy in front of it) is overloaded or restarting.
 TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 USER_AGENT = "cuda-wheel-builder"
@@ -165,6 +167,10 @@ class _Expired(Exception):
     """The operation's deadline passed."""
 
 
+class TooLarge(SourceError):
+    """An answer longer than its caller's cap (a page, a record, a wheel past its declared size); not retried."""
+
+
 # ---------------------------------------------------------------- the deadline's watchdog
 
 
@@ -271,15 +277,26 @@ class Body:
     """An open answer, read in chunks with the deadline checked between them. A failure while reading is
     another try for ``open_url`` (the reader is called again from the start)."""
 
-    def __init__(self, response: Any, watch: _Watch, timeout_s: float) -> None:
+    def __init__(self, response: Any, watch: _Watch, timeout_s: float, max_bytes: int | None = None) -> None:
         self._response, self._watch, self._timeout = response, watch, timeout_s
+        self.max_bytes = max_bytes
         self.status: int = getattr(response, "status", None) or 200
         self.headers: Any = response.headers
         self.url: str = response.geturl()
         self.received = 0
+        declared = self.headers.get("Content-Length") if self.headers is not None else None
+        if max_bytes is not None and declared and declared.strip().isdigit() and int(declared) > max_bytes:
+            raise self._too_large(f"says Content-Length {int(declared)}")
+
+    def _too_large(self, how: str) -> TooLarge:
+        return TooLarge(f"{self.url}: the answer {how}, more than the {self.max_bytes} bytes it may have; refused",
+                        "check what the index links there")
 
     def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
+        """The body in chunks; past ``max_bytes`` a TooLarge, before the chunk that crosses it is yielded."""
         read = getattr(self._response, "read1", self._response.read)
+        if self.max_bytes is not None:
+            size = max(1, min(size, self.max_bytes + 1))
         while True:
             self._watch.check()
             try:
@@ -291,6 +308,8 @@ class Body:
             self._watch.check()  # a watchdog's shutdown reads as the end of the answer: it is not
             if not chunk:
                 break
+            if self.max_bytes is not None and self.received + len(chunk) > self.max_bytes:
+                raise self._too_large(f"went on past {self.received + len(chunk)} bytes")
             self.received += len(chunk)
             self._watch.received += len(chunk)
             yield chunk
@@ -303,22 +322,27 @@ class Body:
 
 
 def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str] | None = None,
-             method: str = "GET", policy: NetPolicy | None = None) -> _T:
+             method: str = "GET", policy: NetPolicy | None = None, max_bytes: int | None = None) -> _T:
     """``read(body)`` of the answer at ``url`` (http(s):// under the policy; file:// too), retried with backoff
     on a timeout, a broken connection or HTTP 408/429/5xx: ``read`` must start its output afresh each time.
 
     Other HTTP errors (404…) and a missing file:// raise urllib's own errors, as urlopen does. Giving up (the
-    deadline passed, or the retries ran out) raises NetError."""
+    deadline passed, or the retries ran out) raises NetError. ``max_bytes`` caps the body (TooLarge past it).
+    Only http(s):// and file:// are fetched; a redirect is followed to http(s):// only, at most MAX_REDIRECTS
+    times, within the same deadline (urllib alone follows one to ftp://, which no watchdog bounds)."""
     policy = policy or current()
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https", "file"):
+        raise SourceError(f"{url}: not an http(s):// or file:// URL; refused", "check what the index links there")
     watch = _Watch(policy.deadline_s)
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
-    opener = urllib.request.build_opener(_HTTPHandler(watch, policy), _HTTPSHandler(watch, policy))
+    opener = _opener(watch, policy, local=scheme == "file")
     tries, cause = 0, ""
     try:
         while True:
             tries += 1
             try:
-                return _try(opener, request, read, watch, policy)
+                return _try(opener, request, read, watch, policy, max_bytes)
             except _Retry as e:
                 cause = e.cause
             except _Expired:
@@ -333,12 +357,49 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
         watch.stop()
 
 
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Redirects to http(s):// only (urllib's own also follows ftp://), at most MAX_REDIRECTS per fetch."""
+
+    max_redirections = MAX_REDIRECTS
+    max_repeats = 2
+
+    def http_error_302(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any) -> Any:
+        target = urllib.parse.urljoin(req.full_url, headers.get("Location") or headers.get("URI") or "")
+        if urllib.parse.urlsplit(target).scheme.lower() not in ("http", "https"):
+            raise RedirectRefused(f"{req.full_url}: redirected to {target[:200]}, which is not http(s)://; refused",
+                                  "check what the index links there")
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+class RedirectRefused(SourceError):
+    """A redirect this policy does not follow (to another scheme, or too many)."""
+
+
+def _opener(watch: _Watch, policy: NetPolicy, *, local: bool) -> urllib.request.OpenerDirector:
+    """An opener with exactly the handlers a fetch may use: the watched http(s) ones and the redirect rule above;
+    file:// only for a file:// URL (never reached by a redirect); no ftp://, data: or proxies' other schemes."""
+    opener = urllib.request.OpenerDirector()
+    handlers: list[urllib.request.BaseHandler] = [
+        urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), urllib.request.HTTPDefaultErrorHandler(),
+        _Redirects(), urllib.request.HTTPErrorProcessor(), _HTTPHandler(watch, policy), _HTTPSHandler(watch, policy)]
+    if local:
+        handlers.append(urllib.request.FileHandler())
+    for handler in handlers:
+        opener.add_handler(handler)
+    return opener
+
+
 def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request, read: Callable[[Body], _T],
-         watch: _Watch, policy: NetPolicy) -> _T:
+         watch: _Watch, policy: NetPolicy, max_bytes: int | None) -> _T:
     watch.check()
     try:
         response = opener.open(request, timeout=policy.read_timeout_s)
     except urllib.error.HTTPError as e:
+        if e.code in (301, 302, 303, 307, 308):
+            raise RedirectRefused(f"{request.full_url}: more than {MAX_REDIRECTS} redirects (or a loop); refused",
+                                  "check the URL") from None
         if e.code not in TRANSIENT_STATUS:
             raise
         e.close()
@@ -352,7 +413,7 @@ def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request,
         watch.check()
         raise _Retry(_describe(e, policy.read_timeout_s)) from None
     with response:
-        return read(Body(response, watch, policy.read_timeout_s))
+        return read(Body(response, watch, policy.read_timeout_s, max_bytes))
 
 
 # Failures to open an http(s) connection worth another try. A refused connection (nothing listens there), an
@@ -389,9 +450,10 @@ def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str,
                     "BUILDER_NET_TIMEOUT=SECONDS")
 
 
-def fetch_bytes(url: str, *, headers: Mapping[str, str] | None = None, policy: NetPolicy | None = None) -> bytes:
-    """The whole answer at ``url`` under the policy (``open_url``)."""
-    return open_url(url, lambda body: body.read(), headers=headers, policy=policy)
+def fetch_bytes(url: str, *, headers: Mapping[str, str] | None = None, policy: NetPolicy | None = None,
+                max_bytes: int | None = None) -> bytes:
+    """The whole answer at ``url`` under the policy (``open_url``), at most ``max_bytes`` of it."""
+    return open_url(url, lambda body: body.read(), headers=headers, policy=policy, max_bytes=max_bytes)
 
 
 def download(url: str, dest: Path, *, policy: NetPolicy | None = None) -> int:

@@ -53,9 +53,18 @@ class AssetStore:
             raise UsageError(f"{source} {url!r}: must end in / (the wheel's file name is appended), with no "
                              "query or fragment", cure)
         try:
-            names = {name for _, name, _, _ in string.Formatter().parse(url) if name is not None}
+            fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(url)
+                      if name is not None]
         except ValueError as e:
             raise UsageError(f"{source} {url!r}: {e}", cure) from e
+        names = {name for name, _, _ in fields}
+        if any(spec or conversion for _, spec, conversion in fields):
+            raise UsageError(f"{source} {url[:200]!r}: a field with a format spec or conversion ({{name:…}}, "
+                             "{name!r}); only plain {project} and {version} can be filled in", cure)
+        segments = urllib.parse.unquote(parts.path).split("/")
+        if any(seg in (".", "..") for seg in segments) or "\\" in parts.path:
+            raise UsageError(f"{source} {url[:200]!r}: a '.' or '..' segment (or a backslash); an export lays "
+                             "the assets out by this path, so it must not climb", cure)
         if names - set(FIELDS):
             raise UsageError(f"{source} {url!r}: names {', '.join(sorted(names - set(FIELDS)))}; only {{project}} "
                              "and {version} can be filled in", cure)

@@ -6,7 +6,9 @@ of a fixed number of worker threads, which answers that one request and gives th
 worker, and a normal request is answered at once. Deadlines per connection (``Limits``): the first byte of a request
 within ``idle`` seconds (of the accept, or of the previous answer on a keep-alive connection: then the connection is
 closed quietly), the whole head within ``head`` seconds of its first byte (else 408 and closed), and every write must
-make progress within ``write`` seconds (a client that stops reading is dropped). At most ``connections`` are open at
+make progress within ``write`` seconds (a client that stops reading is dropped). A file's body is sent by the loop
+thread too (non-blocking ``sendfile``), so a client that reads slowly holds a socket, not a worker; it must have
+read the whole answer within ``write`` + size / ``min_rate`` seconds, else it is dropped. At most ``connections`` are open at
 once: a new one past the cap closes an idle keep-alive connection, else the one that has waited longest for its
 request (the slowest head), with 503 and ``Retry-After: 1``; when none waits (all are being answered or queued for a
 worker), the new one gets that 503 itself, before it costs anything. Complete requests past the ``workers`` busy ones wait in a
@@ -16,11 +18,14 @@ queue, not in the listen backlog.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import os
 import queue
 import re
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +45,21 @@ class Limits:
     workers: int = 64  # requests answered at once; more wait for a worker
     connections: int = 512  # open at once; one more is answered 503
     max_head: int = 64 * 1024  # a longer head is answered 431
+    min_rate: float = 16 * 1024  # bytes/s: a file's body must be read within write + size / min_rate seconds
+
+
+@dataclass
+class Body:
+    """A file body the loop thread sends: its own descriptor (a dup of the handler's), where it is, what is left."""
+
+    fd: int
+    offset: int
+    left: int
+    until: float = 0.0  # the whole body must be sent by then (time.monotonic)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 @dataclass(eq=False)
@@ -54,6 +74,8 @@ class Connection:
     scanned: int = 0  # the head's end was searched for up to here
     since: float = 0.0  # when it began to wait for this request (time.monotonic)
     answered: int = 0  # requests answered on it
+    body: Body | None = None  # a file body being sent
+    keep: bool = False  # whether the connection stays open once the body is sent
 
     @property
     def kept_idle(self) -> bool:
@@ -99,7 +121,8 @@ def _raw_answer(status: str, extra: str = "") -> bytes:
 class PooledHTTPServer(HTTPServer):
     """An ``HTTPServer`` whose ``serve_forever`` runs the selector loop above; ``shutdown`` and ``server_close`` as
     usual. The handler class answers exactly one request from a ``Request`` and sets ``close_connection`` and
-    ``leftover`` (the bytes after its request)."""
+    ``leftover`` (the bytes after its request), and may leave a file body in ``body`` (a ``Body``) for the loop
+    thread to send."""
 
     request_queue_size = 128  # the listen backlog: a burst of connections waits there for the loop to accept it
 
@@ -108,8 +131,10 @@ class PooledHTTPServer(HTTPServer):
         self.limits = limits
         self.log = log
         self._jobs: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
-        self._returned: queue.SimpleQueue[tuple[Connection, bool]] = queue.SimpleQueue()
-        self._waiting: dict[socket.socket, Connection] = {}
+        self._returned: queue.SimpleQueue[tuple[Connection, bool, Body | None]] = queue.SimpleQueue()
+        self._waiting: dict[socket.socket, Connection] = {}  # waiting for a request (a head), in the selector
+        self._sending: dict[socket.socket, Connection] = {}  # a file body being sent, in the selector
+        self._accept_paused = 0.0  # out of file descriptors: accept again after this (time.monotonic)
         self._open = 0  # connections open, waiting or being answered: only the loop thread counts them
         self._workers: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -131,19 +156,32 @@ class PooledHTTPServer(HTTPServer):
             try:
                 while not self._stop.is_set():
                     for key, _ in selector.select(self._timeout(poll_interval)):
-                        if key.fileobj is self.socket:
-                            self._accept()
-                        elif key.fileobj is self._wake_r:
-                            self._wake_r.recv(4096)
-                        else:
-                            self._read(key.data)
+                        self._ready(key)
                     self._take_back()
                     self._expire()
+                    self._resume_accepting()
             finally:
-                for conn in list(self._waiting.values()):
+                for conn in [*self._waiting.values(), *self._sending.values()]:
                     self._close(conn)
                 self._stop.clear()
                 self._stopped.set()
+
+    def _ready(self, key: selectors.SelectorKey) -> None:
+        """One ready socket of a select round. A connection closed earlier in the same round (to make room) is
+        skipped: its socket is gone (reading it, its descriptor is -1)."""
+        if key.fileobj is self.socket:
+            self._accept()
+        elif key.fileobj is self._wake_r:
+            self._wake_r.recv(4096)
+        elif key.data.sock in self._sending:
+            self._send(key.data)
+        elif key.data.sock in self._waiting:
+            try:
+                self._read(key.data)
+            except Exception as e:  # noqa: BLE001 - one connection's surprise must not end the loop
+                self.log(f"{key.data.address[0]} - internal error: {type(e).__name__}: {e}")
+                self._unwait(key.data)
+                self._close(key.data)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -155,7 +193,10 @@ class PooledHTTPServer(HTTPServer):
         for _ in self._workers:
             self._jobs.put(None)
         while not self._returned.empty():
-            self._returned.get()[0].sock.close()
+            conn, _, body = self._returned.get()
+            conn.sock.close()
+            if body is not None:
+                body.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -166,9 +207,9 @@ class PooledHTTPServer(HTTPServer):
             self._workers.append(worker)
 
     def _timeout(self, poll_interval: float) -> float:
-        if not self._waiting:
+        if not self._waiting and not self._sending:
             return poll_interval
-        soonest = min(conn.deadline for conn in self._waiting.values())
+        soonest = min(conn.deadline for conn in [*self._waiting.values(), *self._sending.values()])
         return min(poll_interval, max(0.0, soonest - time.monotonic()))
 
     def _accept(self) -> None:
@@ -179,6 +220,8 @@ class PooledHTTPServer(HTTPServer):
                 return
             except OSError as e:  # out of file descriptors: leave the rest in the backlog for now
                 self.log(f"cannot accept a connection: {e}")
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause_accepting()  # the listening socket stays readable: do not spin on it
                 return
             if self._open >= self.limits.connections and not self._make_room():
                 self._refuse(sock, address)
@@ -186,6 +229,15 @@ class PooledHTTPServer(HTTPServer):
             sock.setblocking(False)
             self._open += 1
             self._wait_for_request(Connection(sock, address, deadline=0.0))
+
+    def _pause_accepting(self) -> None:
+        self._selector.unregister(self.socket)
+        self._accept_paused = time.monotonic() + 0.1
+
+    def _resume_accepting(self) -> None:
+        if self._accept_paused and time.monotonic() >= self._accept_paused:
+            self._accept_paused = 0.0
+            self._selector.register(self.socket, selectors.EVENT_READ)
 
     def _make_room(self) -> bool:
         """At the cap, close an idle keep-alive connection, else the one that has waited longest for its request
@@ -250,11 +302,60 @@ class PooledHTTPServer(HTTPServer):
         return True
 
     def _unwait(self, conn: Connection) -> None:
-        self._waiting.pop(conn.sock, None)
-        self._selector.unregister(conn.sock)
+        if self._waiting.pop(conn.sock, None) is not None or self._sending.pop(conn.sock, None) is not None:
+            self._selector.unregister(conn.sock)
+
+    def _start_body(self, conn: Connection, body: Body) -> None:
+        """Send ``body`` from the loop thread as the client reads it (the worker sent the head)."""
+        now = time.monotonic()
+        body.until = now + self.limits.write + body.left / self.limits.min_rate
+        conn.body, conn.deadline = body, min(body.until, now + self.limits.write)
+        self._sending[conn.sock] = conn
+        self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+        self._send(conn)
+
+    def _send(self, conn: Connection) -> None:
+        """As much of the body as the socket takes now; once it is all sent, the connection waits for its next
+        request (or is closed)."""
+        body = conn.body
+        assert body is not None
+        try:
+            while body.left:
+                sent = os.sendfile(conn.sock.fileno(), body.fd, body.offset, min(body.left, 1 << 20))
+                if sent == 0:  # the file shrank under us: the promised length cannot be sent
+                    raise OSError("the file ended early")
+                body.offset += sent
+                body.left -= sent
+                conn.deadline = min(body.until, time.monotonic() + self.limits.write)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # the client went away
+            self._end_body(conn)
+            self._close(conn)
+            return
+        self._end_body(conn)
+        if conn.keep and not self._stop.is_set():
+            self._wait_for_request(conn)
+        else:
+            self._close(conn)
+
+    def _end_body(self, conn: Connection) -> None:
+        self._unwait(conn)
+        if conn.body is not None:
+            conn.body.close()
+            conn.body = None
 
     def _expire(self) -> None:
         now = time.monotonic()
+        for conn in [c for c in self._sending.values() if c.deadline <= now]:
+            assert conn.body is not None
+            if conn.body.until <= now:
+                self.log(f"{conn.address[0]} - answer not sent within {conn.body.until - conn.since:.0f} s (read "
+                         f"slower than {self.limits.min_rate:.0f} bytes/s): closed")
+            else:
+                self.log(f"{conn.address[0]} - client read nothing for {self.limits.write:g} s: closed")
+            self._end_body(conn)
+            self._close(conn, abort=True)
         for conn in [c for c in self._waiting.values() if c.deadline <= now]:
             self._unwait(conn)
             if conn.started:  # a head begun and not finished in time: say so, then close
@@ -267,18 +368,30 @@ class PooledHTTPServer(HTTPServer):
 
     def _take_back(self) -> None:
         while not self._returned.empty():
-            conn, keep = self._returned.get()
+            conn, keep, body = self._returned.get()
             conn.answered += 1
-            if keep and not self._stop.is_set():
+            if body is not None and not self._stop.is_set():
+                conn.sock.setblocking(False)
+                conn.keep, conn.since = keep, time.monotonic()
+                self._start_body(conn, body)
+            elif body is not None:
+                body.close()
+                self._close(conn)
+            elif keep and not self._stop.is_set():
                 conn.sock.setblocking(False)
                 self._wait_for_request(conn)
             else:
                 self._close(conn)
 
-    def _close(self, conn: Connection) -> None:
+    def _close(self, conn: Connection, *, abort: bool = False) -> None:
+        """Close the connection; ``abort``: with a reset, dropping what the kernel still holds to send (a dropped
+        slow reader would otherwise go on reading the send buffer's megabytes)."""
         self._open -= 1
         try:
-            conn.sock.shutdown(socket.SHUT_WR)
+            if abort:
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
         conn.sock.close()
@@ -293,12 +406,14 @@ class PooledHTTPServer(HTTPServer):
 
     def _work(self) -> None:
         while (conn := self._jobs.get()) is not None:
-            keep = self._answer(conn)
-            self._returned.put((conn, keep))
+            body: list[Body] = []
+            keep = self._answer(conn, body)
+            self._returned.put((conn, keep, body[0] if body else None))
             self._wake()
 
-    def _answer(self, conn: Connection) -> bool:
-        """Answer the one request in ``conn.buffer``; whether the connection stays open for the next."""
+    def _answer(self, conn: Connection, body: list[Body]) -> bool:
+        """Answer the one request in ``conn.buffer``; whether the connection stays open for the next. A file body
+        the handler leaves (``handler.body_out``) goes into ``body``, for the loop thread to send."""
         try:
             conn.sock.settimeout(self.limits.write)
             if _HEAD_END.search(conn.buffer) is None:
@@ -308,6 +423,8 @@ class PooledHTTPServer(HTTPServer):
             handler = self.RequestHandlerClass(Request(conn.sock, bytes(conn.buffer)), conn.address,
                                                self)  # type: ignore[arg-type]  # typeshed's Self
             conn.buffer = bytearray(getattr(handler, "leftover", b""))
+            if (left := getattr(handler, "body_out", None)) is not None:
+                body.append(left)
             return not getattr(handler, "close_connection", True)
         except OSError as e:  # the client went away or stopped reading: nothing to answer to
             if isinstance(e, TimeoutError):

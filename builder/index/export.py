@@ -46,7 +46,7 @@ def export_assets(house: Wheelhouse, dest: Path) -> AssetsExport:
     assets = _required(house)
     with house.lock():
         recover_root(house.root)
-        pairs = [(source, dest / assets.folder_of(wheel.name) / source.name)
+        pairs = [(source, _inside(dest, assets.folder_of(wheel.name), source.name))
                  for wheel in house.wheel_files() for source in (wheel, _sidecar(house, wheel.name))]
         present = {target for source, target in pairs if _same_asset(source, target)}
         written = [target for _, target in pairs if target not in present]
@@ -90,6 +90,17 @@ def _required(house: Wheelhouse) -> AssetStore:
         raise PublishError(f"{house.root} links its wheels in wheels/ (it has no {house.assets_file.name})",
                          "set where the wheels are published first: `builder index rebuild --assets-url URL`")
     return assets
+
+
+def _inside(dest: Path, folder: str, name: str) -> Path:
+    """``dest/folder/name``, refused (PublishError) unless it stays inside ``dest`` (AssetStore.parse refuses a
+    climbing URL; this holds for any folder a wheel's name could fill in)."""
+    target = dest / folder / name
+    parts = Path(folder, name).parts
+    if Path(folder).is_absolute() or any(p in (".", "..") for p in parts):
+        raise PublishError(f"the assets URL puts {name} at {folder}{name}, outside {dest}; nothing was written",
+                           "fix the URL: `builder index rebuild --assets-url URL`")
+    return target
 
 
 def _sidecar(house: Wheelhouse, filename: str) -> Path:

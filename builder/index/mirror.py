@@ -7,7 +7,10 @@ PEP 658 ``.metadata`` sidecar (at the wheel's URL + ``.metadata``: on the same h
 on another), and beside the pages ``records/<wheel>.json`` and ``logs/<wheel>.log`` (both optional) and the assets
 setting ``assets.json`` (index/assets.py; optional), which the pulled wheelhouse keeps, so its pages link the same
 asset URLs.
-Everything is verified before it counts: the wheel's sha256 and size against its page (and the record's
+Only the index's own origin is read (core/origins.py: a page's URL that leaves it, ``file:///dev/zero`` or a
+``file://`` path outside a local root, is refused), plus the folder its ``assets.json`` names and any
+``--allow-origin``; every answer is capped (``MAX_*`` below: a page, a record, a sidecar, a log, assets.json), and a
+wheel's download stops at the size its page declares. Everything is verified before it counts: the wheel's sha256 and size against its page (and the record's
 ``wheel_sha256``), the sidecar against the page's core-metadata hash. A mismatch is refused, naming the file, and
 nothing changes. The files are written through the wheelhouse's own transaction (``Wheelhouse.restore``): a kill
 leaves the old state; the pages are rendered from the restored state with the published upload times, so they say
@@ -37,6 +40,7 @@ from packaging.utils import InvalidWheelFilename
 from builder.core import net
 from builder.core.errors import ChecksumError, PublishError, SourceError
 from builder.core.log import log
+from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name
 from builder.index.assets import AssetStore
 from builder.index.layout import (
@@ -53,6 +57,12 @@ from builder.model.records import BuildRecord
 from builder.model.variants import VARIANTS_SUFFIX
 
 CHUNK = 1 << 20
+# The most an answer may hold (bytes): pages and records are read whole, so each is capped.
+MAX_PAGE = 64 << 20  # simple/index.json, a project's index.json
+MAX_RECORD = 16 << 20  # records/<wheel>.json
+MAX_METADATA = 16 << 20  # a wheel's .metadata sidecar
+MAX_LOG = 64 << 20  # logs/<wheel>.log (optional: a larger one is left out, with a warning)
+MAX_ASSETS = 64 << 10  # assets.json: one URL
 TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
 
 
@@ -75,12 +85,14 @@ def normalize(location: str) -> str:
 
 
 def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: bool = False,
-         timeout_s: float | None = None, policy: net.NetPolicy | None = None) -> PullResult | None:
+         timeout_s: float | None = None, policy: net.NetPolicy | None = None,
+         allow: tuple[str, ...] = ()) -> PullResult | None:
     """Restore ``house`` from the wheelhouse published at ``location``. None when nothing is published there
     (``missing_ok``: the first run of a farm); else what was fetched, kept and removed. Every request follows
-    the network policy (``policy``, else the process's), ``timeout_s`` being its wait for a byte."""
+    the network policy (``policy``, else the process's), ``timeout_s`` being its wait for a byte; only URLs of
+    the index's origin, its assets.json's and ``allow`` are fetched."""
     root = normalize(location)
-    fetch = _Fetcher(root, net.with_read_timeout(policy or net.current(), timeout_s))
+    fetch = _Fetcher(root, net.with_read_timeout(policy or net.current(), timeout_s), Origins.of(root, allow))
     try:
         top = fetch.json(root + TOP)
     except _Missing:
@@ -89,8 +101,10 @@ def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: 
         raise SourceError(f"no published index at {root} ({root}{TOP} is missing)",
                           "point at the wheelhouse root (the folder holding simple/ and wheels/), or give --missing-ok "
                           "for a first run") from None
+    assets = fetch.assets = _published_assets(fetch)
+    if assets is not None:
+        fetch.origins = fetch.origins.adding(assets.prefix)
     wheels, urls = _published_wheels(fetch, top)
-    assets = _published_assets(fetch, urls)
     fetched: list[int] = []
 
     def download(wheel: Restored, out: BinaryIO) -> None:
@@ -104,7 +118,11 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
     """Every wheel the published pages list, with its verified sidecar, record and log; and each wheel's URL."""
     wheels: dict[str, Restored] = {}
     urls: dict[str, str] = {}
-    for project in top.get("projects", []):
+    projects = top.get("projects", [])
+    if not isinstance(projects, list):
+        raise SourceError(f"{fetch.root}{TOP}: 'projects' is not a list",
+                          "the published index is damaged: run `builder index rebuild` where it is published")
+    for project in projects:
         name = project.get("name") if isinstance(project, dict) else None
         if not isinstance(name, str) or not _safe_segment(name):
             raise SourceError(f"{fetch.root}{TOP} names an odd project {name!r}",
@@ -116,7 +134,11 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
             raise SourceError(f"{page_url} is missing, though {TOP} lists {name}",
                               "the published index is damaged: run `builder index rebuild` where it is published") \
                 from None
-        for entry in page.get("files", []):
+        files = page.get("files", [])
+        if not isinstance(files, list):
+            raise SourceError(f"{page_url}: 'files' is not a list",
+                              "the published index is damaged: run `builder index rebuild` where it is published")
+        for entry in files:
             if isinstance(entry, dict) and str(entry.get("filename", "")).endswith(VARIANTS_SUFFIX):
                 continue  # a PEP 825 variants table: rendered again from the restored wheels' records
             wheel, url = _published_wheel(fetch, page_url, entry)
@@ -125,58 +147,79 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
     return [wheels[n] for n in sorted(wheels)], urls
 
 
-def _published_assets(fetch: _Fetcher, urls: dict[str, str]) -> AssetStore | None:
-    """The published assets setting (``assets.json``), or None; every wheel's page URL must be the one it gives,
-    or the pulled wheelhouse's pages would link other URLs than the published ones."""
+def _published_assets(fetch: _Fetcher) -> AssetStore | None:
+    """The published assets setting (``assets.json``, at most MAX_ASSETS bytes), or None."""
     url = fetch.root + ASSETS
-    data = fetch.optional(url)
+    data = fetch.optional(url, MAX_ASSETS)
     if data is None:
         return None
     try:
-        assets = AssetStore.from_bytes(data, url)
+        return AssetStore.from_bytes(data, url)
     except PublishError as e:
         raise SourceError(e.message, "the published index is damaged: fix assets.json where it is published") from e
-    for filename, linked in sorted(urls.items()):
-        if linked != assets.url_of(filename):
-            raise SourceError(f"{url} puts {filename} at {assets.url_of(filename)}, its page links {linked}; "
-                              "nothing was changed", "run `builder index rebuild` where it is published and deploy it "
-                              "again")
-    return assets
 
 
 def _published_wheel(fetch: _Fetcher, page_url: str, entry: dict) -> tuple[Restored, str]:
     try:
-        filename = str(entry["filename"])
-        sha256 = str(entry["hashes"]["sha256"])
-        size = int(entry["size"])
-        metadata_sha256 = str(entry["core-metadata"]["sha256"])
-        url = urllib.parse.urljoin(page_url, str(entry["url"]))
+        filename = _text(entry["filename"])
+        sha256 = _text(entry["hashes"]["sha256"])
+        size = entry["size"]
+        if type(size) is not int or size < 0:
+            raise ValueError(f"size {size!r:.40} is not a whole number of bytes")
+        metadata_sha256 = _text(entry["core-metadata"]["sha256"])
+        url = urllib.parse.urljoin(page_url, _text(entry["url"]))
     except (KeyError, TypeError, ValueError) as e:
-        raise SourceError(f"{page_url}: an entry without {e} ({entry!r:.120})",
+        raise SourceError(f"{page_url}: an entry without a usable {e} ({entry!r:.120})",
                           "the published index is damaged: run `builder index rebuild` where it is published") from e
     if not _safe_segment(filename) or not _is_wheel_name(filename):
         raise SourceError(f"{page_url} lists {filename!r}, which is not a wheel file name",
                           "the published index is damaged: run `builder index rebuild` where it is published")
-    metadata = fetch.optional(url + ".metadata")
+    _check_asset_url(fetch, filename, url)
+    fetch.origins.check(url, page_url)
+    metadata = fetch.optional(url + ".metadata", MAX_METADATA)
     if metadata is None or hashlib.sha256(metadata).hexdigest() != metadata_sha256:
         raise ChecksumError(f"{url}.metadata: the published sidecar of {filename} does not match its page's "
                             f"core-metadata sha256 {metadata_sha256}; nothing was changed",
                             "run `builder index rebuild` where it is published and deploy it again")
     record = _record(fetch, filename, sha256)
-    log_bytes = fetch.optional(fetch.root + log_path(urllib.parse.quote(filename)))
+    log_bytes = _log(fetch, filename)
     mtime = _mtime_ns(entry.get("upload-time"))
     return Restored(filename, sha256, size, mtime, metadata, record, log_bytes), url
 
 
+def _check_asset_url(fetch: _Fetcher, filename: str, linked: str) -> None:
+    """With an assets.json, a wheel's page URL must be the one it gives, or the pulled wheelhouse's pages would link
+    other URLs than the published ones."""
+    if fetch.assets is not None and linked != fetch.assets.url_of(filename):
+        raise SourceError(f"{fetch.root}{ASSETS} puts {filename} at {fetch.assets.url_of(filename)}, its page links "
+                          f"{linked}; nothing was changed",
+                          "run `builder index rebuild` where it is published and deploy it again")
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r:.40} is not a string")
+    return value
+
+
+def _log(fetch: _Fetcher, filename: str) -> bytes | None:
+    url = fetch.root + log_path(urllib.parse.quote(filename))
+    try:
+        return fetch.optional(url, MAX_LOG)
+    except net.TooLarge:
+        log.warning(f"{url} holds more than {MAX_LOG} bytes: {filename} restored without its build log")
+        return None
+
+
 def _record(fetch: _Fetcher, filename: str, sha256: str) -> BuildRecord | None:
     url = fetch.root + record_path(urllib.parse.quote(filename))
-    data = fetch.optional(url)
+    data = fetch.optional(url, MAX_RECORD)
     if data is None:
         log.warning(f"{filename} has no published record ({url}): restored without one")
         return None
     try:
         record = json.loads(data)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise SourceError(f"{url}: the published record of {filename} is not JSON ({e})",
                           "republish the wheel, or run `builder index rebuild` where it is published") from e
     if not isinstance(record, dict):
@@ -186,7 +229,11 @@ def _record(fetch: _Fetcher, filename: str, sha256: str) -> BuildRecord | None:
         raise ChecksumError(f"{url}: the published record of {filename} says sha256 {recorded}, its page says "
                             f"{sha256}; nothing was changed",
                             "run `builder index rebuild` where it is published and deploy it again")
-    return BuildRecord.from_json(record)
+    try:
+        return BuildRecord.from_json(record)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise SourceError(f"{url}: the published record of {filename} has a field of the wrong type ({e})",
+                          "republish the wheel, or run `builder index rebuild` where it is published") from e
 
 
 def _safe_segment(name: str) -> bool:
@@ -221,24 +268,26 @@ class _Fetcher:
     """GET over http(s):// or file:// under the network policy (core/net.py: timeouts, a deadline per file,
     retries); 404 raises _Missing."""
 
-    def __init__(self, root: str, policy: net.NetPolicy) -> None:
+    def __init__(self, root: str, policy: net.NetPolicy, origins: Origins) -> None:
         self.root = root
         self.policy = policy
+        self.origins = origins
+        self.assets: AssetStore | None = None  # the published assets.json, once read
 
     def json(self, url: str) -> dict:
-        data = self._get(url, lambda r: r.read(), accept=SIMPLE_JSON)
+        data = self._get(url, lambda r: r.read(), accept=SIMPLE_JSON, max_bytes=MAX_PAGE)
         try:
             value = json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise SourceError(f"{url} is not a PEP 691 JSON page ({e})",
                               "point at the wheelhouse root (the folder holding simple/ and wheels/)") from e
         if not isinstance(value, dict):
             raise SourceError(f"{url} is not a PEP 691 JSON page (not an object)")
         return value
 
-    def optional(self, url: str) -> bytes | None:
+    def optional(self, url: str, max_bytes: int) -> bytes | None:
         try:
-            return self._get(url, lambda r: r.read())
+            return self._get(url, lambda r: r.read(), max_bytes=max_bytes)
         except _Missing:
             return None
 
@@ -249,14 +298,18 @@ class _Fetcher:
             digest, size = hashlib.sha256(), 0
             out.seek(0)
             out.truncate()
-            for chunk in response.chunks(CHUNK):
+            for chunk in response.chunks(CHUNK):  # at most the declared size (+1: past it is refused)
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
             return digest.hexdigest(), size
 
         try:
-            sha256, size = self._get(url, copy)
+            sha256, size = self._get(url, copy, max_bytes=wheel.size)
+        except net.TooLarge as e:
+            raise ChecksumError(f"{url}: the published {wheel.filename} is larger than the {wheel.size} bytes its "
+                                f"page says; refused after {wheel.size + 1} bytes, nothing was changed",
+                                "republish that wheel (or run `builder index rebuild` where it is published)") from e
         except _Missing:
             raise SourceError(f"{url} is missing, though the published pages list {wheel.filename}; nothing was "
                               "changed", "run `builder index rebuild` where it is published and deploy it again") \
@@ -267,10 +320,12 @@ class _Fetcher:
                                 "republish that wheel (or run `builder index rebuild` where it is published)")
         return size
 
-    def _get(self, url: str, read: Callable[[net.Body], _T], accept: str = "*/*") -> _T:
-        """``read`` of the answer at ``url`` (called again from the start on a retry); giving up is a NetError."""
+    def _get(self, url: str, read: Callable[[net.Body], _T], accept: str = "*/*", *, max_bytes: int) -> _T:
+        """``read`` of the answer at ``url`` (called again from the start on a retry), at most ``max_bytes``;
+        giving up is a NetError, a URL outside the allowed origins a SourceError."""
+        self.origins.check(url, self.root)
         try:
-            return net.open_url(url, read, headers={"Accept": accept}, policy=self.policy)
+            return net.open_url(url, read, headers={"Accept": accept}, policy=self.policy, max_bytes=max_bytes)
         except urllib.error.HTTPError as e:
             if e.code in (404, 410):
                 raise _Missing(url) from None

@@ -41,7 +41,7 @@ from typing import IO, BinaryIO, Literal, cast
 
 from packaging.utils import canonicalize_name
 
-from builder.index.connections import Limits, PooledHTTPServer, Request, SocketWriter
+from builder.index.connections import Body, Limits, PooledHTTPServer, Request, SocketWriter
 from builder.index.layout import GENERATIONS, PAGE_HTML, PAGE_JSON, SIMPLE, STAGING
 from builder.index.pages import SIMPLE_HTML, SIMPLE_JSON
 
@@ -52,8 +52,9 @@ _OFFERS = (SIMPLE_JSON, SIMPLE_HTML, "text/html")
 MAX_PATH = 4096  # a longer request path is answered 414
 MAX_SEGMENT = 255  # a longer path segment cannot name a file (NAME_MAX): 414
 UNSATISFIABLE: Literal["unsatisfiable"] = "unsatisfiable"
-_RANGE = re.compile(r"\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*", re.IGNORECASE)  # one range; a comma: several
 _DIGITS = re.compile(r"[0-9]+")
+_OWS = " \t"  # HTTP's optional white space
+MAX_RANGE_DIGITS = 20  # a longer position is past any file's end
 
 
 def negotiate(accept: str | None, query_format: str | None = None) -> str | None:
@@ -92,10 +93,10 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | Literal["unsa
     """The one byte range (first, last; inclusive) a ``Range`` header asks of ``size`` bytes, ``UNSATISFIABLE``
     (416) when it starts past the end, or None for the whole file: no header, another unit, a malformed value or
     several ranges (RFC 9110 §14.2 lets a server ignore those and answer 200)."""
-    match = _RANGE.fullmatch(header or "")
-    if match is None or not any(match.groups()):
+    parsed = _parse_range(header or "")
+    if parsed is None:
         return None
-    first_text, last_text = match.groups()
+    first_text, last_text = parsed
     if not first_text:  # bytes=-n: the last n bytes
         suffix = int(last_text)
         return UNSATISFIABLE if suffix == 0 or size == 0 else (max(0, size - suffix), size - 1)
@@ -106,6 +107,25 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | Literal["unsa
     if first >= size:
         return UNSATISFIABLE
     return first, min(last, size - 1)
+
+
+def _parse_range(header: str) -> tuple[str, str] | None:
+    """The two positions of ``bytes = first - last`` (either may be empty, not both), in one pass over the text
+    (a regex with optional white space around optional digits backtracked cubically on a 12.8 KB header); None for
+    anything else."""
+    unit, equals, spec = header.partition("=")
+    if not equals or unit.strip(_OWS).lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.partition("-")
+    first, last = first.strip(_OWS), last.strip(_OWS)
+    if not dash or not (first or last) or any(p and not _DIGITS.fullmatch(p) for p in (first, last)):
+        return None
+    return _clamped(first), _clamped(last)
+
+
+def _clamped(digits: str) -> str:
+    """A position without its leading zeros, cut to ``MAX_RANGE_DIGITS`` (int() refuses over 4300 digits)."""
+    return (digits.lstrip("0") or "0")[:MAX_RANGE_DIGITS] if digits else ""
 
 
 def _inside(real: str, root: str) -> bool:
@@ -148,6 +168,7 @@ class IndexHandler(SimpleHTTPRequestHandler):
     def __init__(self, *args, log_stream: IO[str] | None = None, **kwargs) -> None:
         self.log_stream = log_stream
         self.body: tuple[int, int] | None = None  # (offset, length) of a file body still to send
+        self.body_out: Body | None = None  # that body, for the connection loop to send
         super().__init__(*args, **kwargs)
 
     # one request per handler: the connection layer reads the head and keeps the connection between requests
@@ -321,14 +342,15 @@ class IndexHandler(SimpleHTTPRequestHandler):
         return datetime.datetime.fromtimestamp(int(mtime), datetime.UTC) <= when
 
     def copyfile(self, source, outputfile) -> None:
-        """A file body with sendfile(2) (each chunk bounded by the socket's write timeout); a listing as bytes."""
+        """A file body is left to the connection loop (``body_out``: it sends it with sendfile(2) as the client
+        reads, without holding this worker); a listing or an error page is written at once."""
         if self.body is None:
             shutil.copyfileobj(source, outputfile)
             return
         offset, length = self.body
         self.body = None
         if length > 0:
-            self.connection.sendfile(source, offset, length)
+            self.body_out = Body(os.dup(source.fileno()), offset, length)
 
     def _redirect_to_normalized(self, parts: list[str], parsed: urllib.parse.SplitResult) -> bool:
         """PEP 503: ``/simple/Causal_Conv1D/`` → 301 to ``/simple/causal-conv1d/``."""

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from builder.user.machine import MachineFacts
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+MAX_ANSWER = 64 << 20  # bytes: the most a page or record of a remote wheelhouse may hold (read whole)
 _LABEL_RE = re.compile(r"^cu(\d{2,3})torch(\d+)\.(\d+)$")
 
 
@@ -527,11 +528,11 @@ class WheelhouseReader:
         return data.decode("utf-8", "replace") if data is not None else None
 
     def _fetch(self, url: str, *, accept: str, required: bool) -> bytes | None:
-        """The bytes at ``url`` under the network policy (core/net.py); None for a page that does not exist
-        (unless ``required``)."""
+        """The bytes at ``url`` under the network policy (core/net.py), at most MAX_ANSWER of them (a page or a
+        record; more is a TooLarge, one line); None for a page that does not exist (unless ``required``)."""
         policy = net.with_read_timeout(net.current(), self.timeout_s)
         try:
-            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy)
+            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy, max_bytes=MAX_ANSWER)
         except net.NetError as e:
             raise net.NetError(f"wheelhouse {self.root}: {e.message}", e.hint) from None
         except urllib.error.HTTPError as e:
