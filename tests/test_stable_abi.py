@@ -3,6 +3,7 @@ the torch-range check's choice of torches and its verdicts, and the record's ver
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -114,6 +115,63 @@ def test_stable_asked_for_a_recipe_without_a_port_says_why(tmp_path: Path) -> No
     settings = Settings.from_env({}, recipes_dir=FIXTURES / "recipes", cache_dir=tmp_path / "cache")
     with pytest.raises(UsageError, match=r"has no stable-ABI port \(\[stable-abi\] in its recipe\)"):
         make_plan(target(abi="torch-stable"), settings)
+
+
+def fake_interpreter(tmp_path: Path, python: str, torch: str | None) -> str:
+    """An executable that answers the interpreter probe as a Python ``python`` holding ``torch`` would."""
+    import json
+
+    path = tmp_path / f"python{python}"
+    facts = {"version": python, "full": f"{python}.1", "executable": str(path), "purelib": str(tmp_path),
+             "torch": torch, "torch_cuda": "13.0" if torch else None}
+    path.write_text(f"#!/bin/sh\necho '{json.dumps(facts)}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@needs_local_index
+def test_auto_picks_the_stable_wheel_for_a_given_interpreter_and_says_why(tmp_path: Path) -> None:
+    """Issue 39: `--python python3` (an interpreter with its own torch, the GPU machine's) got a per-torch wheel
+    under --abi auto, silently. Its torch and Python are asked now, and the plan says what it picked and why."""
+    settings = stable_recipes(tmp_path)
+    given = fake_interpreter(tmp_path, "3.12", "2.11.0+cu130")
+    plan = make_plan(target(python=PythonSpec(given), torch=None), settings)
+    assert plan.abi is Abi.TORCH_STABLE and plan.label("2.11.0") == "cu13"
+    assert "0003-stable-port.patch" in [p.name for p in plan.patches]
+    rows = dict(plan.describe())
+    assert rows["abi choice"] == (f"torch-stable (--abi auto): tinyext 0.1.0 is covered by its stable-ABI port (<1,>=0.1), "
+                                  f"torch 2.11.0+cu130 (in --python {given}) is at or above its floor 2.11, Python "
+                                  f"3.12 (in --python {given}) at or above the abi3 wheel's 3.10")
+    assert rows["torch"].startswith(f"from {given} (2.11.0+cu130) from")
+
+
+@needs_local_index
+@pytest.mark.parametrize(("python", "torch", "why"), [
+    ("3.12", "2.10.0+cu128", "torch 2.10.0+cu128 (in --python {given}) is below the port's floor 2.11"),
+    ("3.9", "2.11.0+cu130", "Python 3.9 (in --python {given}) is below the abi3 wheel's 3.10"),
+    ("3.12", None, "no torch is importable (in --python {given})"),
+])
+def test_auto_says_why_a_given_interpreter_gets_a_per_torch_wheel(tmp_path: Path, python: str, torch: str | None,
+                                                                  why: str) -> None:
+    settings = stable_recipes(tmp_path)
+    given = fake_interpreter(tmp_path, python, torch)
+    plan = make_plan(target(python=PythonSpec(given), torch=None), settings)
+    assert plan.abi is Abi.PER_TORCH
+    assert dict(plan.describe())["abi choice"].startswith("per-torch (--abi auto): " + why.format(given=given))
+    with pytest.raises(UsageError, match=r"cannot be built against the stable ABI: " + re.escape(why.format(given=given))):
+        make_plan(target(python=PythonSpec(given), torch=None, abi="torch-stable"), settings)
+
+
+@needs_local_index
+def test_a_python_below_the_abi3_floor_is_per_torch_with_auto(tmp_path: Path) -> None:
+    """The leftover "plan.choose_abi ignores python-floor": a cp310-abi3 wheel cannot be built on 3.9."""
+    settings = stable_recipes(tmp_path, STABLE + 'python-floor = "3.12"\n' + PORT)
+    plan = make_plan(target(), settings)  # Python 3.11
+    assert plan.abi is Abi.PER_TORCH
+    assert dict(plan.describe())["abi choice"] == "per-torch (--abi auto): Python 3.11 is below the abi3 wheel's 3.12"
+    stable = make_plan(target(), stable_recipes(tmp_path / "b"))
+    assert dict(stable.describe())["abi choice"].startswith("torch-stable (--abi auto): ")
+    assert "torch 2.14.1 is at or above its floor 2.11" in dict(stable.describe())["abi choice"]
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -28,6 +28,15 @@ ABI_CHOICES = ("auto", *(a.value for a in Abi))  # what --abi and a farm's abi a
 
 
 @dataclass(frozen=True)
+class AbiChoice:
+    """The ABI a build targets and why (``--abi auto`` decided, or the user asked): the plan's "abi choice" row
+    and the build record's ``abi_choice``."""
+
+    abi: Abi
+    why: str
+
+
+@dataclass(frozen=True)
 class StableAbi:
     """A recipe's ``[stable-abi]``: the releases its stable-ABI port covers, the oldest torch it targets, and the
     torch.ops namespaces whose every op must have a CUDA kernel on each torch the wheel claims."""

@@ -289,7 +289,7 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
                           compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None,
-                          torch_checks=torch_checks)
+                          torch_checks=torch_checks, abi_choice=plan.abi_why or None)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace, portability=report.portability)
         for variant in made:  # after the plain wheel: a tool that knows no variants always finds that one

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from builder.core.errors import UsageError
+from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import (
@@ -26,7 +26,7 @@ from builder.discovery.compat import (
     torch_cuda,
     torch_cuda_unverified,
 )
-from builder.model.abi import Abi, per_torch_requirement, stable_label
+from builder.model.abi import Abi, AbiChoice, per_torch_requirement, stable_label
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -69,6 +69,18 @@ class Target:
 
 
 @dataclass(frozen=True)
+class GivenInterpreter:
+    """What ``--python PATH`` said about itself when the plan asked it (its torch decides ``--abi auto``); the
+    build asks it again (stages/pyenv.py) and stops there if it has no torch."""
+
+    path: Path
+    version: str | None  # 3.12; None: it could not be asked (``error`` says why)
+    torch: str | None  # 2.11.0+cu130; None: no torch importable there
+    torch_cuda: str | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Plan:
     target: Target
     recipe: Recipe
@@ -83,6 +95,8 @@ class Plan:
     # why the index does not say which CUDA the torch was built with ("": it says, or torch comes from --python):
     # the label then assumes --cuda, and the build venv checks torch.version.cuda before compiling (stages/pyenv.py)
     torch_cuda_unverified: str = ""
+    abi_why: str = ""  # why ``abi`` (AbiChoice.why): the "abi choice" row and the build record's abi_choice
+    given: GivenInterpreter | None = None  # ``--python PATH`` as the plan saw it (asked only where a port applies)
 
     @property
     def cuda(self) -> CudaVersion:
@@ -148,7 +162,8 @@ class Plan:
     def describe(self, buildable_here: str | None = None) -> list[tuple[str, str]]:
         """The plan as rows; ``buildable_here`` (``builder plan``: whether and how this machine can build it,
         from toolchain.select.probe_build_here) adds a row after the toolchain."""
-        torch = f"{self.torch or f'from {self.target.python}'} from {self.index.name} ({self.index.url}; table from " \
+        given = f" ({self.given.torch})" if self.given is not None and self.given.torch else ""
+        torch = f"{self.torch or f'from {self.target.python}{given}'} from {self.index.name} ({self.index.url}; table from " \
                 f"{self.index.source})"
         label = self._label_text()
         unverified = self.torch_cuda_unverified
@@ -169,6 +184,7 @@ class Plan:
             ("torch", torch),
             ("label", label),
             ("abi", self._abi_text()),
+            ("abi choice", self.abi_why),
             ("toolchain", self.target.toolchain),
             ("docker image", self.image),
         ]
@@ -260,11 +276,13 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         if name not in {p.name for p in recipe.patches if p.test_only}:
             raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
     index = resolve_index(target.torch_index, settings)
-    abi = choose_abi(target, recipe, version)
+    given = ask_interpreter(target) if target.python.is_path and port_applies(target, recipe, version) else None
+    choice = choose_abi(target, recipe, version, python=target.python.version or (given.version if given else None),
+                        torch=given.torch if given else None, given=given)
     torch: str | None = None
     unverified = ""
     if target.python.version is not None:
-        torch = target.torch or default_build_torch(index, target.cuda, recipe, abi)
+        torch = target.torch or default_build_torch(index, target.cuda, recipe, choice.abi)
         check_torch_listed(index, torch, target.cuda)
         check_torch_matches_cuda(index, torch, target.cuda, settings)
         if recipe.kind.is_cuda:
@@ -273,7 +291,9 @@ def make_plan(target: Target, settings: Settings) -> Plan:
             log.warning(f"torch {torch}: its CUDA is not verified ({unverified}); the plan assumes CUDA {target.cuda} "
                         "(--cuda) and the build venv checks torch.version.cuda before compiling")
         check_torch_has_python(index, torch, target.python.version)
-        abi = check_abi_torch(target, recipe, abi, torch)
+        if choice.abi is Abi.TORCH_STABLE:  # now that the build torch is known: at or above the floor?
+            choice = choose_abi(target, recipe, version, python=target.python.version, torch=torch)
+    abi = choice.abi
     env = dict(recipe.build_env)
     if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
         env.update(recipe.stable_abi.build_env())
@@ -289,23 +309,90 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         env=env,
         abi=abi,
         torch_cuda_unverified=unverified,
+        abi_why=choice.why,
+        given=given,
     )
 
 
-def choose_abi(target: Target, recipe: Recipe, version: str) -> Abi:
-    """``--abi auto``: torch-stable where the recipe's ``[stable-abi]`` covers this version (and the torch, checked
-    once it is known); ``--abi torch-stable`` where it cannot be is refused with the reason."""
+def port_applies(target: Target, recipe: Recipe, version: str) -> bool:
+    """Whether the recipe's stable-ABI port may decide this build (so ``--python PATH`` is worth asking)."""
     stable = recipe.stable_abi
-    if target.abi == Abi.PER_TORCH or not recipe.kind.is_cuda:
-        return Abi.PER_TORCH
-    if stable is not None and stable.covers(version) and (target.python.version is not None or target.abi != "auto"):
-        return Abi.TORCH_STABLE
+    return (recipe.kind.is_cuda and target.abi != Abi.PER_TORCH and stable is not None
+            and stable.covers(version))
+
+
+def ask_interpreter(target: Target) -> GivenInterpreter:
+    """``--python PATH``'s Python and torch (its torch is imported: a few seconds), for the ABI choice; an
+    interpreter that does not answer is noted, not raised: the build's own probe says so with its cure."""
+    import shutil
+
+    from builder.toolchain.local import interpreter_facts
+
+    path = Path(shutil.which(target.python.text) or target.python.text)
+    try:
+        facts = interpreter_facts(path, with_torch=True)
+    except ToolchainError as e:
+        return GivenInterpreter(path, None, None, None, error=e.message)
+    return GivenInterpreter(path, facts.get("version"), facts.get("torch"), facts.get("torch_cuda"),
+                            error=str(facts.get("torch_error") or "") if not facts.get("torch") else "")
+
+
+def choose_abi(target: Target, recipe: Recipe, version: str, *, python: str | None, torch: str | None,
+               given: GivenInterpreter | None = None) -> AbiChoice:
+    """The build's ABI and why. ``--abi auto``: torch-stable where the recipe's ``[stable-abi]`` covers this
+    version, the Python (``python``: the version given, or the one ``--python PATH`` runs) is at or above the abi3
+    wheel's and the torch (``torch``: the build torch once known, or the one in ``--python PATH``) at or above the
+    port's floor; else per-torch, saying which of those failed. ``--abi torch-stable`` where it cannot be is
+    refused with that reason."""
+    if not recipe.kind.is_cuda:
+        return AbiChoice(Abi.PER_TORCH, "pure Python: no torch ABI (one py3-none-any wheel)")
+    if target.abi == Abi.PER_TORCH:
+        return AbiChoice(Abi.PER_TORCH, "per-torch, as --abi per-torch asks")
+    asked = "--abi torch-stable" if target.abi == Abi.TORCH_STABLE else "--abi auto"
+    where = f" (in --python {target.python})" if target.python.is_path else ""
+    why_not = _why_not_stable(target, recipe, version, python, torch, where, given)
+    if why_not is None:
+        stable = recipe.stable_abi
+        assert stable is not None
+        on = f"torch {torch}{where} is at or above its floor {stable.floor_text}" if torch else \
+            f"its floor {stable.floor_text} is checked against the build torch"
+        return AbiChoice(Abi.TORCH_STABLE, f"torch-stable ({asked}): {recipe.name} {version} is covered by its "
+                                           f"stable-ABI port ({stable.versions}), {on}, Python {python}{where} at "
+                                           f"or above the abi3 wheel's {stable.python_floor}")
     if target.abi == Abi.TORCH_STABLE:
-        why = (f"its stable-ABI port covers {stable.versions}" if stable is not None
-               else "it has no stable-ABI port ([stable-abi] in its recipe)")
-        raise UsageError(f"--abi torch-stable: {recipe.name} {version} cannot be built against the stable ABI: {why}",
-                         "leave --abi out (a per-torch build) or pick a version the port covers")
-    return Abi.PER_TORCH
+        raise UsageError(f"--abi torch-stable: {recipe.name} {version} cannot be built against the stable ABI: "
+                         f"{why_not}", _stable_cure(why_not))
+    return AbiChoice(Abi.PER_TORCH, f"per-torch ({asked}): {why_not}")
+
+
+def _why_not_stable(target: Target, recipe: Recipe, version: str, python: str | None, torch: str | None,
+                    where: str, given: GivenInterpreter | None) -> str | None:
+    stable = recipe.stable_abi
+    if stable is None:
+        return "it has no stable-ABI port ([stable-abi] in its recipe)"
+    if not stable.covers(version):
+        return f"its stable-ABI port covers {stable.versions}"
+    if python is None:
+        told = given.error if given is not None else "not asked"
+        return f"--python {target.python} could not be asked for its Python and torch ({told})"
+    if Version(python) < Version(stable.python_floor):
+        return f"Python {python}{where} is below the abi3 wheel's {stable.python_floor}"
+    if target.python.is_path and torch is None:
+        return f"no torch is importable{where} ({given.error if given is not None else 'not asked'})"
+    if torch is not None and not stable.admits(torch):
+        return f"torch {torch}{where} is below the port's floor {stable.floor_text}"
+    return None
+
+
+def _stable_cure(why_not: str) -> str:
+    if "below the port's floor" in why_not:
+        return "use a torch at or above the floor (--torch, or a --python whose torch is), or leave --abi out " \
+               "(a per-torch build)"
+    if "Python" in why_not and "below" in why_not:
+        return "use a Python at or above the abi3 wheel's (--python), or leave --abi out (a per-torch build)"
+    if "could not be asked" in why_not or "no torch" in why_not:
+        return "give an interpreter that runs here and imports torch (--python PATH), or a Python version"
+    return "leave --abi out (a per-torch build) or pick a version the port covers"
 
 
 def default_build_torch(index: TorchIndex, cuda: CudaVersion, recipe: Recipe, abi: Abi) -> str:
@@ -319,17 +406,6 @@ def default_build_torch(index: TorchIndex, cuda: CudaVersion, recipe: Recipe, ab
         return default_torch(index, cuda)  # check_abi_torch says why it cannot be stable
     oldest_minor = min(Version(t).release[:2] for t in candidates)
     return max((t for t in candidates if Version(t).release[:2] == oldest_minor), key=Version)
-
-
-def check_abi_torch(target: Target, recipe: Recipe, abi: Abi, torch: str) -> Abi:
-    """A stable-ABI build needs a torch at or above the floor; ``auto`` falls back to per-torch below it."""
-    stable = recipe.stable_abi
-    if abi is not Abi.TORCH_STABLE or stable is None or stable.admits(torch):
-        return abi
-    if target.abi == Abi.TORCH_STABLE:
-        raise UsageError(f"--abi torch-stable: torch {torch} is below the port's floor {stable.floor_text}",
-                         f"use --torch {stable.floor_text}.x or newer, or leave --abi out (a per-torch build)")
-    return Abi.PER_TORCH
 
 
 def recipe_path_for_display(plan: Plan) -> Path:
