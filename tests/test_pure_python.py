@@ -32,11 +32,13 @@ from builder.stages.resolve import SourceRef
 from builder.stages.testing import TestStageFailed
 from builder.stages.torchrange import (
     IMPORT_REGISTRATION,
+    NOT_CHECKED,
     PURE_PYTHON_MIN_CUDA,
     PurePython,
     built_once,
     judge_probe,
     other_index_torches,
+    split_unchecked,
     torches_to_check,
 )
 from builder.user.fit import EnvFacts, WheelhouseReader, judge
@@ -203,16 +205,42 @@ def test_the_stage_counts_the_import_test_for_the_build_torch_and_tries_the_rest
     assert len(channels) == 17
 
 
-@pytest.mark.parametrize("how", ["--no-torch-range", "--offline"])
-def test_no_torch_range_and_offline_keep_the_build_torch_alone_with_the_warning(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_no_torch_range_keeps_the_build_torch_alone_with_the_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeRange()
-    settings = offline(tmp_path) if how == "--offline" else Settings.from_env({}, cache_dir=tmp_path / "cache")
     monkeypatch.setattr("builder.stages.torchrange.known_indexes", lambda settings: pytest.fail("no other index"))
-    checks = stage(tmp_path, settings, fake, monkeypatch, whole_range=how != "--no-torch-range")
+    checks = stage(tmp_path, Settings.from_env({}, cache_dir=tmp_path / "cache"), fake, monkeypatch, whole_range=False)
     assert fake.asked == []  # no venv made: the import test was the build torch's check
     assert [(c.torch, c.cuda, c.status) for c in checks] == [("2.14.1", "13.0", "passed")]
     assert wheel_channels(WHEEL, BuildRecord(torch_checks=checks)) == ("cu130torch2.14",)
+
+
+def test_offline_tries_the_range_from_this_machines_caches_and_records_the_rest_as_not_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 39: --offline tried torches with downloads (and failed). Now every torch of the range is tried with
+    an env made without the network (offline_maker: the build env's torch, cached build venvs', uv's cache); one
+    none of them has is NOT_CHECKED, kept out of torch_checks (so no channel is decided by it) and named."""
+    makers: list[str] = []
+
+    def fake(wheel, claim, imports, torches, index, base_python, workdir, *, make_env=None):
+        assert make_env is not None
+        makers.append(make_env.__qualname__)
+        return tuple(TorchCheck(torch=t, cuda=line, python="3.12.1", how=IMPORT_REGISTRATION, status=NOT_CHECKED,
+                                detail=f"offline: torch {t} is not on this machine without the network")
+                     for t, line in torches)
+
+    monkeypatch.setattr(run, "check_torch_range", fake)
+    checks = run.torch_range_stage(fla_plan(tmp_path), offline(tmp_path), build_env(), Path(sys.executable),
+                                   tmp_path / WHEEL, tmp_path / "work", PASSED_IMPORT, requires=UPSTREAM,
+                                   companions=tmp_path / "wheels")
+    assert set(makers) == {"offline_maker.<locals>.make"}  # never venv_maker's (a download)
+    made, unchecked = split_unchecked(checks)
+    assert [(c.torch, c.status) for c in made] == [("2.14.1", "passed")]  # the build's import test
+    assert len(unchecked) == 19 and {c.status for c in unchecked} == {NOT_CHECKED}
+    assert wheel_channels(WHEEL, BuildRecord(torch_checks=made)) == ("cu130torch2.14",)
+    err = capsys.readouterr().err
+    assert "torch range: --offline: not checked on torch 2.8.0, 2.9.1" in err
+    assert "recorded as not checked, not as failed" in err and "until `builder verify` checks the others" in err
 
 
 def test_a_failed_import_test_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

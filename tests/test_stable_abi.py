@@ -142,7 +142,7 @@ def test_auto_picks_the_stable_wheel_for_a_given_interpreter_and_says_why(tmp_pa
     assert rows["abi choice"] == (f"torch-stable (--abi auto): tinyext 0.1.0 is covered by its stable-ABI port (<1,>=0.1), "
                                   f"torch 2.11.0+cu130 (in --python {given}) is at or above its floor 2.11, Python "
                                   f"3.12 (in --python {given}) at or above the abi3 wheel's 3.10")
-    assert rows["torch"].startswith(f"from {given} (2.11.0+cu130) from")
+    assert rows["torch"].startswith(f"from {given} (2.11.0+cu130) from") and rows["label"] == "cu13"
 
 
 @needs_local_index

@@ -155,7 +155,7 @@ StrMap = Mapping[str, str]
 # What a build record holds besides the wheel's own part: added after finalize, in records/ only (the wheel's
 # bytes stay reproducible), written only where set.
 _AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256", "parallel",
-                   "torch_checks", "abi_choice")
+                   "torch_checks", "torch_unchecked", "abi_choice")
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,9 @@ class BuildRecord:
     wheel_sha256: str | None = None
     parallel: Mapping[str, int] | None = None  # MAX_JOBS, nvcc and ptxas threads (stages/compile.Parallelism)
     torch_checks: tuple[TorchCheck, ...] | None = None  # a stable-ABI wheel: each torch it was tried on
+    # the torches of its range that could not be tried here (--offline: not on this machine without the network),
+    # each a TorchCheck with status "not checked": neither passed nor failed, so no channel is decided by them
+    torch_unchecked: tuple[TorchCheck, ...] | None = None
     abi_choice: str | None = None  # why this ABI (stages/plan.py choose_abi: "torch-stable (--abi auto): ...")
     extra: Mapping[str, Any] = field(default_factory=dict)
     # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
@@ -295,6 +298,8 @@ class BuildRecord:
             variant=VariantInfo.from_json(data["variant"]) if isinstance(data.get("variant"), Mapping) else None,
             torch_checks=tuple(TorchCheck.from_json(c) for c in data["torch_checks"] if isinstance(c, Mapping))
             if isinstance(data.get("torch_checks"), list) else None,
+            torch_unchecked=tuple(TorchCheck.from_json(c) for c in data["torch_unchecked"] if isinstance(c, Mapping))
+            if isinstance(data.get("torch_unchecked"), list) else None,
             abi_choice=str(data["abi_choice"]) if data.get("abi_choice") else None,
             extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),
         )

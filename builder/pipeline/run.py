@@ -50,12 +50,17 @@ from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
 from builder.stages.torchrange import (
     IMPORT_REGISTRATION,
+    NOT_CHECKED,
     Claim,
     PurePython,
+    TorchHere,
+    cached_torches,
     check_torch_range,
     describe_checks,
+    offline_maker,
     other_index_torches,
     read_here,
+    split_unchecked,
     torches_to_check,
     venv_maker,
 )
@@ -272,13 +277,14 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
         tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions,
                            cross_build=inputs.cross, settings=settings)
-    torch_checks = None
+    torch_checks: tuple[TorchCheck, ...] | None = None
+    torch_unchecked: tuple[TorchCheck, ...] = ()
     if plan.ranged:
         log.step("torch range")
         with timed(timings, "torch range"):
-            torch_checks = torch_range_stage(plan, settings, python, resolved.test_python, final, workdir, tests,
-                                             whole_range=options.torch_range, cross_build=inputs.cross,
-                                             requires=report.requires, companions=companions)
+            torch_checks, torch_unchecked = split_unchecked(torch_range_stage(
+                plan, settings, python, resolved.test_python, final, workdir, tests, whole_range=options.torch_range,
+                cross_build=inputs.cross, requires=report.requires, companions=companions))
     made: list[VariantWheel] = []
     if options.variants and toolkit is not None:
         log.step("variants")
@@ -289,11 +295,14 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
                           compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None,
-                          torch_checks=torch_checks, abi_choice=plan.abi_why or None)
+                          torch_checks=torch_checks, torch_unchecked=torch_unchecked or None,
+                          abi_choice=plan.abi_why or None)
     with timed(timings, "publish"):
         published = house.publish(final, record, replace=options.replace, portability=report.portability)
         for variant in made:  # after the plain wheel: a tool that knows no variants always finds that one
-            house.publish(variant.wheel, variant.record.with_(torch_checks=torch_checks), replace=options.replace,
+            house.publish(variant.wheel, variant.record.with_(torch_checks=torch_checks,
+                                                              torch_unchecked=torch_unchecked or None),
+                          replace=options.replace,
                           portability=variant.report.portability)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
@@ -396,33 +405,58 @@ def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_py
     own = Version(python.torch or "0").public
     built = own_import_check(python, tests) if plan.pure_python else None
     torches = torches_to_check(plan.index, plan.cuda, claim)
-    if settings.offline or not whole_range:
-        why = "--offline" if settings.offline else "--no-torch-range"
+    offline = settings.offline and cross_build is None
+    if offline and python.torch and not any(Version(t).public == own for t, _ in torches):
+        torches.append((str(own), ".".join((python.torch_cuda or str(plan.cuda)).split(".")[:2])))  # not listed
+    if not whole_range or (settings.offline and not offline):
+        why = "--no-torch-range" if not whole_range else "--offline (a cross build)"
         log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
                     "alone until `builder verify` checks the others")
         torches = [(t, line) for t, line in torches if Version(t).public == own]
     if built is not None:  # the import test tried this one already
         torches = [(t, line) for t, line in torches if (Version(t).public, line) != (own, built.cuda)]
     rounds = [(plan.index, torches)]
-    if not settings.offline and whole_range:  # the torches of the other indexes the wheel claims (cu130's 2.15)
+    if whole_range and not settings.offline:  # the torches of the other indexes the wheel claims (cu130's 2.15)
         have = [*torches, *([(built.torch, built.cuda)] if built else [])]
         rounds += read_here(other_index_torches(plan.index, plan.cuda, claim, have, settings))
+    elif whole_range and offline:  # tried from this machine's caches; what they lack is NOT_CHECKED, not failed
+        have = [*torches, *([(built.torch, built.cuda)] if built else [])]
+        rounds += other_index_torches(plan.index, plan.cuda, claim, have, settings)
     checks: tuple[TorchCheck, ...] = (built,) if built else ()
     extra = plan.recipe.test_requires if plan.pure_python else ()
+    base = base_python if python.managed else python.python
+    here = [h for h in (TorchHere.of(python, "the build env"),) if h is not None]
+    if offline:
+        here += [h for h in cached_torches(settings.cache("venvs"), python.version)
+                 if Version(h.torch).public != own]
     for index, these in rounds:
         make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
         if cross_build is not None:
             make_env = cross.env_maker(cross_build.platform, wheel, index_args(index), settings)
+        elif offline:  # the build env's torch, cached venvs' and uv's cache: no download
+            make_env = offline_maker(wheel, index, base, here, extra=extra,
+                                     find_links=companions if plan.pure_python else None)
         elif plan.pure_python:  # its companions and test requirements, as the import test has them
-            make_env = venv_maker(wheel, index, base_python if python.managed else python.python, extra=extra,
-                                  find_links=companions)
+            make_env = venv_maker(wheel, index, base, extra=extra, find_links=companions)
         if these:
-            checks += check_torch_range(wheel, claim, plan.recipe.imports, these, index,
-                                        base_python if python.managed else python.python, workdir, make_env=make_env)
-    if not any(c.passed and Version(c.torch).public == own for c in checks):
-        detail = next((c.detail for c in checks if Version(c.torch).public == own), "not checked")
+            checks += check_torch_range(wheel, claim, plan.recipe.imports, these, index, base, workdir,
+                                        make_env=make_env)
+    own_line = ".".join((python.torch_cuda or "").split(".")[:2])
+
+    def is_own(check: TorchCheck) -> bool:  # the build torch's check (the same release of another CUDA line is not)
+        return Version(check.torch).public == own and (not own_line or check.cuda.startswith(own_line))
+
+    if not any(c.passed and is_own(c) for c in checks):
+        detail = next((c.detail for c in checks if is_own(c)), "not checked")
         raise TestStageFailed(f"torch range: the wheel fails beside its own build torch {own}: {detail}",
                               "nothing was published", tests)
+    unchecked = [c for c in checks if c.status == NOT_CHECKED]
+    if unchecked:
+        passed = ", ".join(c.torch for c in checks if c.passed)
+        log.warning(f"torch range: --offline: not checked on torch {', '.join(c.torch for c in unchecked)} (not on "
+                    f"this machine without the network: recorded as not checked, not as failed); the wheel is "
+                    f"offered for torch {passed} until `builder verify` checks the others on a machine with the "
+                    "network")
     log.ok(f"torch range: {describe_checks(checks)}")
     return checks
 
@@ -451,7 +485,8 @@ def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python
         skip = (f"no {cross_build.platform} GPU available (cross-built on {platform.machine()}; the kernel tests "
                 f"run on an {cross_build.platform} GPU runner)")
     else:
-        torch_from = None if python.managed else python
+        offline = settings is not None and settings.offline  # a managed venv's torch too: nothing downloaded
+        torch_from = None if python.managed and not offline else python
         test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index,
                                   wheel, plan.recipe.test_requires, workdir, torch_from=torch_from,
                                   find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us

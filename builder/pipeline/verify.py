@@ -34,10 +34,13 @@ from builder.stages.torchrange import (
     MakeEnv,
     PurePython,
     built_once,
+    cached_torches,
     check_torch_range,
     describe_checks,
+    offline_maker,
     other_index_torches,
     read_here,
+    split_unchecked,
     torches_to_check,
     venv_maker,
 )
@@ -98,13 +101,21 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
                 continue
             base = find_interpreter(python) if not cross.is_cross(target) else Path()
             new += check_torch_range(wheel, claim, recipe.imports, todo, each, base, workdir,
-                                     make_env=_env_maker(wheel, claim, recipe, each, base, target, house, settings))
-        replaced = {(Version(c.torch).public, c.cuda, c.how) for c in new}
+                                     make_env=_env_maker(wheel, claim, recipe, each, base, target, house, settings,
+                                                         python))
+        made, unchecked = split_unchecked(new)
+        replaced = {(Version(c.torch).public, c.cuda, c.how) for c in made}
         kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.cuda, c.how) not in replaced)
-        checks = (*kept, *new)
-        house.write_record(wheel.name, record.with_(torch_checks=checks))
+        checks = (*kept, *made)
+        tried = {(Version(c.torch).public, c.cuda) for c in new}  # a torch not checked before and now: replaced
+        still = (*(c for c in record.torch_unchecked or () if (Version(c.torch).public, c.cuda) not in tried),
+                 *unchecked)
+        if unchecked:
+            log.warning(f"{wheel.name}: --offline: not checked on torch {', '.join(c.torch for c in unchecked)} "
+                        "(not on this machine without the network); run `builder verify` where it has the network")
+        house.write_record(wheel.name, record.with_(torch_checks=checks, torch_unchecked=still or None))
         log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")
-        results.append(Verified(wheel.name, new, checks))
+        results.append(Verified(wheel.name, new, (*checks, *unchecked)))
     return results
 
 
@@ -120,11 +131,17 @@ def _claim(wheel: Path, record: BuildRecord, recipe: Recipe) -> Claim:
 
 
 def _env_maker(wheel: Path, claim: Claim, recipe: Recipe, index: TorchIndex, base: Path, target: Platform,
-               house: Wheelhouse, settings: Settings) -> MakeEnv | None:
-    """A cross wheel's env under qemu; a pure-Python wheel's with its companions (the wheelhouse's wheels) and the
-    recipe's test requirements; None (torchrange's default venv) for a stable wheel of this machine."""
+               house: Wheelhouse, settings: Settings, python: str) -> MakeEnv | None:
+    """A cross wheel's env under qemu; offline, one made from this machine's caches (torchrange.offline_maker:
+    cached build venvs of ``python``, uv's cache); a pure-Python wheel's with its companions (the wheelhouse's
+    wheels) and the recipe's test requirements; None (torchrange's default venv) for a stable wheel of this
+    machine."""
     if cross.is_cross(target):
         return cross.env_maker(target, wheel, index_args(index), settings)
+    if settings.offline:
+        pure = isinstance(claim, PurePython)
+        return offline_maker(wheel, index, base, cached_torches(settings.cache("venvs"), python),
+                             extra=recipe.test_requires if pure else (), find_links=house.wheels if pure else None)
     if isinstance(claim, PurePython):
         return venv_maker(wheel, index, base, extra=recipe.test_requires, find_links=house.wheels)
     return None

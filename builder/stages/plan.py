@@ -195,7 +195,7 @@ class Plan:
     def _label_text(self) -> str:
         if self.pure_python:
             return "none (pure Python: built once, offered for each torch its checks pass on)"
-        label = self.label(self.torch) if self.torch else None
+        label = self.label(self.torch) if self.torch else stable_label(self.cuda) if self.stable else None
         return label or f"{self.cuda.flavour}torch<from interpreter>"
 
     def _platform_text(self) -> str:

@@ -31,6 +31,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from builder.core.cachedir import VENV_MARKER
 from builder.core.errors import ToolchainError
 from builder.core.log import log, plural
 from builder.core.settings import Settings
@@ -40,10 +41,14 @@ from builder.discovery.compat import TorchIndex, known_indexes
 from builder.model.abi import StableAbi, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import TorchCheck
-from builder.stages.pyenv import index_args
+from builder.stages.pyenv import PythonEnv, index_args, probe, remembered_env
 
 IMPORT_REGISTRATION = "import+registration"  # a pure-Python wheel's import check too (it registers no ops)
 GPU_KERNEL_TESTS = "gpu-kernel-tests"
+# A torch of the range that could not be had here without the network (--offline): neither passed nor failed. Such
+# checks go into the record's ``torch_unchecked``, never its ``torch_checks`` (whose every non-passed entry keeps the
+# wheel out of that torch's channel); `builder verify` checks them later.
+NOT_CHECKED = "not checked"
 # The oldest CUDA line a pure-Python wheel is tried on: the users' matrix starts there (Blackwell), as
 # farm/coverage.py MIN_CUDA says; older lines are not the farm's users, and each line tried costs a torch download.
 PURE_PYTHON_MIN_CUDA = CudaVersion.parse("12.8")
@@ -206,6 +211,72 @@ def venv_maker(wheel: Path, index: TorchIndex, base_python: Path, *, extra: Sequ
     return make
 
 
+class NotHereOffline(ToolchainError):
+    """A torch of the range that this machine cannot install without the network: the check is NOT_CHECKED."""
+
+
+@dataclass(frozen=True)
+class TorchHere:
+    """A torch already installed on this machine: the build env's own, or a cached build venv's. A check venv sees
+    its site-packages (``purelib``) through a .pth file, so nothing is downloaded; only an interpreter of the same
+    Python minor (``python``) can use it."""
+
+    torch: str  # 2.11.0+cu130
+    cuda: str | None  # its torch.version.cuda
+    python: str  # 3.12
+    purelib: Path
+    where: str  # "the build env" | "cached build venv build-…"
+
+    @classmethod
+    def of(cls, env: PythonEnv, where: str) -> TorchHere | None:
+        return cls(env.torch, env.torch_cuda, env.version, env.purelib, where) if env.torch else None
+
+
+def cached_torches(venvs: Path, python: str) -> list[TorchHere]:
+    """The torches of the complete build venvs cached under ``venvs`` whose Python is ``python`` (from their
+    markers: no interpreter is started unless torch changed since)."""
+    found = []
+    for marker in sorted(venvs.glob(f"build-*/{VENV_MARKER}")):
+        try:
+            env = remembered_env(marker, marker.parent / "bin" / "python")
+        except OSError:
+            env = None
+        here = TorchHere.of(env, f"cached build venv {marker.parent.name}") if env is not None else None
+        if here is not None and here.python == python:
+            found.append(here)
+    return found
+
+
+def offline_maker(wheel: Path, index: TorchIndex, base_python: Path, here: Sequence[TorchHere], *,
+                  extra: Sequence[str] = (), find_links: Path | None = None) -> MakeEnv:
+    """``--offline``: a check venv for a torch without the network. A torch of ``here`` (the build env's, cached
+    build venvs') is borrowed through a .pth file and the wheel installed beside it with ``--no-deps``; any other
+    comes from uv's cache (``uv pip install --offline``). What neither has raises NotHereOffline."""
+    links = ["--find-links", str(find_links)] if find_links is not None and find_links.is_dir() else []
+
+    def make(torch: str, venv: Path) -> Path:
+        run_uv(["venv", "--quiet", "--python", str(base_python), str(venv)], what="torch-range venv creation")
+        python = venv / "bin" / "python"
+        have = next((h for h in here if Version(h.torch).public == Version(torch).public), None)
+        try:
+            if have is not None:
+                log.info(f"torch range: torch {torch} from {have.where} ({have.purelib}), no download")
+                (probe(python, with_torch=False).purelib / "_builder_torch_env.pth").write_text(f"{have.purelib}\n")
+                run_uv(["pip", "install", "--quiet", "--offline", "--no-deps", "--python", str(python), *links,
+                        str(wheel), *extra], what=f"installing the wheel beside torch {torch}")
+            else:
+                run_uv(["pip", "install", "--quiet", "--offline", "--python", str(python), *index_args(index), *links,
+                        f"torch=={torch}", str(wheel), *extra], what=f"installing torch {torch} from uv's cache")
+        except ToolchainError as e:
+            cause = e.message.rsplit(" | ", 1)[-1].split(" failed: ", 1)[-1]  # uv says the root cause last
+            cause = cause if len(cause) <= 200 else "…" + cause[-200:]
+            raise NotHereOffline(f"offline: torch {torch} is not on this machine without the network (uv "
+                                 f"--offline: {cause})") from e
+        return python
+
+    return make
+
+
 def check_torch_range(wheel: Path, stable: Claim, imports: Sequence[str], torches: Sequence[tuple[str, str]],
                       index: TorchIndex, base_python: Path, workdir: Path, *,
                       make_env: MakeEnv | None = None) -> tuple[TorchCheck, ...]:
@@ -217,7 +288,8 @@ def check_torch_range(wheel: Path, stable: Claim, imports: Sequence[str], torche
     for torch, line in torches:
         log.info(f"torch range: {wheel.name} beside torch {torch} (CUDA {line})")
         check = _check_one(stable, imports, torch, line, make, workdir / "torch-range" / torch)
-        (log.ok if check.passed else log.warning)(f"torch {torch}: {check.status}: {check.detail}")
+        (log.ok if check.passed else log.info if check.status == NOT_CHECKED else log.warning)(
+            f"torch {torch}: {check.status}: {check.detail}")
         checks.append(check)
     return tuple(checks)
 
@@ -233,6 +305,9 @@ def _check_one(stable: Claim, imports: Sequence[str], torch: str, line: str, mak
         python = make(torch, venv)
         result = subprocess.run([str(python), "-c", _PROBE, json.dumps(list(imports)), json.dumps(stable.namespaces)],
                                 capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=600)
+    except NotHereOffline as e:
+        return TorchCheck(torch=torch, cuda=line, python="", how=IMPORT_REGISTRATION, status=NOT_CHECKED,
+                          detail=e.message)
     except ToolchainError as e:
         return failed(e.message)
     except subprocess.TimeoutExpired:
@@ -280,6 +355,13 @@ def _strings(value: object) -> list[str]:
 
 def describe_checks(checks: Sequence[TorchCheck]) -> str:
     passed = [c.torch for c in checks if c.passed]
-    failed = [c.torch for c in checks if not c.passed]
+    failed = [c.torch for c in checks if not c.passed and c.status != NOT_CHECKED]
+    unchecked = [c.torch for c in checks if c.status == NOT_CHECKED]
     text = f"verified on torch {', '.join(passed) or 'none'}"
-    return text + (f"; failed on {', '.join(failed)}" if failed else "")
+    return text + (f"; failed on {', '.join(failed)}" if failed else "") + (
+        f"; not checked on {', '.join(unchecked)}" if unchecked else "")
+
+
+def split_unchecked(checks: Sequence[TorchCheck]) -> tuple[tuple[TorchCheck, ...], tuple[TorchCheck, ...]]:
+    """(the checks made, the torches NOT_CHECKED): the record keeps them apart (``torch_checks`` decides channels)."""
+    return (tuple(c for c in checks if c.status != NOT_CHECKED), tuple(c for c in checks if c.status == NOT_CHECKED))
