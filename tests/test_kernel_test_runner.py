@@ -139,3 +139,40 @@ def test_a_missing_kernel_tests_file_is_a_skip_naming_the_file(tmp_path: Path,
         mp.setattr("builder.stages.testing.import_test", lambda env, modules: imported)
         with pytest.raises(TestStageFailed, match="kernel tests skipped .*does not exist.* --require-kernel-tests"):
             run_tests(env, recipe, wheel, tmp_path, KernelTestPlan(required=True))
+
+
+HARNESS_REPORT = """
+import json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+json.dump({"status": "passed", "gpu": "NVIDIA H200", "capability": "9.0", "counts": {"passed": 84}}, open(out, "w"))
+"""
+
+
+def test_the_kernel_test_record_keeps_the_gpus_compute_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 39 (d): the harness's "capability" was dropped; the test record keeps it, typed (an Arch), so coverage
+    can say which arch a kernel test ran on. A record without it (before, or no kernel test) stays without it."""
+    import json
+
+    from builder.model.arch import Arch
+    from builder.model.recipe import load_recipe
+    from builder.model.records import BuildRecord, TestReport
+    from builder.stages.inspection import WheelReport
+    from builder.stages.pyenv import PythonEnv
+    from builder.stages.testing import VisibleGpu, kernel_tests
+
+    path = _recipe(tmp_path, "")
+    (path.parent / "kernel_tests.py").write_text(HARNESS_REPORT)  # a suite answering as the shared harness does
+    env = PythonEnv(python=Path(sys.executable), version="3.11.7", torch="2.11.0", torch_cuda="13.0",
+                    purelib=tmp_path, managed=True)
+    monkeypatch.setattr("builder.stages.testing.visible_gpus", lambda env: [VisibleGpu(0, "NVIDIA H200", 90)])
+    report = kernel_tests(env, load_recipe(path), WheelReport("w.whl", "w", "1", (), (), ()),
+                          TestReport(import_status="passed"), tmp_path, quick=False)
+    assert (report.kernel_status, report.gpu, report.capability) == ("passed", "NVIDIA H200", Arch(90))
+    assert "kernel tests passed on NVIDIA H200 (sm_90)" in capsys.readouterr().err
+    saved = json.loads(BuildRecord(tests=report).file_bytes())["tests"]
+    assert saved["capability"] == "9.0"
+    assert BuildRecord.from_json({"tests": saved}).tests == report  # read back typed
+    assert "capability" not in TestReport(import_status="passed").to_json()
+    old = {"import_status": "passed", "kernel_status": "passed", "gpu": "NVIDIA H200"}
+    assert TestReport.from_json(old).capability is None and "capability" not in TestReport.from_json(old).to_json()

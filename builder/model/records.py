@@ -10,7 +10,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion
 
+from builder.core.errors import UsageError
 from builder.model.abi import channel_label
+from builder.model.arch import Arch, parse_arch_list
 from builder.model.cuda import CudaVersion
 
 FARM_STATUSES = ("built", "unchanged", "failed")
@@ -64,6 +66,9 @@ class TestReport:
     speed: tuple[Mapping[str, Any], ...] = ()  # one row per benchmark the suite wrote (name, speedup, ...)
     gpu: str | None = None
     torch: str | None = None
+    # the compute capability of the GPU the kernel tests ran on (the harness's "capability": "9.0" → Arch 90), so
+    # coverage can say which arch a kernel test covered; None where none ran (or a record from before)
+    capability: Arch | None = None
     read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)  # see BuildRecord
 
     @property
@@ -78,6 +83,8 @@ class TestReport:
         out = {"import_status": self.import_status, "import_detail": self.import_detail,
                "kernel_status": self.kernel_status, "kernel_reason": self.kernel_reason, "counts": dict(self.counts),
                "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
+        if self.capability is not None:  # absent where none ran, as in records from before
+            out["capability"] = self.capability.torch_name
         return _as_read(self, out)
 
     @classmethod
@@ -87,7 +94,19 @@ class TestReport:
                    kernel_status=str(data.get("kernel_status", "not run")),
                    kernel_reason=str(data.get("kernel_reason") or ""), counts=dict(data.get("counts") or {}),
                    speed=tuple(dict(r) for r in data.get("speed") or ()), gpu=data.get("gpu"), torch=data.get("torch"),
-                   read_keys=frozenset(data))
+                   capability=parse_capability(data.get("capability")), read_keys=frozenset(data))
+
+
+def parse_capability(value: object) -> Arch | None:
+    """A GPU's compute capability as the kernel harness reports it ("9.0", "12.0"; also 90 or "sm_90") as an Arch;
+    None for none or anything else."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    try:
+        (arch,) = parse_arch_list(str(value))
+    except (UsageError, ValueError):
+        return None
+    return arch
 
 
 # ---------------------------------------------------------------- a stable-ABI wheel on one torch

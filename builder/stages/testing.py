@@ -19,7 +19,7 @@ from builder.core.errors import TestFailed
 from builder.core.log import log
 from builder.core.streaming import stream
 from builder.model.recipe import Recipe
-from builder.model.records import TestReport
+from builder.model.records import TestReport, parse_capability
 from builder.stages.inspection import WheelReport
 from builder.stages.pyenv import PythonEnv
 
@@ -162,7 +162,8 @@ def kernel_tests(
     status = data.get("status") or ("failed" if returncode else "passed")
     if (returncode not in (0, 3) and status != "failed") or status not in ("passed", "failed", "skipped"):
         status = "failed"
-    report = replace(report, gpu=data.get("gpu"), counts=data.get("counts", {}),
+    report = replace(report, gpu=data.get("gpu"), capability=parse_capability(data.get("capability")),
+                     counts=data.get("counts", {}),
                      speed=tuple(data.get("speed", [])), kernel_status=status,
                      kernel_reason=data.get("reason", "") or ("" if status == "passed" else last_line or "no output"))
     if status == "failed":
@@ -171,7 +172,8 @@ def kernel_tests(
             f"log: {workdir / 'kernel-tests.log'}; nothing was published", report,
         )
     if status == "passed":
-        log.ok(f"kernel tests passed on {report.gpu}: {dict(report.counts)}")
+        on = f"{report.gpu} ({report.capability.sm})" if report.capability else report.gpu
+        log.ok(f"kernel tests passed on {on}: {dict(report.counts)}")
         if report.kernel_reason:  # passed with some cases skipped: say which and why
             log.warning(report.kernel_reason)
     else:
