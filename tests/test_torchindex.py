@@ -355,3 +355,58 @@ def test_farm_file_and_cuda_flag_check_one_list_of_known_cuda(tmp_path: Path) ->
         validate_cuda("13.1", settings)
     assert [str(c) for c in load_farm(farm).entries[0].cuda] == ["13.1"]  # the snapshot has 13.1
     assert str(validate_cuda("13.1")) == "13.1"
+
+
+# ---------------------------------------------------------------- new torch day (issue 39 c)
+
+
+def _rc_index(root: Path) -> str:
+    """A PEP 691 index with torch 2.15.0 (CUDA 13.2) and 2.16.0rc1 (CUDA 13.2), each with its upload time."""
+    files, page = root / "files", root / "simple" / "torch"
+    files.mkdir(parents=True)
+    page.mkdir(parents=True)
+    entries = []
+    for version, uploaded in (("2.15.0", "2026-10-28T15:17:47Z"), ("2.16.0rc1", "2026-12-01T10:00:00Z")):
+        name = f"torch-{version}-cp312-cp312-manylinux_2_28_x86_64.whl"
+        (files / f"{name}.metadata").write_text(
+            f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\nRequires-Dist: cuda-toolkit[cudart]==13.2.2\n")
+        entries.append({"filename": name, "url": f"../../files/{name}", "hashes": {}, "core-metadata": True,
+                        "upload-time": uploaded})
+    (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": entries}))
+    return (root / "simple").as_uri()
+
+
+def test_pre_releases_only_with_pre_and_the_newest_torch_note(tmp_path: Path) -> None:
+    """`builder verify` says what the index's newest torch is, when it was uploaded, and that the next minor is
+    not there; --pre takes release candidates too (read from the index, so 2.16 needs no code change)."""
+    from builder.discovery.compat import resolve_index
+    from builder.pipeline.verify import newest_torch_note
+
+    url = _rc_index(tmp_path / "index")
+    settings = _settings(tmp_path)
+    final = resolve_index(url, settings, refresh=True)
+    assert [r.version for r in final.listing.releases] == ["2.15.0"]  # type: ignore[union-attr]
+    note = newest_torch_note(final, pre=False)
+    assert note.startswith("custom's newest torch is 2.15.0 (uploaded 2026-10-28; list read from ")
+    assert note.endswith("; no torch 2.16 release is on it (pre-releases not looked at: --pre)")
+    pre = resolve_index(url, settings, pre=True, refresh=True)
+    assert pre.torch_by_cuda == {"13.2": ("2.15.0", "2.16.0rc1")}
+    assert newest_torch_note(pre, pre=True).startswith("custom's newest torch is 2.16.0rc1 (a pre-release) "
+                                                      "(uploaded 2026-12-01; ")
+    assert [r.version for r in resolve_index(url, settings).listing.releases] == ["2.15.0"]  # type: ignore[union-attr]
+
+
+@pytest.mark.network
+def test_real_pypi_newest_torch_and_no_release_candidates(tmp_path: Path) -> None:
+    """Read live, with pre-releases: the note names PyPI's newest torch and its upload day. (Measured 2026-12-06:
+    2.15.0, uploaded 2026-10-28, and no pre-release at all: PyTorch puts its release candidates on
+    download.pytorch.org/whl/test, docs/BUILDS.md.)"""
+    from builder.discovery.compat import resolve_index
+    from builder.pipeline.verify import newest_torch_note
+
+    pre = resolve_index(None, _settings(tmp_path), pre=True, refresh=True)
+    assert pre.listing is not None and pre.source == "index"
+    newest = max(Version(r.version) for r in pre.listing.releases)
+    note = newest_torch_note(pre, pre=True)
+    assert note.startswith(f"pypi's newest torch is {newest}") and " (uploaded 20" in note
+    assert note.endswith(f"; no torch {newest.major}.{newest.minor + 1} release or pre-release is on it")

@@ -99,6 +99,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                        "have no check for (released since they were built)")
     p.add_argument("package", nargs="*", help="recipe names (default: every package with a stable-ABI or pure-Python wheel)")
     p.add_argument("--python", default="3.12", help="Python version of the check venvs (default 3.12)")
+    p.add_argument("--pre", action="store_true", help="also try torch pre-releases the wheel's torch index lists "
+                   "(2.16.0rc1; PyPI carries none: PyTorch puts its release candidates on download.pytorch.org/whl/test)")
     add_common(p)
 
     p = sub.add_parser("plan", help="show what a build would do, without building")
@@ -359,7 +361,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not packages:
         out.print("no stable-ABI or pure-Python wheels in the wheelhouse: nothing to verify")
         return 0
-    results = [r for package in packages for r in verify_package(package, settings, python=args.python)]
+    results = [r for package in packages for r in verify_package(package, settings, python=args.python, pre=args.pre)]
     table = Table("wheel", "torch", "CUDA", "Python", "how", "result")
     for result in results:
         for check in result.checks:

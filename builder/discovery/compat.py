@@ -123,7 +123,8 @@ def known_indexes(settings: Settings | None) -> list[TorchIndex]:
     return [TorchIndex(name, url, discover(name, url, settings)) for name, url in KNOWN_INDEXES.items()]
 
 
-def resolve_index(spec: str | None, settings: Settings | None = None) -> TorchIndex:
+def resolve_index(spec: str | None, settings: Settings | None = None, *, pre: bool = False,
+                  refresh: bool = False) -> TorchIndex:
     """``None``/``pypi`` → PyPI; a known name; ``cu128``; or any URL (discovered too where it can be read).
 
     ``settings=None`` answers from the shipped snapshot only (no cache, no network): for validation."""
@@ -134,12 +135,13 @@ def resolve_index(spec: str | None, settings: Settings | None = None) -> TorchIn
             if spec is not None and spec.rstrip("/") == url:
                 name = known
     if name is not None:
-        return TorchIndex(name, KNOWN_INDEXES[name], discover(name, KNOWN_INDEXES[name], settings))
+        return TorchIndex(name, KNOWN_INDEXES[name], discover(name, KNOWN_INDEXES[name], settings, pre=pre,
+                                                              refresh=refresh))
     assert spec is not None
     url = custom_index_url(spec)
     if settings is None:
         return TorchIndex("custom", url, None)
-    listing = discover("custom", url, settings)
+    listing = discover("custom", url, settings, pre=pre, refresh=refresh)
     check_holds_torch(spec, listing, settings)
     return TorchIndex("custom", url, listing)
 

@@ -78,6 +78,7 @@ class Release:
     pythons: tuple[str, ...]  # 3.11, 3.12, 3.13t ... from the wheel names
     evidence: str  # how the CUDA was read: "METADATA: cuda-toolkit==13.2.2", "+cu128 label", ...
     read_at: str  # when the CUDA was read (ISO time, UTC)
+    uploaded: str = ""  # its first wheel's upload time (PEP 700 ``upload-time``, ISO UTC); "" where not served
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class WheelFile:
     filename: str
     url: str
     metadata: bool | None  # PEP 658/714: True served, False not, None the index did not say
+    uploaded: str = ""  # PEP 700 upload-time (JSON pages only)
 
 
 # ---------------------------------------------------------------- classification (pure functions)
@@ -215,7 +217,7 @@ def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
                 continue
             meta = f.get("core-metadata", f.get("dist-info-metadata"))
             files.append(WheelFile(f["filename"], urllib.parse.urljoin(page, f["url"]),
-                                   None if meta is None else bool(meta)))
+                                   None if meta is None else bool(meta), str(f.get("upload-time") or "")))
         return files
     parser = _Anchors()
     parser.feed(body.decode(errors="replace"))
@@ -385,7 +387,7 @@ def _to_json(listing: Listing) -> dict[str, Any]:
 
 def _from_json(data: Mapping[str, Any], source: str) -> Listing:
     releases = tuple(Release(r["version"], r.get("cuda"), tuple(r.get("pythons", ())), r.get("evidence", ""),
-                             r.get("read_at", "")) for r in data.get("releases", []))
+                             r.get("read_at", ""), r.get("uploaded", "")) for r in data.get("releases", []))
     return Listing(str(data["name"]), str(data["url"]), releases, source, str(data.get("read_at", "")),
                    str(data.get("note", "")))
 
@@ -406,14 +408,17 @@ def ttl_s(env: Mapping[str, str] = os.environ) -> float:
 
 
 def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = False,
-             env: Mapping[str, str] = os.environ) -> Listing:
+             env: Mapping[str, str] = os.environ, pre: bool = False) -> Listing:
     """What ``url`` serves: the fresh cache, else the index (classifying only new releases), else the stale
-    cache, else the snapshot. ``settings=None``: the snapshot only (no cache, no network)."""
+    cache, else the snapshot. ``settings=None``: the snapshot only (no cache, no network). ``pre``: pre-releases
+    (2.16.0rc1) too, in a cache of their own (the snapshot has none)."""
     url = url.rstrip("/")
     snapshot = load_snapshot().get(url)
     if settings is None:
         return snapshot or Listing(name, url, (), "snapshot", "", "not in the snapshot")
     path = cache_file(settings, url)
+    if pre:
+        path = path.with_name(path.stem + "-pre.json")
     cached: Listing | None = None
     if path.exists():
         try:
@@ -430,7 +435,7 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     recently_failed = _age_s(failed_at) < UNREACHABLE_RETRY_S and (cached or snapshot) is not None
     if (not settings.offline or url.startswith("file://")) and (refresh or not recently_failed):
         try:
-            listing = read_index(name, url, known=_known(cached, snapshot))
+            listing = read_index(name, url, known=_known(cached, snapshot), pre=pre)
         except (OSError, urllib.error.URLError, ValueError) as e:
             why = str(e)[:300]
             atomic_write(unreachable, f"{_now()}\n{why}\n")
@@ -468,8 +473,10 @@ def _known(cached: Listing | None, snapshot: Listing | None) -> dict[str, Releas
     return known
 
 
-def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, project: str = "torch") -> Listing:
-    """Read the release list of ``url`` now; classify the releases not in ``known`` (a few at a time)."""
+def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, project: str = "torch",
+               pre: bool = False) -> Listing:
+    """Read the release list of ``url`` now; classify the releases not in ``known`` (a few at a time). Final
+    releases only, unless ``pre`` (release candidates, alphas, betas: never dev builds)."""
     now = _now()
     by_version: dict[str, list[WheelFile]] = {}
     for wheel in project_files(url, project):
@@ -477,7 +484,7 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
             _, parsed, _, _ = parse_wheel_filename(wheel.filename)
         except InvalidWheelFilename:
             continue
-        if parsed.is_prerelease or parsed.is_devrelease or Version(parsed.public) < MIN_TORCH:
+        if (parsed.is_prerelease and not pre) or parsed.is_devrelease or Version(parsed.public) < MIN_TORCH:
             continue
         by_version.setdefault(str(parsed), []).append(wheel)
     todo = {v: w for v, w in by_version.items()
@@ -488,6 +495,9 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
     for version, wheels in by_version.items():
         public = str(Version(version).public)
         release = fresh.get(version) or known[public]
+        uploaded = min((w.uploaded for w in wheels if w.uploaded), default="")
+        if uploaded and (not release.uploaded or uploaded < release.uploaded):
+            release = replace(release, uploaded=uploaded)
         if public in known and version not in fresh:  # keep the old classification, with today's wheel names
             pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
             release = replace(release, pythons=tuple(sorted(set(release.pythons) | set(pythons), key=_python_sort)))

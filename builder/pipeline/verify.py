@@ -65,9 +65,11 @@ def stable_packages(settings: Settings) -> list[str]:
     return sorted({str(parse_wheel_name(w.name)[0]) for w in house.wheel_files() if ranged(w.name, house.record_of(w.name))})
 
 
-def verify_package(package: str, settings: Settings, *, python: str = "3.12") -> list[Verified]:
+def verify_package(package: str, settings: Settings, *, python: str = "3.12", pre: bool = False) -> list[Verified]:
     """Check every published stable-ABI or built-once pure-Python wheel of ``package`` on the torches it has no
-    passed check for."""
+    passed check for. The wheel's torch index is read now (not its cached list: a torch released an hour ago
+    counts), pre-releases included with ``pre``; what its newest torch is, and when it was uploaded, is said for
+    each wheel, so a new torch day shows either the new check or why there is none."""
     house = Wheelhouse(settings.wheelhouse)
     wanted = canonicalize_name(package)
     wheels = [w for w in house.wheel_files() if canonicalize_name(parse_wheel_name(w.name)[0]) == wanted]
@@ -79,7 +81,8 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
     results = []
     for wheel, record in found:
         claim = _claim(wheel, record, recipe)
-        index, cuda = resolve_index(record.torch_index or None, settings), record.cuda_version
+        index = resolve_index(record.torch_index or None, settings, pre=pre, refresh=not settings.offline)
+        cuda = record.cuda_version
         if cuda is None:
             log.warning(f"{wheel.name}: its record names no CUDA; skipped")
             continue
@@ -89,6 +92,7 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
         rounds = [(index, own), *(others if settings.offline else read_here(others))]
         rounds = [(i, [(t, line) for t, line in these if (Version(t).public, line, IMPORT_REGISTRATION) not in done])
                   for i, these in rounds]
+        log.info(f"{wheel.name}: {newest_torch_note(index, pre)}")
         if not any(these for _, these in rounds):
             log.ok(f"{wheel.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
             results.append(Verified(wheel.name, (), tuple(record.torch_checks or ())))
@@ -117,6 +121,26 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12") ->
         log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")
         results.append(Verified(wheel.name, new, (*checks, *unchecked)))
     return results
+
+
+def newest_torch_note(index: TorchIndex, pre: bool) -> str:
+    """What the index's newest torch is and whether the next minor is there: "pypi's newest torch is 2.15.0
+    (uploaded 2026-10-28; list read from https://pypi.org/simple at …); no torch 2.16 release or pre-release is on
+    it". Read from the listing, so it names the next minor the day it appears, with no change here."""
+    listing = index.listing
+    releases = listing.releases if listing is not None else ()
+    if not releases:
+        return f"{index.name} lists no torch ({listing.note if listing is not None else 'not read'})"
+    newest = max(releases, key=lambda r: Version(r.version))
+    version = Version(newest.version)
+    uploaded = f"uploaded {newest.uploaded[:10]}" if newest.uploaded else "upload time not served"
+    read = (f"list read from {index.url} at {listing.read_at}" if listing is not None and listing.source == "index"
+            else f"list from the {index.source} of {listing.read_at if listing is not None else '?'}, not read now")
+    kind = " (a pre-release)" if version.is_prerelease else ""
+    following = f"{version.major}.{version.minor + 1}"
+    absent = (f"no torch {following} release or pre-release is on it" if pre else
+              f"no torch {following} release is on it (pre-releases not looked at: --pre)")
+    return f"{index.name}'s newest torch is {newest.version}{kind} ({uploaded}; {read}); {absent}"
 
 
 def _claim(wheel: Path, record: BuildRecord, recipe: Recipe) -> Claim:
