@@ -42,6 +42,9 @@ from typing import Any, TypeVar
 from builder.core.errors import SourceError, UsageError
 
 CHUNK = 1 << 16
+# The most seconds any bound may be (a month): threading.Timer and time_t overflow long before 1e300.
+MAX_SECONDS = 30 * 86400.0
+MAX_RETRIES = 100
 MAX_REDIRECTS = 5  # one fetch follows at most this many, each to http(s) only
 # HTTP answers worth asking again: the server (or a proxy in front of it) is overloaded or restarting.
 TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -103,20 +106,22 @@ def _number(var: str, text: str, *, integer: bool) -> float | int:
         value: float | int = int(text) if integer else float(text)
     except ValueError:
         value = -1
-    if value < 0 or (value == 0 and not integer) or math.isnan(value) or math.isinf(value):
-        kind = "a whole number of tries (0 or more)" if integer else "a positive number of seconds"
+    high = MAX_RETRIES if integer else MAX_SECONDS
+    if not (0 <= value <= high if integer else 0 < value <= high):  # nan fails both comparisons
+        kind = f"a whole number of tries (0 to {high})" if integer else f"a positive number of seconds (at most {high:.0f})"
         raise UsageError(f"{var}={text!r} is not {kind}", f"set {var} to e.g. {getattr(NetPolicy(), _field(var))}")
     return value
 
 
 def seconds(text: str) -> float:
-    """argparse's type for a flag of seconds (``--net-deadline``): a positive number."""
+    """argparse's type for a flag of seconds (``--net-deadline``, ``--timeout``): a positive number, at most
+    ``MAX_SECONDS``."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < value <= MAX_SECONDS:  # nan and inf fail it too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (at most {MAX_SECONDS:.0f})")
     return value
 
 
