@@ -39,6 +39,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from builder.core import netfault
 from builder.core.errors import SourceError, UsageError
 
 CHUNK = 1 << 16
@@ -161,11 +162,12 @@ class NetError(SourceError, TimeoutError):
 
 
 class _Retry(Exception):
-    """One try failed in a way worth another (``cause`` says how)."""
+    """One try failed in a way worth another (``cause`` says how, ``cure`` what to do if it keeps failing)."""
 
-    def __init__(self, cause: str) -> None:
+    def __init__(self, cause: str, cure: str = "") -> None:
         super().__init__(cause)
         self.cause = cause
+        self.cure = cure
 
 
 class _Expired(Exception):
@@ -308,8 +310,8 @@ class Body:
                 chunk = read(size)
             except (OSError, http.client.HTTPException) as e:
                 self._watch.check()
-                raise _Retry(f"the answer broke off after {self.received} bytes ({_describe(e, self._timeout)})") \
-                    from e
+                raise _Retry(f"the answer broke off after {self.received} bytes ({_describe(e, self._timeout)})",
+                             netfault.connection(e)[1]) from e
             self._watch.check()  # a watchdog's shutdown reads as the end of the answer: it is not
             if not chunk:
                 break
@@ -320,7 +322,8 @@ class Body:
             yield chunk
         left = getattr(self._response, "length", None)
         if left:  # http.client's read1 ends quietly when the connection closes before Content-Length
-            raise _Retry(f"the answer ended {left} bytes short of its Content-Length")
+            raise _Retry(f"the answer ended {left} bytes short of its Content-Length",
+                         netfault.connection(ConnectionResetError())[1])
 
     def read(self) -> bytes:
         return b"".join(self.chunks())
@@ -342,19 +345,19 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
     watch = _Watch(policy.deadline_s)
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     opener = _opener(watch, policy, local=scheme == "file")
-    tries, cause = 0, ""
+    tries, cause, cure = 0, "", ""
     try:
         while True:
             tries += 1
             try:
                 return _try(opener, request, read, watch, policy, max_bytes)
             except _Retry as e:
-                cause = e.cause
+                cause, cure = e.cause, e.cure
             except _Expired:
                 raise _gave_up(url, policy, watch, tries, cause) from None
             pause = policy.backoff_s * 2 ** (tries - 1)
             if tries > policy.retries:
-                raise _gave_up(url, policy, watch, tries, cause)
+                raise _gave_up(url, policy, watch, tries, cause, cure=cure)
             if watch.expired or pause >= watch.remaining():
                 raise _gave_up(url, policy, watch, tries, cause, deadline=True)
             time.sleep(pause)
@@ -408,15 +411,15 @@ def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request,
         if e.code not in TRANSIENT_STATUS:
             raise
         e.close()
-        raise _Retry(f"answered HTTP {e.code}") from None
+        raise _Retry(f"answered HTTP {e.code}", netfault.http_status(e.code)[1]) from None
     except urllib.error.URLError as e:
         watch.check()
         if not _transient(request, e.reason):
             raise
-        raise _Retry(_describe(e.reason, policy.read_timeout_s)) from None
+        raise _Retry(_describe(e.reason, policy.read_timeout_s), netfault.connection(e.reason)[1]) from None
     except (OSError, http.client.HTTPException) as e:  # a connection dropped or timed out before the headers
         watch.check()
-        raise _Retry(_describe(e, policy.read_timeout_s)) from None
+        raise _Retry(_describe(e, policy.read_timeout_s), netfault.connection(e)[1]) from None
     with response:
         return read(Body(response, watch, policy.read_timeout_s, max_bytes))
 
@@ -443,7 +446,7 @@ def _describe(error: object, timeout_s: float) -> str:
 
 
 def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str, *,
-             deadline: bool = False) -> NetError:
+             deadline: bool = False, cure: str = "") -> NetError:
     took = f"{watch.elapsed():.0f} s, {tries} tr{'y' if tries == 1 else 'ies'}"
     if watch.expired or deadline:
         if watch.received:
@@ -451,8 +454,8 @@ def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str,
         return NetError(f"{url}: gave up at the {policy.deadline_s:g} s network deadline ({took}; "
                         f"{cause or 'no answer'})", f"check that it answers, or {DEADLINE_CURE}")
     return NetError(f"{url}: gave up after {took} within the {policy.deadline_s:g} s network deadline ({cause})",
-                    "check that it answers; more tries with BUILDER_NET_RETRIES=N, longer waits for a byte with "
-                    "BUILDER_NET_TIMEOUT=SECONDS")
+                    cure or "check that it answers; more tries with BUILDER_NET_RETRIES=N, longer waits for a byte "
+                    "with BUILDER_NET_TIMEOUT=SECONDS")
 
 
 def fetch_bytes(url: str, *, headers: Mapping[str, str] | None = None, policy: NetPolicy | None = None,

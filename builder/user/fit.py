@@ -36,7 +36,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core import net
+from builder.core import net, netfault
 from builder.core.errors import SourceError
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.checks import wheel_channels
@@ -536,17 +536,16 @@ class WheelhouseReader:
         except net.NetError as e:
             raise net.NetError(f"wheelhouse {self.root}: {e.message}", e.hint) from None
         except urllib.error.HTTPError as e:
-            missing, cause = e.code == 404, f"answered HTTP {e.code}"
+            missing, (cause, cure) = e.code == 404, netfault.explain(e)
         except urllib.error.URLError as e:  # file:// misses arrive as URLError(FileNotFoundError)
             missing = isinstance(e.reason, (FileNotFoundError, NotADirectoryError, IsADirectoryError))
-            cause = f"is unreachable ({e.reason})"
+            cause, cure = netfault.explain(e)
         except (TimeoutError, OSError) as e:
-            missing, cause = False, f"is unreachable ({e})"
+            missing, (cause, cure) = False, netfault.explain(e)
         if missing and not required:
             return None
         if missing:
             raise SourceError(f"wheelhouse {self.root} has no index pages ({url} is missing)",
                               "point --from at a wheelhouse root (e.g. ./wheelhouse or http://host:8000/); "
                               "`builder index rebuild` regenerates missing pages")
-        raise SourceError(f"wheelhouse {self.root} {cause}",
-                          "check the path or URL, or start `builder serve` there")
+        raise SourceError(f"wheelhouse {self.root}: {url} {cause}", cure)
