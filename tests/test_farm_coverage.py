@@ -278,3 +278,20 @@ def test_farm_variants_reach_cuda_targets_only(tmp_path: Path) -> None:
     assert targets and all(t.variants == t.kind.is_cuda for t in targets)
     assert {rows[t.id]["variants"] for t in targets if t.kind.is_cuda} == {"true"}
     assert {rows[t.id]["variants"] for t in targets if not t.kind.is_cuda} == {""}
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "invalid"])
+def test_coverage_farm_that_cannot_be_read_is_an_error(tmp_path: Path, kind: str) -> None:
+    """`coverage --farm FILE` names the file on purpose: a missing or broken one is an error (exit 3, FarmError),
+    not a note under an exit 0 (issue 40). Without --farm, the default farm.toml stays optional."""
+    farm = tmp_path / "farm.toml"
+    if kind == "folder":
+        farm.mkdir()
+    elif kind == "invalid":
+        farm.write_text("[[package]]\nname = 7\n")
+    env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wh")}
+    result = run_cli("coverage", "causal-conv1d", "--farm", str(farm), "--offline", env=env, timeout=120)
+    assert result.code == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(farm) in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and not result.stdout

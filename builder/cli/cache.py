@@ -6,6 +6,7 @@ import argparse
 import time
 from collections.abc import Callable
 
+from builder.cli import numbers
 from builder.cli.common import out, settings_from_args
 from builder.core.fsutil import human_size
 
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                                         "none runs.")
     clean.add_argument("sections", nargs="*", metavar="PART", help="cache parts to clean (see `builder cache`)")
     clean.add_argument("--all", action="store_true", help="every part")
-    clean.add_argument("--older-than", type=float, metavar="DAYS",
+    clean.add_argument("--older-than", type=numbers.days, metavar="DAYS",
                        help="only entries not used for this many days")
     clean.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     add_common(clean, "cache-dir")

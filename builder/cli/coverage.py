@@ -37,6 +37,10 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from builder.farm.proven import ALL, proof_lines, proofs_of_farm
 
     settings = settings_from_args(args)
+    if args.farm is not None:  # named on purpose: one that cannot be read is an error, not a note (the default
+        from builder.farm.spec import load_farm  # farm.toml, looked for in parent folders, stays optional)
+
+        load_farm(args.farm, settings)
     reports, meta = coverage_report(args.packages, settings, farm_file=args.farm)
     proofs, farm_note = proofs_of_farm(args.farm, settings, [r.package for r in reports])
     proof_of = {(p.package, p.version): p for p in proofs}

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
+from builder.cli import numbers
 from builder.cli.common import out, settings_from_args
 from builder.model.records import FarmOutcome
 
@@ -34,8 +35,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
     p = sub.add_parser("farm", help="build the whole farm matrix (farm.toml) here; unchanged targets are skipped")
     _farm_file_args(p)
-    p.add_argument("--parallel", type=int, default=1, help="targets built at once (default 1)")
-    p.add_argument("--jobs", type=int, help="MAX_JOBS per target (default: cores and memory / --parallel)")
+    p.add_argument("--parallel", type=numbers.parallel, default=1, help="targets built at once (default 1)")
+    p.add_argument("--jobs", type=numbers.jobs, help="MAX_JOBS per target (default: cores and memory / --parallel)")
     p.add_argument("--force", action="store_true", help="rebuild even targets whose inputs are unchanged")
     p.add_argument("--stage", action="store_true", help="publish into wheelhouse/staging (kernel tests on a GPU later)")
     p.add_argument("--no-kernel-tests", action="store_true", help="run only the import tests")

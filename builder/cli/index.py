@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from builder.cli import numbers
 from builder.cli.common import out, settings_from_args
 from builder.core.log import plural
 from builder.core.net import seconds
@@ -60,7 +61,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.add_argument("--port", type=numbers.port, default=8000, help="port (default 8000; 0 picks a free one)")
     add_common(serve, "wheelhouse")
     return {"index": cmd_index, "serve": cmd_serve}
 

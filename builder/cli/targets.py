@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
+from builder.cli import numbers
 from builder.cli.common import out, settings_from_args
 from builder.core.cachedir import memo_dir
 from builder.core.errors import BuilderError, UsageError
@@ -50,7 +51,7 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
                         "Jetson Thor, DGX Spark); default: this machine's, or with --python PATH that env's. Another "
                         "than this machine's is cross-compiled (docs/BUILDS.md \"aarch64\")")
     parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
-    parser.add_argument("--jobs", type=int, help="MAX_JOBS for the compile (default: sized to cores and memory)")
+    parser.add_argument("--jobs", type=numbers.jobs, help="MAX_JOBS for the compile (default: sized to cores and memory)")
     # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
     parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
 

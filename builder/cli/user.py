@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--arch", help="GPU archs for a wheel built when none fits (default: this machine's GPUs)")
     p.add_argument("--no-build", action="store_true", help="never build; stop with the ways forward when nothing fits")
     p.add_argument("--dry-run", action="store_true", help="show what would be installed and the command")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="URL",
+                   help="also trust wheel links to this origin (default: only the --from root and its assets.json's "
+                        "prefix); repeatable")
     add_common(p, "cache-dir", "recipes", "patches", "offline", "net-deadline")
     return {"doctor": cmd_doctor, "install": cmd_install}
 
@@ -213,7 +216,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     python = default_python(args.python)
     request = InstallRequest(packages=tuple(args.packages), python=python,
                              source=args.source or str(settings.wheelhouse), arch=args.arch,
-                             build=not args.no_build, dry_run=args.dry_run)
+                             build=not args.no_build, dry_run=args.dry_run,
+                             allow_origins=tuple(args.allow_origin))
     outcome = install(request, settings)
     for line in outcome.summary():
         out.print(line, markup=False)

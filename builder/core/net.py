@@ -39,9 +39,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from builder.core import netfault
 from builder.core.errors import SourceError, UsageError
 
 CHUNK = 1 << 16
+# The most seconds any bound may be (a month): threading.Timer and time_t overflow long before 1e300.
+MAX_SECONDS = 30 * 86400.0
+MAX_RETRIES = 100
 MAX_REDIRECTS = 5  # one fetch follows at most this many, each to http(s) only
 # HTTP answers worth asking again: the server (or a proxy in front of it) is overloaded or restarting.
 TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -103,20 +107,22 @@ def _number(var: str, text: str, *, integer: bool) -> float | int:
         value: float | int = int(text) if integer else float(text)
     except ValueError:
         value = -1
-    if value < 0 or (value == 0 and not integer) or math.isnan(value) or math.isinf(value):
-        kind = "a whole number of tries (0 or more)" if integer else "a positive number of seconds"
+    high = MAX_RETRIES if integer else MAX_SECONDS
+    if not (0 <= value <= high if integer else 0 < value <= high):  # nan fails both comparisons
+        kind = f"a whole number of tries (0 to {high})" if integer else f"a positive number of seconds (at most {high:.0f})"
         raise UsageError(f"{var}={text!r} is not {kind}", f"set {var} to e.g. {getattr(NetPolicy(), _field(var))}")
     return value
 
 
 def seconds(text: str) -> float:
-    """argparse's type for a flag of seconds (``--net-deadline``): a positive number."""
+    """argparse's type for a flag of seconds (``--net-deadline``, ``--timeout``): a positive number, at most
+    ``MAX_SECONDS``."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < value <= MAX_SECONDS:  # nan and inf fail it too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (at most {MAX_SECONDS:.0f})")
     return value
 
 
@@ -156,11 +162,12 @@ class NetError(SourceError, TimeoutError):
 
 
 class _Retry(Exception):
-    """One try failed in a way worth another (``cause`` says how)."""
+    """One try failed in a way worth another (``cause`` says how, ``cure`` what to do if it keeps failing)."""
 
-    def __init__(self, cause: str) -> None:
+    def __init__(self, cause: str, cure: str = "") -> None:
         super().__init__(cause)
         self.cause = cause
+        self.cure = cure
 
 
 class _Expired(Exception):
@@ -303,8 +310,8 @@ class Body:
                 chunk = read(size)
             except (OSError, http.client.HTTPException) as e:
                 self._watch.check()
-                raise _Retry(f"the answer broke off after {self.received} bytes ({_describe(e, self._timeout)})") \
-                    from e
+                raise _Retry(f"the answer broke off after {self.received} bytes ({_describe(e, self._timeout)})",
+                             netfault.connection(e)[1]) from e
             self._watch.check()  # a watchdog's shutdown reads as the end of the answer: it is not
             if not chunk:
                 break
@@ -315,7 +322,8 @@ class Body:
             yield chunk
         left = getattr(self._response, "length", None)
         if left:  # http.client's read1 ends quietly when the connection closes before Content-Length
-            raise _Retry(f"the answer ended {left} bytes short of its Content-Length")
+            raise _Retry(f"the answer ended {left} bytes short of its Content-Length",
+                         netfault.connection(ConnectionResetError())[1])
 
     def read(self) -> bytes:
         return b"".join(self.chunks())
@@ -337,19 +345,19 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
     watch = _Watch(policy.deadline_s)
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     opener = _opener(watch, policy, local=scheme == "file")
-    tries, cause = 0, ""
+    tries, cause, cure = 0, "", ""
     try:
         while True:
             tries += 1
             try:
                 return _try(opener, request, read, watch, policy, max_bytes)
             except _Retry as e:
-                cause = e.cause
+                cause, cure = e.cause, e.cure
             except _Expired:
                 raise _gave_up(url, policy, watch, tries, cause) from None
             pause = policy.backoff_s * 2 ** (tries - 1)
             if tries > policy.retries:
-                raise _gave_up(url, policy, watch, tries, cause)
+                raise _gave_up(url, policy, watch, tries, cause, cure=cure)
             if watch.expired or pause >= watch.remaining():
                 raise _gave_up(url, policy, watch, tries, cause, deadline=True)
             time.sleep(pause)
@@ -403,15 +411,15 @@ def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request,
         if e.code not in TRANSIENT_STATUS:
             raise
         e.close()
-        raise _Retry(f"answered HTTP {e.code}") from None
+        raise _Retry(f"answered HTTP {e.code}", netfault.http_status(e.code)[1]) from None
     except urllib.error.URLError as e:
         watch.check()
         if not _transient(request, e.reason):
             raise
-        raise _Retry(_describe(e.reason, policy.read_timeout_s)) from None
+        raise _Retry(_describe(e.reason, policy.read_timeout_s), netfault.connection(e.reason)[1]) from None
     except (OSError, http.client.HTTPException) as e:  # a connection dropped or timed out before the headers
         watch.check()
-        raise _Retry(_describe(e, policy.read_timeout_s)) from None
+        raise _Retry(_describe(e, policy.read_timeout_s), netfault.connection(e)[1]) from None
     with response:
         return read(Body(response, watch, policy.read_timeout_s, max_bytes))
 
@@ -438,7 +446,7 @@ def _describe(error: object, timeout_s: float) -> str:
 
 
 def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str, *,
-             deadline: bool = False) -> NetError:
+             deadline: bool = False, cure: str = "") -> NetError:
     took = f"{watch.elapsed():.0f} s, {tries} tr{'y' if tries == 1 else 'ies'}"
     if watch.expired or deadline:
         if watch.received:
@@ -446,8 +454,8 @@ def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str,
         return NetError(f"{url}: gave up at the {policy.deadline_s:g} s network deadline ({took}; "
                         f"{cause or 'no answer'})", f"check that it answers, or {DEADLINE_CURE}")
     return NetError(f"{url}: gave up after {took} within the {policy.deadline_s:g} s network deadline ({cause})",
-                    "check that it answers; more tries with BUILDER_NET_RETRIES=N, longer waits for a byte with "
-                    "BUILDER_NET_TIMEOUT=SECONDS")
+                    cure or "check that it answers; more tries with BUILDER_NET_RETRIES=N, longer waits for a byte "
+                    "with BUILDER_NET_TIMEOUT=SECONDS")
 
 
 def fetch_bytes(url: str, *, headers: Mapping[str, str] | None = None, policy: NetPolicy | None = None,

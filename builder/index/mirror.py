@@ -37,7 +37,7 @@ from typing import BinaryIO, TypeVar
 
 from packaging.utils import InvalidWheelFilename
 
-from builder.core import net
+from builder.core import net, netfault
 from builder.core.errors import ChecksumError, PublishError, SourceError
 from builder.core.log import log
 from builder.core.origins import Origins
@@ -329,9 +329,9 @@ class _Fetcher:
         except urllib.error.HTTPError as e:
             if e.code in (404, 410):
                 raise _Missing(url) from None
-            cause = f"answered HTTP {e.code}"
+            cause, cure = netfault.explain(e)
         except urllib.error.URLError as e:
             if isinstance(e.reason, (FileNotFoundError, NotADirectoryError)):
                 raise _Missing(url) from None
-            cause = f"is unreachable ({e.reason})"
-        raise SourceError(f"{url} {cause}", "check the URL (the wheelhouse root) and that it is served")
+            cause, cure = netfault.explain(e)
+        raise SourceError(f"{url} {cause}", cure)

@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from builder.core import net
+from builder.core import net, netfault
 from builder.core.errors import ChecksumError, SourceError
 from builder.core.fsutil import atomic_write, sha256_file, tree_digest
 from builder.core.log import log
@@ -69,9 +69,13 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
     except net.NetError:
         tmp.unlink(missing_ok=True)
         raise
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError) as e:
         tmp.unlink(missing_ok=True)
-        raise SourceError(f"download of {ref.location} failed: {e}", "check the network or use --offline") from e
+        cause, cure = netfault.explain(e)
+        raise SourceError(f"{ref.location} {cause}; not downloaded", cure) from e
+    except ValueError as e:
+        tmp.unlink(missing_ok=True)
+        raise SourceError(f"download of {ref.location} failed: {e}", "check the URL") from e
     digest = sha256_file(tmp)
     try:
         if ref.sha256 is None and first is not None and digest != first:

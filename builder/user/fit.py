@@ -36,11 +36,13 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core import net
-from builder.core.errors import SourceError
+from builder.core import net, netfault
+from builder.core.errors import PublishError, SourceError
+from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name, split_label
+from builder.index.assets import AssetStore
 from builder.index.checks import wheel_channels
-from builder.index.layout import record_path, simple_path
+from builder.index.layout import ASSETS, record_path, simple_path
 from builder.model.abi import stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, of_wheel_platform, this_machine
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MAX_ANSWER = 64 << 20  # bytes: the most a page or record of a remote wheelhouse may hold (read whole)
+MAX_ASSETS = 64 << 10  # assets.json: one URL
 _LABEL_RE = re.compile(r"^cu(\d{2,3})torch(\d+)\.(\d+)$")
 
 
@@ -423,13 +426,40 @@ def best(verdicts: list[Verdict]) -> Verdict | None:
 class WheelhouseReader:
     """A wheelhouse (its root: the folder holding ``simple/``, ``channels/``, ``records/``), local or remote."""
 
-    def __init__(self, location: str | Path, timeout_s: float | None = None) -> None:
+    def __init__(self, location: str | Path, timeout_s: float | None = None, allow: tuple[str, ...] = ()) -> None:
         text = str(location)
         if "://" not in text:
             path = Path(text).expanduser().resolve()
             text = path.as_uri()
         self.root = text.rstrip("/") + "/"
         self.timeout_s = timeout_s  # the wait for a byte; the rest of the network policy is the process's
+        self.allow = allow  # --allow-origin
+        self._origins: Origins | None = None
+
+    def origins(self) -> Origins:
+        """Where this wheelhouse's pages may send this reader and uv (the rule ``index pull`` follows,
+        core/origins.py): under its root, under its assets.json's prefix, and ``allow`` (--allow-origin)."""
+        if self._origins is None:
+            origins = Origins.of(self.root, self.allow)
+            data = self._fetch(self.root + ASSETS, accept="*/*", required=False, max_bytes=MAX_ASSETS)
+            if data is not None:
+                try:
+                    origins = origins.adding(AssetStore.from_bytes(data, self.root + ASSETS).prefix)
+                except PublishError as e:
+                    raise SourceError(e.message, "the wheelhouse is damaged: fix assets.json where it is published") \
+                        from e
+            self._origins = origins
+        return self._origins
+
+    def check_channel(self, index_url: str) -> None:
+        """Every file the page at ``index_url`` links (what uv will read there) is within ``origins``: checked
+        before its URL is handed to uv, which would fetch whatever the page names."""
+        page = self._json(index_url, required=False) or {}
+        files = page.get("files", [])
+        for entry in files if isinstance(files, list) else []:
+            link = entry.get("url") if isinstance(entry, dict) else None
+            if isinstance(link, str):
+                self.origins().check(urllib.parse.urljoin(index_url, link), index_url)
 
     @property
     def is_local(self) -> bool:
@@ -475,6 +505,7 @@ class WheelhouseReader:
             except Exception:  # noqa: BLE001 (a foreign, oddly named file in an index: not ours to judge)
                 continue
             url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
+            self.origins().check(url, f"{self.simple_url()}{name}/")
             wheel = self._indexed(filename, name, version, url, entry)
             found.append(replace(wheel, variants=tuple(sorted(labels.get(filename, ())))))
         return found
@@ -527,26 +558,25 @@ class WheelhouseReader:
         data = self._fetch(url, accept="*/*", required=False)
         return data.decode("utf-8", "replace") if data is not None else None
 
-    def _fetch(self, url: str, *, accept: str, required: bool) -> bytes | None:
+    def _fetch(self, url: str, *, accept: str, required: bool, max_bytes: int = MAX_ANSWER) -> bytes | None:
         """The bytes at ``url`` under the network policy (core/net.py), at most MAX_ANSWER of them (a page or a
         record; more is a TooLarge, one line); None for a page that does not exist (unless ``required``)."""
         policy = net.with_read_timeout(net.current(), self.timeout_s)
         try:
-            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy, max_bytes=MAX_ANSWER)
+            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy, max_bytes=max_bytes)
         except net.NetError as e:
             raise net.NetError(f"wheelhouse {self.root}: {e.message}", e.hint) from None
         except urllib.error.HTTPError as e:
-            missing, cause = e.code == 404, f"answered HTTP {e.code}"
+            missing, (cause, cure) = e.code == 404, netfault.explain(e)
         except urllib.error.URLError as e:  # file:// misses arrive as URLError(FileNotFoundError)
             missing = isinstance(e.reason, (FileNotFoundError, NotADirectoryError, IsADirectoryError))
-            cause = f"is unreachable ({e.reason})"
+            cause, cure = netfault.explain(e)
         except (TimeoutError, OSError) as e:
-            missing, cause = False, f"is unreachable ({e})"
+            missing, (cause, cure) = False, netfault.explain(e)
         if missing and not required:
             return None
         if missing:
             raise SourceError(f"wheelhouse {self.root} has no index pages ({url} is missing)",
                               "point --from at a wheelhouse root (e.g. ./wheelhouse or http://host:8000/); "
                               "`builder index rebuild` regenerates missing pages")
-        raise SourceError(f"wheelhouse {self.root} {cause}",
-                          "check the path or URL, or start `builder serve` there")
+        raise SourceError(f"wheelhouse {self.root}: {url} {cause}", cure)

@@ -286,6 +286,7 @@ class InstallRequest:
     arch: str | None = None  # for a wheel built here when none fits
     build: bool = True
     dry_run: bool = False
+    allow_origins: tuple[str, ...] = ()  # --allow-origin: wheel links the pages may make beyond the root's
 
 
 @dataclass(frozen=True)
@@ -337,18 +338,19 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     if facts.torch is None:
         raise InstallError(f"{python} has no torch ({report.torch.error or 'not installed'})",
                            "install the torch you use there first: builder install never chooses torch for you")
-    reader = WheelhouseReader(request.source)
+    reader = WheelhouseReader(request.source, allow=request.allow_origins)
     choices = choose(names, facts, reader) if _readable(reader) else [Choice(n, (), None) for n in names]
     built: list[str] = []
     missing = [c for c in choices if c.chosen is None]
     if missing and request.build and not request.dry_run:
         built = _build_missing(missing, facts, report.python.minor, machine, request, settings)
         if built:  # a wheel built here is in the local wheelhouse, which may not be the one given with --from
-            local = WheelhouseReader(settings.wheelhouse)
+            local = WheelhouseReader(settings.wheelhouse, allow=request.allow_origins)
             choices = [choose([c.package], facts, local)[0] if c.package in built else c for c in choices]
     wheels = [c.chosen for c in choices if c.chosen is not None]
     why = {c.chosen.filename: f"{c.why}; channel {c.chosen.index_url_for(facts)}" for c in choices
            if c.chosen is not None and c.why}
+    check_channels(wheels, facts, reader, request.allow_origins)
     argv = run_argv(python, wheels, facts, offline=settings.offline) if wheels else None
     command = shlex.join(argv) if argv else None
     installed: tuple[IndexedWheel, ...] = ()
@@ -373,6 +375,16 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
         planned = (f"would run: {command}",) if request.dry_run and command else ()
         raise InstallError(done + error.message, error.hint, extra=planned + error.extra)
     return InstallOutcome(python, installed, tuple(built), command, facts.torch, why)
+
+
+def check_channels(wheels: list[IndexedWheel], facts: EnvFacts, reader: WheelhouseReader,
+                   allow: tuple[str, ...]) -> None:
+    """The channel pages uv will read for ``wheels`` link nothing outside their wheelhouse's origins (its root,
+    its assets.json's prefix, --allow-origin): uv fetches whatever a page names, so the rule ``index pull``
+    follows is applied before a URL is handed to uv."""
+    for index_url in dict.fromkeys(w.index_url_for(facts) for w in wheels):
+        root = next(w.wheelhouse for w in wheels if w.index_url_for(facts) == index_url)
+        (reader if root == reader.root else WheelhouseReader(root, allow=allow)).check_channel(index_url)
 
 
 def _readable(reader: WheelhouseReader) -> bool:
