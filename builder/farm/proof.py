@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.farm.spec import FarmError, FarmTarget
+from builder.stages.plan import make_plan
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,6 @@ class PlanRefusal:
 
 def plan_all(targets: Iterable[FarmTarget], settings: Settings) -> list[PlanRefusal]:
     """Plan every target (stages/plan.make_plan, each with its own recipes folder); the ones refused, in order."""
-    from builder.stages.plan import make_plan
-
     refused = []
     for t in targets:
         try:
