@@ -134,7 +134,7 @@ def bench_install(house: Path, repeats: int) -> dict[str, Any]:
             venv = Path(tmp) / "venv"
             subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(venv)], check=True)
             start = time.monotonic()
-            # as the README says: PyPI stays the default index, the wheelhouse comes first as an extra one
+            # as docs/USING.md says: PyPI stays the default index, the wheelhouse comes first as an extra one
             # (and the local torch 2.14.1 index, where this machine keeps torch for Python 3.11)
             subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
                             "--extra-index-url", (house / "simple").as_uri(), "--extra-index-url",

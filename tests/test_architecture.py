@@ -4,11 +4,13 @@ Layers, lowest first (docs/ARCHITECTURE.md draws them): a module may import its 
 layers, never a higher one. Inside builder/stages the stages run in pipeline order, and a stage never imports a
 later one. No `_private` name is imported from another module, nor called on another module's object. Only
 builder/index spells the wheelhouse's layout (index/layout.py); everyone else asks a `Wheelhouse` for its paths.
+Every module has its line in the map at the top of docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,9 @@ def layer_of(module: str) -> int | None:
 
 
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "_data" not in p.parts)
+ARCHITECTURE = PACKAGE.parent / "docs" / "ARCHITECTURE.md"
+# a line of the map: a folder (``core/``) or a module (``cachedir.py``, ``probes/env.py``), then its description
+MAP_LINE = re.compile(r"^(?P<indent> {6,})(?P<name>[\w./]+?(?:/|\.py))(?: {2,}\S|$)")
 
 
 def test_every_module_sits_in_a_layer() -> None:
@@ -218,3 +223,47 @@ def test_no_private_function_is_called_across_modules() -> None:
     found = [f"{module_name(p)}:{line} {call}" for p in SOURCES for line, call in private_calls(p)]
     assert not found, "private functions called from another module (make them public, or move the caller):\n" \
         + "\n".join(found)
+
+
+def architecture_map(text: str) -> list[str]:
+    """The module paths (relative to builder/) that the map at the top of docs/ARCHITECTURE.md names, in its order:
+    the indented block under ``    builder/``, a folder line opening a folder for the lines indented below it."""
+    block = text.split("\n    builder/\n", 1)[1].split("\n\n", 1)[0]
+    folders: list[tuple[int, str]] = []
+    modules = []
+    for line in block.splitlines():
+        match = MAP_LINE.match(line)
+        if not match:
+            continue
+        indent, name = len(match["indent"]), match["name"]
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        if name.endswith("/"):
+            folders.append((indent, name))
+        else:
+            modules.append("".join(f for _, f in folders) + name)
+    return modules
+
+
+def test_the_architecture_map_reader() -> None:
+    text = ("intro\n\n    builder/\n      __main__.py    entry\n      core/          ground\n"
+            "        errors.py    one root error\n      user/          the user's side\n"
+            "        probes/env.py  the probe\n        fit.py       what fits\n\nafter\n        late.py  no\n")
+    assert architecture_map(text) == ["__main__.py", "core/errors.py", "user/probes/env.py", "user/fit.py"]
+    real = ARCHITECTURE.read_text()
+    without_elf = "\n".join(line for line in real.splitlines() if not line.startswith("        elf.py "))
+    assert "core/elf.py" in architecture_map(real)
+    assert "core/elf.py" not in architecture_map(without_elf)
+
+
+def test_every_module_has_a_line_in_the_architecture_map() -> None:
+    """docs/ARCHITECTURE.md names every module of builder/ (package faces, __init__.py, aside) and no module that
+    is gone; the stages stand in pipeline order."""
+    listed = architecture_map(ARCHITECTURE.read_text())
+    actual = {p.relative_to(PACKAGE).as_posix() for p in SOURCES if p.name != "__init__.py"}
+    missing, gone = sorted(actual - set(listed)), sorted(set(listed) - actual)
+    assert not missing, f"modules missing from the map in docs/ARCHITECTURE.md (add one line each): {missing}"
+    assert not gone, f"docs/ARCHITECTURE.md's map names modules that do not exist: {gone}"
+    assert len(listed) == len(set(listed)), "a module has two lines in docs/ARCHITECTURE.md's map"
+    stages = [m.removeprefix("stages/").removesuffix(".py") for m in listed if m.startswith("stages/")]
+    assert stages == STAGE_ORDER, "docs/ARCHITECTURE.md lists the stages out of pipeline order"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.core.cachedir import check_cache_dir
 from builder.core.errors import RecipeError, UsageError
+from builder.core.settings import check_cache_dir
 from builder.core.tomlfile import MAX_TOML_BYTES, MAX_TOML_DEPTH, nesting_depth, read_toml
 from tests.helpers import FIXTURES, assert_one_line_error, run_cli
 
@@ -44,7 +44,7 @@ def test_cache_dir_that_is_a_file(tmp_path: Path, cli_env: dict[str, str]) -> No
 
 
 def test_cache_dir_that_is_a_file_stops_a_plan(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    """Every command: the Settings refuse it (core/settings.py calls cachedir.check_cache_dir)."""
+    """Every command: the Settings refuse it (core/settings.py calls check_cache_dir)."""
     a_file = tmp_path / "cache-file"
     a_file.write_text("")
     for cache in (a_file, a_file / "below"):

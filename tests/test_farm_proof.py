@@ -8,12 +8,10 @@ import json
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from builder.core.settings import Settings
 from builder.farm.expand import expand
-from builder.farm.proof import check_all_plan, plan_all
-from builder.farm.spec import FarmError, load_farm
+from builder.farm.proof import plan_all
+from builder.farm.spec import load_farm
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = {"causal-conv1d": ["1.5.2", "1.6.2.post1", "1.7.0"], "mamba-ssm": ["2.3.1", "2.3.2.post1"],
@@ -60,5 +58,3 @@ def test_a_target_the_recipe_refuses_fails_the_proof(tmp_path: Path) -> None:
     assert refused.target == "causal-conv1d-1.7.0-cu13-abi3-sm90_100_103_120-x86_64"
     assert "sm_103 code of causal-conv1d 1.7.0 from CUDA 13.0 is known bad" in refused.error
     assert "use --arch 100+ptx instead" in refused.error
-    with pytest.raises(FarmError, match=r"1 target\(s\) cannot plan: causal-conv1d-1.7.0-cu13-abi3"):
-        check_all_plan(targets, settings, farm)

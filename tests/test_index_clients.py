@@ -154,7 +154,7 @@ def test_uv_resolves_through_metadata_sidecars_without_downloading_wheels(index:
 
 
 def test_uv_project_with_explicit_channel_index(index: Index) -> None:
-    """The README's pyproject snippet: an explicit channel index, used only for the packages pinned to it."""
+    """docs/USING.md's pyproject snippet: an explicit channel index, used only for the packages pinned to it."""
     project = index.tmp / "app"
     project.mkdir()
     channel = index.url + "channels/cu130torch2.14/simple"
@@ -190,7 +190,7 @@ gamma = {{ index = "cuda-wheels" }}
 
 
 def test_uv_takes_the_first_index_that_has_a_package_and_pip_merges(index: Index) -> None:
-    """The measured fact the README states: uv asks --extra-index-url first and stops at the first index that has
+    """The measured fact docs/USING.md states: uv asks --extra-index-url first and stops at the first index that has
     the package; pip merges every index and takes the highest version (+cu130torch2.14 sorts above +cu128torch2.10)."""
     channel = index.url + "channels/cu128torch2.10/simple"
     flags = ["--index-url", index.url + "simple", "--extra-index-url", channel]

@@ -8,7 +8,6 @@ can be made again, skipping anything a running build or test holds (its file loc
 from __future__ import annotations
 
 import shutil
-import stat
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -18,7 +17,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from builder.core.errors import UsageError
-from builder.core.settings import Settings
+from builder.core.settings import Settings, check_cache_dir
 
 PREFETCH_LOCK = "prefetch.lock"  # held in docker/<index>/ while torch and the build requirements are fetched
 VENV_MARKER = ".builder-env.json"  # written last when a build venv is complete; touched when it is reused
@@ -97,24 +96,6 @@ def last_used(entry: Path) -> float:
     """When an entry was last used: its own mtime, or a venv's marker (touched on every reuse)."""
     marker = entry / VENV_MARKER
     return max(entry.lstat().st_mtime, marker.stat().st_mtime if marker.is_file() else 0.0)
-
-
-def check_cache_dir(path: Path) -> None:
-    """Refuse a cache folder that is a file, or lies under one, before any work (mkdir would fail deep inside the
-    first stage with NotADirectoryError); a folder that does not exist yet is fine: it is made on first use."""
-    for folder in (path, *path.parents):
-        try:
-            mode = folder.stat().st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # not there yet, or under a file: the loop reaches the file
-        except OSError as e:
-            raise UsageError(f"cache folder {path}: {folder} cannot be read ({e.strerror or e})",
-                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder you can write") from e
-        if not stat.S_ISDIR(mode):
-            where = "is a file" if folder == path else f"lies under {folder}, which is a file"
-            raise UsageError(f"cache folder {path} {where}, not a folder",
-                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder, or move the file away")
-        return
 
 
 def memo_dir(settings: Settings) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextvars
 import shlex
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -162,7 +161,3 @@ def target_prefix(prefix: str) -> Iterator[None]:
         yield
     finally:
         _prefix.reset(token)
-
-
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,6 @@ class Settings:
         )
         recipes = recipes_dir or (Path(env["BUILDER_RECIPES"]) if env.get("BUILDER_RECIPES") else default_recipes_dir())
         house = wheelhouse or Path(env.get("BUILDER_WHEELHOUSE") or Path.cwd() / "wheelhouse")
-        from builder.core.cachedir import check_cache_dir  # cachedir reads Settings: imported here, not above
-
         check_cache_dir(cache.resolve())
         return cls(
             cache_dir=cache.resolve(),
@@ -60,6 +59,24 @@ class Settings:
             raise UsageError(f"cache folder {path}: cannot be made ({e.strerror or e})",
                              "point --cache-dir (or BUILDER_CACHE_DIR) at a folder you can write") from e
         return path
+
+
+def check_cache_dir(path: Path) -> None:
+    """Refuse a cache folder that is a file, or lies under one, before any work (mkdir would fail deep inside the
+    first stage with NotADirectoryError); a folder that does not exist yet is fine: it is made on first use."""
+    for folder in (path, *path.parents):
+        try:
+            mode = folder.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not there yet, or under a file: the loop reaches the file
+        except OSError as e:
+            raise UsageError(f"cache folder {path}: {folder} cannot be read ({e.strerror or e})",
+                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder you can write") from e
+        if not stat.S_ISDIR(mode):
+            where = "is a file" if folder == path else f"lies under {folder}, which is a file"
+            raise UsageError(f"cache folder {path} {where}, not a folder",
+                             "point --cache-dir (or BUILDER_CACHE_DIR) at a folder, or move the file away")
+        return
 
 
 # One nvcc on a heavy .cu file (causal-conv1d's backward kernels) peaks at 3.0 GiB, and at 5.2 GiB with ptxas's

@@ -18,7 +18,7 @@ from builder.core.net import NetPolicy
 def uv_bin() -> str:
     """The uv binary that came with our own dependency ``uv`` (falls back to PATH)."""
     try:
-        from uv import find_uv_bin
+        from uv import find_uv_bin  # here on purpose: without the uv package, the uv on PATH
 
         return find_uv_bin()
     except (ImportError, FileNotFoundError):

@@ -38,13 +38,12 @@ from builder.model.platform import Platform
 from builder.model.python import PythonSpec
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.stages.plan import default_build_torch
+from builder.stages.resolve import local_version, pypi_releases
 
 Releases = Callable[[str, Settings], Iterable[str]]
 
 
 def pypi_versions(name: str, settings: Settings) -> list[str]:
-    from builder.stages.resolve import pypi_releases
-
     return list(pypi_releases(name, settings))
 
 
@@ -121,7 +120,6 @@ def _versions(farm: Farm, entry: FarmEntry, recipe: Recipe, settings: Settings, 
         if entry.newest is not None or entry.previous is not None:
             raise fail("newest" if entry.newest is not None else "previous", "needs a PyPI source",
                        f"{recipe.name} builds from a local path or git; pin 'versions'")
-        from builder.stages.resolve import local_version
 
         location = entry.source or (str(recipe.source.path) if recipe.source.path else None)
         found = local_version(Path(location)) if location and "://" not in location and not location.startswith("git+") else None
@@ -153,8 +151,6 @@ def _valid(text: str) -> bool:
 
 
 def _check_local_source(fail: Callable[..., FarmError], field_name: str, location: str, version: str) -> None:
-    from builder.stages.resolve import local_version
-
     path = Path(location)
     if not path.exists():
         raise fail(field_name, f"source path {path} does not exist")

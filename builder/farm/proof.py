@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
-from builder.farm.spec import FarmError, FarmTarget
+from builder.farm.spec import FarmTarget
+from builder.stages.plan import make_plan
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,6 @@ class PlanRefusal:
 
 def plan_all(targets: Iterable[FarmTarget], settings: Settings) -> list[PlanRefusal]:
     """Plan every target (stages/plan.make_plan, each with its own recipes folder); the ones refused, in order."""
-    from builder.stages.plan import make_plan
-
     refused = []
     for t in targets:
         try:
@@ -40,14 +39,3 @@ def plan_all(targets: Iterable[FarmTarget], settings: Settings) -> list[PlanRefu
         except BuilderError as e:
             refused.append(PlanRefusal(t.id, t.entry, e.one_line()))
     return refused
-
-
-def check_all_plan(targets: Iterable[FarmTarget], settings: Settings, farm_file: object) -> None:
-    """Refuse a farm with a target that cannot plan, naming the first few and the count."""
-    refused = plan_all(targets, settings)
-    if refused:
-        shown = "; ".join(r.line() for r in refused[:3])
-        raise FarmError(f"{farm_file}: {len(refused)} target(s) cannot plan: {shown}"
-                        + (f"; and {len(refused) - 3} more" if len(refused) > 3 else ""),
-                        "change the entry's archs (a recipe's [[known-bad]] names the list to use instead), or "
-                        "add an [[exclude]] for the combination")

@@ -25,15 +25,18 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from builder.core.datafiles import default_patches_dir
+from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
 from builder.farm.coverage import MIN_CUDA, USERS_PLATFORMS, FarmView, cells_list, farm_serves, users_matrix
-from builder.farm.expand import Cell, coverage, route, serving
+from builder.farm.expand import Cell, coverage, expand, route, serving
 from builder.farm.facts import TORCH_TRITON, pypi_has_cuda_wheels, wheel_facts
-from builder.farm.spec import Farm, FarmTarget
+from builder.farm.proof import plan_all
+from builder.farm.spec import Farm, FarmTarget, find_farm_file, load_farm
 from builder.model.abi import per_torch_requirement, torch_minor
 from builder.model.cuda import CudaVersion
-from builder.model.recipe import Recipe
+from builder.model.recipe import Recipe, find_recipe, load_recipe
 
 ALL = "all channels"
 PYPI = "PyPI only"
@@ -199,10 +202,6 @@ def prove_farm(farm: Farm, targets: list[FarmTarget], settings: Settings,
     """Every package version of the targets judged against the users' matrix (farm/coverage.users_matrix) of every
     known channel and of PyPI alone; ``plan``: plan each target first (farm/proof.py), a refused one installs
     nothing."""
-    from builder.core.datafiles import default_patches_dir
-    from builder.farm.proof import plan_all
-    from builder.model.recipe import find_recipe, load_recipe
-
     read = indexes if indexes is not None else known_indexes(settings)
     pypi = [i for i in read if i.name == "pypi"]
     matrices = {ALL: users_matrix(read)[0], PYPI: users_matrix(pypi)[0]}
@@ -226,10 +225,6 @@ def prove_farm(farm: Farm, targets: list[FarmTarget], settings: Settings,
 def proofs_of_farm(farm_file: Path | None, settings: Settings, packages: Iterable[str]) -> tuple[list[Proof], str]:
     """``builder coverage``'s farm section: the farm file's targets of ``packages`` judged (``prove_farm``), and a
     note where the farm cannot be read."""
-    from builder.core.errors import BuilderError
-    from builder.farm.expand import expand
-    from builder.farm.spec import find_farm_file, load_farm
-
     try:
         farm = load_farm(find_farm_file(farm_file), settings)
         wanted = [p for p in packages if canonicalize_name(p) in {canonicalize_name(e.name) for e in farm.entries}]

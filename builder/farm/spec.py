@@ -164,9 +164,6 @@ class Farm:
                     return self.runners[key]
         return self.runner_label(numbers[0], platform) if numbers else None
 
-    def package_names(self) -> list[str]:
-        return sorted({e.name for e in self.entries})
-
 
 @dataclass(frozen=True, kw_only=True)
 class FarmTarget:

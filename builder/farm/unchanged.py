@@ -17,7 +17,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -25,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import BuilderError, SourceError
 from builder.core.settings import Settings
 from builder.farm.spec import FarmTarget
+from builder.index.store import Wheelhouse
 from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
 from builder.pipeline.inputs import InputsMemo, Undecided, resolve_inputs
@@ -32,14 +32,9 @@ from builder.pipeline.inputs import known_inputs as known_plan_inputs
 from builder.stages.inputs import TargetInputs, recorded_inputs
 from builder.stages.plan import Plan, make_plan
 
-if TYPE_CHECKING:
-    from builder.index.store import Wheelhouse
-
 
 def wheelhouse_records(root: Path, *, staging: bool = True) -> list[BuildRecord]:
     """Every readable build record of wheels that exist (published, and staged unless ``staging=False``)."""
-    from builder.index.store import Wheelhouse
-
     house = Wheelhouse(root)
     records = []
     for area in [house, house.staging()] if staging else [house]:
@@ -133,8 +128,6 @@ def find_unchanged(targets: list[FarmTarget], settings: Settings, *, stage: bool
     not downloaded, a ``--python`` lacking build requirements, a toolchain that fails or may be a container) is
     left to the worker, whose run_build decides again with the same key.
     """
-    from builder.index.store import Wheelhouse
-
     house = Wheelhouse(settings.wheelhouse)
     keys = _published_keys(house, stage)
     if not keys:

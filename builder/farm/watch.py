@@ -15,9 +15,12 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.datafiles import default_patches_dir
 from builder.core.settings import Settings
+from builder.discovery.compat import is_known_cuda, resolve_index, source_text
+from builder.discovery.torchindex import toolkit_versions
 from builder.farm.expand import Releases, pypi_versions, versions_in_range
 from builder.farm.spec import Farm
 from builder.farm.unchanged import wheelhouse_records
+from builder.model.cuda import CudaVersion
 from builder.model.recipe import find_recipe, load_recipe
 
 
@@ -112,10 +115,6 @@ class TorchWatchRow:
 def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     """Per torch index of the farm and per CUDA: torch releases not built yet; CUDA versions with torch builds (or
     cuda-toolkit compilers on PyPI) that the farm does not build at all."""
-    from builder.discovery.compat import is_known_cuda, resolve_index, source_text
-    from builder.discovery.torchindex import toolkit_versions
-    from builder.model.cuda import CudaVersion
-
     wanted: dict[str, set[str]] = {}  # index spec → CUDA keys the farm builds
     specs: dict[str, str | None] = {}
     for entry in farm.entries:

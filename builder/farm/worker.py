@@ -7,25 +7,20 @@ import os
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING
+
+from rich.console import Console
 
 from builder.core.errors import BuilderError
+from builder.core.log import log
 from builder.core.settings import Settings
 from builder.farm.spec import FarmTarget
 from builder.model.records import FarmOutcome
-
-if TYPE_CHECKING:
-    from builder.pipeline.run import BuildOptions
+from builder.pipeline.run import BuildOptions, run_build
+from builder.toolchain.cross import is_cross
 
 
 def run_target(farm_target: FarmTarget, settings: Settings, options: BuildOptions, jobs: int, log_path: str) -> FarmOutcome:
     """Build one target with the pipeline, all output into ``log_path``; returns its outcome (picklable)."""
-    from rich.console import Console
-
-    from builder.core.log import log
-    from builder.pipeline.run import run_build
-    from builder.toolchain.cross import is_cross
-
     start = time.monotonic()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)

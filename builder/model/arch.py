@@ -16,7 +16,6 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -25,10 +24,8 @@ from builder.core.cachedir import memo_dir
 from builder.core.errors import UsageError
 from builder.core.filememo import remembered
 from builder.core.fsutil import atomic_write
+from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
-
-if TYPE_CHECKING:
-    from builder.core.settings import Settings
 
 _ARCH_RE = re.compile(r"^(sm_|compute_)?(\d{2,3})([af]?)(\+ptx)?$", re.IGNORECASE)
 

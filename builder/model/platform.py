@@ -33,10 +33,6 @@ class Platform:
     runner: str  # the GitHub Actions runner label that builds natively for it
 
     @property
-    def linux_tag(self) -> str:
-        return f"linux_{self.name}"
-
-    @property
     def manylinux_tag(self) -> str:
         """What PyPI's CUDA torch wheels are tagged (and what auditwheel repairs our wheels to)."""
         return f"manylinux_2_28_{self.name}"

@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from builder.core.errors import InspectError
 from builder.core.wheelfile import LABEL, dist_info_dir, read_entries, split_label
 from builder.model.arch import Arch
@@ -106,10 +104,6 @@ def variants_file(filename: str) -> str:
     """``{name}-{version}-variants.json`` for a (plain or variant) wheel's file name, as the wheel spells them."""
     name, version = split_label(filename)[0].split("-")[:2]
     return f"{name}-{version}{VARIANTS_SUFFIX}"
-
-
-def project_of(filename: str) -> str:
-    return canonicalize_name(filename.split("-", 1)[0])
 
 
 def read_metadata(data: bytes, source: str) -> dict[str, dict]:

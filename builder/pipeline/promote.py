@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.errors import ToolchainError, UsageError
@@ -45,7 +47,6 @@ def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
             raise UsageError(f"{spec}: no such wheel file")
         check_wheel_file(path)
         return [path]
-    from packaging.utils import canonicalize_name
 
     wanted = canonicalize_name(spec)
     for area in (house.staging(), house):
@@ -103,8 +104,6 @@ def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool =
     per-torch wheel pinned to its minor (``torch>=2.9.0,<2.10``: every patch release) and a wheel offered across
     torches (``ranged``: a stable-ABI wheel, ``torch>=FLOOR``, or a pure-Python one built once, which keeps
     upstream's requirement) the torch it was built against, which its record names."""
-    from packaging.requirements import Requirement
-
     minor_pin = False
     for text in requires:
         req = Requirement(text)

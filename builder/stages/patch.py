@@ -15,6 +15,7 @@ from pathlib import Path
 from builder.core.errors import PatchError
 from builder.core.log import log
 from builder.model.recipe import PatchSpec
+from builder.stages.source import unpack
 
 
 def apply_patches(root: Path, patches: tuple[PatchSpec, ...], package: str, version: str) -> None:
@@ -31,7 +32,6 @@ def check_patches(source: Path, patches: tuple[PatchSpec, ...], package: str, ve
     build before the build venv (gigabytes of torch) is made; the real application comes later, as before."""
     if not patches:
         return
-    from builder.stages.source import unpack
 
     tmp = Path(tempfile.mkdtemp(prefix=".patch-check-", dir=scratch))
     try:

@@ -6,6 +6,8 @@ Part of planning: it runs before anything is fetched, and the plan (and its cach
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
@@ -103,9 +105,6 @@ def resolve_version(recipe: Recipe, requested: str | None, available: list[str])
 
 def local_version(path: Path) -> str | None:
     """The version a local source tree declares (PKG-INFO, pyproject.toml, or a literal in setup.py)."""
-    import re
-    import tomllib
-
     if path.is_file():
         return None
     pkg_info = path / "PKG-INFO"

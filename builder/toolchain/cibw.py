@@ -27,15 +27,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from filelock import FileLock
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from builder.core.cachedir import PREFETCH_LOCK
 from builder.core.errors import BuildFailed, ToolchainError, UsageError
@@ -248,12 +254,6 @@ def prefetch(req: CibwRequest | TorchCache) -> float:
 
 def fetched_torch(req: CibwRequest | TorchCache) -> TorchWheel:
     """The torch wheel ``prefetch`` put into the cache for ``req``'s pin and CPython, read without installing it."""
-    import re
-    import zipfile
-
-    from packaging.utils import parse_wheel_filename
-    from packaging.version import Version
-
     pin = Version(req.torch)
     found = []
     for path in sorted(req.wheels_dir.glob("torch-*.whl")):
@@ -273,8 +273,6 @@ def fetched_torch(req: CibwRequest | TorchCache) -> TorchWheel:
 
 def fetch_locked(req: CibwRequest | TorchCache) -> float:
     """``prefetch`` under the cache's lock: builds sharing the cache fetch one at a time."""
-    from filelock import FileLock
-
     req.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(req.cache_dir / PREFETCH_LOCK)):
         return prefetch(req)

@@ -42,6 +42,9 @@ from builder.toolchain.base import (
 )
 from builder.toolchain.images import ImageSpec, find_image, image_ref
 
+# `import docker` (the SDK, ~170 ms with requests under it) stands in the functions that talk to an engine, on
+# purpose: a pip or host build, and every command that only names the docker toolchain, never load it.
+
 CONTAINER_CUDA_HOME = Path(cibw.CONTAINER_CUDA_HOME)
 # the engine CLI's own settings, passed to cibuildwheel (none of the other host variables are)
 ENGINE_VARS = ("DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "CONTAINER_HOST", "CONTAINERS_CONF",

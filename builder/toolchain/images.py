@@ -33,6 +33,9 @@ from builder.model.cuda import CudaVersion
 from builder.model.cudacomponents import components_of
 from builder.model.platform import X86_64, Platform
 
+# `import docker` stands in the functions that talk to an engine, on purpose: it is slow to import (~170 ms) and
+# only the docker toolchain and `builder images` need it (toolchain/container.py does the same).
+
 REPOSITORY = "cuda-wheel-builder"
 DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
 LABEL_CUDA = "org.cuda-wheel-builder.cuda"

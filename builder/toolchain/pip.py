@@ -24,6 +24,7 @@ from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
+from builder.discovery.torchindex import toolkit_versions
 from builder.model.cuda import CudaVersion
 from builder.model.cudacomponents import components_of
 from builder.toolchain.base import CudaToolkit, nvcc_version, same_minor
@@ -86,8 +87,6 @@ def cached_home(cuda: CudaVersion, settings: Settings, components: tuple[str, ..
 
 def check_on_pypi(cuda: CudaVersion, settings: Settings) -> None:
     """Refuse a CUDA minor that PyPI's cuda-toolkit does not carry (the list is discovered: torchindex.py)."""
-    from builder.discovery.torchindex import toolkit_versions
-
     versions, source = toolkit_versions(settings)
     if versions and cuda.line not in versions:
         raise ToolchainError(

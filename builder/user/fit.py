@@ -28,7 +28,6 @@ import urllib.request
 from dataclasses import dataclass, replace
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -49,11 +48,8 @@ from builder.model.platform import Platform, of_wheel_platform, this_machine
 from builder.model.records import BuildRecord, TorchCheck
 from builder.stages.torchrange import GPU_KERNEL_TESTS
 from builder.stages.torchrange import built_once as is_built_once
-from builder.user.envprobe import known_platform
-
-if TYPE_CHECKING:
-    from builder.user.envprobe import EnvReport
-    from builder.user.machine import MachineFacts
+from builder.user.envprobe import EnvReport, known_platform
+from builder.user.machine import MachineFacts
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MAX_ANSWER = 64 << 20  # bytes: the most a page or record of a remote wheelhouse may hold (read whole)

@@ -15,7 +15,9 @@ from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, this_machine
 from builder.toolchain.base import nvcc_version
+from builder.toolchain.cross import find_tools
 from builder.toolchain.host import candidate_homes
+from builder.toolchain.select import container_engine_answers, probe_build_here
 from builder.user.envprobe import GpuDevice
 
 
@@ -59,8 +61,6 @@ class MachineFacts:
 
     def _probe(self, toolchain: str | None, cuda: CudaVersion) -> tuple[bool, str]:
         """``probe_build_here`` for ``--toolchain toolchain`` (None: auto), remembered."""
-        from builder.toolchain.select import probe_build_here
-
         key = str(cuda) if toolchain is None else f"{cuda} --toolchain {toolchain}"  # the doctor's JSON names them
         if key not in self._answers:
             answer = probe_build_here(toolchain or "auto", cuda, self.settings, self.env)
@@ -71,8 +71,6 @@ class MachineFacts:
         """A cross build (toolchain/cross.py): this machine's own CUDA ``cuda`` toolkit (host or pip), and the
         platform's cross gcc/g++ and qemu-user; the target's torch, CUDA libraries and Python come from PyPI and
         Debian at build time."""
-        from builder.toolchain.cross import find_tools
-
         key = f"{cuda} {platform}"
         if key not in self._answers:
             toolchain = self.cross_toolchain(cuda)
@@ -129,6 +127,4 @@ def find_compilers(env: Mapping[str, str]) -> tuple[Compiler, ...]:
 
 
 def machine_facts(env: Mapping[str, str], settings: Settings) -> MachineFacts:
-    from builder.toolchain.select import container_engine_answers
-
     return MachineFacts(query_driver(), find_compilers(env), container_engine_answers(env), settings, dict(env))

@@ -13,7 +13,7 @@ from builder.model.arch import Arch, format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.platform import PLATFORMS, Platform, this_machine
 from builder.model.python import PythonSpec
-from builder.stages.pyenv import probe
+from builder.stages.pyenv import find_interpreter, probe
 from builder.user.machine import query_driver
 
 
@@ -28,8 +28,6 @@ def check_python_flag(python: PythonSpec, memo: Path | None = None) -> None:
 
     A version is looked up like the build would (PATH, pyenv, uv-managed); a path must exist. Whether that
     interpreter has torch is checked by the build itself (importing torch takes seconds)."""
-    from builder.stages.pyenv import find_interpreter
-
     if python.is_path:
         if not Path(shutil.which(python.text) or python.text).is_file():
             raise UsageError(f"--python {python}: no such interpreter", "give a path to a python executable, "

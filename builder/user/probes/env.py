@@ -22,6 +22,7 @@ import re
 import sys
 import sysconfig
 import warnings
+from importlib import metadata
 
 SCHEMA = 1
 ERROR_CHARS = 300  # error texts are cut to this many characters (the last ones: they name the cause)
@@ -176,8 +177,6 @@ def python_info():
 def torch_dependents():
     """The installed distributions that pin torch to a version or range (torchvision: torch==2.14.1): a change of
     torch must move them too. Names with their torch requirement, sorted."""
-    from importlib import metadata
-
     found = {}
     for dist in metadata.distributions():
         name = (dist.metadata.get("Name") or "").strip()
@@ -223,8 +222,6 @@ def torch_info():
 # ---------------------------------------------------------------- named packages
 
 def dist_version(name):
-    from importlib import metadata
-
     try:
         return metadata.version(name)
     except Exception:
@@ -236,8 +233,6 @@ def is_torch_requirement(text):
 
 
 def package_info(spec, record_file):
-    from importlib import metadata
-
     name = spec["distribution"]
     info = {"distribution": name, "installed": False, "version": None, "local": None, "location": None,
             "requires_torch": [], "shared_objects": [], "build_record": None, "build_record_error": None,
@@ -425,8 +420,6 @@ def describe(func):
 
 def owning_distribution(top, source):
     """The distribution whose files hold ``source`` (fla: fla-core or flash-linear-attention), else a guess."""
-    from importlib import metadata
-
     try:
         candidates = metadata.packages_distributions().get(top, [])
     except Exception:  # Python < 3.10
