@@ -358,9 +358,14 @@ def test_demo_pages_and_assets_served_apart_installed_and_pulled(tmp_path: Path)
         assert copy.assets() == house.assets()
 
         asset = assets_dir / "alpha-1.0" / ALPHA
-        asset.write_bytes(asset.read_bytes() + b"tampered")
+        original = asset.read_bytes()
+        asset.write_bytes(original[:-1] + bytes([original[-1] ^ 0xFF]))  # the same size, other bytes
         refused = run_cli("index", "pull", pages_url, "--wheelhouse", str(tmp_path / "fresh"))
         assert_one_line_error(refused, f"the published {ALPHA} has sha256", "refused, nothing was changed")
+        assert refused.code == 5 and not list((tmp_path / "fresh").rglob("*.whl"))
+        asset.write_bytes(original + b"tampered")  # longer than its page says: cut off while streaming
+        refused = run_cli("index", "pull", pages_url, "--wheelhouse", str(tmp_path / "fresh"))
+        assert_one_line_error(refused, f"the published {ALPHA} is larger than", "refused after")
         assert refused.code == 5 and not list((tmp_path / "fresh").rglob("*.whl"))
     finally:
         for proc in servers:
