@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core import net
 from tests.helpers import FIXTURES
 
 INTEGRATION_MARKERS = ("e2e", "docker", "network", "heavy")
@@ -158,3 +159,13 @@ def recipe_tree(tmp_path: Path) -> Path:
     for name in ("recipes", "patches", "tinyext"):
         shutil.copytree(FIXTURES / name, root / name)
     return root / "recipes"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_net_policy() -> Iterator[None]:
+    """Each test starts with no process-wide network policy: a CLI main() run in-process calls net.use(), which
+    would otherwise outlive its test and override the BUILDER_NET_* variables a later test in the worker sets."""
+    saved = list(net._CURRENT)
+    net._CURRENT.clear()
+    yield
+    net._CURRENT[:] = saved

@@ -26,7 +26,7 @@ def test_unknown_package(cli_env: dict[str, str]) -> None:
         (["--arch", "120", "--cuda", "99.9"], "--cuda 99.9: no toolchain here can provide CUDA 99.9"),
         (["--arch", "120", "--cuda", "twelve"], "--cuda 'twelve' is not a version"),
         (["--cuda", "13.0"], "--arch is required"),
-        (["--arch", "120", "--cuda", "13.0", "--jobs", "0"], "--jobs 0"),
+        (["--arch", "120", "--cuda", "13.0", "--jobs", "0"], "argument --jobs: '0' is not a number of jobs"),
         pytest.param(["--arch", "120", "--cuda", "12.8", "--torch", "2.11.0"], "torch 2.11.0 on pypi is a CUDA 13.0 build",
                      marks=pytest.mark.network),  # reads torch 2.11.0's METADATA from PyPI
     ],
@@ -112,7 +112,7 @@ def test_no_matching_python(cli_env: dict[str, str], recipe_tree: Path) -> None:
         (["--torch-index", "nope"], "--torch-index: 'nope' is neither a URL nor a known index"),
         (["--torch", "2.x"], "--torch '2.x' is not a version"),
         (["--version", "latest"], "--version 'latest' is not a version"),
-        (["--jobs", "-1"], "--jobs -1: must be at least 1"),
+        (["--jobs", "-1"], "argument --jobs: '-1' is not a number of jobs (a whole number from 1 to"),
     ],
 )
 def test_flags_checked_before_any_work(cli_env: dict[str, str], args: list[str], needle: str) -> None:

@@ -116,15 +116,15 @@ def test_the_command_json_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(cov, "known_indexes", fake_indexes)
     house = make_house(tmp_path)
-    farm = tmp_path / "farm.toml"  # absent: every missing cell is "not in farm.toml", with a note
-    assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root), "--farm", str(farm),
+    monkeypatch.chdir(tmp_path)  # no farm.toml here: every missing cell is "not in farm.toml", with a note
+    assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root),
                  "--cache-dir", str(tmp_path / "cache"), "--offline", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (package,) = data["packages"]
     assert package["package"] == "causal-conv1d" and package["totals"]["served"] == 7
     assert data["platforms"] == ["x86_64", "aarch64"] and data["matrix_cells"] == 36
     assert {c["platform"] for c in package["cells"]} == {"x86_64", "aarch64"}
-    assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root), "--farm", str(farm),
+    assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root),
                  "--cache-dir", str(tmp_path / "cache"), "--offline"]) == 0
     text = capsys.readouterr().out
     assert "7 served with evidence" in text and "served per platform: x86_64 7/18; aarch64 0/18" in text

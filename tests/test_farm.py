@@ -328,7 +328,7 @@ def test_matrix_and_farm_cli_errors_are_one_line(tmp_path: Path) -> None:
         (line,) = result.error_lines
         assert "unknown field 'defaults.arches'" in line and "did you mean 'archs'?" in line
     result = run_cli("farm", "--file", str(DEMO), "--parallel", "0", env=env)
-    assert result.code == 2 and "--parallel 0" in result.error_lines[0]
+    assert result.code == 2 and "argument --parallel: '0'" in result.error_lines[0]
     result = run_cli("matrix", "--file", str(tmp_path / "missing.toml"), env=env)
     assert result.code == 3 and "farm file not found" in result.error_lines[0]
 

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 from builder import __version__
 from builder.cli import cache, coverage, farm, images, index, targets, torch_table, user
@@ -18,9 +19,17 @@ from builder.core.log import log
 COMMAND_MODULES = (targets, index, farm, images, cache, user, torch_table, coverage)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a bad flag reported like every other user error: one ``error:`` line naming the flag and the
+    cure (its --help), exit 2, instead of the usage block. Subcommand parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def parser_and_handlers() -> tuple[argparse.ArgumentParser, dict]:
     """The argument parser and each command's handler, collected from the command modules."""
-    parser = argparse.ArgumentParser(prog="builder", description="Build verified CUDA extension wheels.")
+    parser = OneLineParser(prog="builder", description="Build verified CUDA extension wheels.")
     parser.add_argument("--version", action="version", version=f"cuda-wheel-builder {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -554,12 +554,14 @@ class WheelhouseReader:
         data = self._fetch(url, accept="*/*", required=False)
         return data.decode("utf-8", "replace") if data is not None else None
 
-    def _fetch(self, url: str, *, accept: str, required: bool, max_bytes: int = MAX_ANSWER) -> bytes | None:
-        """The bytes at ``url`` under the network policy (core/net.py), at most MAX_ANSWER of them (a page or a
-        record; more is a TooLarge, one line); None for a page that does not exist (unless ``required``)."""
+    def _fetch(self, url: str, *, accept: str, required: bool, max_bytes: int | None = None) -> bytes | None:
+        """The bytes at ``url`` under the network policy (core/net.py), at most ``max_bytes`` (default MAX_ANSWER,
+        read when called) of them (a page or a record; more is a TooLarge, one line); None for a page that does not
+        exist (unless ``required``)."""
         policy = net.with_read_timeout(net.current(), self.timeout_s)
         try:
-            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy, max_bytes=max_bytes)
+            return net.fetch_bytes(url, headers={"Accept": accept}, policy=policy,
+                                   max_bytes=MAX_ANSWER if max_bytes is None else max_bytes)
         except net.NetError as e:
             raise net.NetError(f"wheelhouse {self.root}: {e.message}", e.hint) from None
         except urllib.error.HTTPError as e:
