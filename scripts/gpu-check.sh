@@ -29,6 +29,8 @@
 #                                     against it, pip and flagless uv taking the plain wheel; torch unchanged
 #   scripts/gpu-check.sh doctor-tf    issue 38: transformers 5.25 + kernels 0.19 (.whl); doctor with our fla-core wheel
 #                                     (.carry/wh-fla), then with our causal-conv1d sm_90 wheel too (.carry/wh-cc)
+#   scripts/gpu-check.sh stable-offline  issue 39: causal-conv1d built here offline with --python python3 (abi auto
+#                                     picks the stable wheel; torch range offline), kernel tests required
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 set -uo pipefail
@@ -167,6 +169,15 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     $B doctor --python python3 --from .carry/wh-cc --json > "$OUT/doctor-both.json" 2>/dev/null || status=1
     python3 -m pip list 2>/dev/null | grep -E '^(torch|triton|transformers|kernels|causal.conv1d|fla.core) ' \
       | tee "$OUT/doctor-tf-pip.txt"
+    ;;
+  stable-offline)
+    # issue 39: the builder run entirely here, offline, against the machine's python3 (abi auto): the stable-ABI
+    # wheel, checked beside the torch this machine has, the others recorded as not checked, kernel tests required
+    step /usr/bin/time -f "WALL %e s" $B build causal-conv1d --version 1.7.0 --cuda 13.0 --arch 90 --toolchain host \
+      --python python3 --offline --source .carry/src/causal_conv1d-1.7.0.tar.gz --require-kernel-tests --quick \
+      --wheelhouse /tmp/wh-39 || status=1
+    ls /tmp/wh-39/wheels /tmp/wh-39/channels | tee -a "$OUT/gpu-check.log"
+    tar czf "$OUT/wh-39-meta.tgz" --exclude='*.whl' -C /tmp wh-39
     ;;
   upstream)
     # upstream's whole suite against the stable wheel installed by `stable` (run after it)
