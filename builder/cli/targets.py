@@ -339,8 +339,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if not args.wheel.is_file():
         raise UsageError(f"{args.wheel}: no such wheel file")
     report = inspect_wheel(args.wheel, settings_from_args(args))
-    published = Wheelhouse.holding(args.wheel.resolve()).record_file(args.wheel.name)
-    tests = json.loads(published.read_text()).get("tests") if published.exists() else None
+    try:
+        published = Wheelhouse.holding(args.wheel.resolve()).record_json(args.wheel.name)
+    except (OSError, ValueError, RecursionError):  # unreadable or not JSON: inspect the wheel without its tests
+        published = None
+    tests = published.get("tests") if published else None
     if args.json:
         print(json.dumps({**report.as_dict(), "tests": tests}, indent=2))
         return 0

@@ -97,15 +97,23 @@ class AssetStore:
     def from_bytes(cls, data: bytes, source: str) -> AssetStore:
         """The store an ``assets.json`` names; a damaged one is a PublishError naming ``source``."""
         try:
-            url = json.loads(data)["url"]
+            if len(data) > MAX_ASSETS_FILE:
+                raise ValueError(f"{len(data)} bytes, more than the {MAX_ASSETS_FILE} it may have")
+            loaded = json.loads(data)
+            if not isinstance(loaded, dict):
+                raise TypeError(f"the file holds a JSON {type(loaded).__name__}, not an object")
+            url = loaded["url"]
             if not isinstance(url, str):
-                raise TypeError("url is not a string")
+                raise TypeError(f"field 'url' is a JSON {type(url).__name__}, not a string")
             return cls.parse(url, source=source)
-        except (ValueError, KeyError, TypeError, UsageError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError, UsageError) as e:
             detail = e.one_line() if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
             raise PublishError(f"{source} is not an assets setting ({detail})",
                                'write {"url": "https://…/"} into it, or set it with `builder index rebuild '
                                '--assets-url URL`') from e
+
+
+MAX_ASSETS_FILE = 64 << 10  # one URL; `index pull` reads a published one with the same cap (mirror.MAX_ASSETS)
 
 
 def read_assets(paths: Layout) -> AssetStore | None:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from builder.core.errors import PublishError
 from builder.core.fsutil import sha256_file
@@ -33,12 +33,16 @@ from builder.index.checks import (
 from builder.index.layout import Layout, recorded_wheel
 from builder.index.pages import Entry, listed, stage_dashboard, stage_pages
 from builder.index.txn import Transaction, WheelhouseLock, lock_for, recover_root
-from builder.model.records import BuildRecord
+from builder.model.records import BuildRecord, RecordShapeError, check_record_json
 from builder.stages.repair import (
     PortabilityReport,
     check_portability,
     portability_report,
 )
+
+MAX_RECORD_FILE = 16 << 20  # records/<wheel>.json: the cap `index pull` reads a published one with (MAX_RECORD)
+_RECORD_CURE = ("fix or delete that record (a wheel without one is still listed), or publish the wheel again, "
+                "then run `builder index rebuild`")
 
 
 @dataclass(frozen=True)
@@ -80,10 +84,28 @@ class Wheelhouse(Layout):
         return wheel.resolve().parent == self.wheels.resolve()
 
     def record_of(self, wheel_name: str) -> BuildRecord | None:
-        """The wheel's record (records/<wheel>.json), also one written by an older builder; None if it has none."""
+        """The wheel's record (records/<wheel>.json), also one written by an older builder; None if it has none.
+        A record with a field of the wrong type is a PublishError naming the file and the field."""
+        data = self.record_json(wheel_name)
+        return BuildRecord.from_json(data) if data is not None else None
+
+    def record_json(self, wheel_name: str) -> dict[str, Any] | None:
+        """records/<wheel>.json as JSON, its known fields checked (``check_record_json``); None without one (or one
+        that is not a JSON object). Too large or wrong-typed: a PublishError naming the file (and the field)."""
         path = self.record_file(wheel_name)
-        data = json.loads(path.read_text()) if path.exists() else None
-        return BuildRecord.from_json(data) if isinstance(data, dict) else None
+        if not path.exists():
+            return None
+        if path.stat().st_size > MAX_RECORD_FILE:
+            raise PublishError(f"{path}: {path.stat().st_size} bytes, more than the {MAX_RECORD_FILE} a build record "
+                               "may have; nothing was changed", _RECORD_CURE)
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            return None
+        try:
+            check_record_json(data)
+        except RecordShapeError as e:
+            raise PublishError(f"{path}: {e}; nothing was changed", _RECORD_CURE) from e
+        return data
 
     def lock(self) -> WheelhouseLock:
         return lock_for(self.root)
@@ -399,7 +421,7 @@ class Wheelhouse(Layout):
     def _read_record(self, wheel_name: str) -> BuildRecord | None:
         try:
             return self.record_of(wheel_name)
-        except (OSError, json.JSONDecodeError):
+        except (OSError, json.JSONDecodeError, RecursionError):
             return None
 
     def _files_of(self, wheel_name: str) -> list[Path]:

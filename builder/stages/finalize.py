@@ -118,8 +118,12 @@ def read_build_record(wheel: Path) -> BuildRecord | None:
     entries = read_entries(wheel)
     info = dist_info_dir(entries, wheel.name)
     data = entries.get(f"{info}/{RECORD_FILE}")
-    loaded = json.loads(data) if data else None
-    return BuildRecord.from_json(loaded) if isinstance(loaded, dict) else None
+    try:
+        loaded = json.loads(data) if data else None
+        return BuildRecord.from_json(loaded) if isinstance(loaded, dict) else None
+    except (ValueError, RecursionError) as e:  # RecordShapeError names the field
+        raise InspectError(f"{wheel}: its build record {info}/{RECORD_FILE} is damaged: {e}",
+                           "rebuild the wheel (its record is written by finalize)") from e
 
 
 def read_metadata(wheel: Path) -> str:

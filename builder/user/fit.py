@@ -45,7 +45,7 @@ from builder.index.layout import ASSETS, record_path, simple_path
 from builder.model.abi import stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, of_wheel_platform, this_machine
-from builder.model.records import BuildRecord, TorchCheck
+from builder.model.records import BuildRecord, RecordShapeError, TorchCheck
 from builder.stages.torchrange import GPU_KERNEL_TESTS
 from builder.stages.torchrange import built_once as is_built_once
 from builder.user.envprobe import EnvReport, known_platform
@@ -514,7 +514,12 @@ class WheelhouseReader:
         record = self._json(self.root + record_path(filename), required=False)
         sass = ptx = None
         kernel = None
-        built = BuildRecord.from_json(record) if isinstance(record, dict) else None
+        try:
+            built = BuildRecord.from_json(record) if isinstance(record, dict) else None
+        except RecordShapeError as e:
+            raise SourceError(f"wheelhouse {self.root}: {self.root + record_path(filename)}: {e}",
+                              "the wheelhouse is damaged: fix or delete that record where it is published, then run "
+                              "`builder index rebuild` there") from e
         if isinstance(record, dict):
             inspect = record.get("inspect") if isinstance(record.get("inspect"), dict) else {}
             objects = inspect.get("objects") if isinstance(inspect, dict) else None
