@@ -113,3 +113,16 @@ def test_index_rebuild_refuses_a_wrong_typed_assets_json(tmp_path: Path, content
     result = run_cli("index", "rebuild", "--wheelhouse", str(house.root))
     assert_one_line_error(result, "assets.json", needle)
     assert _tree(house.root) == before
+
+
+def test_index_rebuild_leaves_out_a_variant_whose_plain_wheel_is_gone(tmp_path: Path) -> None:
+    house, plain, variant = _house(tmp_path)
+    plain.unlink()
+    result = run_cli("index", "rebuild", "--wheelhouse", str(house.root))
+    assert result.code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and variant.name in warnings[0] and "left out of the pages" in warnings[0], result.stderr
+    assert "(0 wheels)" in result.stdout and "channel" not in result.stdout
+    pages = [*(house.root / "simple").rglob("*"), *(house.root / "channels").rglob("*"), house.root / "index.html"]
+    assert [p for p in pages if p.is_file() and "sm90" in p.read_text()] == []
+    assert variant.exists()  # left where it is: the pages do not list it

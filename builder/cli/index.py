@@ -81,7 +81,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         areas.insert(0, house.staging())
     for area in areas:
         area.rebuild_index()
-        count = len(area.wheel_files())
+        count = len(area.listed_wheels())
         out.print(f"index rebuilt: {area.index_url()} ({plural(count, 'wheel')})")
     for label in house.labels():
         out.print(f"  channel {label}: {house.channel_url(label)}")

@@ -123,7 +123,7 @@ class Wheelhouse(Layout):
     def labels(self) -> list[str]:
         """The channels of the published wheels (the labels of ``channels/<label>/simple/``): each per-torch
         wheel's label, each torch a stable-ABI wheel was verified on (``checks.wheel_channels``)."""
-        return sorted({label for w in self.wheel_files() for label in self.channels_of(w.name)})
+        return sorted({label for w in self.listed_wheels() for label in self.channels_of(w.name)})
 
     def channels_of(self, wheel_name: str) -> tuple[str, ...]:
         """The channels that list this wheel, from its file name and record (``checks.wheel_channels``): its own
@@ -413,10 +413,26 @@ class Wheelhouse(Layout):
         txn.finish(lambda: stage_pages(txn, self, entries, staging_area=self.parent is not None, rehash=rehash,
                                        assets=assets), doing)
 
+    def listed_wheels(self, *, warn: bool = False) -> list[Path]:
+        """The wheels the pages list: every one but a variant whose plain wheel is gone (``warn``: one warning each),
+        since pip and uv without the variants preview skip every variant file and would find nothing."""
+        wheels = self.wheel_files()
+        names = {w.name for w in wheels} | ({w.name for w in self.parent.wheel_files()} if self.parent else set())
+        kept = []
+        for w in wheels:
+            plain, label = split_label(w.name)
+            if label is not None and plain not in names:
+                if warn:
+                    log.warning(f"{w}: the {label} variant of {plain}, which is not in {self.wheels}; left out of "
+                                "the pages (publish the plain wheel again, or delete the variant)")
+                continue
+            kept.append(w)
+        return kept
+
     def _entries(self) -> list[Entry]:
-        """The committed state, as the pages should show it."""
+        """The committed state, as the pages should show it (``listed_wheels``)."""
         return [Entry(w.name, w, self.sidecar_file(w.name), self._read_record(w.name), self.log_file(w.name).is_file())
-                for w in self.wheel_files()]
+                for w in self.listed_wheels(warn=True)]
 
     def _read_record(self, wheel_name: str) -> BuildRecord | None:
         try:
