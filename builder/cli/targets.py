@@ -50,7 +50,8 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", help="CPU platform of the wheel: x86_64 or aarch64 (GH200, GB200/GB300, "
                         "Jetson Thor, DGX Spark); default: this machine's, or with --python PATH that env's. Another "
                         "than this machine's is cross-compiled (docs/BUILDS.md \"aarch64\")")
-    parser.add_argument("--source", help="override sources: a local path, an archive URL, or git+URL[@ref]")
+    parser.add_argument("--source", type=source_location,
+                        help="override sources: a local path, an archive URL, or git+URL[@ref]")
     parser.add_argument("--jobs", type=numbers.jobs, help="MAX_JOBS for the compile (default: sized to cores and memory)")
     # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
     parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
@@ -330,6 +331,30 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         table.add_row(recipe.name, recipe.kind, str(recipe.versions), str(len(recipe.patches)), recipe.summary)
     out.print(table)
     return 0
+
+
+SOURCE_SCHEMES = ("https", "http", "file")  # an archive URL (the source stage's downloader)
+GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
+
+
+def source_location(text: str) -> str:
+    """``--source``, checked at parse (before a cache folder, a venv or a download): a git+URL with a scheme git
+    fetches, an archive URL with one the downloader reads, or a local path that exists."""
+    url = text[4:] if text.startswith("git+") else text
+    if "://" in url:
+        scheme = url.split("://", 1)[0].lower()
+        allowed = GIT_SCHEMES if text.startswith("git+") else SOURCE_SCHEMES
+        if scheme not in allowed or not url.split("://", 1)[1].strip("/"):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a source URL: the scheme must be one of {', '.join(allowed)}"
+                + (" (after git+)" if text.startswith("git+") else " (or git+URL for a repository)"))
+        return text
+    if text.startswith("git+"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a git URL (git+https://host/repo[@ref])")
+    if not text.strip() or not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file or folder (a local source is a path that exists: "
+                                         "an sdist or a source tree)")
+    return text
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
