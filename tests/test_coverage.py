@@ -157,3 +157,34 @@ def test_a_wheel_serves_the_cells_of_its_platform_tag(tmp_path: Path) -> None:
     assert cov.wheel_platforms("x-1.0-py3-none-any.whl") is None
     assert cov.wheel_platforms("x-1.0-cp312-cp312-win_amd64.whl") == set()
     assert cov.wheel_platforms("x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl") == {"x86_64"}
+
+
+def _kernel_tested_house(root: Path, tests: dict) -> Wheelhouse:
+    house = Wheelhouse(root / "wh")
+    wheel = labelled_wheel(root / "work", "causal-conv1d", "1.7.0", "cu130torch2.11", pins=("torch==2.11.0",),
+                           tag="cp311-cp311-linux_x86_64")
+    house.publish(wheel, BuildRecord.from_json({"package": "causal-conv1d", "version": "1.7.0", "cuda": "13.0",
+                                                "archs": ["90", "120"], "tests": {"import_status": "passed",
+                                                                                  "kernel_status": "passed", **tests}}))
+    return house
+
+
+@pytest.mark.parametrize(("tests", "evidenced"), [
+    # the record's capability decides: 9.0 is sm_90 evidence, never the wheel's sm_120
+    ({"gpu": "NVIDIA H100 80GB HBM3", "capability": "9.0"}, {"sm_90": 1, "sm_120": 0}),
+    ({"gpu": "NVIDIA GeForce RTX 5090", "capability": "12.0"}, {"sm_90": 0, "sm_120": 1}),
+    # a record from before the capability: the GPU's name where it maps to one arch, else "unknown arch"
+    ({"gpu": "NVIDIA H200"}, {"sm_90": 1, "sm_120": 0}),
+    ({"gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}, {"sm_90": 0, "sm_120": 1}),
+    ({"gpu": "NVIDIA Some Future GPU"}, {"sm_90": 0, "sm_120": 0, "unknown arch": 1}),
+])
+def test_gpu_evidence_counts_the_arch_the_kernel_tests_ran_on(tmp_path: Path, tests: dict,
+                                                               evidenced: dict) -> None:
+    house = _kernel_tested_house(tmp_path, tests)
+    matrix, _ = users_matrix(fake_indexes())
+    report = package_coverage(causal_conv1d(), house, matrix, lambda version: FarmView(frozenset()))
+    (cell,) = [c for c in report.cells if c.status == "kernel-tested"]
+    assert report.totals()["gpu_evidenced"] == evidenced
+    if "capability" in tests and tests["capability"] == "9.0":
+        assert cell.tested_arch == "sm_90" and cell.evidence == (
+            "kernel-tested on sm_90 (GPU NVIDIA H100 80GB HBM3); sm_120 kernel-untested")

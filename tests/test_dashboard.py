@@ -251,3 +251,20 @@ def test_aarch64_wheels_beside_x86_64_ones_in_one_channel(tmp_path: Path) -> Non
     assert sorted(p for p, _ in cells) == ["aarch64", "any", "x86_64"], cells
     arm_cell = next(text for p, text in cells if p == "aarch64")
     assert re.sub(r"<[^>]+>", "", arm_cell).startswith("Python 3.12 · aarch64 · sm_90, sm_121"), arm_cell
+
+
+def test_kernel_evidence_per_arch_and_unchecked_torches() -> None:
+    """Issue 39 item 5: the tests cell says which arch the kernels ran on, and a torch not checked (--offline) is
+    shown "not checked", not failed."""
+    from builder.index.dashboard import Row, _tests_cell
+    from builder.model.records import TorchCheck
+
+    row = Row(filename="x.whl", package="x", version="1.0", label="cu130torch2.11", cuda="13.0", torch="2.11",
+              python="3.12", archs_requested=["90", "120"], sass=["sm_90", "sm_120"], ptx=[], area="published",
+              status="passed", import_status="passed", kernel_status="passed", kernel_reason="",
+              counts={"passed": 3}, speed=[], gpu="NVIDIA H100", size=1, tested_arch="sm_90", stable=True,
+              torch_unchecked=[TorchCheck(torch="2.12.0", cuda="13.0", python="3.12", how="import+registration",
+                                          status="not checked")])
+    cell = _tests_cell(row)
+    assert "kernel evidence: sm_90" in cell and "sm_120 untested" in cell
+    assert 'data-status="not checked"' in cell and "failed" not in cell

@@ -299,7 +299,8 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
     matrix = json.loads(result.stdout)
     assert list(matrix) == ["include"] and len(matrix["include"]) == 8
     keys = {"id", "package", "version", "kind", "platform", "build_runner", "cuda", "arch", "python", "torch",
-            "torch_index", "recipes", "source", "runner", "untested", "abi", "variants"}
+            "torch_index", "recipes", "source", "runner", "untested", "abi", "variants", "runners", "test_archs",
+            "untested_archs"}
     for entry in matrix["include"]:
         assert set(entry) == keys and all(isinstance(v, str) for v in entry.values())
     first = matrix["include"][0]
@@ -307,7 +308,8 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
         "id": "tinyext-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1", "package": "tinyext", "version": "0.1.0",
         "kind": "cuda-extension", "platform": "x86_64", "build_runner": "ubuntu-24.04", "cuda": "13.0",
         "arch": "90,120", "python": "3.11", "torch": "2.14.1", "torch_index": "", "recipes": "recipes", "source": "",
-        "runner": "gpu-rtx5090", "untested": "", "abi": "auto", "variants": "",
+        "runner": "gpu-rtx5090", "untested": "", "abi": "auto", "variants": "", "runners": "gpu-rtx5090 gpu-sm90-x86_64",
+        "test_archs": "120 90", "untested_archs": "",
     }
     assert {e["runner"] for e in matrix["include"]} == {"gpu-rtx5090"}  # [runners] "120" over the default template
     assert {e["source"] for e in matrix["include"]} == {"", "farm/tinyext-0.2.0", "farm/tinyscale-0.2.0"}
@@ -343,7 +345,8 @@ def test_github_matrix_of_pure_python_targets_uses_first_arch_runner(tree: Path)
     assert {e["runner"] for e in matrix["include"] if e["arch"] == "90,120+ptx"} == {"gpu-sm120-x86_64"}
     farm = load_farm(write_farm(tree, GOOD + '\n[runners]\n"90" = "h200"\ndefault = "gpu-{arch}"\n'))
     matrix = github_matrix(farm, expand(farm, settings_for(tree), releases=fake_releases))
-    assert {e["arch"]: e["runner"] for e in matrix["include"]} == {"90,120+ptx": "h200", "120": "gpu-120"}
+    # without `available` every label exists: the 90,120+ptx wheel gets a test job on each arch's runner
+    assert {e["arch"]: e["runners"] for e in matrix["include"]} == {"90,120+ptx": "gpu-120 h200", "120": "gpu-120"}
 
 
 # ---------------------------------------------------------------- what the wheelhouse holds: matrix --changed

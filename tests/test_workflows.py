@@ -20,6 +20,7 @@ import pytest
 
 from builder.core.settings import Settings
 from builder.farm.expand import expand, github_matrix
+from builder.farm.expand import tested_matrix as fan_out  # a name pytest does not collect
 from builder.farm.spec import load_farm
 from tests.helpers import FIXTURES, ROOT
 
@@ -167,7 +168,8 @@ def test_no_expression_reaches_a_shell_script(nightly: dict) -> None:
 def test_matrix_fields_the_workflow_uses_are_what_builder_matrix_emits() -> None:
     used = set(re.findall(r"(?<![.\w])matrix\.(\w+)", NIGHTLY.read_text()))
     farm = load_farm(FIXTURES / "farm-demo.toml")
-    emitted = set(github_matrix(farm, expand(farm, Settings.from_env({})))["include"][0])
+    matrix = github_matrix(farm, expand(farm, Settings.from_env({})))
+    emitted = set(matrix["include"][0]) | set(fan_out(matrix)["include"][0])  # the test job's fan-out adds
     assert used and used <= emitted, used - emitted
 
 
@@ -271,12 +273,11 @@ def test_nightly_builds_each_platform_natively_with_its_image(nightly: dict) -> 
     assert all(bool(r["runner"]) != bool(r["untested"]) for r in rows)
 
 
-def test_the_test_matrix_filter_matches_tested_matrix() -> None:
+def test_the_test_matrix_filter_matches_fan_out() -> None:
     """The plan's jq filter selects exactly what farm/expand.tested_matrix selects (checked with jq where it is
     installed, as on GitHub's runners)."""
     import json
 
-    from builder.farm.expand import tested_matrix
 
     jq = shutil.which("jq")
     if jq is None:
@@ -290,5 +291,47 @@ def test_the_test_matrix_filter_matches_tested_matrix() -> None:
     matrix = github_matrix(farm, expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name]))
     result = subprocess.run([jq, "-c", program.group(1)], input=json.dumps(matrix), capture_output=True, text=True,
                             check=True)
-    assert json.loads(result.stdout) == tested_matrix(matrix) and 0 < len(tested_matrix(matrix)["include"]) < len(
-        matrix["include"])
+    jobs = fan_out(matrix)["include"]
+    assert json.loads(result.stdout) == fan_out(matrix)
+    # one job per (target, runner): the x86_64 CUDA wheels on gpu-sm120-x86_64 AND gpu-sm90-x86_64, no aarch64 one
+    assert len(jobs) == sum(len(r["runners"].split()) for r in matrix["include"] if r["runners"]) > len(
+        [r for r in matrix["include"] if r["runner"]])
+    assert len({j["test_id"] for j in jobs}) == len(jobs)  # each job's artifact has its own name
+    cuda = {j["runner"] for j in jobs if j["kind"] == "cuda-extension"}
+    assert cuda == {"gpu-sm120-x86_64", "gpu-sm90-x86_64"}
+
+
+def test_a_90_120_target_with_runners_for_both_gives_two_fan_out(tmp_path: Path) -> None:
+    """Issue 39 item 5: a wheel carrying sm_90 and sm_120 is kernel-tested on a runner of each (one test job per
+    (target, runner)); an arch no runner has (sm_100) is named untested; the plan's jq gives the same jobs."""
+    import json
+
+
+    text = (FIXTURES / "farm-demo.toml").read_text().replace('"120" = "gpu-rtx5090"', 'available = '
+                                                              '["gpu-sm120-x86_64", "gpu-sm90-x86_64"]')
+    text = text.replace('recipes = "recipes"', f'recipes = "{FIXTURES / "recipes"}"').replace(
+        'recipes = "farm/recipes"', f'recipes = "{FIXTURES / "farm" / "recipes"}"').replace(
+        '"farm/', f'"{FIXTURES / "farm"}/')
+    (tmp_path / "farm.toml").write_text(text)
+    farm = load_farm(tmp_path / "farm.toml")
+    matrix = github_matrix(farm, expand(farm, Settings.from_env({}), only=["tinyext"]))
+    row = matrix["include"][0]
+    assert row["arch"] == "90,120" and row["runners"] == "gpu-sm120-x86_64 gpu-sm90-x86_64"
+    assert row["untested"] == row["untested_archs"] == ""
+    jobs = [j for j in fan_out(matrix)["include"] if j["id"] == row["id"]]
+    assert [(j["runner"], j["test_arch"], j["test_id"]) for j in jobs] == [
+        ("gpu-sm120-x86_64", "120", row["id"] + "-sm120"), ("gpu-sm90-x86_64", "90", row["id"] + "-sm90")]
+    # a 90,100,120 wheel: sm_100 has no runner, so it is listed untested (the plan's summary names it)
+    wide = text.replace('archs = "90,120"', 'archs = "90,100,120"')
+    (tmp_path / "farm.toml").write_text(wide)
+    farm = load_farm(tmp_path / "farm.toml")
+    row = github_matrix(farm, expand(farm, Settings.from_env({}), only=["tinyext"]))["include"][0]
+    assert row["test_archs"] == "120 90" and row["untested"] == ""
+    assert row["untested_archs"] == "x86_64 sm_100 (no gpu-sm100-x86_64 in [runners] available)"
+    jq = shutil.which("jq")
+    if jq is not None:
+        program = re.search(r"jq -c '([^']+)' <<<\"\$matrix\"", NIGHTLY.read_text())
+        assert program
+        result = subprocess.run([jq, "-c", program.group(1)], input=json.dumps(matrix), capture_output=True,
+                                text=True, check=True)
+        assert json.loads(result.stdout) == fan_out(matrix)

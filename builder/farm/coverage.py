@@ -54,7 +54,7 @@ from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
 from builder.model.platform import PLATFORMS, of_wheel_platform
 from builder.model.recipe import Recipe, find_recipe, load_recipe
-from builder.model.records import BuildRecord
+from builder.model.records import BuildRecord, TestReport
 
 MIN_CUDA = CudaVersion.parse("12.8")  # the first CUDA with Blackwell (sm_100, sm_120) code
 ABI3_PYTHON = "3.10"
@@ -80,9 +80,13 @@ class CellStatus:
 
     cell: Cell
     status: str  # kernel-tested | import-verified | built | missing
-    evidence: str  # "kernel-tested on GPU NVIDIA H200 (sm_120)", "import-verified on torch 2.12.1", ...
+    evidence: str  # "kernel-tested on sm_90 (GPU NVIDIA H200)", "import-verified on torch 2.12.1", ...
     wheel: str | None = None
     reason: str | None = None  # missing only
+    # kernel-tested only: the archs the wheel ships ("sm_90", "sm_120") and the one its kernel tests ran on ("sm_90",
+    # or "unknown arch" where the record names no capability and its GPU's name maps to no single arch)
+    archs: tuple[str, ...] = ()
+    tested_arch: str | None = None
 
     @property
     def served(self) -> bool:
@@ -91,7 +95,7 @@ class CellStatus:
     def to_json(self) -> dict[str, Any]:
         return {"torch": self.cell.torch, "cuda": self.cell.cuda, "python": self.cell.python,
                 "platform": self.cell.platform, "status": self.status, "evidence": self.evidence, "wheel": self.wheel,
-                "reason": self.reason}
+                "reason": self.reason, "tested_arch": self.tested_arch}
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,24 @@ class PackageCoverage:
         return {"cells": len(self.cells), "served": sum(1 for c in self.cells if c.served),
                 "kernel_tested": count(KERNEL), "import_verified": count(IMPORT), "built_unverified": count(BUILT),
                 "missing": sum(missing.values()), "missing_by_reason": dict(sorted(missing.items())),
+                "gpu_evidenced": self.gpu_evidenced(),
                 "by_platform": {p: {"cells": sum(1 for c in self.cells if c.cell.platform == p),
                                     "served": sum(1 for c in self.cells if c.cell.platform == p and c.served)}
                                 for p in platforms}}
+
+    def gpu_evidenced(self) -> dict[str, int]:
+        """Per arch the kernel-tested wheels ship, the cells whose kernel tests ran on a GPU of that arch (a record
+        with capability 9.0 counts sm_90, not the wheel's sm_120); "unknown arch": kernel-tested where no arch is
+        known."""
+        out: dict[str, int] = {}
+        for c in self.cells:
+            if c.status != KERNEL:
+                continue
+            for arch in c.archs:
+                out[arch] = out.get(arch, 0) + (c.tested_arch == arch)
+            if c.tested_arch == UNKNOWN_ARCH:
+                out[UNKNOWN_ARCH] = out.get(UNKNOWN_ARCH, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: (kv[0] == UNKNOWN_ARCH, _arch_number(kv[0]))))
 
     def rows(self) -> list[tuple[str, str, str, tuple[str, ...], CellStatus]]:
         """The cells grouped compactly: (platform, CUDA line, torch minor, Pythons, one of them) per equal outcome."""
@@ -212,11 +231,51 @@ def wheel_platforms(filename: str) -> set[str] | None:
     return found
 
 
+UNKNOWN_ARCH = "unknown arch"
+# GPUs whose name says their arch, for records from before the test report kept the GPU's capability; a name that
+# matches none of these, or several, is "unknown arch"
+_GPU_ARCHS: tuple[tuple[str, int], ...] = (
+    (r"\b(GH200|H100|H200|H800|H20)\b", 90), (r"\bG?B200\b", 100), (r"\bG?B300\b", 103), (r"\bThor\b", 110),
+    (r"\bRTX (50[5-9]0|PRO \d000 Blackwell)", 120), (r"\bGB10\b|DGX Spark", 121))
+
+
+def tested_arch(tests: TestReport | None) -> int | None:
+    """The arch of the GPU a record's kernel tests passed on: its compute capability (9.0 → 90), else the GPU's name
+    where it maps to exactly one arch; None where none passed or the arch is unknown."""
+    if tests is None or tests.kernel_status != "passed":
+        return None
+    if tests.capability is not None:
+        return tests.capability.number
+    found = {arch for pattern, arch in _GPU_ARCHS if tests.gpu and re.search(pattern, tests.gpu)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _arch_number(name: str) -> int:
+    digits = re.search(r"\d+", name)
+    return int(digits.group()) if digits else 0
+
+
+def wheel_archs(record: BuildRecord | None) -> tuple[str, ...]:
+    """The archs a wheel ships, as "sm_90", from its record's arch list ("100+ptx" → "sm_100")."""
+    return tuple(dict.fromkeys(f"sm_{_arch_number(a)}" for a in (record.archs if record else ())))
+
+
+def _tested_arch_name(record: BuildRecord | None) -> str:
+    arch = tested_arch(record.tests if record else None)
+    return f"sm_{arch}" if arch is not None else UNKNOWN_ARCH
+
+
 def _kernel_text(record: BuildRecord, gpu: str | None = None) -> str:
-    archs = ",".join(f"sm_{a}" for a in record.archs)
-    where = gpu or (record.tests.gpu if record.tests else None)
-    return f"kernel-tested on GPU {where} ({archs})" if where and archs else (
-        f"kernel-tested on GPU {archs}" if archs else f"kernel-tested on GPU {where or '?'}")
+    """``kernel-tested on sm_90 (GPU NVIDIA H100 …); sm_120 kernel-untested``: the arch its kernels ran on, not
+    every arch the wheel ships."""
+    where = gpu or (record.tests.gpu if record.tests else None) or "?"
+    archs = wheel_archs(record)
+    arch = _tested_arch_name(record)
+    if arch == UNKNOWN_ARCH:
+        return f"kernel-tested on GPU {where} ({UNKNOWN_ARCH}; ships {','.join(archs)})" if archs else (
+            f"kernel-tested on GPU {where}")
+    rest = [a for a in archs if a != arch]
+    return f"kernel-tested on {arch} (GPU {where})" + (f"; {','.join(rest)} kernel-untested" if rest else "")
 
 
 def _tested_on(torch_text: str | None) -> tuple[str, str | None] | None:
@@ -449,6 +508,7 @@ def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
     view = farm(version) if version != "?" else FarmView(frozenset(), note="no version known")
     port = _port(recipe, version)
     best: dict[Cell, tuple[str, str, str]] = {}
+    records = dict(wheels.get(version, ()))
     for filename, record in wheels.get(version, ()):
         for cell, (status, evidence) in wheel_cells(filename, record, matrix,
                                                     port.floor_text if port else None).items():
@@ -458,7 +518,9 @@ def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
     for cell in sorted(matrix):
         if cell in best:
             status, evidence, filename = best[cell]
-            out.append(CellStatus(cell, status, evidence, filename))
+            record = records[filename]
+            out.append(CellStatus(cell, status, evidence, filename, archs=wheel_archs(record) if status == KERNEL else (),
+                                  tested_arch=_tested_arch_name(record) if status == KERNEL else None))
             continue
         reason, evidence = missing_reason(recipe, version, cell, view, port)
         out.append(CellStatus(cell, MISSING, evidence, None, reason))

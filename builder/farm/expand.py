@@ -473,24 +473,44 @@ def _check_cell(farm: Farm, entry: FarmEntry, cuda_ext: bool, index: TorchIndex,
 
 @dataclass(frozen=True)
 class Route:
-    """Where a target's wheel is kernel-tested: a GPU runner's label, or why no configured runner can test it."""
+    """Where a target's wheel is kernel-tested: the GPU runner of each arch it ships that a configured runner has
+    (``tests``: (arch, label), newest first, one per label; ``runner``: the first), the archs no runner has
+    (``untested_archs``), or, where no runner can test it at all, why (``untested``)."""
 
     runner: str | None
     untested: str | None = None  # "untested: no runner for aarch64 sm_121,110,103,100,90 (...)"
+    tests: tuple[tuple[int, str], ...] = ()
+    untested_archs: tuple[int, ...] = ()
 
 
 def route(farm: Farm, target: FarmTarget) -> Route:
-    """The GPU runner of the target's platform (each platform it serves, in order, for a pure-Python wheel) with an
-    arch its wheel carries (farm/spec.py ``Farm.runner_for``), or "untested: no runner for ..." naming what would."""
-    for platform in target.platforms:
-        label = farm.runner_for(target.archs, platform)
-        if label is not None:
-            return Route(label)
+    """A CUDA target: a GPU runner of its platform for EACH arch its wheel carries that [runners] available has
+    (farm/spec.py ``Farm.runners_per_arch``; an arch whose label an newer arch already took is tested in that job),
+    the others listed untested. A pure-Python wheel, which ships no GPU code: one runner, of each platform it serves
+    in order, for an arch of its first list (``Farm.runner_for``). None at all: "untested: no runner for ..."."""
     numbers = sorted({a.number for a in target.archs}, reverse=True)
+    if target.kind.is_cuda:
+        tests: dict[str, int] = {}
+        missing: list[int] = []
+        for number, label in farm.runners_per_arch(target.archs, target.platform):
+            if label is None:
+                missing.append(number)
+            else:
+                tests.setdefault(label, number)
+        if tests:
+            pairs = tuple((number, label) for label, number in tests.items())
+            return Route(pairs[0][1], None, pairs, tuple(missing))
+    else:
+        for platform in target.platforms:
+            label = farm.runner_for(target.archs, platform)
+            if label is not None:
+                arch = next((n for n in numbers if farm.runner_label(n, platform) == label), numbers[0] if numbers
+                            else 0)
+                return Route(label, None, ((arch, label),))
     platforms = "/".join(p.name for p in target.platforms)
     wanted = ", ".join(farm.runner_label(n, p) for p in target.platforms for n in numbers)
     return Route(None, f"untested: no runner for {platforms} sm_{','.join(map(str, numbers))} (none of {wanted} is "
-                       "in [runners] available)")
+                       "in [runners] available)", (), tuple(numbers) if target.kind.is_cuda else ())
 
 
 def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[str, str]]]:
@@ -518,6 +538,11 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
             and not t.source.startswith("git+") else (t.source or ""),
             "runner": where.runner or "",
             "untested": where.untested or "",
+            # one GPU test job per (target, runner): the labels and the arch each tests, newest first (tested_matrix
+            # and the nightly's jq fan them out); the archs no runner has, named in the plan's summary
+            "runners": " ".join(label for _, label in where.tests),
+            "test_archs": " ".join(str(number) for number, _ in where.tests),
+            "untested_archs": _untested_archs(farm, t, where),
         })
         # the farm decided (a version with a port could go either way with auto): `builder build --abi` says so
         include[-1]["abi"] = str(t.abi) if t.port is not None else "auto"
@@ -525,10 +550,27 @@ def github_matrix(farm: Farm, targets: list[FarmTarget]) -> dict[str, list[dict[
     return {"include": include}
 
 
+def _untested_archs(farm: Farm, target: FarmTarget, where: Route) -> str:
+    """``sm_103,100 (no gpu-sm103-x86_64, gpu-sm100-x86_64 in [runners] available)`` for a target some of whose archs
+    a runner tests; "" where every arch is tested or none is (``untested`` says that)."""
+    if not where.tests or not where.untested_archs:
+        return ""
+    labels = ", ".join(farm.runner_label(n, target.platform) for n in where.untested_archs)
+    return (f"{target.platform.name} sm_{','.join(map(str, where.untested_archs))} (no {labels} in [runners] "
+            "available)")
+
+
 def tested_matrix(matrix: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
-    """The GitHub matrix's targets that a configured GPU runner can test (the nightly's test job fans out over
-    these; the others are reported untested)."""
-    return {"include": [row for row in matrix["include"] if row["runner"]]}
+    """The nightly's GPU test jobs: one per (target, runner) of the GitHub matrix, for each arch of the target that a
+    configured runner has (``runner``: that label, ``test_arch``, ``test_id``: ``<id>-sm<arch>``, unique per job for
+    its artifact); the targets no runner has are reported untested. The plan's jq filter does the same."""
+    include = []
+    for row in matrix["include"]:
+        if not row["runner"]:
+            continue
+        for label, arch in zip(row["runners"].split(" "), row["test_archs"].split(" "), strict=True):
+            include.append({**row, "runner": label, "test_arch": arch, "test_id": f"{row['id']}-sm{arch}"})
+    return {"include": include}
 
 
 def _relative(path: Path, base: Path) -> str:

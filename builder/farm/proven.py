@@ -6,8 +6,8 @@ release of the cell without changing it: the wheel's torch requirement admits ea
 that CUDA line (a ``torch==2.9.1`` pin leaves a 2.9.0 user out), the triton it requires admits the triton that
 release pins (farm/facts.py ``TORCH_TRITON``), its Requires-Python admits the cell's Python (``WHEEL_FACTS``), and
 the index publishes that release for the cell's platform (PyPI: CUDA aarch64 wheels from torch 2.9). An
-installable cell is *GPU-evidenced* when the nightly runs the wheel's kernels on a GPU of every arch it ships (one
-configured runner per target: the others are "built, kernel-untested on sm_X"); a pure-Python wheel, which ships no
+installable cell is *GPU-evidenced* when the nightly runs the wheel's kernels on a GPU of every arch it ships (a
+test job per arch a configured runner has: the others are "built, kernel-untested on sm_X"); a pure-Python wheel, which ships no
 GPU code, where a runner of the cell's platform runs it.
 
 Two views: every channel the builder knows (PyPI and PyTorch's), and PyPI alone (what ``pip install torch`` gives).
@@ -114,20 +114,21 @@ def install_reason(target: FarmTarget, recipe: Recipe, cell: Cell, releases: Ite
 
 
 def untested_archs(farm: Farm, target: FarmTarget, platform: str) -> tuple[str, str | None]:
-    """(the runner that kernel-tests the target's wheel for ``platform``, or ""; why some of what it ships is not
-    run on a GPU there, or None). One runner per target: the archs of other GPUs are kernel-untested."""
+    """(the runners that kernel-test the target's wheel for ``platform``, or ""; why some of what it ships is not
+    run on a GPU there, or None). One runner per arch the wheel ships (farm/expand.py ``route``): the archs no
+    configured runner has are kernel-untested."""
     where = route(farm, target)
     numbers = sorted({a.number for a in target.archs}, reverse=True) if target.kind.is_cuda else []
-    runner = where.runner or ""
+    runners = ", ".join(label for _, label in where.tests)
     if not target.kind.is_cuda:
+        runner = where.runner or ""
         runs_here = any(p.name == platform and farm.runner_for(target.archs, p) == runner for p in target.platforms)
         return (runner, None) if runner and runs_here else ("", f"no GPU runner for {platform}")
-    if not runner:
+    if not where.tests:
         return "", f"no GPU runner for {platform} (sm_{','.join(map(str, numbers))})"
-    tested = {n for n in numbers if farm.runner_label(n, target.platform) == runner}
-    rest = [n for n in numbers if n not in tested]
-    return runner, (f"built, kernel-untested on sm_{','.join(map(str, rest))} (tested on {runner} only)"
-                    if rest else None)
+    rest = where.untested_archs
+    return runners, (f"built, kernel-untested on sm_{','.join(map(str, rest))} (tested on {runners} only)"
+                     if rest else None)
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,16 @@ class Farm:
                     return self.runners[key]
         return self.runner_label(numbers[0], platform) if numbers else None
 
+    def runners_per_arch(self, archs: Archs, platform: Platform = X86_64) -> tuple[tuple[int, str | None], ...]:
+        """Each arch number of a wheel with SASS for ``archs`` on ``platform``, newest first, with the label of the
+        GPU runner that kernel-tests its code there, or None where no runner of [runners] available has it (without
+        ``available`` every label is taken to exist)."""
+        out: list[tuple[int, str | None]] = []
+        for number in sorted({a.number for a in archs}, reverse=True):
+            label = self.runner_label(number, platform)
+            out.append((number, label if self.available is None or label in self.available else None))
+        return tuple(out)
+
 
 @dataclass(frozen=True, kw_only=True)
 class FarmTarget:

@@ -68,6 +68,8 @@ class Row:
     channels: tuple[str, ...] = ()  # the channels that list it (checks.wheel_channels)
     platform: str = "any"  # the CPU platform its tags name: x86_64 | aarch64 | any (pure Python)
     variant: str = ""  # a PEP 825 variant's label (sm90): a thin wheel of one arch, beside the plain wheel
+    tested_arch: str = ""  # the arch of the GPU its kernel tests passed on (the record's capability): "sm_90"
+    torch_unchecked: list[TorchCheck] = field(default_factory=list)  # not checked (an --offline build), not failed
 
     @property
     def archs_found(self) -> list[str]:
@@ -145,6 +147,8 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         size=facts.size, links=links, stable=stable,
         torch_checks=sorted(record.torch_checks or (), key=lambda c: (_version_key(c.torch), c.how)),
         channels=wheel_channels(facts.filename, facts.record), platform=platform,
+        tested_arch=f"sm_{tests.capability.number}" if tests.capability is not None else "",
+        torch_unchecked=list(record.torch_unchecked or ()),
     )
 
 
@@ -276,6 +280,7 @@ def _tests_cell(r: Row) -> str:
         skipped = counts.get("skipped", 0)
         parts.append(f"kernel {_badge('passed')} {counts.get('passed', 0)}/{total}" + (f" on {_e(r.gpu)}" if r.gpu else "")
                      + (f" ({skipped} skipped)" if skipped else ""))
+        parts.append(_evidence_line(r))
     elif r.kernel_status == "failed":
         detail = f"{counts.get('failed', 0)} of {total} failed" if total else ""
         parts.append(f"kernel {_badge('failed')} {detail}" + (f'<div class="reason">{_e(r.kernel_reason)}</div>'
@@ -287,6 +292,18 @@ def _tests_cell(r: Row) -> str:
                                                       if r.kernel_reason else ""))
     cell = "<br>".join(parts)
     return cell + _stable_cell(r) if r.stable else cell
+
+
+def _evidence_line(r: Row) -> str:
+    """Which of the wheel's archs its kernels ran on: ``kernel evidence: sm_90 (sm_120 untested)``; a record without
+    the GPU's capability says the arch is unknown."""
+    shipped = list(dict.fromkeys(a if a.startswith("sm_") else f"sm_{a}" for a in r.sass)) or [
+        f"sm_{a.split('+')[0]}" for a in r.archs_requested]
+    if not r.tested_arch:
+        return '<span class="dim">kernel evidence: unknown arch (the record names no GPU capability)</span>'
+    rest = [a for a in shipped if a != r.tested_arch]
+    return (f"kernel evidence: {_e(r.tested_arch)}"
+            + (f' <span class="dim">({_e(",".join(rest))} untested)</span>' if rest else ""))
 
 
 _HOW = {"import+registration": "import + registration", "gpu-kernel-tests": "GPU kernel tests"}
@@ -306,7 +323,10 @@ def _check_line(check: TorchCheck) -> str:
 
 def _stable_cell(r: Row) -> str:
     """A stable-ABI wheel's torch checks and the channels that list it."""
-    checks = "".join(_check_line(c) for c in r.torch_checks)
+    checks = "".join(_check_line(c) for c in r.torch_checks) + "".join(
+        f'<li class="torch-check" data-torch="{_e(c.torch)}" data-status="not checked">torch {_e(c.torch)}: '
+        f'{_badge("not checked")}<div class="reason">{_e(c.detail or "not checked (an --offline build)")}</div></li>'
+        for c in r.torch_unchecked)
     head = f"stable ABI, torch {_e(r.torch)}"
     checked = (f"{head}, checked on:<ul class=checks>{checks}</ul>" if checks
                else f'{head}, <span class="dim">checked on no torch yet</span><br>')
