@@ -335,3 +335,26 @@ def test_a_90_120_target_with_runners_for_both_gives_two_fan_out(tmp_path: Path)
         result = subprocess.run([jq, "-c", program.group(1)], input=json.dumps(matrix), capture_output=True,
                                 text=True, check=True)
         assert json.loads(result.stdout) == fan_out(matrix)
+
+
+def test_publish_adds_a_target_only_where_every_arch_promoted_it(nightly: dict, tmp_path: Path) -> None:
+    """The publish job's merge step, run by bash: target a promoted on sm_90 and sm_120 is added; target b, whose
+    sm_90 job failed (no artifact), is left out and named in the summary."""
+    import json
+
+    if shutil.which("jq") is None:
+        pytest.skip("jq is not installed here (GitHub's runners have it)")
+    steps = nightly["jobs"]["publish"]["steps"]
+    script = steps[_step_index(steps, "no promotion from")]["run"]
+    tested = {"include": [{"id": "a", "test_id": "a-sm90"}, {"id": "a", "test_id": "a-sm120"},
+                          {"id": "b", "test_id": "b-sm90"}, {"id": "b", "test_id": "b-sm120"}]}
+    for job in ("a-sm90", "a-sm120", "b-sm120"):
+        wheels = tmp_path / "promoted" / f"promoted-{job}" / "wheels"
+        wheels.mkdir(parents=True)
+        (wheels / f"{job.split('-')[0]}-1.0-py3-none-any.whl").write_text(job)
+    summary = tmp_path / "summary.md"
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "TESTED": json.dumps(tested), "GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "wheelhouse" / "wheels").iterdir()) == ["a-1.0-py3-none-any.whl"]
+    assert "b: not published, no promotion from b-sm90" in summary.read_text()
