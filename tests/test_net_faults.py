@@ -20,6 +20,7 @@ from builder.core.errors import SourceError
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
 from builder.user.fit import WheelhouseReader
+from tests.helpers import tarpit
 
 
 class _Status(BaseHTTPRequestHandler):
@@ -45,17 +46,6 @@ def _server(status: int, context: ssl.SSLContext | None = None) -> Iterator[str]
     finally:
         server.shutdown()
         server.server_close()
-
-
-@contextmanager
-def _tarpit() -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        sock.close()
 
 
 @contextmanager
@@ -88,7 +78,7 @@ FAULTS: dict[str, tuple[Callable[..., object], str, str, str]] = {
     "dns": (lambda tmp: None, "names a host that does not resolve", "check the host name", "builder serve"),
     "refused": (lambda tmp: _fixed("http://127.0.0.1:9/"), "refused the connection", "builder serve",
                 "BUILDER_NET_TIMEOUT"),
-    "timeout": (lambda tmp: _tarpit(), "nothing came for 1 s", "BUILDER_NET_TIMEOUT", "builder serve"),
+    "timeout": (lambda tmp: tarpit(), "nothing came for 1 s", "BUILDER_NET_TIMEOUT", "builder serve"),
     "tls": (_tls, "TLS certificate this machine does not trust", "SSL_CERT_FILE", "builder serve"),
     "403": (lambda tmp: _server(403), "refused access (HTTP 403)", "credentials", "builder serve"),
     "500": (lambda tmp: _server(500), "HTTP 500", "the fault is the server's", "BUILDER_NET_TIMEOUT"),
