@@ -82,5 +82,7 @@ def test_a_clean_wheelhouse_passes(tmp_path: Path) -> None:
     folder = site(tmp_path)
     with served(folder) as url:
         reader = WheelhouseReader(url)
-        for wheel in reader.wheels("alpha"):
-            reader.check_channel(f"{wheel.index_url}alpha/")
+        wheels = reader.wheels("alpha")
+        assert wheels, "the fixture wheelhouse lists alpha's wheels"
+        for wheel in wheels:
+            reader.check_channel(f"{wheel.index_url}alpha/")  # raises on a link outside the origin
