@@ -22,7 +22,7 @@ from builder.cli.common import add_common, settings_from_args
 from builder.core import net, uvtool
 from builder.core.errors import SourceError, ToolchainError, UsageError
 from builder.core.net import NetError, NetPolicy
-from builder.discovery import torchindex
+from builder.discovery import simpleindex
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
 from builder.user.fit import WheelhouseReader
@@ -249,7 +249,7 @@ def test_the_torch_index_falls_back_when_its_fetch_gives_up(drip: tuple[str, lis
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUILDER_NET_DEADLINE", "1")
     with pytest.raises(OSError):  # what discover() falls back to the cache or snapshot on
-        torchindex.project_files(drip[0].rstrip("/"))
+        simpleindex.project_files(drip[0].rstrip("/"))
 
 
 def test_the_cli_gives_up_on_a_drip_server_with_one_line(drip: tuple[str, list[str]], tmp_path: Path) -> None:
