@@ -25,7 +25,7 @@ from builder.core.net import NetError, NetPolicy
 from builder.discovery import simpleindex
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
-from builder.user.fit import WheelhouseReader
+from builder.user.wheelhouse import WheelhouseReader
 from tests.helpers import assert_one_line_error, run_cli
 from tests.helpers import tarpit as helpers_tarpit
 

@@ -19,7 +19,7 @@ import pytest
 from builder.core.errors import SourceError
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
-from builder.user.fit import WheelhouseReader
+from builder.user.wheelhouse import WheelhouseReader
 from tests.helpers import tarpit
 
 

@@ -35,9 +35,10 @@ from builder.user.envprobe import (
     interpreter_platform,
     probe_env,
 )
-from builder.user.fit import EnvFacts, WheelhouseReader, best, env_facts, judge
+from builder.user.fit import EnvFacts, best, env_facts, judge
 from builder.user.install import Choice, InstallRequest, install, planned_builds
 from builder.user.machine import Driver, MachineFacts
+from builder.user.wheelhouse import WheelhouseReader
 from tests.test_index import labelled_wheel
 
 CC = "causal-conv1d"

@@ -15,7 +15,8 @@ from builder.model import variants
 from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
 from builder.user import install
-from builder.user.fit import EnvFacts, IndexedWheel, WheelhouseReader
+from builder.user.fit import EnvFacts, IndexedWheel
+from builder.user.wheelhouse import WheelhouseReader
 
 PLAIN = "demo-1.0+cu130torch2.14-cp312-cp312-linux_x86_64.whl"
 

@@ -42,7 +42,7 @@ from builder.core.errors import ChecksumError, PublishError, SourceError
 from builder.core.log import log
 from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name
-from builder.index.assets import AssetStore
+from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.layout import (
     ASSETS,
     PAGE_JSON,
@@ -62,7 +62,6 @@ MAX_PAGE = 64 << 20  # simple/index.json, a project's index.json
 MAX_RECORD = 16 << 20  # records/<wheel>.json
 MAX_METADATA = 16 << 20  # a wheel's .metadata sidecar
 MAX_LOG = 64 << 20  # logs/<wheel>.log (optional: a larger one is left out, with a warning)
-MAX_ASSETS = 64 << 10  # assets.json: one URL
 TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
 
 
@@ -148,9 +147,9 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
 
 
 def _published_assets(fetch: _Fetcher) -> AssetStore | None:
-    """The published assets setting (``assets.json``, at most MAX_ASSETS bytes), or None."""
+    """The published assets setting (``assets.json``, at most MAX_ASSETS_FILE bytes), or None."""
     url = fetch.root + ASSETS
-    data = fetch.optional(url, MAX_ASSETS)
+    data = fetch.optional(url, MAX_ASSETS_FILE)
     if data is None:
         return None
     try:

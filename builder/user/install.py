@@ -28,19 +28,9 @@ from builder.model.arch import Arch, format_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.platform import this_machine
 from builder.model.python import PythonSpec
-from builder.user.fit import (
-    EnvFacts,
-    IndexedWheel,
-    Verdict,
-    WheelhouseReader,
-    best,
-    env_facts,
-    env_label,
-    judge,
-    label_cuda,
-    python_fits,
-)
+from builder.user.fit import EnvFacts, IndexedWheel, Verdict, best, env_facts, env_label, judge, label_cuda, python_fits
 from builder.user.machine import MachineFacts
+from builder.user.wheelhouse import WheelhouseReader
 
 
 @dataclass(frozen=True)
