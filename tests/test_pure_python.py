@@ -42,7 +42,7 @@ from builder.stages.torchrange import (
     torches_to_check,
 )
 from builder.user.fit import EnvFacts, judge
-from builder.user.install import install_argv
+from builder.user.installer import install_argv
 from builder.user.wheelhouse import WheelhouseReader
 from tests.helpers import ROOT
 from tests.test_index import labelled_wheel, raw_wheel
