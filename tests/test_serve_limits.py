@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from builder.index.connections import Limits
+from builder.index.httpheaders import UNSATISFIABLE, byte_range
 from builder.index.pages import SIMPLE_JSON
-from builder.index.serve import UNSATISFIABLE, base_url, byte_range, make_server
+from builder.index.serve import base_url, make_server
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
 from tests.test_index import labelled_wheel
