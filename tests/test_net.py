@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import socket
-import threading
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from builder.discovery import simpleindex
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
 from builder.user.wheelhouse import WheelhouseReader
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import assert_one_line_error, http_server, run_cli
 from tests.helpers import tarpit as helpers_tarpit
 
 FAST = NetPolicy(connect_timeout_s=1, read_timeout_s=1, deadline_s=3, retries=5, backoff_s=0.05)
@@ -62,15 +61,8 @@ def serving(behave: Callable[[http.server.BaseHTTPRequestHandler], None]) -> Ite
     """A local HTTP server answering every GET with ``behave``: its root URL and the paths asked for."""
     seen: list[str] = []
     handler = type("Handler", (_Handler,), {"behave": staticmethod(behave), "seen": seen})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(handler) as url:
+        yield url, seen
 
 
 def _drip(h: http.server.BaseHTTPRequestHandler) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from builder.discovery.torchindex import (
     read_toolkit_versions,
 )
 from builder.model.cuda import CudaVersion
-from tests.helpers import FIXTURES, assert_one_line_error, run_cli
+from tests.helpers import FIXTURES, assert_one_line_error, http_server, run_cli
 
 # made-up releases, one per style: (version, Requires-Dist lines or None for "no .metadata file served")
 RELEASES = {
@@ -133,15 +132,8 @@ def fixture_index(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
     _make_index(root)
     requests: list[str] = []
     handler = type("H", (_Handler,), {"requests": requests})
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), lambda *a, **k: handler(*a, directory=str(root), **k))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requests
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(lambda *a, **k: handler(*a, directory=str(root), **k)) as url:
+        yield url.rstrip("/"), requests
 
 
 def _settings(tmp_path: Path, offline: bool = False) -> Settings:
