@@ -32,12 +32,11 @@ from builder.user.envprobe import (
     PythonInfo,
     TorchInfo,
     TransformersInfo,
-    interpreter_argv,
-    interpreter_platform,
     probe_env,
 )
 from builder.user.fit import EnvFacts, best, env_facts, judge
 from builder.user.install import InstallRequest, install, planned_builds
+from builder.user.interpreter import interpreter_argv, interpreter_platform
 from builder.user.machine import Driver, MachineFacts
 from builder.user.wheelhouse import WheelhouseReader
 from tests.test_index import labelled_wheel

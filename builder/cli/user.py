@@ -59,7 +59,7 @@ def default_python(given: str | None) -> Path:
     """``--python`` as given (a venv folder becomes its bin/python, once, here), else the active venv (VIRTUAL_ENV,
     CONDA_PREFIX), else python3 on PATH."""
     # deferred on purpose: `builder` starts without builder.user (60-100 ms; issue 19)
-    from builder.user.envprobe import resolve_interpreter
+    from builder.user.interpreter import resolve_interpreter
 
     if given:  # a path, a venv folder, or a command on PATH (python3)
         found = shutil.which(given) if "/" not in given else None

@@ -31,9 +31,10 @@ from builder.model.recipe import expand_name, find_recipe, load_recipe
 from builder.pipeline.run import BuildOptions, run_build
 from builder.stages.plan import Target
 from builder.user.choice import Choice, choose, cross_flags, ways_forward
-from builder.user.envprobe import interpreter_argv, probe_env
+from builder.user.envprobe import probe_env
 from builder.user.fit import EnvFacts, IndexedWheel, env_facts
 from builder.user.installer import run_argv, run_install
+from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
 from builder.user.wheelhouse import WheelhouseReader
 
