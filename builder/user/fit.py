@@ -1,19 +1,16 @@
 """Which published wheels fit a user's environment, decided per wheel (user/wheelhouse.py reads them).
 
-A wheel fits an environment when its Python tags are accepted there, its torch pin holds the torch that is
-installed, its local label names that torch's CUDA, and (for GPU code, when a GPU is known) it carries SASS or PTX the GPU can run. Its
-platform tag must name the env's CPU: an aarch64 env (GH200, DGX Spark) takes no x86_64 wheel, and the reason says
-so by platform, not by tag (a channel holds both platforms' files, as PyPI does; the installer picks by tag).
+A wheel fits an environment when its Python tags are accepted there, its torch pin holds the installed torch, its
+local label names that torch's CUDA, and (GPU code, a GPU known) it carries SASS or PTX the GPU can run. Its platform
+tag must name the env's CPU: an aarch64 env (GH200, DGX Spark) takes no x86_64 wheel, and the reason says so by
+platform, not by tag (a channel holds both platforms' files, as PyPI does; the installer picks by tag).
 
-A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) serves a torch range instead of one
-torch: it fits an env whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor
-on that CUDA line is one it was verified on (its record's torch checks; index/checks.wheel_channels, the rule the
-pages list it by). It is installed from that env's own channel (``cu130torch2.12``), where the index lists it.
-
-A pure-Python wheel built once (``py3-none-any``, unlabelled, with a record: recipes of kind ``pure-python``,
-stages/torchrange.py ``built_once``) is judged the same way, with no CUDA major: it fits an env whose torch meets
-the wheel's own torch requirement (upstream's) and whose torch minor on its CUDA line is one a check of it passed
-on, and is installed from that env's channel, torch held where it is.
+A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) serves a torch range: it fits an env
+whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor on that CUDA line it
+was verified on (its record's torch checks; index/checks.wheel_channels, the rule the pages list it by). It is
+installed from that env's own channel (``cu130torch2.12``), where the index lists it. A pure-Python wheel built once
+(``py3-none-any``, unlabelled, with a record: stages/torchrange.py ``built_once``) is judged the same way with no
+CUDA major, and installed from that env's channel, torch held where it is.
 """
 
 from __future__ import annotations
