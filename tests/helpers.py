@@ -7,11 +7,14 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +110,19 @@ def tarpit() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
     finally:
         sock.close()
+
+
+@contextmanager
+def http_server(handler: Callable[..., BaseHTTPRequestHandler], context: ssl.SSLContext | None = None) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 with ``handler`` (HTTPS with a ``context``): its root URL, ending in /,
+    while the block runs; shut down and closed after it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"{'https' if context else 'http'}://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from builder.core import archivelimits
 from builder.core.errors import InspectError, SourceError
+from builder.core.safetar import safe_extract_tar
+from builder.core.safezip import safe_extract_zip
 from builder.core.wheelfile import check_wheel_file
-from builder.stages import source
-from builder.stages.source import safe_extract_tar, safe_extract_zip, unpack
+from builder.stages.source import unpack
 from tests.helpers import assert_one_line_error, run_cli
 
 
@@ -70,7 +72,7 @@ def refused(archive: Path, needle: str, tmp_path: Path, *, seconds: float = 5) -
 def test_pax_headers_are_bounded_in_all_at_the_real_limit(tmp_path: Path) -> None:
     """Issue 30: 3000 pax headers of 1 MiB each took 178 s at 3.0 GB. 17 headers just under the 1 MiB per-header
     limit pass it one by one; their 16 MiB sum is refused at the 17th, with the real limits."""
-    comment = b"x" * (source.MAX_HEADER_BYTES - 64)
+    comment = b"x" * (archivelimits.MAX_HEADER_BYTES - 64)
     record = b"%d comment=%s\n" % (len(comment) + 18, comment)
     record = b"%d comment=%s\n" % (len(record), comment)
     blocks = [pax_entry(record) + raw_entry(b"pkg/f%02d" % i, b"x") for i in range(17)]
@@ -81,7 +83,7 @@ def test_pax_headers_are_bounded_in_all_at_the_real_limit(tmp_path: Path) -> Non
 def test_many_long_names_are_refused_in_bounded_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GNU long-name shape of issue 30 (3000 of them: 3.0 GB, 600 s), scaled down: 200 names of 1200 bytes
     against a 64 KiB total. tarfile holds every name it has read; the bound keeps that small."""
-    monkeypatch.setattr(source, "MAX_HEADER_TOTAL", 64 * 1024)
+    monkeypatch.setattr(archivelimits, "MAX_HEADER_TOTAL", 64 * 1024)
     archive = tmp_path / "many-longname.tar.gz"
     with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT) as tar:
         for i in range(200):
@@ -99,14 +101,14 @@ def test_many_long_names_are_refused_in_bounded_memory(tmp_path: Path, monkeypat
 def test_the_member_count_stops_the_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The count is checked as tarfile yields each member: what follows the limit (here a header tarfile would
     read whole) is never reached."""
-    monkeypatch.setattr(source, "MAX_MEMBERS", 50)
+    monkeypatch.setattr(archivelimits, "MAX_MEMBERS", 50)
     blocks = [raw_entry(b"pkg/f%03d" % i, b"x") for i in range(51)]
     blocks.append(raw_entry(b"././@LongLink", b"n" * 4 * 1024**2, b"L"))  # 4 MiB: refused differently if read
     refused(write_tar(tmp_path / "many.tar.gz", *blocks), "more than 50 members", tmp_path)
 
 
 def test_the_unpacked_size_is_summed_over_members(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_UNPACKED_BYTES", 100 * 1024)
+    monkeypatch.setattr(archivelimits, "MAX_UNPACKED_BYTES", 100 * 1024)
     blocks = [raw_entry(b"pkg/f%02d" % i, bytes(30 * 1024)) for i in range(4)]  # each fine, 120 KiB in all
     refused(write_tar(tmp_path / "sum.tar.gz", *blocks), "unpacks to more than 0 MiB", tmp_path)
 
@@ -175,7 +177,7 @@ def test_a_truncated_gzip_stream_is_one_line(tmp_path: Path) -> None:
 
 
 def test_symlink_steps_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_LINK_STEPS", 1000)
+    monkeypatch.setattr(archivelimits, "MAX_LINK_STEPS", 1000)
     links = []
     for i in range(20):
         info = tarfile.TarInfo(f"pkg/l{i:02d}")
@@ -270,14 +272,14 @@ def test_a_zip_member_with_an_empty_name(tmp_path: Path) -> None:
 
 def test_a_zip_central_directory_is_counted_before_zipfile_reads_it(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_MEMBERS", 10)
+    monkeypatch.setattr(archivelimits, "MAX_MEMBERS", 10)
     archive = zip_of(tmp_path / "many.zip", *[f"pkg/f{i}" for i in range(11)])
     monkeypatch.setattr(zipfile, "ZipFile", None)  # never reached
     refused(archive, "more than 10 members", tmp_path)
 
 
 def test_zip_names_are_bounded_in_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_HEADER_TOTAL", 4096)
+    monkeypatch.setattr(archivelimits, "MAX_HEADER_TOTAL", 4096)
     archive = zip_of(tmp_path / "names.zip", *[f"pkg/{i:02d}/" + "n" * 200 for i in range(30)])
     refused(archive, "names and extra fields hold more than 0 MiB", tmp_path)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import check_cache_dir
 from builder.core.tomlfile import MAX_TOML_BYTES, MAX_TOML_DEPTH, nesting_depth, read_toml
-from tests.helpers import FIXTURES, assert_one_line_error, run_cli
+from tests.helpers import FIXTURES, assert_one_line_error, http_server, run_cli
 
 CLI_TIMEOUT_S = 60  # a hang (a fifo opened for reading) fails the test instead of stalling the tier
 
@@ -192,14 +191,8 @@ def http_index(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", folder
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Quiet) as url:
+        yield url.rstrip("/"), folder
 
 
 @pytest.mark.parametrize(("index", "needle"), [

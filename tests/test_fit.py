@@ -12,15 +12,8 @@ from builder.core.errors import SourceError
 from builder.index.store import Wheelhouse
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
-from builder.user.fit import (
-    EnvFacts,
-    WheelhouseReader,
-    best,
-    env_label,
-    judge,
-    label_cuda,
-    runs_on,
-)
+from builder.user.fit import EnvFacts, best, env_label, judge, label_cuda, runs_on
+from builder.user.wheelhouse import WheelhouseReader
 from tests.helpers import ROOT
 from tests.test_index import labelled_wheel
 

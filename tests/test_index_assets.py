@@ -14,11 +14,10 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
-from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from builder.index.mirror import pull
 from builder.index.pages import listed
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
-from tests.helpers import ROOT, CliResult, assert_one_line_error, run_cli
+from tests.helpers import ROOT, CliResult, assert_one_line_error, http_server, run_cli
 from tests.test_index import labelled_wheel, raw_wheel
 from tests.test_index_clients import _clean_env
 from tests.test_publish_txn import make_wheel
@@ -66,14 +65,8 @@ class _Redirect(SimpleHTTPRequestHandler):
 @contextmanager
 def _serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
     """A threaded HTTP server on 127.0.0.1 with ``handler``, its URL while the block runs."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(handler) as url:
+        yield url
 
 
 def redirecting_server(target: str) -> AbstractContextManager[str]:

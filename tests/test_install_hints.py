@@ -7,8 +7,8 @@ from pathlib import Path
 
 from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
+from builder.user.choice import alternative_caveats
 from builder.user.fit import EnvFacts
-from builder.user.install import alternative_caveats
 from builder.user.machine import Driver, MachineFacts
 
 ENV = EnvFacts(python="3.12.1", tags=frozenset(), torch="2.10.0", torch_cuda="12.8",
@@ -41,7 +41,8 @@ def test_no_driver_to_ask_says_it_was_not_checked(tmp_path: Path) -> None:
 def test_dry_run_says_what_it_would_build_and_keeps_the_install_line(tmp_path: Path) -> None:
     """Issue 31 item 3: --dry-run on a machine that can build lists the builds it would run (with the arch it would
     use, or that one is needed) beside the `would run:` line, instead of an error that drops that line."""
-    from builder.user.install import Choice, InstallOutcome, InstallRequest, planned_builds
+    from builder.user.choice import Choice
+    from builder.user.install import InstallOutcome, InstallRequest, planned_builds
 
     class Builds13:
         driver = Driver(version="580.65", cuda="13.0")

@@ -16,7 +16,7 @@ import pytest
 from builder.core.errors import SourceError
 from builder.index.layout import simple_path
 from builder.index.serve import base_url, make_server
-from builder.user.fit import WheelhouseReader
+from builder.user.wheelhouse import WheelhouseReader
 from tests.test_pull_bounds import site
 
 OUTSIDE = ["file:///etc/passwd", "http://169.254.169.254/latest/alpha.whl", "../../../../../etc/passwd"]

@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import socket
-import threading
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -22,11 +21,11 @@ from builder.cli.common import add_common, settings_from_args
 from builder.core import net, uvtool
 from builder.core.errors import SourceError, ToolchainError, UsageError
 from builder.core.net import NetError, NetPolicy
-from builder.discovery import torchindex
+from builder.discovery import simpleindex
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
-from builder.user.fit import WheelhouseReader
-from tests.helpers import assert_one_line_error, run_cli
+from builder.user.wheelhouse import WheelhouseReader
+from tests.helpers import assert_one_line_error, http_server, run_cli
 from tests.helpers import tarpit as helpers_tarpit
 
 FAST = NetPolicy(connect_timeout_s=1, read_timeout_s=1, deadline_s=3, retries=5, backoff_s=0.05)
@@ -62,15 +61,8 @@ def serving(behave: Callable[[http.server.BaseHTTPRequestHandler], None]) -> Ite
     """A local HTTP server answering every GET with ``behave``: its root URL and the paths asked for."""
     seen: list[str] = []
     handler = type("Handler", (_Handler,), {"behave": staticmethod(behave), "seen": seen})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(handler) as url:
+        yield url, seen
 
 
 def _drip(h: http.server.BaseHTTPRequestHandler) -> None:
@@ -249,7 +241,7 @@ def test_the_torch_index_falls_back_when_its_fetch_gives_up(drip: tuple[str, lis
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUILDER_NET_DEADLINE", "1")
     with pytest.raises(OSError):  # what discover() falls back to the cache or snapshot on
-        torchindex.project_files(drip[0].rstrip("/"))
+        simpleindex.project_files(drip[0].rstrip("/"))
 
 
 def test_the_cli_gives_up_on_a_drip_server_with_one_line(drip: tuple[str, list[str]], tmp_path: Path) -> None:

@@ -8,10 +8,9 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ import pytest
 from builder.core.errors import SourceError
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
-from builder.user.fit import WheelhouseReader
-from tests.helpers import tarpit
+from builder.user.wheelhouse import WheelhouseReader
+from tests.helpers import http_server, tarpit
 
 
 class _Status(BaseHTTPRequestHandler):
@@ -37,15 +36,8 @@ class _Status(BaseHTTPRequestHandler):
 
 @contextmanager
 def _server(status: int, context: ssl.SSLContext | None = None) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("S", (_Status,), {"status": status}))
-    if context is not None:
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"{'https' if context else 'http'}://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(type("S", (_Status,), {"status": status}), context) as url:
+        yield url
 
 
 @contextmanager

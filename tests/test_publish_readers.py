@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
 from tests.helpers import ROOT, assert_one_line_error, run_cli
 from tests.index_reader import Inconsistent, read_index
-from tests.test_publish_txn import LABEL, assert_consistent, make_wheel, sha, state
+from tests.test_publish_txn import CHILD, LABEL, assert_consistent, make_wheel, sha, state
 
 STEPS = ("replace", "rename", "fsync", "unlink", "rmdir", "symlink")
 
@@ -145,27 +144,6 @@ def test_a_wheelhouse_with_real_page_folders_is_adopted_without_a_gap(
     assert_consistent(house)
     assert not (house.root / ".generations" / "current").is_dir() or (house.root / ".generations" / "current").is_symlink()
 
-
-CHILD = textwrap.dedent("""
-    import os, signal, sys
-    from pathlib import Path
-    sys.path.insert(0, {root!r})
-    from builder.index.store import Wheelhouse
-    from builder.model.records import BuildRecord
-    kill_at, count = int(sys.argv[1]), [0]
-    def step(real):
-        def hooked(*args, **kwargs):
-            count[0] += 1
-            if count[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return real(*args, **kwargs)
-        return hooked
-    for name in {steps!r}:
-        setattr(os, name, step(getattr(os, name)))
-    house = Wheelhouse(Path({house!r}))
-    {operation}
-    print(count[0])
-""")
 
 CHILD_OPERATIONS = {
     "publish a new file name": "house.publish(Path({other!r}), BuildRecord(cache_key='other', archs=('90',)))",

@@ -102,10 +102,14 @@ def assert_consistent(house: Wheelhouse) -> None:
             assert hashlib.sha256(zf.read(meta)).hexdigest() == sha(sidecar), f"{name}: sidecar is not its METADATA"
 
 
+# A child process doing one wheelhouse ``operation``, SIGKILLed at its ``kill_at``-th call of the os functions in
+# ``steps`` (argv[1]); it prints how many calls it made.
 CHILD = textwrap.dedent("""
     import os, signal, sys
+    from pathlib import Path
     sys.path.insert(0, {root!r})
-    import builder.index.store as pub
+    from builder.index.store import Wheelhouse
+    from builder.model.records import BuildRecord
     kill_at, count = int(sys.argv[1]), [0]
     def step(real):
         def hooked(*args, **kwargs):
@@ -114,8 +118,11 @@ CHILD = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(*args, **kwargs)
         return hooked
-    os.replace, os.fsync = step(os.replace), step(os.fsync)
-    pub.Wheelhouse(pub.Path({house!r})).publish(pub.Path({wheel!r}), pub.BuildRecord(cache_key={key!r}, archs=("90",)))
+    for name in {steps!r}:
+        setattr(os, name, step(getattr(os, name)))
+    house = Wheelhouse(Path({house!r}))
+    {operation}
+    print(count[0])
 """)
 
 
@@ -134,7 +141,8 @@ def test_sigkill_at_every_rename_and_fsync_leaves_the_old_or_the_new_state(tmp_p
         house = Wheelhouse(root)
         house.publish(old_wheel, BuildRecord.from_json({"cache_key": "old", "archs": ["90"]}))
         before_files, before = snapshot(root), state(house)
-        script = CHILD.format(root=str(ROOT), house=str(root), wheel=str(new_wheel), key="new")
+        script = CHILD.format(root=str(ROOT), steps=("replace", "fsync"), house=str(root),
+                              operation=f"house.publish(Path({str(new_wheel)!r}), BuildRecord(cache_key='new', archs=('90',)))")
         child = subprocess.run([sys.executable, "-c", script, str(kill_at)], capture_output=True, text=True, check=False)
         if child.returncode == 0:
             break

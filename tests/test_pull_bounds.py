@@ -14,7 +14,8 @@ import pytest
 
 from builder.core.errors import BuilderError, ChecksumError, SourceError
 from builder.core.net import TooLarge
-from builder.index.mirror import MAX_ASSETS, pull
+from builder.index.assets import MAX_ASSETS_FILE
+from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
 from tests.helpers import assert_one_line_error, run_cli
 from tests.test_index_assets import _serving, published, static_server
@@ -154,7 +155,7 @@ def test_a_50_mb_assets_json_is_refused_at_its_cap(tmp_path: Path) -> None:
     folder = site(tmp_path)
     (folder / "assets.json").write_bytes(b'{"url": "https://h/' + b"a" * (50 << 20) + b'/"}')
     with static_server(folder) as url:
-        refused(url, tmp_path, TooLarge, "assets.json", f"more than the {MAX_ASSETS} bytes")
+        refused(url, tmp_path, TooLarge, "assets.json", f"more than the {MAX_ASSETS_FILE} bytes")
 
 
 @pytest.mark.parametrize("change", [{"size": "1408"}, {"size": 1.5}, {"size": -1}, {"url": 7},
@@ -209,12 +210,12 @@ def test_the_cli_refuses_in_one_line_and_allow_origin_opens_it(tmp_path: Path) -
 
 def test_install_from_a_wheelhouse_with_a_huge_page_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`install --from` read pages whole; a page past the cap (lowered here to 1 MiB, 64 MiB by default) is refused."""
-    from builder.user import fit
+    from builder.user import wheelhouse
 
-    monkeypatch.setattr(fit, "MAX_ANSWER", 1 << 20)
+    monkeypatch.setattr(wheelhouse, "MAX_ANSWER", 1 << 20)
     folder = site(tmp_path)
     for page in ("index.json", "index.html"):  # a static host answers simple/ with its index.html
         (folder / "simple" / page).write_bytes(b'{"projects": [' + b" " * (2 << 20) + b"]}")
     with static_server(folder) as url:
         with pytest.raises(TooLarge, match="simple/: the answer .* more than the 1048576 bytes"):
-            fit.WheelhouseReader(url).projects()
+            wheelhouse.WheelhouseReader(url).projects()

@@ -41,8 +41,9 @@ from builder.stages.torchrange import (
     split_unchecked,
     torches_to_check,
 )
-from builder.user.fit import EnvFacts, WheelhouseReader, judge
-from builder.user.install import install_argv
+from builder.user.fit import EnvFacts, judge
+from builder.user.installer import install_argv
+from builder.user.wheelhouse import WheelhouseReader
 from tests.helpers import ROOT
 from tests.test_index import labelled_wheel, raw_wheel
 from tests.test_stable_abi import pypi_like

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from builder.index.httpheaders import negotiate
 from builder.index.pages import SIMPLE_HTML, SIMPLE_JSON
-from builder.index.serve import base_url, make_server, negotiate
+from builder.index.serve import base_url, make_server
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
 from tests.helpers import ROOT, assert_one_line_error, run_cli

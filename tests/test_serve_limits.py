@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from builder.index.connections import Limits
+from builder.index.httpheaders import UNSATISFIABLE, byte_range
 from builder.index.pages import SIMPLE_JSON
-from builder.index.serve import UNSATISFIABLE, base_url, byte_range, make_server
+from builder.index.serve import base_url, make_server
 from builder.index.store import Wheelhouse
 from builder.model.records import BuildRecord
 from tests.test_index import labelled_wheel
@@ -292,16 +293,20 @@ def test_at_the_cap_a_waiting_connection_makes_room(house: Wheelhouse) -> None:
                 sock.close()
 
 
+def _ask_for_a_big_file_and_never_read(house: Wheelhouse, sock: socket.socket, settle_s: float) -> None:
+    """A 64 MiB file in the wheelhouse, asked for on ``sock`` with a small receive buffer that is never read."""
+    with open(house.wheels / "big.whl", "wb") as f:
+        f.truncate(64 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(b"GET /wheels/big.whl HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(settle_s)
+
+
 def test_past_the_cap_with_every_connection_busy_503(house: Wheelhouse) -> None:
     """When every open connection is being answered (here: one client that never reads a large file), a new one is
     answered 503 at once."""
-    big = house.wheels / "big.whl"
-    with open(big, "wb") as f:
-        f.truncate(64 << 20)
     with serving(house.root, Limits(connections=1, write=5)) as (url, log), connect(url) as stuck:
-        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stuck.sendall(b"GET /wheels/big.whl HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.3)
+        _ask_for_a_big_file_and_never_read(house, stuck, 0.3)
         started = time.monotonic()
         with connect(url) as extra:
             answer = read_until_closed(extra)
@@ -332,13 +337,8 @@ def test_an_oversized_head_gets_431(house: Wheelhouse) -> None:
 def test_a_client_that_stops_reading_frees_its_worker(house: Wheelhouse) -> None:
     """With one worker, a client that asks for a large file and never reads it holds that worker only until a write
     has waited ``write`` seconds."""
-    big = house.wheels / "big.whl"
-    with open(big, "wb") as f:
-        f.truncate(64 << 20)
     with serving(house.root, Limits(write=0.5, workers=1)) as (url, log), connect(url) as stuck:
-        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stuck.sendall(b"GET /wheels/big.whl HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.2)
+        _ask_for_a_big_file_and_never_read(house, stuck, 0.2)
         started = time.monotonic()
         assert get(url + "simple/")[0] == 200
         assert time.monotonic() - started < 3

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from builder.index.connections import Limits
+from builder.index.httpheaders import UNSATISFIABLE, byte_range
 from builder.index.pages import SIMPLE_JSON
-from builder.index.serve import UNSATISFIABLE, byte_range
 from builder.index.store import Wheelhouse
 from tests.test_serve import get
 from tests.test_serve_limits import connect, house, serving  # noqa: F401  (house: a fixture)

@@ -25,7 +25,8 @@ from builder.discovery.compat import (
     resolve_index,
     torch_cuda_unverified,
 )
-from builder.discovery.torchindex import Listing, Release, release_notes_listing
+from builder.discovery.snapshot import release_notes_listing
+from builder.discovery.torchindex import Listing, Release
 from builder.model.arch import parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from builder.core import archivelimits
 from builder.core.errors import ChecksumError, SourceError
 from builder.core.fsutil import sha256_file
+from builder.core.safetar import safe_extract_tar
+from builder.core.safezip import safe_extract_zip
 from builder.core.settings import Settings
 from builder.stages import source
 from builder.stages.resolve import SourceRef
-from builder.stages.source import fetch, safe_extract_tar, safe_extract_zip, unpack
+from builder.stages.source import fetch, unpack
 
 
 def make_tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
@@ -71,7 +74,7 @@ def test_hostile_tar_is_refused(tmp_path: Path, member, needle: str) -> None:
 
 
 def test_decompression_bomb_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_UNPACKED_BYTES", 1024 * 1024)
+    monkeypatch.setattr(archivelimits, "MAX_UNPACKED_BYTES", 1024 * 1024)
     archive = make_tar(tmp_path / "bomb.tar.gz", [file_member("pkg/zeros", bytes(4 * 1024 * 1024))])
     assert archive.stat().st_size < 64 * 1024  # tiny on disk, large unpacked
     with pytest.raises(SourceError, match="decompression bomb"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from builder.discovery.torchindex import (
     read_toolkit_versions,
 )
 from builder.model.cuda import CudaVersion
-from tests.helpers import FIXTURES, assert_one_line_error, run_cli
+from tests.helpers import FIXTURES, assert_one_line_error, http_server, run_cli
 
 # made-up releases, one per style: (version, Requires-Dist lines or None for "no .metadata file served")
 RELEASES = {
@@ -133,15 +132,8 @@ def fixture_index(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
     _make_index(root)
     requests: list[str] = []
     handler = type("H", (_Handler,), {"requests": requests})
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), lambda *a, **k: handler(*a, directory=str(root), **k))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requests
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(lambda *a, **k: handler(*a, directory=str(root), **k)) as url:
+        yield url.rstrip("/"), requests
 
 
 def _settings(tmp_path: Path, offline: bool = False) -> Settings:
@@ -323,13 +315,13 @@ def test_real_plans_for_causal_conv1d(cli_env: dict[str, str]) -> None:
 def test_pip_toolchain_refuses_a_minor_pypi_lacks(tmp_path: Path) -> None:
     """The discovered cuda-toolkit list (here a fresh cache entry) decides; nothing is downloaded."""
     from builder.core.errors import ToolchainError
-    from builder.discovery.torchindex import _now
+    from builder.discovery.torchindex import now_stamp
     from builder.stages.plan import validate_cuda
     from builder.toolchain.pip import provision
 
     settings = _settings(tmp_path)
     (settings.cache("index") / "cuda-toolkit-versions.json").write_text(
-        json.dumps({"versions": ["13.0", "13.2"], "read_at": _now()}))
+        json.dumps({"versions": ["13.0", "13.2"], "read_at": now_stamp()}))
     with pytest.raises(ToolchainError, match=r"cannot provide CUDA 13.1: PyPI's cuda-toolkit has 13.0, 13.2"):
         provision(CudaVersion.parse("13.1"), settings)
     assert str(validate_cuda("13.2", settings)) == "13.2"
@@ -340,13 +332,13 @@ def test_pip_toolchain_refuses_a_minor_pypi_lacks(tmp_path: Path) -> None:
 def test_farm_file_and_cuda_flag_check_one_list_of_known_cuda(tmp_path: Path) -> None:
     """farm.toml's ``cuda`` and ``--cuda`` ask discovery/compat.known_cuda: the same answer for the same settings
     (here a fresh cache entry without 13.1), and the shipped snapshot's for neither settings."""
-    from builder.discovery.torchindex import _now
+    from builder.discovery.torchindex import now_stamp
     from builder.farm.spec import FarmError, load_farm
     from builder.stages.plan import validate_cuda
 
     settings = _settings(tmp_path)
     (settings.cache("index") / "cuda-toolkit-versions.json").write_text(
-        json.dumps({"versions": ["13.0", "13.2"], "read_at": _now()}))
+        json.dumps({"versions": ["13.0", "13.2"], "read_at": now_stamp()}))
     farm = tmp_path / "farm.toml"
     farm.write_text('[defaults]\ncuda = ["13.1"]\narchs = "120"\n\n[[package]]\nname = "demo"\n')
     with pytest.raises(FarmError, match=r"field 'defaults.cuda\[0\]' is not a known CUDA version: '13.1'"):

@@ -24,6 +24,7 @@ from builder.index.store import Wheelhouse
 from builder.model.cuda import CudaVersion
 from builder.model.platform import AARCH64, X86_64
 from builder.model.records import BuildRecord
+from builder.user.choice import Choice
 from builder.user.envprobe import (
     EnvReport,
     GpuDevice,
@@ -31,13 +32,13 @@ from builder.user.envprobe import (
     PythonInfo,
     TorchInfo,
     TransformersInfo,
-    interpreter_argv,
-    interpreter_platform,
     probe_env,
 )
-from builder.user.fit import EnvFacts, WheelhouseReader, best, env_facts, judge
-from builder.user.install import Choice, InstallRequest, install, planned_builds
+from builder.user.fit import EnvFacts, best, env_facts, judge
+from builder.user.install import InstallRequest, install, planned_builds
+from builder.user.interpreter import interpreter_argv, interpreter_platform
 from builder.user.machine import Driver, MachineFacts
+from builder.user.wheelhouse import WheelhouseReader
 from tests.test_index import labelled_wheel
 
 CC = "causal-conv1d"
@@ -192,7 +193,7 @@ def test_a_cross_build_needs_nvcc_and_the_platforms_cross_gxx(tmp_path: Path) ->
 @pytest.fixture
 def arm_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """install() and diagnose() get the hand-given aarch64 probe result instead of running PY."""
-    monkeypatch.setattr("builder.user.envprobe.probe_env", probed())
+    monkeypatch.setattr("builder.user.install.probe_env", probed())
     monkeypatch.setattr("builder.user.doctor.probe_env", probed())
 
 
@@ -202,7 +203,7 @@ def settings(tmp_path: Path) -> Settings:
 
 def test_install_refuses_an_x86_64_only_wheelhouse_for_an_aarch64_env(
         house: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arm_env: None) -> None:
-    monkeypatch.setattr("builder.user.machine.machine_facts", lambda env, s: machine(tmp_path))
+    monkeypatch.setattr("builder.user.install.machine_facts", lambda env, s: machine(tmp_path))
     request = InstallRequest(packages=(CC,), python=PY, source=str(house.root), build=False)
     with pytest.raises(InstallError) as caught:
         install(request, settings(tmp_path))
@@ -219,7 +220,7 @@ def test_install_refuses_an_x86_64_only_wheelhouse_for_an_aarch64_env(
 
 def test_without_a_cross_compiler_the_way_forward_names_what_it_takes(
         house: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arm_env: None) -> None:
-    monkeypatch.setattr("builder.user.machine.machine_facts", lambda env, s: machine(tmp_path, cross_gxx=False))
+    monkeypatch.setattr("builder.user.install.machine_facts", lambda env, s: machine(tmp_path, cross_gxx=False))
     request = InstallRequest(packages=(CC,), python=PY, source=str(house.root), arch="121")
     with pytest.raises(InstallError) as caught:
         install(request, settings(tmp_path))
@@ -231,7 +232,7 @@ def test_without_a_cross_compiler_the_way_forward_names_what_it_takes(
 
 def test_the_build_fallback_cross_builds_for_the_envs_platform(
         house: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arm_env: None) -> None:
-    monkeypatch.setattr("builder.user.machine.machine_facts", lambda env, s: machine(tmp_path))
+    monkeypatch.setattr("builder.user.install.machine_facts", lambda env, s: machine(tmp_path))
     targets = []
 
     class Built:
@@ -241,7 +242,7 @@ def test_the_build_fallback_cross_builds_for_the_envs_platform(
         targets.append(target)
         return Built()
 
-    monkeypatch.setattr("builder.pipeline.run.run_build", run_build)
+    monkeypatch.setattr("builder.user.install.run_build", run_build)
     request = InstallRequest(packages=(CC,), python=PY, source=str(house.root), arch="121")
     with pytest.raises(InstallError):  # the stand-in build published nothing, so nothing fits afterwards either
         install(request, settings(tmp_path))
@@ -252,7 +253,7 @@ def test_the_build_fallback_cross_builds_for_the_envs_platform(
 
 def test_the_build_fallback_asks_for_an_arm_machines_arch(
         house: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arm_env: None) -> None:
-    monkeypatch.setattr("builder.user.machine.machine_facts", lambda env, s: machine(tmp_path, driver=H200))
+    monkeypatch.setattr("builder.user.install.machine_facts", lambda env, s: machine(tmp_path, driver=H200))
     with pytest.raises(InstallError) as caught:
         install(InstallRequest(packages=(CC,), python=PY, source=str(house.root)), settings(tmp_path))
     assert caught.value.message == "no GPU here to take the aarch64 wheel's arch from (this env runs here under qemu)"
@@ -274,7 +275,7 @@ def test_dry_run_plans_carry_the_platform_for_gpu_code_only(tmp_path: Path) -> N
 
 def test_the_cli_refusal_is_one_line(house: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str], arm_env: None) -> None:
-    monkeypatch.setattr("builder.user.machine.machine_facts", lambda env, s: machine(tmp_path))
+    monkeypatch.setattr("builder.user.install.machine_facts", lambda env, s: machine(tmp_path))
     venv = tmp_path / "arm-env"
     (venv / "bin").mkdir(parents=True)
     fake_elf(venv / "bin" / "python", 0xB7)  # --python must exist; what it holds is the hand-given probe result

@@ -18,9 +18,12 @@ from packaging.version import Version
 from builder.index.store import Wheelhouse
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord, TorchCheck
-from builder.user.fit import EnvFacts, IndexedWheel, Verdict, WheelhouseReader, best, judge
-from builder.user.install import Choice, InstallOutcome, install_argv, torch_for_this_machine, ways_forward
+from builder.user.choice import Choice, torch_for_this_machine, ways_forward
+from builder.user.fit import EnvFacts, IndexedWheel, Verdict, best, judge
+from builder.user.install import InstallOutcome
+from builder.user.installer import install_argv
 from builder.user.machine import Driver
+from builder.user.wheelhouse import WheelhouseReader
 from tests.test_index import labelled_wheel
 from tests.test_user_install import World, installed, make_venv, stand_in_torch
 

@@ -14,8 +14,9 @@ from packaging.version import Version
 from builder.model import variants
 from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
-from builder.user import install
-from builder.user.fit import EnvFacts, IndexedWheel, WheelhouseReader
+from builder.user import installer
+from builder.user.fit import EnvFacts, IndexedWheel
+from builder.user.wheelhouse import WheelhouseReader
 
 PLAIN = "demo-1.0+cu130torch2.14-cp312-cp312-linux_x86_64.whl"
 
@@ -43,14 +44,14 @@ def test_the_reader_lists_plain_wheels_with_their_variant_labels(tmp_path: Path)
 
 def test_the_uv_line_carries_the_preview_flag_only_for_wheels_with_variants() -> None:
     python = Path("/env/bin/python")
-    with_variants = install.install_argv(python, [_wheel(("sm120", "sm90"))], ENV)
+    with_variants = installer.install_argv(python, [_wheel(("sm120", "sm90"))], ENV)
     assert with_variants[:5] == ["uv", "pip", "install", "--preview-features", variants.UV_PREVIEW_FEATURE]
-    assert "--preview-features" not in install.install_argv(python, [_wheel()], ENV)
-    assert "--preview-features" not in install.install_argv(python, [_wheel(("sm90",))], ENV, tool="pip")
+    assert "--preview-features" not in installer.install_argv(python, [_wheel()], ENV)
+    assert "--preview-features" not in installer.install_argv(python, [_wheel(("sm90",))], ENV, tool="pip")
 
 
 def test_the_uv_this_tool_runs_knows_variants() -> None:
-    assert install.uv_knows_variants()
+    assert installer.uv_knows_variants()
 
 
 def _env_with(tmp_path: Path, variant: variants.Variant | None) -> Path:
@@ -70,10 +71,10 @@ def _env_with(tmp_path: Path, variant: variants.Variant | None) -> Path:
 @pytest.mark.parametrize("arch", [90, 120])
 def test_install_says_which_variant_uv_chose(tmp_path: Path, arch: int) -> None:
     chosen = variants.Variant.for_build(Arch(arch), CudaVersion.parse("13.0"))
-    said = install.variant_chosen(_env_with(tmp_path, chosen), _wheel(("sm120", "sm90")))
+    said = installer.variant_chosen(_env_with(tmp_path, chosen), _wheel(("sm120", "sm90")))
     assert said.startswith(f"the sm{arch} variant (sm_{arch} code only)") and "CUDA 13.0 or newer" in said
 
 
 def test_install_says_when_uv_took_the_plain_wheel(tmp_path: Path) -> None:
-    said = install.variant_chosen(_env_with(tmp_path, None), _wheel(("sm120", "sm90")))
+    said = installer.variant_chosen(_env_with(tmp_path, None), _wheel(("sm120", "sm90")))
     assert said.startswith("the plain wheel (sm_120, sm_90)") and "none of its variants (sm120, sm90)" in said

@@ -6,14 +6,17 @@ import argparse
 import time
 from collections.abc import Callable
 
+from rich.table import Table
+
 from builder.cli import numbers
 from builder.cli.common import out, settings_from_args
+from builder.core.cachedir import SECTIONS, clean, disk_bytes, usage
+from builder.core.errors import UsageError
 from builder.core.fsutil import human_size
+from builder.core.uvtool import free_bytes
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
-    from builder.core.cachedir import SECTIONS
-
     p = sub.add_parser("cache", help="show the cache's disk use per part, or clean parts of it")
     csub = p.add_subparsers(dest="cache_command")
     info = csub.add_parser("info", help="disk use per part (the default)")
@@ -42,12 +45,6 @@ def _age(mtime: float | None) -> str:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from builder.core.cachedir import SECTIONS, clean, disk_bytes, usage
-    from builder.core.errors import UsageError
-    from builder.core.uvtool import free_bytes
-
     settings = settings_from_args(args)
     root = settings.cache_dir
     if args.cache_command == "clean":

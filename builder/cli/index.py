@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder.cli import numbers
 from builder.cli.common import out, settings_from_args
-from builder.core.log import plural
+from builder.core.errors import UsageError
+from builder.core.log import log, plural
 from builder.core.net import seconds
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    # deferred on purpose: `builder` starts without builder.index (about 50 ms; issue 19)
     from builder.index.store import Wheelhouse
 
     if args.index_command == "pull":
@@ -94,15 +97,14 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _assets_of(url: str) -> AssetStore | None:
+    # deferred on purpose: `builder` starts without builder.index (about 50 ms; issue 19)
     from builder.index.assets import AssetStore
 
     return AssetStore.parse(url) if url else None
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from builder.core.errors import UsageError
+    # deferred on purpose: `builder` starts without builder.index (about 50 ms; issue 19)
     from builder.index.export import export_assets, export_pages
     from builder.index.store import Wheelhouse
 
@@ -120,6 +122,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
+    # deferred on purpose: `builder` starts without builder.index (about 50 ms; issue 19)
     from builder.index.mirror import pull
     from builder.index.store import Wheelhouse
 
@@ -142,8 +145,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from builder.core.errors import UsageError
-    from builder.core.log import log
+    # deferred on purpose: `builder` starts without builder.index (about 50 ms; issue 19)
     from builder.index.layout import simple_path
     from builder.index.serve import base_url, make_server
     from builder.index.store import Wheelhouse

@@ -10,6 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from builder.cli.common import out, settings_from_args
+from builder.core.errors import SourceError
+from builder.discovery.compat import KNOWN_INDEXES, TorchIndex, resolve_index, source_text
+from builder.discovery.snapshot import build_snapshot, write_snapshot_file
+from builder.discovery.torchindex import discover, toolkit_versions
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -28,15 +32,6 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def cmd_torch_table(args: argparse.Namespace) -> int:
-    from builder.core.errors import SourceError
-    from builder.discovery.compat import KNOWN_INDEXES, TorchIndex, resolve_index, source_text
-    from builder.discovery.torchindex import (
-        build_snapshot,
-        discover,
-        toolkit_versions,
-        write_snapshot_file,
-    )
-
     settings = settings_from_args(args)
     if args.write_snapshot:
         if settings.offline:

@@ -15,14 +15,14 @@ from rich.table import Table
 
 from builder.cli.common import out, settings_from_args
 from builder.core.errors import UsageError
+from builder.core.log import log
+from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
 from builder.model.platform import this_machine
 
 if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
     from builder.user.envprobe import KernelBinding, ModelKernels
-from builder.core.log import log
-from builder.core.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -58,7 +58,8 @@ def from_wheelhouse(settings: Settings, source: str | None) -> Settings:
 def default_python(given: str | None) -> Path:
     """``--python`` as given (a venv folder becomes its bin/python, once, here), else the active venv (VIRTUAL_ENV,
     CONDA_PREFIX), else python3 on PATH."""
-    from builder.user.envprobe import resolve_interpreter
+    # deferred on purpose: `builder` starts without builder.user (60-100 ms; issue 19)
+    from builder.user.interpreter import resolve_interpreter
 
     if given:  # a path, a venv folder, or a command on PATH (python3)
         found = shutil.which(given) if "/" not in given else None
@@ -73,6 +74,7 @@ def default_python(given: str | None) -> Path:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    # deferred on purpose: `builder` starts without builder.user (60-100 ms; issue 19)
     from builder.user.doctor import diagnose
 
     settings = settings_from_args(args)
@@ -210,6 +212,7 @@ def _render_wheelhouse(report: DoctorReport) -> None:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
+    # deferred on purpose: `builder` starts without builder.user (60-100 ms; issue 19)
     from builder.user.install import InstallRequest, install
 
     settings = from_wheelhouse(settings_from_args(args), args.source)

@@ -23,13 +23,11 @@ limit (``NetPolicy.git_env``). Defaults: the ``NetPolicy`` fields; the variables
 from __future__ import annotations
 
 import argparse
-import functools
 import http.client
 import math
 import os
 import socket
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -41,6 +39,7 @@ from typing import Any, TypeVar
 
 from builder.core import netfault
 from builder.core.errors import SourceError, UsageError
+from builder.core.watchdog import Expired, Watch, WatchedHTTPHandler, WatchedHTTPSHandler
 
 CHUNK = 1 << 16
 # The most seconds any bound may be (a month): threading.Timer and time_t overflow long before 1e300.
@@ -170,121 +169,18 @@ class _Retry(Exception):
         self.cure = cure
 
 
-class _Expired(Exception):
-    """The operation's deadline passed."""
-
-
 class TooLarge(SourceError):
     """An answer longer than its caller's cap (a page, a record, a wheel past its declared size); not retried."""
 
 
-# ---------------------------------------------------------------- the deadline's watchdog
-
-
-class _Watch:
-    """An operation's deadline: when it passes, every socket the operation opened is shut down, which wakes a
-    read blocked in any phase; the reader then sees ``expired`` and stops."""
-
-    def __init__(self, deadline_s: float) -> None:
-        self.started = time.monotonic()
-        self.deadline = self.started + deadline_s
-        self.expired = False
-        self.received = 0  # body bytes, over all tries: what a drip server sent before the deadline
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(deadline_s, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def check(self) -> None:
-        if self.expired or self.remaining() <= 0:
-            self.expired = True
-            raise _Expired
-
-    def add(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                _shut(sock)
-
-    def stop(self) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    """Shut the connection down under any thread blocked on it (the plain socket's call: a TLS socket's own
-    would tear down its TLS state under the reader)."""
-    try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed
-
-
-class _Watched:
-    """An http.client connection whose socket the watch can shut down; connecting is bounded by the connect
-    timeout (and what is left of the deadline), each read by the read timeout."""
-
-    sock: socket.socket
-    timeout: float | None
-
-    def __init__(self, *args: Any, watch: _Watch, policy: NetPolicy, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._watch, self._policy = watch, policy
-
-    def connect(self) -> None:
-        self._watch.check()
-        self.timeout = max(0.1, min(self._policy.connect_timeout_s, self._watch.remaining()))
-        super().connect()  # type: ignore[misc]
-        self.sock.settimeout(self._policy.read_timeout_s)
-        self._watch.add(self.sock)
-
-
-class _HTTPConnection(_Watched, http.client.HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_Watched, http.client.HTTPSConnection):
-    pass
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, watch: _Watch, policy: NetPolicy) -> None:
-        super().__init__()
-        self._connection = functools.partial(_HTTPConnection, watch=watch, policy=policy)
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(self._connection, req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, watch: _Watch, policy: NetPolicy) -> None:
-        super().__init__()
-        self._connection = functools.partial(_HTTPSConnection, watch=watch, policy=policy)
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(self._connection, req)
-
-
-# ---------------------------------------------------------------- fetching
+# ---------------------------------------------------------------- the ding
 
 
 class Body:
     """An open answer, read in chunks with the deadline checked between them. A failure while reading is
     another try for ``open_url`` (the reader is called again from the start)."""
 
-    def __init__(self, response: Any, watch: _Watch, timeout_s: float, max_bytes: int | None = None) -> None:
+    def __init__(self, response: Any, watch: Watch, timeout_s: float, max_bytes: int | None = None) -> None:
         self._response, self._watch, self._timeout = response, watch, timeout_s
         self.max_bytes = max_bytes
         self.status: int = getattr(response, "status", None) or 200
@@ -342,7 +238,7 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in ("http", "https", "file"):
         raise SourceError(f"{url}: not an http(s):// or file:// URL; refused", "check what the index links there")
-    watch = _Watch(policy.deadline_s)
+    watch = Watch(policy.deadline_s)
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     opener = _opener(watch, policy, local=scheme == "file")
     tries, cause, cure = 0, "", ""
@@ -353,7 +249,7 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
                 return _try(opener, request, read, watch, policy, max_bytes)
             except _Retry as e:
                 cause, cure = e.cause, e.cure
-            except _Expired:
+            except Expired:
                 raise _gave_up(url, policy, watch, tries, cause) from None
             pause = policy.backoff_s * 2 ** (tries - 1)
             if tries > policy.retries:
@@ -385,13 +281,15 @@ class RedirectRefused(SourceError):
     """A redirect this policy does not follow (to another scheme, or too many)."""
 
 
-def _opener(watch: _Watch, policy: NetPolicy, *, local: bool) -> urllib.request.OpenerDirector:
+def _opener(watch: Watch, policy: NetPolicy, *, local: bool) -> urllib.request.OpenerDirector:
     """An opener with exactly the handlers a fetch may use: the watched http(s) ones and the redirect rule above;
     file:// only for a file:// URL (never reached by a redirect); no ftp://, data: or proxies' other schemes."""
     opener = urllib.request.OpenerDirector()
+    timeouts = (policy.connect_timeout_s, policy.read_timeout_s)
     handlers: list[urllib.request.BaseHandler] = [
         urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), urllib.request.HTTPDefaultErrorHandler(),
-        _Redirects(), urllib.request.HTTPErrorProcessor(), _HTTPHandler(watch, policy), _HTTPSHandler(watch, policy)]
+        _Redirects(), urllib.request.HTTPErrorProcessor(), WatchedHTTPHandler(watch, *timeouts),
+        WatchedHTTPSHandler(watch, *timeouts)]
     if local:
         handlers.append(urllib.request.FileHandler())
     for handler in handlers:
@@ -400,7 +298,7 @@ def _opener(watch: _Watch, policy: NetPolicy, *, local: bool) -> urllib.request.
 
 
 def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request, read: Callable[[Body], _T],
-         watch: _Watch, policy: NetPolicy, max_bytes: int | None) -> _T:
+         watch: Watch, policy: NetPolicy, max_bytes: int | None) -> _T:
     watch.check()
     try:
         response = opener.open(request, timeout=policy.read_timeout_s)
@@ -445,7 +343,7 @@ def _describe(error: object, timeout_s: float) -> str:
     return text if len(text) < 160 else text[:157] + "…"
 
 
-def _gave_up(url: str, policy: NetPolicy, watch: _Watch, tries: int, cause: str, *,
+def _gave_up(url: str, policy: NetPolicy, watch: Watch, tries: int, cause: str, *,
              deadline: bool = False, cure: str = "") -> NetError:
     took = f"{watch.elapsed():.0f} s, {tries} tr{'y' if tries == 1 else 'ies'}"
     if watch.expired or deadline:

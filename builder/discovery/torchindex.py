@@ -24,7 +24,6 @@ snapshot shipped in the package (builder/data/torch-snapshot.json, written only 
 from __future__ import annotations
 
 import calendar
-import io
 import json
 import os
 import re
@@ -36,7 +35,6 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from email.parser import HeaderParser
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +46,10 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from builder.core import net
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.discovery.simpleindex import WheelFile, project_files, wheel_metadata
 from builder.model.cuda import CudaVersion
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -63,7 +61,6 @@ DEFAULT_TTL_S = 24 * 3600
 UNREACHABLE_RETRY_S = 3600
 MIN_TORCH = Version("2.0")
 WORKERS = 4
-ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 # Requirements that name the CUDA runtime a torch wheel was built with.
 _CUDA_PINS = ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime-cu12",
               "nvidia-cuda-runtime-cu13")
@@ -104,15 +101,6 @@ class Listing:
         return next((r for r in self.releases if Version(r.version) == Version(public)), None)
 
 
-@dataclass(frozen=True)
-class WheelFile:
-    filename: str
-    url: str
-    metadata: bool | None  # PEP 658/714: True served, False not, None the index did not say
-    uploaded: str = ""  # PEP 700 upload-time (JSON pages only)
-
-
-# ---------------------------------------------------------------- classification (pure functions)
 
 
 def cuda_from_label(version: str) -> str | None:
@@ -172,172 +160,6 @@ def _linux_order(wheel: WheelFile) -> tuple[int, int, str]:
     return platform, 0 if "-cp312-" in name else 1, name
 
 
-# ---------------------------------------------------------------- reading an index
-
-
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.files: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.files.append(dict(attrs))
-
-
-def _get(url: str, accept: str | None = None, byte_range: str | None = None) -> tuple[bytes, str]:
-    """The body and Content-Type at ``url``, under the network policy (core/net.py)."""
-    headers = {}
-    if accept:
-        headers["Accept"] = accept
-    if byte_range:
-        headers["Range"] = byte_range
-
-    def read(response: net.Body) -> tuple[bytes, str]:
-        if byte_range and response.status != 206:  # a server that ignores Range would send the whole wheel
-            raise OSError(f"{url}: the server ignored the range request")
-        return response.read(), response.headers.get("Content-Type", "") or ""
-
-    return net.open_url(url, read, headers=headers)
-
-
-def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
-    """The wheel files of ``project`` on a simple index (PEP 691 JSON, else PEP 503 HTML; yanked left out)."""
-    page = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
-    if page.startswith("file://"):
-        local = Path(urllib.parse.unquote(urllib.parse.urlparse(page).path))
-        json_page = local / "index.json"
-        body, kind = (json_page.read_bytes(), "json") if json_page.exists() else ((local / "index.html").read_bytes(), "html")
-    else:
-        body, kind = _get(page, ACCEPT)
-    files: list[WheelFile] = []
-    if "json" in kind:
-        for f in json.loads(body).get("files", []):
-            if f.get("yanked") or not f["filename"].endswith(".whl"):
-                continue
-            meta = f.get("core-metadata", f.get("dist-info-metadata"))
-            files.append(WheelFile(f["filename"], urllib.parse.urljoin(page, f["url"]),
-                                   None if meta is None else bool(meta), str(f.get("upload-time") or "")))
-        return files
-    parser = _Anchors()
-    parser.feed(body.decode(errors="replace"))
-    for attrs in parser.files:
-        href = attrs.get("href") or ""
-        url = urllib.parse.urljoin(page, href).split("#", 1)[0]
-        name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        if not name.endswith(".whl") or "data-yanked" in attrs:
-            continue
-        # PEP 714/658: the attribute's presence (any value but "false") says a .metadata file is served
-        said = "data-core-metadata" in attrs or "data-dist-info-metadata" in attrs
-        meta = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
-        files.append(WheelFile(name, url, meta != "false" if said else None))
-    return files
-
-
-class _Seekable(io.RawIOBase):
-    """A read-only file of ``size`` bytes whose position is tracked here (subclasses implement read)."""
-
-    size: int
-    pos: int
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
-        return self.pos
-
-
-class _RangeReader(_Seekable):
-    """A seekable read-only view of a remote file through HTTP range requests (for zipfile)."""
-
-    def __init__(self, url: str, size: int) -> None:
-        self.url, self.size, self.pos, self.requests = url, size, 0, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.size if n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        self.requests += 1
-        if self.requests > 16:
-            raise OSError(f"{self.url}: too many range requests")
-        body, _ = _get(self.url, byte_range=f"bytes={self.pos}-{end - 1}")
-        self.pos += len(body)
-        return body
-
-
-def _remote_size(url: str) -> int:
-    def size(response: net.Body) -> int:
-        if response.headers.get("Accept-Ranges", "").lower() != "bytes":
-            raise OSError(f"{url}: no range requests")
-        return int(response.headers["Content-Length"])
-
-    return net.open_url(url, size, method="HEAD")
-
-
-def _metadata_from_zip(file: Any, filename: str) -> str:
-    with zipfile.ZipFile(file) as archive:
-        name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if name is None:
-            raise zipfile.BadZipFile("no .dist-info/METADATA member")
-        return archive.read(name).decode()
-
-
-def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
-    """(METADATA text, how it was read) of one wheel, never downloading the wheel."""
-    if wheel.url.startswith("file://"):
-        path = Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.url).path))
-        sidecar = path.with_name(path.name + ".metadata")
-        if sidecar.exists():
-            return sidecar.read_text(), "PEP 658"
-        return _metadata_from_zip(path, wheel.filename), "local wheel"
-    if wheel.metadata is not False:
-        try:
-            return _get(wheel.url + ".metadata")[0].decode(), "PEP 658"
-        except urllib.error.HTTPError as e:
-            if e.code != 404:
-                raise
-    reader = _RangeReader(wheel.url, _remote_size(wheel.url))
-    # The last 64 KB hold the end-of-central-directory record; it says where the central directory starts, which
-    # is then read in one request (a torch wheel's is about 1-2 MB); zipfile then reads the one member.
-    tail_size = min(reader.size, 64 * 1024)
-    reader.seek(reader.size - tail_size)
-    tail = reader.read(tail_size)
-    start = reader.size - tail_size
-    at = tail.rfind(b"PK\x05\x06")
-    if at >= 0 and len(tail) >= at + 22:
-        cd_offset = int.from_bytes(tail[at + 16:at + 20], "little")
-        if cd_offset != 0xFFFFFFFF and cd_offset < start:  # (zip64: read on demand instead)
-            reader.seek(cd_offset)
-            tail = reader.read(start - cd_offset) + tail
-            start = cd_offset
-    buffered = _TailBuffer(reader, tail, start)
-    return _metadata_from_zip(buffered, wheel.filename), "range read of the wheel's METADATA"
-
-
-class _TailBuffer(_Seekable):
-    """The last bytes of a remote file held in memory; reads before them go to the range reader."""
-
-    def __init__(self, reader: _RangeReader, tail: bytes, start: int) -> None:
-        self.reader, self.tail, self.start, self.pos, self.size = reader, tail, start, 0, reader.size
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.reader.size if n < 0 else min(self.reader.size, self.pos + n)
-        if self.pos >= self.start:
-            data = self.tail[self.pos - self.start:end - self.start]
-        else:
-            self.reader.seek(self.pos)
-            data = self.reader.read(end - self.pos)
-        self.pos += len(data)
-        return data
-
-
 def classify(version: str, wheels: list[WheelFile], now: str) -> Release:
     """One release's CUDA: from its label, else from the METADATA of its first readable Linux wheel."""
     pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
@@ -364,7 +186,7 @@ def classify(version: str, wheels: list[WheelFile], now: str) -> Release:
 # ---------------------------------------------------------------- discovery with cache and snapshot
 
 
-def _now() -> str:
+def now_stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
@@ -380,7 +202,7 @@ def cache_file(settings: Settings, url: str) -> Path:
     return settings.cache("index") / f"torch-{slug}.json"
 
 
-def _to_json(listing: Listing) -> dict[str, Any]:
+def listing_json(listing: Listing) -> dict[str, Any]:
     return {"name": listing.name, "url": listing.url, "read_at": listing.read_at, "note": listing.note,
             "releases": [asdict(r) for r in listing.releases]}
 
@@ -438,11 +260,11 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
             listing = read_index(name, url, known=_known(cached, snapshot), pre=pre)
         except (OSError, urllib.error.URLError, ValueError) as e:
             why = str(e)[:300]
-            atomic_write(unreachable, f"{_now()}\n{why}\n")
+            atomic_write(unreachable, f"{now_stamp()}\n{why}\n")
             log.warning(f"torch index {url} not readable ({why}); using "
                         + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
-            atomic_write(path, json.dumps(_to_json(listing), indent=1))
+            atomic_write(path, json.dumps(listing_json(listing), indent=1))
             unreachable.unlink(missing_ok=True)
             return listing
     if cached is not None:
@@ -477,7 +299,7 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
                pre: bool = False) -> Listing:
     """Read the release list of ``url`` now; classify the releases not in ``known`` (a few at a time). Final
     releases only, unless ``pre`` (release candidates, alphas, betas: never dev builds)."""
-    now = _now()
+    now = now_stamp()
     by_version: dict[str, list[WheelFile]] = {}
     for wheel in project_files(url, project):
         try:
@@ -547,7 +369,7 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
             log.warning(f"PyPI's {TOOLKIT_PROJECT} list not readable ({e}); using "
                         + ("the cached list" if cached else "the shipped snapshot"))
         else:
-            now = _now()
+            now = now_stamp()
             atomic_write(path, json.dumps({"versions": list(versions), "read_at": now}))
             return versions, f"{PYPI_SIMPLE}/{TOOLKIT_PROJECT} at {now}"
     if cached:
@@ -566,50 +388,3 @@ def read_toolkit_versions(index_url: str = PYPI_SIMPLE) -> tuple[str, ...]:
         if version.major >= 13 and not (version.is_prerelease or version.is_devrelease):
             found.add(CudaVersion((version.major, version.minor)))  # the line: 13.2.1 and 13.2.0 are 13.2
     return tuple(str(v) for v in sorted(found))
-
-
-# ---------------------------------------------------------------- the snapshot
-
-
-# PyTorch's channels are not reachable from every machine (not from the one the first snapshot was written on).
-# When a channel cannot be read, the snapshot carries these rows from PyTorch's release notes and RFCs, marked as
-# such; a later --write-snapshot where the channel is reachable replaces them with what the channel serves.
-RELEASE_NOTES: dict[str, tuple[str, ...]] = {
-    "cu126": ("2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0",
-              "2.14.1"),
-    "cu128": ("2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0"),  # cu128 ends with 2.11
-    "cu129": ("2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0"),
-    "cu130": ("2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"),
-    "cu132": ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"),
-}
-RELEASE_NOTES_READ = "2026-12-01"
-
-
-def release_notes_listing(channel: str) -> Listing:
-    parsed = CudaVersion.from_flavour(channel)
-    assert parsed, channel
-    cuda = parsed.line
-    evidence = f"release notes, not read from the index ({RELEASE_NOTES_READ})"
-    releases = tuple(Release(v, cuda, (), evidence, RELEASE_NOTES_READ) for v in RELEASE_NOTES[channel])
-    return Listing(f"pytorch-{channel}", PYTORCH_INDEX.format(flavour=channel), releases, "snapshot",
-                   RELEASE_NOTES_READ, "channel not reachable when the snapshot was written: rows from release notes")
-
-
-def build_snapshot(settings: Settings) -> tuple[list[Listing], tuple[str, ...]]:
-    """Read every known index now (falling back to release notes for an unreachable channel)."""
-    listings = [discover("pypi", PYPI_SIMPLE, settings, refresh=True)]
-    if listings[0].source != "index":
-        raise OSError(f"{PYPI_SIMPLE} could not be read: the snapshot is written only from a live read")
-    for channel in PYTORCH_CHANNELS:
-        listing = discover(f"pytorch-{channel}", PYTORCH_INDEX.format(flavour=channel), settings, refresh=True)
-        listings.append(listing if listing.source == "index" else release_notes_listing(channel))
-    return listings, read_toolkit_versions()
-
-
-def write_snapshot_file(listings: list[Listing], toolkits: tuple[str, ...], path: Path = SNAPSHOT) -> Path:
-    data = {"comment": "written by `builder torch-table --write-snapshot`; never edit by hand",
-            "written_at": _now(), "indexes": [_to_json(listing) for listing in listings],
-            "cuda_toolkit": {"versions": list(toolkits), "read_at": _now(), "url": f"{PYPI_SIMPLE}/{TOOLKIT_PROJECT}"}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(data, indent=1) + "\n")
-    return path

@@ -113,7 +113,7 @@ class AssetStore:
                                '--assets-url URL`') from e
 
 
-MAX_ASSETS_FILE = 64 << 10  # one URL; `index pull` reads a published one with the same cap (mirror.MAX_ASSETS)
+MAX_ASSETS_FILE = 64 << 10  # one URL; `index pull` and `builder install` read a published one with this cap
 
 
 def read_assets(paths: Layout) -> AssetStore | None:

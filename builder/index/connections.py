@@ -13,6 +13,8 @@ once: a new one past the cap closes an idle keep-alive connection, else the one 
 request (the slowest head), with 503 and ``Retry-After: 1``; when none waits (all are being answered or queued for a
 worker), the new one gets that 503 itself, before it costs anything. Complete requests past the ``workers`` busy ones wait in a
 queue, not in the listen backlog.
+Over 400 lines on purpose: the selector loop, the per-connection deadlines and the worker hand-off share one state
+machine and one lock; split, each half would reach into the other's connection state.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from builder.core.errors import ChecksumError, PublishError, SourceError
 from builder.core.log import log
 from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name
-from builder.index.assets import AssetStore
+from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.layout import (
     ASSETS,
     PAGE_JSON,
@@ -62,7 +62,6 @@ MAX_PAGE = 64 << 20  # simple/index.json, a project's index.json
 MAX_RECORD = 16 << 20  # records/<wheel>.json
 MAX_METADATA = 16 << 20  # a wheel's .metadata sidecar
 MAX_LOG = 64 << 20  # logs/<wheel>.log (optional: a larger one is left out, with a warning)
-MAX_ASSETS = 64 << 10  # assets.json: one URL
 TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
 
 
@@ -148,9 +147,9 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
 
 
 def _published_assets(fetch: _Fetcher) -> AssetStore | None:
-    """The published assets setting (``assets.json``, at most MAX_ASSETS bytes), or None."""
+    """The published assets setting (``assets.json``, at most MAX_ASSETS_FILE bytes), or None."""
     url = fetch.root + ASSETS
-    data = fetch.optional(url, MAX_ASSETS)
+    data = fetch.optional(url, MAX_ASSETS_FILE)
     if data is None:
         return None
     try:
@@ -217,13 +216,8 @@ def _record(fetch: _Fetcher, filename: str, sha256: str) -> BuildRecord | None:
     if data is None:
         log.warning(f"{filename} has no published record ({url}): restored without one")
         return None
-    try:
-        record = json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise SourceError(f"{url}: the published record of {filename} is not JSON ({e})",
-                          "republish the wheel, or run `builder index rebuild` where it is published") from e
-    if not isinstance(record, dict):
-        raise SourceError(f"{url}: the published record of {filename} is not a JSON object")
+    record = _json_object(data, f"{url}: the published record of {filename}", "is not JSON", "is not a JSON object",
+                          "republish the wheel, or run `builder index rebuild` where it is published")
     recorded = record.get("wheel_sha256")
     if recorded is not None and recorded != sha256:
         raise ChecksumError(f"{url}: the published record of {filename} says sha256 {recorded}, its page says "
@@ -276,14 +270,8 @@ class _Fetcher:
 
     def json(self, url: str) -> dict:
         data = self._get(url, lambda r: r.read(), accept=SIMPLE_JSON, max_bytes=MAX_PAGE)
-        try:
-            value = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise SourceError(f"{url} is not a PEP 691 JSON page ({e})",
-                              "point at the wheelhouse root (the folder holding simple/ and wheels/)") from e
-        if not isinstance(value, dict):
-            raise SourceError(f"{url} is not a PEP 691 JSON page (not an object)")
-        return value
+        return _json_object(data, url, "is not a PEP 691 JSON page", "is not a PEP 691 JSON page (not an object)",
+                            "point at the wheelhouse root (the folder holding simple/ and wheels/)")
 
     def optional(self, url: str, max_bytes: int) -> bytes | None:
         try:
@@ -335,3 +323,14 @@ class _Fetcher:
                 raise _Missing(url) from None
             cause, cure = netfault.explain(e)
         raise SourceError(f"{url} {cause}", cure)
+
+
+def _json_object(data: bytes, what: str, not_json: str, not_object: str, cure: str) -> dict:
+    """``data`` as a JSON object, or a SourceError that says ``what`` it was (a page, a record) and what is wrong."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise SourceError(f"{what} {not_json} ({e})", cure) from e
+    if not isinstance(value, dict):
+        raise SourceError(f"{what} {not_object}")
+    return value

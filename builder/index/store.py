@@ -7,6 +7,8 @@ by a journal rename, replayed after a kill); index/pages.py renders the pages an
 being committed, so they cannot drift from the wheels. This module is the API: publish, remove, write a record,
 restore a published index, rebuild, find the wheel of a cache key. Records carry ``wheel_sha256``, which the
 unchanged check (``find_record``) verifies against the published bytes.
+Over 400 lines on purpose: it is the wheelhouse's whole public API (the three rooms above hold the mechanics), and
+splitting the methods of ``Wheelhouse`` would only move callers' imports around.
 """
 
 from __future__ import annotations

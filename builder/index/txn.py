@@ -15,11 +15,10 @@ operation: ``recover_root``); after it, the next operation replays the journal (
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -27,17 +26,24 @@ from typing import BinaryIO
 from filelock import FileLock
 
 from builder.core.errors import PublishError
+from builder.index.generations import (
+    adopt_page_folders,
+    current_generation,
+    fsync_dirs,
+    generation_numbers,
+    is_builder_temp,
+    link_page_trees,
+    prune_generations,
+    switch_generation,
+    temp_path,
+)
 from builder.index.layout import (
-    CURRENT,
     GENERATIONS,
     JOURNAL,
     LOCK,
-    PAGE_TREES,
     STAGING,
     TEMP_SUFFIX,
 )
-
-KEEP_GENERATIONS = 2  # the live one and the one before it
 
 
 class Transaction:
@@ -74,7 +80,7 @@ class Transaction:
     def put_stream(self, final: Path, write: Callable[[BinaryIO], object]) -> Path:
         """A temp file for ``final`` filled by ``write`` (bytes, a copy, a download): fsynced, committed later."""
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp_path(final)
+        tmp = temp_path(final)
         self.moves.append((tmp, final))  # before the write: abort() removes a half-written temp too
         with open(tmp, "xb") as dst:
             write(dst)
@@ -125,7 +131,7 @@ class Transaction:
             "deletes": [rel(p) for p in self.deletes],
             "trees": [rel(p) for p in self.trees],
         }
-        tmp = _temp_path(self.root / JOURNAL)
+        tmp = temp_path(self.root / JOURNAL)
         try:
             with open(tmp, "x") as f:
                 json.dump(journal, f)
@@ -133,9 +139,9 @@ class Transaction:
                 os.fsync(f.fileno())
             pages = {folder for page_dir in self._page_dirs for folder in [page_dir, *page_dir.parents]
                      if folder.is_relative_to(self.root / GENERATIONS)}
-            _fsync_dirs({t.parent for t, _ in self.moves} | pages)  # temps and pages are durable before the commit
+            fsync_dirs({t.parent for t, _ in self.moves} | pages)  # temps and pages are durable before the commit
             os.replace(tmp, self.root / JOURNAL)  # the commit point
-            _fsync_dirs({self.root})
+            fsync_dirs({self.root})
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -208,13 +214,8 @@ def recover_root(root: Path) -> None:
         return
     replay(root)
     prune_generations(root)
-    _adopt_page_folders(root)
+    adopt_page_folders(root)
     _sweep_stale_temps(root)
-
-
-def is_builder_temp(path: Path) -> bool:
-    """Only files of this naming are ever swept: a user's .nojekyll or .htaccess is theirs."""
-    return path.name.startswith(".") and path.name.endswith(TEMP_SUFFIX)
 
 
 def replay(root: Path) -> bool:
@@ -238,10 +239,10 @@ def replay(root: Path) -> bool:
     generations = [int(n) for n in journal.get("generations", [])]
     pending = [pair for pair in journal.get("replacing", []) if _inside(root, pair[0]).exists()]
     if pending and len(generations) > 1:
-        _fsync_dirs(touched)
+        fsync_dirs(touched)
         switch_generation(root, generations[0])
     _rename(root, pending, touched)
-    _fsync_dirs(touched)
+    fsync_dirs(touched)
     if generations:
         switch_generation(root, generations[-1])
         link_page_trees(root)
@@ -249,9 +250,9 @@ def replay(root: Path) -> bool:
         _inside(root, rel).unlink(missing_ok=True)
     for rel in journal.get("trees", []):
         shutil.rmtree(_inside(root, rel), ignore_errors=True)
-    _fsync_dirs({_inside(root, rel).parent for rel in journal.get("deletes", [])})
+    fsync_dirs({_inside(root, rel).parent for rel in journal.get("deletes", [])})
     path.unlink()
-    _fsync_dirs({root})
+    fsync_dirs({root})
     if generations:
         previous = journal.get("previous")
         prune_generations(root, previous if isinstance(previous, int) else None)
@@ -264,126 +265,6 @@ def _rename(root: Path, pairs: list[list[str]], touched: set[Path]) -> None:
         if tmp.exists():  # else renamed already, before a kill
             os.replace(tmp, final)
             touched.add(final.parent)
-
-
-# ---------------------------------------------------------------------- generations of the pages
-
-
-def generation_numbers(root: Path) -> list[int]:
-    folder = root / GENERATIONS
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and not p.is_symlink())
-
-
-def current_generation(root: Path) -> int | None:
-    try:
-        target = os.readlink(root / GENERATIONS / CURRENT)
-    except OSError:
-        return None
-    return int(target) if target.isdigit() else None
-
-
-def switch_generation(root: Path, number: int) -> None:
-    """Make generation ``number`` the live one: a new symlink renamed over ``.generations/current`` (rename(2)
-    replaces it atomically, so a reader resolves the old generation or the new one)."""
-    folder = root / GENERATIONS
-    if current_generation(root) == number:
-        return
-    link, current = _temp_path(folder / CURRENT), folder / CURRENT
-    os.symlink(str(number), link)
-    if current.is_dir() and not current.is_symlink():  # a copy that dereferenced the link (the Pages artifact)
-        _exchange(link, current)
-        shutil.rmtree(link)
-    else:
-        os.replace(link, current)
-    _fsync_dirs({folder})
-
-
-def link_page_trees(root: Path) -> None:
-    """``simple`` and ``channels`` as the fixed links ``.generations/current/<name>``. A real folder there (a
-    wheelhouse from before generations, or a copy whose links were dereferenced) is exchanged with the new link
-    in one renameat2(RENAME_EXCHANGE), so its readers see the folder or the link, never nothing."""
-    for name in PAGE_TREES:
-        path, target = root / name, f"{GENERATIONS}/{CURRENT}/{name}"
-        if path.is_symlink() and os.readlink(path) == target:
-            continue
-        link = _temp_path(path)
-        os.symlink(target, link)
-        if path.is_dir() and not path.is_symlink():
-            _exchange(link, path)
-            shutil.rmtree(link)  # the old folder, now under the temp name
-        else:
-            os.replace(link, path)
-        _fsync_dirs({root})
-
-
-def prune_generations(root: Path, previous: int | None = None) -> None:
-    """Keep the live generation and the one before it (``previous``: the one live before the last transaction,
-    rather than the interim one it was live for an instant); the others (older ones, and ones an uncommitted
-    transaction wrote) go, with the temp links of a switch a kill interrupted. Call with no journal pending."""
-    numbers = generation_numbers(root)
-    live = current_generation(root)
-    before = [previous] if previous is not None else [n for n in numbers if live is not None and n < live][-1:]
-    keep = set() if live is None else {live, *before[:KEEP_GENERATIONS - 1]}
-    for number in numbers:
-        if number not in keep:
-            shutil.rmtree(root / GENERATIONS / str(number), ignore_errors=True)
-    folder = root / GENERATIONS
-    for stray in folder.iterdir() if folder.is_dir() else []:
-        if is_builder_temp(stray) and stray.is_symlink():
-            stray.unlink(missing_ok=True)
-
-
-def _adopt_page_folders(root: Path) -> None:
-    """Real ``simple``/``channels`` folders become a generation: copied (pages are small), switched to, linked."""
-    if not any((root / n).is_dir() and not (root / n).is_symlink() for n in PAGE_TREES):
-        return
-    number = max([*generation_numbers(root), 0]) + 1
-    folder = root / GENERATIONS / str(number)
-    for name in PAGE_TREES:
-        if (root / name).is_dir():  # a real folder, or a link to the live generation's
-            shutil.copytree(root / name, folder / name, symlinks=True,
-                            ignore=lambda _d, names: [n for n in names if n.endswith(TEMP_SUFFIX)])
-        else:
-            (folder / name).mkdir(parents=True)
-    _fsync_tree(folder)
-    switch_generation(root, number)
-    link_page_trees(root)
-    prune_generations(root)
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); where the call or the file system lacks it,
-    move ``b`` to ``a``'s name and ``a`` to ``b``'s (a moment without ``b``: once, when a wheelhouse adopts
-    generations)."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        renameat2 = None
-    if renameat2 is not None:
-        at_fdcwd, rename_exchange = -100, 2
-        if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-            return
-        err = ctypes.get_errno()
-        if err not in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: not supported here, fall back
-            raise OSError(err, os.strerror(err), str(b))
-    aside = _temp_path(b)
-    os.replace(b, aside)
-    os.replace(a, b)
-    os.replace(aside, a)
-
-
-def _fsync_tree(folder: Path) -> None:
-    for dirpath, _dirs, files in os.walk(folder):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dirs({Path(dirpath)})
-    _fsync_dirs({folder.parent})
 
 
 def _exists(path: Path) -> bool:
@@ -402,24 +283,6 @@ def _sweep_stale_temps(root: Path) -> None:
             path.unlink(missing_ok=True)
         elif path.is_dir() and path.parent == root:
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _temp_path(final: Path) -> Path:
-    return final.parent / f".{final.name}.{os.urandom(4).hex()}{TEMP_SUFFIX}"
-
-
-def _fsync_dirs(dirs: Iterable[Path]) -> None:
-    for d in dirs:
-        try:
-            fd = os.open(d, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
 
 def _inside(root: Path, rel: str) -> Path:

@@ -23,19 +23,13 @@ from builder.model.cuda import CudaVersion
 from builder.model.platform import this_machine
 from builder.model.recipe import Recipe, RecipeKind, list_recipes, load_recipe
 from builder.stages.inspection import find_local_cuobjdump, list_gpu_code
-from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, interpreter_argv, probe_env
-from builder.user.fit import (
-    EnvFacts,
-    Verdict,
-    WheelhouseReader,
-    best,
-    env_facts,
-    env_label,
-    judge,
-    runs_on,
-)
-from builder.user.install import arch_example, install_argv
+from builder.user.choice import arch_example
+from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, probe_env
+from builder.user.fit import EnvFacts, Verdict, best, env_facts, env_label, judge, runs_on
+from builder.user.installer import install_argv
+from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
+from builder.user.wheelhouse import WheelhouseReader
 
 
 @dataclass(frozen=True)

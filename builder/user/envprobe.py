@@ -18,11 +18,10 @@ from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 
-from builder.core.elf import elf_machine
 from builder.core.errors import ToolchainError, UsageError
-from builder.model.platform import PLATFORMS, Platform, parse_platform, this_machine
+from builder.model.platform import Platform, parse_platform
 from builder.stages.finalize import RECORD_FILE
-from builder.toolchain.cross import find_qemu
+from builder.user.interpreter import cannot_run_cure, interpreter_argv, resolve_interpreter
 from builder.user.probes import script
 
 DEFAULT_TIMEOUT_S = 300.0  # importing torch and transformers from a cold disk can take a minute
@@ -260,7 +259,7 @@ def probe_env(
         raise ToolchainError(f"Python {interpreter} did not finish the environment probe within {timeout:.0f} s",
                              "check that importing torch works there; a hung CUDA driver is a common cause") from e
     except OSError as e:
-        raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}", _cannot_run_cure(interpreter)) from e
+        raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}", cannot_run_cure(interpreter)) from e
     if result.returncode != 0:
         under = f" under {Path(runner[0]).name}" if len(runner) > 1 else ""
         cure = (f"check that it starts: {shlex.join([*runner, '-c', 'pass'])}" + (
@@ -272,64 +271,6 @@ def probe_env(
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise ToolchainError(f"Python {interpreter}: the environment probe's answer is unreadable ({e!r}); "
                              f"stderr: {_last_line(result.stderr)}") from e
-
-
-def interpreter_platform(python: Path) -> Platform | None:
-    """The platform an interpreter's ELF header names (read, not run); None for a script or another CPU's ELF."""
-    machine = elf_machine(python.resolve())
-    return PLATFORMS.get(machine) if machine else None
-
-
-def interpreter_argv(python: Path, env: Mapping[str, str] | None = None) -> list[str]:
-    """How to run ``python`` here: itself, or under qemu-user where its ELF is another platform's (an aarch64 env on
-    this x86_64 machine). qemu finds that env's loader and libraries in the sysroot the interpreter lives in (``-L``:
-    the folder above it holding ``lib/ld-linux-aarch64.so.1``, as in the cross build's ``sysroots/``), else through
-    QEMU_LD_PREFIX; with no qemu here the interpreter is run as it is (binfmt_misc may still run it, else the probe
-    says it cannot run)."""
-    platform = interpreter_platform(python)
-    if platform is None or platform == this_machine():
-        return [str(python)]
-    environ = env if env is not None else os.environ
-    path = environ.get("PATH")
-    qemu = find_qemu(platform, path)
-    if qemu is None:
-        return [str(python)]
-    sysroot = None if environ.get("QEMU_LD_PREFIX") else _sysroot_of(python, platform)
-    return [qemu, *(["-L", str(sysroot)] if sysroot else []), str(python)]
-
-
-_LOADERS = {"aarch64": "lib/ld-linux-aarch64.so.1", "x86_64": "lib64/ld-linux-x86-64.so.2"}
-
-
-def _sysroot_of(python: Path, platform: Platform) -> Path | None:
-    """The folder an unpacked interpreter of ``platform`` lives in (SYSROOT/usr/bin/python3.11 → SYSROOT): the
-    nearest one above it that holds that platform's dynamic loader; None where it is installed at /."""
-    for folder in python.resolve().parents:
-        if folder == Path("/"):
-            return None
-        if (folder / _LOADERS[platform.name]).exists():
-            return folder
-    return None
-
-
-def _cannot_run_cure(python: Path) -> str:
-    platform = interpreter_platform(python)
-    if platform is not None and platform != this_machine():
-        return (f"it is an {platform} interpreter and this machine is {this_machine()}: install qemu-user-static "
-                f"({platform.qemu}) and set QEMU_LD_PREFIX to that env's sysroot, so it runs under qemu")
-    return "pass --python with a working interpreter (VENV/bin/python)"
-
-
-def resolve_interpreter(python: Path) -> Path:
-    """``python`` itself, or ``python/bin/python`` for a venv folder; UsageError when neither exists."""
-    if python.is_dir():
-        candidate = python / "bin" / "python"
-        if candidate.exists():
-            return candidate
-        raise UsageError(f"--python {python}: a folder without bin/python", "give a venv folder or its bin/python")
-    if not python.exists():
-        raise UsageError(f"--python {python}: no such interpreter", "give a venv folder or its bin/python")
-    return python
 
 
 def _last_line(text: str) -> str:

@@ -10,263 +10,33 @@ with the concrete ways forward. torch is checked again afterwards.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.core.errors import InstallError, ToolchainError
 from builder.core.log import log
-from builder.core.settings import Settings
-from builder.core.uvtool import install_failure, run_uv_process, uv_bin
+from builder.core.settings import Settings, default_jobs
 from builder.index.layout import Layout
-from builder.model import variants
-from builder.model.arch import Arch, format_arch_list
+from builder.model.arch import Arch, format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.platform import this_machine
 from builder.model.python import PythonSpec
-from builder.user.fit import (
-    EnvFacts,
-    IndexedWheel,
-    Verdict,
-    WheelhouseReader,
-    best,
-    env_facts,
-    env_label,
-    judge,
-    label_cuda,
-    python_fits,
-)
-from builder.user.machine import MachineFacts
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One requested package: every wheel the wheelhouse has for it, judged, and the one to install (or None)."""
-
-    package: str
-    verdicts: tuple[Verdict, ...]
-    chosen: IndexedWheel | None
-    why: str = ""  # a stable-ABI wheel's: the torch it was verified on (fit.Verdict.why)
-
-
-def choose(packages: list[str], env: EnvFacts, reader: WheelhouseReader) -> list[Choice]:
-    choices = []
-    for package in packages:
-        verdicts = tuple(judge(w, env) for w in reader.wheels(package))
-        picked = best(list(verdicts))
-        choices.append(Choice(package, verdicts, picked.wheel if picked else None, picked.why if picked else ""))
-    return choices
-
-
-def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, tool: str = "uv") -> list[str]:
-    """The install command: each wheel's channel as an extra index (a stable-ABI wheel's: the env's), exact pins,
-    torch held where it is by an exact requirement the env already meets. ``uv``/``pip``: the lines doctor prints
-    for the user's own tools; ``uv-internal``: this tool's uv (``run_argv``)."""
-    indexes: list[str] = []
-    for wheel in wheels:
-        if wheel.index_url_for(env) not in indexes:
-            indexes.append(wheel.index_url_for(env))
-    pins = [f"{w.project}=={w.version}" for w in wheels]
-    hold = [f"torch=={env.torch}"] if env.torch else []
-    index_args = [a for url in indexes for a in ("--extra-index-url", url)]
-    if tool == "pip":  # pip knows no variants: it takes the plain wheel, which is always published
-        return [str(python), "-m", "pip", "install", *index_args, *pins, *hold]
-    # uv picks the variant for this machine's GPU (model/variants.py) where the wheel has any and uv knows them
-    preview = ["--preview-features", variants.UV_PREVIEW_FEATURE] \
-        if any(w.variants for w in wheels) and (tool == "uv" or uv_knows_variants()) else []
-    return [uv_bin() if tool == "uv-internal" else "uv", "pip", "install", *preview, "--python", str(python),
-            *index_args, *pins, *hold]
-
-
-def run_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False) -> list[str]:
-    """What ``builder install`` runs, and what its --dry-run prints: the one command line for both."""
-    argv = install_argv(python, wheels, env, tool="uv-internal")
-    return [*argv[:3], "--offline", *argv[3:]] if offline else argv
-
-
-def run_install(argv: list[str], python: Path, wheels: list[IndexedWheel]) -> None:
-    """Run ``argv`` (``run_argv``'s) to install ``wheels`` into ``python``'s env; say which variant uv chose."""
-    what = f"installing {', '.join(w.filename for w in wheels)}"
-    result = run_uv_process(argv, what=what)  # the network policy's timeouts and wall clock (core/net.py)
-    if result.returncode != 0:
-        raise install_failure(what, result.stderr, where=python.parent.parent)
-    for line in result.stderr.splitlines():
-        if line.strip() and not line.startswith(("Using Python", "Resolved", "Prepared", "Audited")):
-            log.info(f"  {line.strip()}")
-    for wheel in wheels:
-        if wheel.variants:
-            log.info(f"  {wheel.project}: {variant_chosen(python, wheel)}")
-
-
-def uv_knows_variants() -> bool:
-    """Whether the uv this tool runs installs PEP 825 variants (0.13.7: the provider's FORCE variables too)."""
-    try:
-        out = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True, timeout=30).stdout.split()
-        return len(out) > 1 and Version(out[1]) >= Version(variants.UV_MIN_VERSION)
-    except (OSError, subprocess.SubprocessError, InvalidVersion):
-        return False
-
-
-def variant_chosen(python: Path, wheel: IndexedWheel) -> str:
-    """Which file uv installed for ``wheel`` and why, read from the installed dist-info's variant.json."""
-    code = ("import importlib.metadata as m, sys; d = m.distribution(sys.argv[1]); "
-            "print(d.read_text('variant.json') or '')")
-    done = subprocess.run([str(python), "-c", code, wheel.project], capture_output=True, text=True, timeout=120)
-    text = done.stdout.strip()
-    if done.returncode != 0 or not text:
-        shown = ", ".join(wheel.variants)
-        return (f"the plain wheel ({', '.join(wheel.sass or ()) or 'its arch list'}): uv's NVIDIA provider matched "
-                f"none of its variants ({shown}) to this machine's GPU and driver, or found no GPU")
-    try:
-        table = variants.read_metadata(text.encode(), "the installed variant.json")
-        label = next(iter(table))
-        chosen = variants.Variant.from_metadata(label, table)
-    except (ValueError, StopIteration):
-        return "a variant this builder did not write (its variant.json is not one of ours)"
-    return (f"the {label} variant ({chosen.arch.sm} code only): uv's NVIDIA provider found a GPU that runs "
-            f"{chosen.arch.sm} and a driver for CUDA {chosen.cuda_floor} or newer")
-
-
-def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
-                           env: EnvFacts) -> tuple[str, CudaVersion] | None:
-    """A torch (version, CUDA) this machine can build for, preferring one the wheelhouse already serves
-    for the same Python: the way forward when the env's own CUDA cannot be compiled here."""
-    seen: list[tuple[Version, CudaVersion]] = []
-    for choice in choices:
-        for verdict in choice.verdicts:
-            if not python_fits(verdict.wheel, env):
-                continue
-            if verdict.wheel.is_stable_abi:  # each torch it was verified on is served, in that torch's channel
-                for check in verdict.wheel.torch_checks:
-                    try:
-                        line, channel = CudaVersion.parse(check.cuda), check.channel
-                    except InvalidVersion:
-                        continue
-                    if check.passed and channel in verdict.wheel.channels and machine.can_build(line, env.platform)[0]:
-                        seen.append((Version(Version(check.torch).public), line))
-                continue
-            pin, cuda = verdict.wheel.torch_pin, label_cuda(verdict.wheel.label)
-            if pin is None or cuda is None or not machine.can_build(cuda, env.platform)[0]:
-                continue
-            exact = [s.version for s in pin if s.operator in ("==", "===") and "*" not in s.version]
-            if exact:
-                seen.append((Version(exact[0]), cuda))
-    if seen:
-        version, cuda = max(seen)
-        return str(version), cuda
-    return None
-
-
-# The oldest Linux driver branch that runs each CUDA major (NVIDIA's CUDA toolkit release notes, table 3)
-DRIVER_FLOOR = {12: "R525", 13: "R580"}
-
-
-def alternative_caveats(cuda: CudaVersion, env: EnvFacts, machine: MachineFacts) -> str:
-    """What moving the env to a torch of ``cuda`` also takes: a driver that runs that CUDA (checked against
-    nvidia-smi's answer where there is one), and the env's packages that pin its current torch."""
-    floor = DRIVER_FLOOR.get(cuda.major, "a newer branch")
-    driver = machine.driver
-    notes = []
-    if driver.cuda is None:
-        notes.append(f"it needs an NVIDIA driver that runs CUDA {cuda.line} ({floor} or newer); "
-                     f"{driver.error or 'nvidia-smi reported no CUDA version'}, so that was not checked")
-    else:
-        try:
-            runs = CudaVersion.parse(driver.cuda)
-        except InvalidVersion:
-            runs = None
-        if runs is not None and (runs.major, runs.minor) < (cuda.major, cuda.minor):
-            notes.append(f"first update the driver: {driver.version or 'this'} runs CUDA <= {driver.cuda}, a CUDA "
-                         f"{cuda.line} torch needs {floor} or newer")
-        elif runs is not None:
-            notes.append(f"the driver ({driver.version}, CUDA <= {driver.cuda}) runs it")
-    if env.torch_dependents:
-        notes.append(f"these pin the env's torch and must move with it: {', '.join(env.torch_dependents)}")
-    return "".join(f"; {n}" for n in notes)
-
-
-def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, machine: MachineFacts,
-                 reader: WheelhouseReader, python: Path, archs: tuple[Arch, ...], *,
-                 skipped: str | None = None) -> InstallError:
-    """The refusal when nothing fits and this machine cannot build (or ``skipped``, the flag that kept it from
-    building: ``--no-build``, ``--dry-run``): what would carry it, what works here."""
-    names = " ".join(c.package for c in missing)
-    cuda = env.torch_cuda or "cpu"
-    torch_cuda = CudaVersion.parse(env.torch_cuda) if env.torch_cuda else None
-    label = env_label(env.torch, env.torch_cuda) if env.torch and env.torch_cuda else None
-    can, why = machine.can_build(torch_cuda, env.platform) if torch_cuda else (False, "the env's torch is a CPU build")
-    arch_text = format_arch_list(archs) if archs else f"<your GPU's arch, {arch_example(env)}>"
-    torch_public = Version(env.torch).public if env.torch else "?"
-    index_flag = f" --torch-index {torch_cuda.flavour}" if torch_cuda and env.torch and Version(env.torch).local else ""
-    hints = []
-    if label and env.cross:  # another platform's env (aarch64 here): a cross build, with the env's Python
-        where = ("cross-build it on this machine" if can else f"on a machine with a CUDA {cuda} toolkit and "
-                 f"{env.platform.cross_prefix if env.platform else ''}g++ (a cross build), or an {env.machine} one")
-        hints.append(f"{where}: `builder build {missing[0].package}{cross_flags(env, machine, torch_cuda)} --cuda "
-                     f"{cuda} --arch {arch_text} --python {_minor(env.python)} --torch {torch_public}{index_flag}`; "
-                     f"its wheel lands in channel {reader.channel_url(label)} and this command then installs it")
-    elif label:
-        hints.append(f"on a machine with Docker or a CUDA {cuda} toolkit: `builder build {missing[0].package} "
-                     f"--cuda {cuda} --arch {arch_text} --torch {torch_public}{index_flag}`; its wheel lands in channel "
-                     f"{reader.channel_url(label)} and this command then installs it")
-    alternative = torch_for_this_machine(choices, machine, env)
-    from_flag = "" if reader.root == WheelhouseReader("wheelhouse").root else f" --from {reader.root}"
-    if alternative:
-        torch, alt_cuda = alternative
-        hints.append(f"or use torch {torch} (a CUDA {alt_cuda} build: the wheelhouse serves it and this machine builds "
-                     f"for it), in this env or a new one: `uv pip install --python {python} torch=={torch}` then "
-                     f"`builder install {names} --python {python}{from_flag}`{alternative_caveats(alt_cuda, env, machine)}")
-    if can and skipped:
-        not_built = f"{skipped} keeps this command from building one (this machine could, with {why})"
-    elif can:
-        not_built = f"the one built here with {why} does not fit either"
-    else:
-        not_built = f"this machine cannot build one: {why}"
-    gap = platform_gap(missing, env)
-    return InstallError(
-        f"no {names} wheel fits {python}{': ' + gap if gap else ''} (torch {env.torch}, CUDA {cuda}, Python "
-        f"{env.python}{', ' + env.machine if env.cross else ''}) and {not_built}",
-        extra=tuple(f"hint: {h}" for h in hints) + tuple(
-            f"{c.package} in {reader.root}: " + ("; ".join(f"{v.wheel.filename}: {', '.join(v.reasons)}"
-                                                           for v in c.verdicts) or "no wheels") for c in missing),
-    )
-
-
-def platform_gap(missing: list[Choice], env: EnvFacts) -> str:
-    """``the wheelhouse has causal-conv1d only for x86_64; this env is aarch64``, where every wheel of a missing
-    package is for another platform than the env's; "" where that is not why nothing fits."""
-    gaps = []
-    for choice in missing:
-        offered = {p for v in choice.verdicts for p in v.wheel.platforms}
-        if offered and env.machine not in offered and all(v.wheel.platforms for v in choice.verdicts):
-            gaps.append(f"{choice.package} only for {', '.join(sorted(offered))}")
-    return f"the wheelhouse has {'; '.join(gaps)}; this env is {env.machine}" if gaps else ""
-
-
-def cross_flags(env: EnvFacts, machine: MachineFacts, cuda: CudaVersion | None) -> str:
-    """`` --platform aarch64`` for an env of another platform than this machine's ("" for one of its own), with
-    ``--toolchain host|pip`` where a container engine answers here: ``auto`` would pick the container toolchain,
-    which builds for this machine's platform only."""
-    if not env.cross:
-        return ""
-    toolchain = machine.cross_toolchain(cuda) if machine.engine and cuda else None
-    return f" --platform {env.machine}" + (f" --toolchain {toolchain}" if toolchain else "")
-
-
-def arch_example(env: EnvFacts) -> str:
-    """What ``--arch`` to name, for the env's platform: aarch64 machines are GH200 … DGX Spark, not RTX cards."""
-    if env.machine == "aarch64":
-        return "e.g. 90 (GH200), 100 (GB200), 121 (DGX Spark / GB10)"
-    return "e.g. 120"
-
-
-def _minor(python: str) -> str:
-    v = Version(python)
-    return f"{v.major}.{v.minor}"
+from builder.model.recipe import expand_name, find_recipe, load_recipe
+from builder.pipeline.run import BuildOptions, run_build
+from builder.stages.plan import Target
+from builder.user.choice import Choice, choose, cross_flags, ways_forward
+from builder.user.envprobe import probe_env
+from builder.user.fit import EnvFacts, IndexedWheel, env_facts
+from builder.user.installer import run_argv, run_install
+from builder.user.interpreter import interpreter_argv
+from builder.user.machine import MachineFacts, machine_facts
+from builder.user.wheelhouse import WheelhouseReader
 
 
 def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
@@ -317,19 +87,11 @@ class InstallOutcome:
 def torch_distribution(python: Path) -> str | None:
     """torch's installed distribution version, read without importing torch (for the check after installing)."""
     code = "import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')"
-    from builder.user.envprobe import interpreter_argv
-
     result = subprocess.run([*interpreter_argv(python), "-c", code], capture_output=True, text=True, check=False)
     return result.stdout.strip() or None
 
 
 def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
-    import os
-
-    from builder.model.recipe import expand_name
-    from builder.user.envprobe import probe_env
-    from builder.user.machine import machine_facts
-
     names = [n for p in request.packages for n in expand_name(p, settings.recipes_dir)]
     report = probe_env(request.python)
     python = report.python.executable
@@ -396,8 +158,6 @@ def _readable(reader: WheelhouseReader) -> bool:
 
 
 def _archs(request: InstallRequest, facts: EnvFacts, *, required: bool) -> tuple[Arch, ...]:
-    from builder.model.arch import parse_arch_list
-
     if request.arch:
         return parse_arch_list(request.arch)
     if facts.gpus:
@@ -416,9 +176,6 @@ def planned_builds(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
                    request: InstallRequest, settings: Settings) -> tuple[str, ...]:
     """What ``_build_missing`` would run, as `builder build` commands (--dry-run): only those this machine can
     build, with the archs it would use (none given and no GPU here: the command says --arch is needed)."""
-    from builder.model.arch import format_arch_list
-    from builder.model.recipe import find_recipe, load_recipe
-
     if facts.torch is None or facts.torch_cuda is None:
         return ()
     version, cuda = Version(facts.torch), CudaVersion.parse(facts.torch_cuda)
@@ -441,11 +198,6 @@ def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
                    request: InstallRequest, settings: Settings) -> list[str]:
     """Build what no wheel fits, where this machine can: against the env's torch version, in a build venv of
     the builder's (the user's env gets nothing but the finished wheel)."""
-    from builder.core.settings import default_jobs
-    from builder.model.recipe import find_recipe, load_recipe
-    from builder.pipeline.run import BuildOptions, run_build
-    from builder.stages.plan import Target
-
     built: list[str] = []
     if facts.torch is None or facts.torch_cuda is None:
         return built

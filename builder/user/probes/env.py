@@ -7,6 +7,8 @@ Prints one JSON object on stdout and exits 0, whatever is missing or broken; fai
 Only the standard library is imported at top level (this runs in someone else's environment, any Python >= 3.8).
 Broad excepts are the point: whatever fails in that environment is reported, never raised.
 Nothing is downloaded: the Hugging Face hub is switched offline before transformers is imported.
+One file over 400 lines on purpose: it is copied into and run by another interpreter as a script, so it cannot
+use a sibling module; torch and transformers are imported inside the probes that need them, by design.
 """
 # ruff: noqa: BLE001
 
