@@ -239,7 +239,11 @@ def test_offline_tries_the_range_from_this_machines_caches_and_records_the_rest_
     assert len(unchecked) == 19 and {c.status for c in unchecked} == {NOT_CHECKED}
     assert wheel_channels(WHEEL, BuildRecord(torch_checks=made)) == ("cu130torch2.14",)
     err = capsys.readouterr().err
-    assert "torch range: --offline: not checked on torch 2.8.0, 2.9.1" in err
+    # each torch named with its CUDA, once (issue 39: "2.15.0, 2.15.0" named two torches alike)
+    assert "torch range: --offline: not checked on torch 2.8.0+cu128, 2.9.1+cu128, " in err
+    named = err.split("not checked on torch ")[1].split(" (not on")[0].split(", ")
+    assert len(named) == len(set(named)) == len({c.named for c in unchecked}) == 19
+    assert {"2.15.0+cu130", "2.15.0+cu132"} <= set(named)
     assert "recorded as not checked, not as failed" in err and "until `builder verify` checks the others" in err
 
 

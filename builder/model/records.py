@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import UsageError
 from builder.model.abi import channel_label
@@ -133,6 +133,33 @@ class TorchCheck:
     def channel(self) -> str:
         """The channel label of this torch (``cu130torch2.12``): where the wheel is offered once this passed."""
         return channel_label(self.cuda, self.torch)
+
+    @property
+    def version(self) -> Version:
+        """The torch release as a version (its public part: ``2.12.1``); 0 where the record names none."""
+        try:
+            return Version(Version(self.torch).public)
+        except InvalidVersion:
+            return Version("0")
+
+    @property
+    def cuda_version(self) -> CudaVersion | None:
+        try:
+            return CudaVersion.parse(self.cuda) if self.cuda else None
+        except InvalidVersion:
+            return None
+
+    @property
+    def key(self) -> tuple[Version, str, str]:
+        """What one check is of: (torch release, CUDA line, how). A later check of the same key replaces it."""
+        cuda = self.cuda_version
+        return self.version, cuda.line if cuda is not None else self.cuda, self.how
+
+    @property
+    def named(self) -> str:
+        """The torch with its CUDA, as pip names such a build: ``2.15.0+cu130`` (the bare release where no CUDA)."""
+        cuda = self.cuda_version
+        return f"{self.version}+{cuda.flavour}" if cuda is not None else str(self.version)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TorchCheck:

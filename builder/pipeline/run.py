@@ -61,6 +61,7 @@ from builder.stages.torchrange import (
     other_index_torches,
     read_here,
     split_unchecked,
+    torch_names,
     torches_to_check,
     venv_maker,
 )
@@ -452,8 +453,8 @@ def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_py
                               "nothing was published", tests)
     unchecked = [c for c in checks if c.status == NOT_CHECKED]
     if unchecked:
-        passed = ", ".join(c.torch for c in checks if c.passed)
-        log.warning(f"torch range: --offline: not checked on torch {', '.join(c.torch for c in unchecked)} (not on "
+        passed = torch_names([c for c in checks if c.passed])
+        log.warning(f"torch range: --offline: not checked on torch {torch_names(unchecked)} (not on "
                     f"this machine without the network: recorded as not checked, not as failed); the wheel is "
                     f"offered for torch {passed} until `builder verify` checks the others on a machine with the "
                     "network")

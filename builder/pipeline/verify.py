@@ -41,6 +41,7 @@ from builder.stages.torchrange import (
     other_index_torches,
     read_here,
     split_unchecked,
+    torch_names,
     torches_to_check,
     venv_maker,
 )
@@ -115,7 +116,7 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12", pr
         still = (*(c for c in record.torch_unchecked or () if (Version(c.torch).public, c.cuda) not in tried),
                  *unchecked)
         if unchecked:
-            log.warning(f"{wheel.name}: --offline: not checked on torch {', '.join(c.torch for c in unchecked)} "
+            log.warning(f"{wheel.name}: --offline: not checked on torch {torch_names(unchecked)} "
                         "(not on this machine without the network); run `builder verify` where it has the network")
         house.write_record(wheel.name, record.with_(torch_checks=checks, torch_unchecked=still or None))
         log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")
