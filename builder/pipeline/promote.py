@@ -74,11 +74,11 @@ def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestRep
         test_env = _test_env(wheel, options, torch, record, tags, workdir, requires=report.requires)
         tests = run_tests(test_env, recipe, report, workdir, kernel)
     except TestStageFailed as e:
-        _save(record.with_(tests=e.report), wheel, house, staging)
+        _save(record.with_tests(e.report), wheel, house, staging)
         raise
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
-    record = record.with_(tests=tests)
+    record = record.with_tests(tests)
     if ranged and tests.kernel_status == "passed":  # per torch and GPU: another GPU's run adds its own
         record = record.with_(torch_checks=with_gpu_check(record, test_env, tests))
     if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
