@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from builder.core.errors import InspectError
+from builder.core.errors import InspectError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.index.store import Wheelhouse
@@ -91,7 +91,7 @@ def claim(wheel: BuiltWheel, recipe: Recipe, requires: tuple[str, ...] | None = 
     torch requirement (``requires``: its Requires-Dist lines; read from the wheel where not given)."""
     if wheel.stable:
         if recipe.stable_abi is None:
-            raise InspectError(f"the recipe of {recipe.name} has no [stable-abi] section", "add it, or rebuild per torch")
+            raise UsageError(f"the recipe of {recipe.name} has no [stable-abi] section", "add it, or rebuild per torch")
         return recipe.stable_abi
     if requires is None:
         requires = tuple(line.split(":", 1)[1].strip() for line in read_metadata(wheel.path).splitlines()
