@@ -15,7 +15,7 @@ from builder.model.abi import channel_label
 from builder.model.arch import Arch, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.recordshape import RecordShapeError as RecordShapeError
-from builder.model.recordshape import check_record_json
+from builder.model.recordshape import as_read, check_record_json, plain, recipe_json
 
 FARM_STATUSES = ("built", "unchanged", "failed")
 
@@ -87,7 +87,7 @@ class TestReport:
                "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
         if self.capability is not None:  # absent where none ran, as in records from before
             out["capability"] = self.capability.torch_name
-        return _as_read(self, out)
+        return as_read(self, out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TestReport:
@@ -314,8 +314,8 @@ class BuildRecord:
         out: dict[str, Any] = dict(self.extra)
         out.update(
             builder_version=self.builder_version, cache_key=self.cache_key, package=self.package,
-            version=self.version, recipe=_recipe_json(self.recipe), source=_plain(self.source),
-            patches=[_plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
+            version=self.version, recipe=recipe_json(self.recipe), source=plain(self.source),
+            patches=[plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
             toolchain=dict(self.toolchain),
             host_compiler=None if self.host_compiler is None else dict(self.host_compiler),
             python=dict(self.python), torch_index=self.torch_index, host=dict(self.host), build_log=self.build_log,
@@ -327,13 +327,13 @@ class BuildRecord:
         if self.platform is not None:
             out["platform"] = self.platform
         if self.variant is not None:
-            out["variant"] = _plain(self.variant)
+            out["variant"] = plain(self.variant)
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
                 out[name] = value.to_json() if isinstance(value, TestReport) else [r.to_json() for r in value] \
-                    if name == "gpu_tests" else _plain(value)
-        return _as_read(self, out)
+                    if name == "gpu_tests" else plain(value)
+        return as_read(self, out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildRecord:
@@ -382,32 +382,3 @@ class BuildRecord:
     def file_bytes(self) -> bytes:
         """records/<wheel>.json in the wheelhouse (index/store.py)."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True).encode()
-
-
-def _as_read(record: Any, out: dict[str, Any]) -> dict[str, Any]:
-    """``out`` less the keys a read record did not have and whose value is still the default."""
-    if record.read_keys is None:
-        return out
-    default = type(record)()
-    return {k: v for k, v in out.items()
-            if k in record.read_keys or k not in {f.name for f in dataclasses.fields(record)}
-            or getattr(record, k) != getattr(default, k)}
-
-
-def _recipe_json(recipe: FileDigest | None) -> dict[str, str] | None:
-    """The recipe's digests; records written before the content digest existed are written back as they were."""
-    plain = _plain(recipe)
-    if plain is not None and not plain["content_sha256"]:
-        del plain["content_sha256"]
-    return plain
-
-
-def _plain(value: Any) -> Any:
-    """A frozen record part as JSON values (dataclasses → dicts, tuples → lists, mappings → dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value

@@ -1,9 +1,11 @@
 """The JSON shape of a build record (records/<wheel>.json, and the one inside a wheel): ``check_record_json`` refuses
 a known field of the wrong type with ``RecordShapeError`` naming it, so a damaged file is one line, never a traceback
-in a reader. model/records.py reads the checked JSON into typed fields."""
+in a reader. model/records.py reads the checked JSON into typed fields, and writes them back through ``plain``
+(frozen parts as JSON values) and ``as_read`` (a record read is written with its own keys)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,3 +99,35 @@ def _test_report(tests: Mapping[str, Any], where: str) -> None:
     for i, row in enumerate(tests.get("speed") or ()):
         if not isinstance(row, dict):
             raise RecordShapeError(f"{where}.speed[{i}]", f"is {_kind(row)}, not an object")
+
+
+# ---------------------------------------------------------------- records' parts as JSON values
+
+
+def as_read(record: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` less the keys a read record did not have and whose value is still the default."""
+    if record.read_keys is None:
+        return out
+    default = type(record)()
+    return {k: v for k, v in out.items()
+            if k in record.read_keys or k not in {f.name for f in dataclasses.fields(record)}
+            or getattr(record, k) != getattr(default, k)}
+
+
+def recipe_json(recipe: Any) -> dict[str, str] | None:
+    """The recipe's digests; records written before the content digest existed are written back as they were."""
+    digests = plain(recipe)
+    if digests is not None and not digests["content_sha256"]:
+        del digests["content_sha256"]
+    return digests
+
+
+def plain(value: Any) -> Any:
+    """A frozen record part as JSON values (dataclasses → dicts, tuples → lists, mappings → dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    return value
