@@ -49,9 +49,9 @@ class BuiltWheel:
         except UsageError:  # a record of another builder: no archs known, the inspection still says what it has
             archs = ()
         return cls(path=path, name=name, version=version, tags=tags, variant=split_label(path.name)[1],
-                   cuda=rec.cuda_version, archs=archs, abi=Abi(rec.abi) if rec.abi in set(Abi) else None, torch=_version(rec.python.get("torch")),
-                   torch_floor=_version(rec.torch_floor), platform=parse_platform(rec.target_platform, "the record's platform"),
-                   record=record)
+                   cuda=rec.cuda_version, archs=archs, abi=Abi(rec.abi) if rec.abi in set(Abi) else None,
+                   torch=_version(rec.python.get("torch")), torch_floor=_version(rec.torch_floor),
+                   platform=parse_platform(rec.target_platform, "the record's platform"), record=record)
 
     @property
     def label(self) -> str | None:
