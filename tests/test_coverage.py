@@ -26,7 +26,7 @@ from builder.farm.coverage import (
 from builder.farm.expand import Cell
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
-from builder.model.records import BuildRecord
+from builder.model.records import BuildRecord, TestReport, parse_capability
 from tests.test_index import labelled_wheel
 from tests.test_index_stable_abi import check, per_torch_record, stable_record, stable_wheel
 
@@ -188,3 +188,21 @@ def test_gpu_evidence_counts_the_arch_the_kernel_tests_ran_on(tmp_path: Path, te
     if "capability" in tests and tests["capability"] == "9.0":
         assert cell.tested_arch == "sm_90" and cell.evidence == (
             "kernel-tested on sm_90 (GPU NVIDIA H100 80GB HBM3); sm_120 kernel-untested")
+
+
+def test_gpu_evidence_counts_each_arch_whose_test_job_reported(tmp_path: Path) -> None:
+    """Issue 39: the nightly's sm_90 and sm_120 jobs test one wheel; the record keeps a report per arch and
+    coverage counts both, not only the job that wrote last."""
+    house = _kernel_tested_house(tmp_path, {"gpu": "NVIDIA H100 80GB HBM3", "capability": "9.0"})
+    (wheel,) = house.wheel_files()
+    record = house.record_of(wheel.name)
+    assert record is not None
+    rtx = TestReport(import_status="passed", kernel_status="passed", gpu="NVIDIA GeForce RTX 5090",
+                     capability=parse_capability("12.0"))
+    house.write_record(wheel.name, record.with_tests(rtx))
+    matrix, _ = users_matrix(fake_indexes())
+    report = package_coverage(causal_conv1d(), house, matrix, lambda version: FarmView(frozenset()))
+    (cell,) = [c for c in report.cells if c.status == "kernel-tested"]
+    assert report.totals()["gpu_evidenced"] == {"sm_90": 1, "sm_120": 1}
+    assert cell.tested_arch == "sm_90,sm_120"
+    assert cell.evidence == "kernel-tested on sm_90,sm_120 (GPU NVIDIA H100 80GB HBM3, NVIDIA GeForce RTX 5090)"

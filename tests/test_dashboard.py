@@ -268,3 +268,19 @@ def test_kernel_evidence_per_arch_and_unchecked_torches() -> None:
     cell = _tests_cell(row)
     assert "kernel evidence: sm_90" in cell and "sm_120 untested" in cell
     assert 'data-status="not checked"' in cell and "failed" not in cell
+
+
+def test_kernel_evidence_names_each_gpu_arch_that_reported() -> None:
+    """Issue 39: two GPU-arch test jobs of one wheel: the row names both archs, and neither is "untested"."""
+    from builder.index.dashboard import WheelFacts, _tests_cell, rows_from
+    from builder.model.records import TestReport, parse_capability
+
+    record = BuildRecord(package="x", version="1.0", cuda="13.0", archs=("90", "120"))
+    for gpu, capability in (("NVIDIA H100", "9.0"), ("NVIDIA RTX 5090", "12.0")):
+        record = record.with_tests(TestReport(import_status="passed", kernel_status="passed", gpu=gpu,
+                                              capability=parse_capability(capability)))
+    (row,) = rows_from([WheelFacts("x-1.0+cu130torch2.11-cp312-cp312-linux_x86_64.whl", 1, record, False)],
+                       area="published")
+    assert row.tested_arch == "sm_90,sm_120"
+    cell = _tests_cell(row)
+    assert "kernel evidence: sm_90,sm_120" in cell and "untested" not in cell

@@ -20,10 +20,12 @@ from builder.farm.coverage import MIN_CUDA, users_matrix
 from builder.index.checks import wheel_channels
 from builder.index.store import Wheelhouse
 from builder.model.arch import parse_arch_list
+from builder.model.builtwheel import BuiltWheel
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import BuildRecord, TestReport, TorchCheck
+from builder.pipeline import checks as chain
 from builder.pipeline import promote, run, verify
 from builder.stages.finalize import finalize_wheel, read_metadata
 from builder.stages.plan import Plan, Target
@@ -178,17 +180,17 @@ class FakeRange:
 
 def stage(tmp_path: Path, settings: Settings, fake: FakeRange, monkeypatch: pytest.MonkeyPatch,
           whole_range: bool = True, tests: TestReport = PASSED_IMPORT) -> tuple[TorchCheck, ...]:
-    monkeypatch.setattr(run, "check_torch_range", fake)
-    return run.torch_range_stage(fla_plan(tmp_path), settings, build_env(), Path(sys.executable),
-                                 tmp_path / WHEEL, tmp_path / "work", tests, whole_range=whole_range,
-                                 requires=UPSTREAM, companions=tmp_path / "wheels")
+    monkeypatch.setattr(chain, "check_torch_range", fake)
+    return chain.torch_range(fla_plan(tmp_path), settings, build_env(), Path(sys.executable),
+                             BuiltWheel.made(tmp_path / WHEEL, None), tmp_path / "work", tests, whole_range=whole_range,
+                             requires=UPSTREAM, companions=tmp_path / "wheels")
 
 
 def test_the_stage_counts_the_import_test_for_the_build_torch_and_tries_the_rest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     snapshot = known_indexes(offline(tmp_path))
     monkeypatch.setattr("builder.stages.torchrange.known_indexes", lambda settings: snapshot)
-    monkeypatch.setattr("builder.pipeline.run.read_here", lambda rounds: rounds)  # as if every index answered here
+    monkeypatch.setattr("builder.pipeline.checks.read_here", lambda rounds: rounds)  # as if every index answered here
     fake = FakeRange(failing=("2.9.1",))
     checks = stage(tmp_path, Settings.from_env({}, cache_dir=tmp_path / "cache"), fake, monkeypatch)
     own = checks[0]
@@ -230,9 +232,9 @@ def test_offline_tries_the_range_from_this_machines_caches_and_records_the_rest_
                                 detail=f"offline: torch {t} is not on this machine without the network")
                      for t, line in torches)
 
-    monkeypatch.setattr(run, "check_torch_range", fake)
-    checks = run.torch_range_stage(fla_plan(tmp_path), offline(tmp_path), build_env(), Path(sys.executable),
-                                   tmp_path / WHEEL, tmp_path / "work", PASSED_IMPORT, requires=UPSTREAM,
+    monkeypatch.setattr(chain, "check_torch_range", fake)
+    checks = chain.torch_range(fla_plan(tmp_path), offline(tmp_path), build_env(), Path(sys.executable),
+                                   BuiltWheel.made(tmp_path / WHEEL, None), tmp_path / "work", PASSED_IMPORT, requires=UPSTREAM,
                                    companions=tmp_path / "wheels")
     assert set(makers) == {"offline_maker.<locals>.make"}  # never venv_maker's (a download)
     made, unchecked = split_unchecked(checks)
@@ -240,7 +242,11 @@ def test_offline_tries_the_range_from_this_machines_caches_and_records_the_rest_
     assert len(unchecked) == 19 and {c.status for c in unchecked} == {NOT_CHECKED}
     assert wheel_channels(WHEEL, BuildRecord(torch_checks=made)) == ("cu130torch2.14",)
     err = capsys.readouterr().err
-    assert "torch range: --offline: not checked on torch 2.8.0, 2.9.1" in err
+    # each torch named with its CUDA, once (issue 39: "2.15.0, 2.15.0" named two torches alike)
+    assert "torch range: --offline: not checked on torch 2.8.0+cu128, 2.9.1+cu128, " in err
+    named = err.split("not checked on torch ")[1].split(" (not on")[0].split(", ")
+    assert len(named) == len(set(named)) == len({c.named for c in unchecked}) == 19
+    assert {"2.15.0+cu130", "2.15.0+cu132"} <= set(named)
     assert "recorded as not checked, not as failed" in err and "until `builder verify` checks the others" in err
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import platform
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
 from builder import __version__
-from builder.model.records import BuildRecord, FarmOutcome, TestReport
+from builder.model.records import BuildRecord, FarmOutcome, RecordShapeError, TestReport, parse_capability
 from tests.test_inputs import build_venv, tinyext_plan
 
 # records/<wheel>.json as main (52c90c2) wrote it for a tinyext build (paths shortened; values as written)
@@ -93,3 +95,26 @@ def test_a_partial_record_is_written_back_with_its_own_keys() -> None:
     assert record.to_json() == old and record.tests is not None and record.tests.import_status == "not run"
     assert record.with_(wheel_sha256="ab").to_json() == {**old, "wheel_sha256": "ab"}
     assert BuildRecord.from_json({}).to_json() == {} and BuildRecord.from_json({}) == BuildRecord()
+
+
+def test_two_gpu_archs_keep_a_report_each_and_an_old_single_report_record_still_reads() -> None:
+    """Issue 39: the nightly's sm_90 and sm_120 test jobs of one wheel overwrote each other's report."""
+    old = BuildRecord.from_json({**MAIN_RECORD, "tests": {**MAIN_RECORD["tests"], "kernel_status": "passed",
+                                                          "kernel_reason": "", "gpu": "NVIDIA H200",
+                                                          "capability": "9.0"}})
+    assert [str(r.capability) for r in old.gpu_reports] == ["90"]  # the old shape: its one report
+    assert BuildRecord.from_json(MAIN_RECORD).gpu_reports == ()  # no GPU ran: none
+    rtx = TestReport(import_status="passed", kernel_status="passed", gpu="NVIDIA RTX 5090",
+                     capability=parse_capability("12.0"))
+    both = old.with_tests(rtx)
+    assert both.tests == rtx and [r.gpu for r in both.gpu_reports] == ["NVIDIA H200", "NVIDIA RTX 5090"]
+    again = both.with_tests(replace(rtx, kernel_status="failed"))  # the same arch's next run replaces its own
+    assert [(r.gpu, r.kernel_status) for r in again.gpu_reports] == [("NVIDIA H200", "passed"),
+                                                                     ("NVIDIA RTX 5090", "failed")]
+    written = json.loads(again.file_bytes())
+    assert [r["capability"] for r in written["gpu_tests"]] == ["9.0", "12.0"]
+    assert written["tests"]["capability"] == "12.0"  # the latest, for readers of the single report
+    assert BuildRecord.from_json(written) == again
+    assert old.with_tests(TestReport(import_status="passed")).gpu_tests is None  # a CPU-only run adds no GPU report
+    with pytest.raises(RecordShapeError, match=r"gpu_tests\[0\].counts"):
+        BuildRecord.from_json({**MAIN_RECORD, "gpu_tests": [{"counts": [1]}]})

@@ -109,7 +109,7 @@ def test_offline_checks_the_interpreters_torch_without_the_network_and_publishes
     assert skipped["detail"].startswith("offline: torch 2.15.0 is not on this machine without the network")
     assert f"{WHEEL}#sha256=" in (house / "channels" / "cu130torch2.14" / "simple" / "tinyext" / "index.html").read_text()
     assert not (house / "channels" / "cu132torch2.15").exists()
-    assert "torch range: --offline: not checked on torch 2.15.0" in result.stderr
+    assert "torch range: --offline: not checked on torch 2.15.0+cu132" in result.stderr
     assert "until `builder verify` checks the others" in result.stderr
     assert "torch 2.14.1 from the build env" in result.stderr  # borrowed, not installed
 

@@ -358,3 +358,38 @@ def test_publish_adds_a_target_only_where_every_arch_promoted_it(nightly: dict, 
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "wheelhouse" / "wheels").iterdir()) == ["a-1.0-py3-none-any.whl"]
     assert "b: not published, no promotion from b-sm90" in summary.read_text()
+
+
+def test_publish_merges_the_records_of_two_arch_jobs_of_one_wheel(nightly: dict, tmp_path: Path) -> None:
+    """Issue 39: the sm_90 and sm_120 test jobs of one wheel each write its record; the publish step keeps both
+    GPU reports (and both GPU checks) instead of the last job's record alone."""
+    import json
+
+    from builder.model.records import BuildRecord, TestReport, TorchCheck, parse_capability
+
+    if shutil.which("jq") is None:
+        pytest.skip("jq is not installed here (GitHub's runners have it)")
+    steps = nightly["jobs"]["publish"]["steps"]
+    script = steps[_step_index(steps, "no promotion from")]["run"]
+    tested = {"include": [{"id": "a", "test_id": "a-sm90"}, {"id": "a", "test_id": "a-sm120"}]}
+    staged = BuildRecord(package="a", version="1.0", cuda="13.0", archs=("90", "120"), wheel="a.whl")
+    for job, gpu, capability in (("a-sm90", "NVIDIA H100", "9.0"), ("a-sm120", "NVIDIA RTX 5090", "12.0")):
+        folder = tmp_path / "promoted" / f"promoted-{job}"
+        (folder / "wheels").mkdir(parents=True)
+        (folder / "records").mkdir()
+        (folder / "wheels" / "a.whl").write_text("the same wheel")
+        check = TorchCheck(torch="2.14.1", cuda="13.0", python="3.12", how="gpu-kernel-tests", status="passed",
+                           detail=f"3 passed on {gpu}")
+        record = staged.with_tests(TestReport(import_status="passed", kernel_status="passed", gpu=gpu,
+                                              capability=parse_capability(capability))).with_(torch_checks=(check,))
+        (folder / "records" / "a.whl.json").write_bytes(record.file_bytes())
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "TESTED": json.dumps(tested),
+                                 "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    assert result.returncode == 0, result.stderr
+    merged = BuildRecord.from_json(json.loads((tmp_path / "wheelhouse" / "records" / "a.whl.json").read_text()))
+    assert [(r.gpu, str(r.capability)) for r in merged.gpu_reports] == [("NVIDIA H100", "90"),
+                                                                        ("NVIDIA RTX 5090", "120")]
+    assert sorted(c.detail for c in merged.torch_checks or ()) == ["3 passed on NVIDIA H100",
+                                                                   "3 passed on NVIDIA RTX 5090"]
+    assert merged.tests is not None and merged.tests.gpu == "NVIDIA RTX 5090"  # the later job's, as before

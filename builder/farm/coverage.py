@@ -130,7 +130,7 @@ class PackageCoverage:
             if c.status != KERNEL:
                 continue
             for arch in c.archs:
-                out[arch] = out.get(arch, 0) + (c.tested_arch == arch)
+                out[arch] = out.get(arch, 0) + (arch in (c.tested_arch or "").split(","))
             if c.tested_arch == UNKNOWN_ARCH:
                 out[UNKNOWN_ARCH] = out.get(UNKNOWN_ARCH, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: (kv[0] == UNKNOWN_ARCH, _arch_number(kv[0]))))
@@ -261,20 +261,23 @@ def wheel_archs(record: BuildRecord | None) -> tuple[str, ...]:
 
 
 def _tested_arch_name(record: BuildRecord | None) -> str:
-    arch = tested_arch(record.tests if record else None)
-    return f"sm_{arch}" if arch is not None else UNKNOWN_ARCH
+    """``sm_90,sm_120``: the arch of each GPU report whose kernel tests passed (one per arch the record keeps)."""
+    reports = (record.gpu_reports or (record.tests,)) if record and record.tests else ()
+    archs = dict.fromkeys(f"sm_{arch}" for r in reports if (arch := tested_arch(r)) is not None)
+    return ",".join(archs) or UNKNOWN_ARCH
 
 
 def _kernel_text(record: BuildRecord, gpu: str | None = None) -> str:
     """``kernel-tested on sm_90 (GPU NVIDIA H100 …); sm_120 kernel-untested``: the arch its kernels ran on, not
     every arch the wheel ships."""
-    where = gpu or (record.tests.gpu if record.tests else None) or "?"
+    gpus = dict.fromkeys(r.gpu for r in record.gpu_reports if r.gpu and r.kernel_status == "passed")
+    where = gpu or ", ".join(gpus) or (record.tests.gpu if record.tests else None) or "?"
     archs = wheel_archs(record)
     arch = _tested_arch_name(record)
     if arch == UNKNOWN_ARCH:
         return f"kernel-tested on GPU {where} ({UNKNOWN_ARCH}; ships {','.join(archs)})" if archs else (
             f"kernel-tested on GPU {where}")
-    rest = [a for a in archs if a != arch]
+    rest = [a for a in archs if a not in arch.split(",")]
     return f"kernel-tested on {arch} (GPU {where})" + (f"; {','.join(rest)} kernel-untested" if rest else "")
 
 

@@ -147,7 +147,7 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         size=facts.size, links=links, stable=stable,
         torch_checks=sorted(record.torch_checks or (), key=lambda c: (_version_key(c.torch), c.how)),
         channels=wheel_channels(facts.filename, facts.record), platform=platform,
-        tested_arch=f"sm_{tests.capability.number}" if tests.capability is not None else "",
+        tested_arch=",".join(dict.fromkeys(f"sm_{r.capability.number}" for r in record.gpu_reports if r.capability)),
         torch_unchecked=list(record.torch_unchecked or ()),
     )
 
@@ -301,7 +301,7 @@ def _evidence_line(r: Row) -> str:
         f"sm_{a.split('+')[0]}" for a in r.archs_requested]
     if not r.tested_arch:
         return '<span class="dim">kernel evidence: unknown arch (the record names no GPU capability)</span>'
-    rest = [a for a in shipped if a != r.tested_arch]
+    rest = [a for a in shipped if a not in r.tested_arch.split(",")]
     return (f"kernel evidence: {_e(r.tested_arch)}"
             + (f' <span class="dim">({_e(",".join(rest))} untested)</span>' if rest else ""))
 

@@ -8,12 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import UsageError
 from builder.model.abi import channel_label
 from builder.model.arch import Arch, parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.recordshape import RecordShapeError as RecordShapeError
+from builder.model.recordshape import as_read, check_record_json, plain, recipe_json
 
 FARM_STATUSES = ("built", "unchanged", "failed")
 
@@ -85,7 +87,7 @@ class TestReport:
                "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
         if self.capability is not None:  # absent where none ran, as in records from before
             out["capability"] = self.capability.torch_name
-        return _as_read(self, out)
+        return as_read(self, out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TestReport:
@@ -134,6 +136,33 @@ class TorchCheck:
         """The channel label of this torch (``cu130torch2.12``): where the wheel is offered once this passed."""
         return channel_label(self.cuda, self.torch)
 
+    @property
+    def version(self) -> Version:
+        """The torch release as a version (its public part: ``2.12.1``); 0 where the record names none."""
+        try:
+            return Version(Version(self.torch).public)
+        except InvalidVersion:
+            return Version("0")
+
+    @property
+    def cuda_version(self) -> CudaVersion | None:
+        try:
+            return CudaVersion.parse(self.cuda) if self.cuda else None
+        except InvalidVersion:
+            return None
+
+    @property
+    def key(self) -> tuple[Version, str, str]:
+        """What one check is of: (torch release, CUDA line, how). A later check of the same key replaces it."""
+        cuda = self.cuda_version
+        return self.version, cuda.line if cuda is not None else self.cuda, self.how
+
+    @property
+    def named(self) -> str:
+        """The torch with its CUDA, as pip names such a build: ``2.15.0+cu130`` (the bare release where no CUDA)."""
+        cuda = self.cuda_version
+        return f"{self.version}+{cuda.flavour}" if cuda is not None else str(self.version)
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TorchCheck:
         return cls(torch=str(data.get("torch", "")), cuda=str(data.get("cuda", "")), python=str(data.get("python", "")),
@@ -174,7 +203,7 @@ StrMap = Mapping[str, str]
 # What a build record holds besides the wheel's own part: added after finalize, in records/ only (the wheel's
 # bytes stay reproducible), written only where set.
 _AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256", "parallel",
-                   "torch_checks", "torch_unchecked", "abi_choice")
+                   "torch_checks", "torch_unchecked", "abi_choice", "gpu_tests")
 
 
 @dataclass(frozen=True)
@@ -190,90 +219,6 @@ class VariantInfo:
     def from_json(cls, data: Mapping[str, Any]) -> VariantInfo:
         return cls(str(data.get("label", "")), tuple(str(a) for a in data.get("of_archs") or ()),
                    dict(data.get("properties") or {}))
-
-
-class RecordShapeError(ValueError):
-    """A build record's JSON with a field of the wrong type; ``field`` is its dotted path (``tests.counts``)."""
-
-    def __init__(self, field_path: str, problem: str) -> None:
-        super().__init__(f"field {field_path!r} {problem}")
-        self.field = field_path
-
-
-_SCALAR = (str, int, float, bool, type(None))
-
-
-def _kind(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
-def _want(data: Mapping[str, Any], key: str, shape: str, where: str = "") -> None:
-    """Refuse ``data[key]`` unless it has ``shape``: str | number | map (an object of scalars) | object | list |
-    strlist (a list of strings or numbers); null is always allowed (the field's default)."""
-    if key not in data or data[key] is None:
-        return
-    value, path = data[key], f"{where}{key}"
-    ok = {"str": isinstance(value, str),
-          "number": isinstance(value, int | float) and not isinstance(value, bool),
-          "map": isinstance(value, dict) and all(isinstance(v, _SCALAR) for v in value.values()),
-          "object": isinstance(value, dict), "list": isinstance(value, list),
-          "strlist": isinstance(value, list) and all(isinstance(v, str | int) and not isinstance(v, bool)
-                                                      for v in value)}[shape]
-    if not ok:
-        said = {"str": "a string", "number": "a number", "map": "an object of plain values (strings, numbers)",
-                "object": "an object", "list": "a list", "strlist": "a list of strings"}[shape]
-        raise RecordShapeError(path, f"is {_kind(value)}, not {said}")
-
-
-_RECORD_SHAPE = {"builder_version": "str", "cache_key": "str", "package": "str", "version": "str", "cuda": "str",
-                 "torch_index": "str", "build_log": "str", "abi": "str", "torch_floor": "str", "platform": "str",
-                 "wheel": "str", "wheel_sha256": "str", "abi_choice": "str", "archs": "strlist",
-                 "toolchain": "map", "host_compiler": "map", "python": "map", "host": "map", "timings": "map",
-                 "compiler_cache": "map", "parallel": "map", "recipe": "map", "source": "map",
-                 "runtime_dropped": "object", "tests": "object", "inspect": "object", "variant": "object",
-                 "patches": "list", "torch_checks": "list", "torch_unchecked": "list"}
-
-
-def check_record_json(data: object) -> None:
-    """Refuse a build record whose known fields have the wrong type (``RecordShapeError`` naming the field), so a
-    damaged records/*.json is one line, never a traceback in a reader; unknown keys are kept as they are."""
-    if not isinstance(data, Mapping):
-        raise RecordShapeError("(top level)", f"is {_kind(data)}, not an object")
-    for key, shape in _RECORD_SHAPE.items():
-        _want(data, key, shape)
-    for key in ("timings", "compiler_cache", "parallel"):
-        for name in (data.get(key) or {}):
-            _want(data[key], name, "number", f"{key}.")
-    for key, fields in (("recipe", ("file", "sha256", "content_sha256")), ("source", ("kind", "location", "sha256"))):
-        for name in fields:
-            _want(data.get(key) or {}, name, "str", f"{key}.")
-    for i, patch in enumerate(data.get("patches") or ()):
-        if not isinstance(patch, dict) or not isinstance(patch.get("file"), str) \
-                or not isinstance(patch.get("sha256"), str):
-            raise RecordShapeError(f"patches[{i}]", "is not an object with the strings 'file' and 'sha256'")
-        _want(patch, "versions", "str", f"patches[{i}].")
-    dropped = data.get("runtime_dropped") or {}
-    _want(dropped, "names", "strlist", "runtime_dropped.")
-    _want(dropped, "reason", "str", "runtime_dropped.")
-    tests = data.get("tests") or {}
-    for name in ("import_status", "import_detail", "kernel_status", "kernel_reason", "gpu", "torch"):
-        _want(tests, name, "str", "tests.")
-    _want(tests, "counts", "map", "tests.")
-    _want(tests, "speed", "list", "tests.")
-    for i, row in enumerate(tests.get("speed") or ()):
-        if not isinstance(row, dict):
-            raise RecordShapeError(f"tests.speed[{i}]", f"is {_kind(row)}, not an object")
-    variant = data.get("variant") or {}
-    _want(variant, "label", "str", "variant.")
-    _want(variant, "of_archs", "strlist", "variant.")
-    _want(variant, "properties", "object", "variant.")
-    for key in ("torch_checks", "torch_unchecked"):
-        for i, check in enumerate(data.get(key) or ()):
-            if not isinstance(check, dict):
-                raise RecordShapeError(f"{key}[{i}]", f"is {_kind(check)}, not an object")
-            for name in ("torch", "cuda", "python", "how", "status", "detail"):
-                _want(check, name, "str", f"{key}[{i}].")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,6 +262,9 @@ class BuildRecord:
     # each a TorchCheck with status "not checked": neither passed nor failed, so no channel is decided by them
     torch_unchecked: tuple[TorchCheck, ...] | None = None
     abi_choice: str | None = None  # why this ABI (stages/plan.py choose_abi: "torch-stable (--abi auto): ...")
+    # one report per GPU arch its kernel tests ran on (an sm_90 and an sm_120 runner of the same wheel); ``tests``
+    # stays the latest report of any machine; absent in records from before (``gpu_reports`` reads those)
+    gpu_tests: tuple[TestReport, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
     # and any the builder set since, not with every default, so records of older builders keep their bytes
@@ -342,6 +290,21 @@ class BuildRecord:
     def with_(self, **changes: Any) -> BuildRecord:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def gpu_reports(self) -> tuple[TestReport, ...]:
+        """One test report per GPU arch the kernel tests ran on; a record from before: its one report, if a GPU's."""
+        if self.gpu_tests is not None:
+            return self.gpu_tests
+        return (self.tests,) if self.tests is not None and self.tests.capability is not None else ()
+
+    def with_tests(self, report: TestReport) -> BuildRecord:
+        """``report`` as the latest; one from a GPU replaces only its own arch's report, so the test jobs of two GPU
+        archs (sm_90, sm_120) on the same wheel keep both."""
+        if report.capability is None:
+            return self.with_(tests=report)
+        kept = [r for r in self.gpu_reports if r.capability != report.capability]
+        return self.with_(tests=report, gpu_tests=tuple(sorted((*kept, report), key=lambda r: r.capability or 0)))
+
     def in_wheel(self) -> BuildRecord:
         """The part finalize writes into the wheel (nothing that differs between two builds of the same inputs)."""
         cleared: dict[str, Any] = {name: None for name in _AFTER_FINALIZE}  # each of them is optional (None)
@@ -351,8 +314,8 @@ class BuildRecord:
         out: dict[str, Any] = dict(self.extra)
         out.update(
             builder_version=self.builder_version, cache_key=self.cache_key, package=self.package,
-            version=self.version, recipe=_recipe_json(self.recipe), source=_plain(self.source),
-            patches=[_plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
+            version=self.version, recipe=recipe_json(self.recipe), source=plain(self.source),
+            patches=[plain(p) for p in self.patches], cuda=self.cuda, archs=list(self.archs),
             toolchain=dict(self.toolchain),
             host_compiler=None if self.host_compiler is None else dict(self.host_compiler),
             python=dict(self.python), torch_index=self.torch_index, host=dict(self.host), build_log=self.build_log,
@@ -364,12 +327,13 @@ class BuildRecord:
         if self.platform is not None:
             out["platform"] = self.platform
         if self.variant is not None:
-            out["variant"] = _plain(self.variant)
+            out["variant"] = plain(self.variant)
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
-                out[name] = value.to_json() if isinstance(value, TestReport) else _plain(value)
-        return _as_read(self, out)
+                out[name] = value.to_json() if isinstance(value, TestReport) else [r.to_json() for r in value] \
+                    if name == "gpu_tests" else plain(value)
+        return as_read(self, out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildRecord:
@@ -406,6 +370,8 @@ class BuildRecord:
             torch_unchecked=tuple(TorchCheck.from_json(c) for c in data["torch_unchecked"] if isinstance(c, Mapping))
             if isinstance(data.get("torch_unchecked"), list) else None,
             abi_choice=str(data["abi_choice"]) if data.get("abi_choice") else None,
+            gpu_tests=tuple(TestReport.from_json(r) for r in data["gpu_tests"])
+            if isinstance(data.get("gpu_tests"), list) else None,
             extra={k: v for k, v in data.items() if k not in known}, read_keys=frozenset(data),
         )
 
@@ -416,32 +382,3 @@ class BuildRecord:
     def file_bytes(self) -> bytes:
         """records/<wheel>.json in the wheelhouse (index/store.py)."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True).encode()
-
-
-def _as_read(record: Any, out: dict[str, Any]) -> dict[str, Any]:
-    """``out`` less the keys a read record did not have and whose value is still the default."""
-    if record.read_keys is None:
-        return out
-    default = type(record)()
-    return {k: v for k, v in out.items()
-            if k in record.read_keys or k not in {f.name for f in dataclasses.fields(record)}
-            or getattr(record, k) != getattr(default, k)}
-
-
-def _recipe_json(recipe: FileDigest | None) -> dict[str, str] | None:
-    """The recipe's digests; records written before the content digest existed are written back as they were."""
-    plain = _plain(recipe)
-    if plain is not None and not plain["content_sha256"]:
-        del plain["content_sha256"]
-    return plain
-
-
-def _plain(value: Any) -> Any:
-    """A frozen record part as JSON values (dataclasses → dicts, tuples → lists, mappings → dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value

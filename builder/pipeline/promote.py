@@ -19,12 +19,13 @@ from builder.core.settings import Settings
 from builder.core.wheelfile import check_wheel_file, parse_wheel_name
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
+from builder.model.builtwheel import BuiltWheel
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import BuildRecord, TestReport, TorchCheck
-from builder.stages.inspection import inspect_wheel, render_report
+from builder.pipeline import checks
 from builder.stages.pyenv import PythonEnv, find_interpreter, fresh_test_env, probe
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
-from builder.stages.torchrange import GPU_KERNEL_TESTS, PurePython, built_once
+from builder.stages.torchrange import GPU_KERNEL_TESTS, PurePython
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,40 +57,39 @@ def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
     raise UsageError(f"no wheel of {spec!r} in {house.staging().wheels} or {house.wheels}")
 
 
-def test_wheel(wheel: Path, settings: Settings, options: TestOptions) -> TestReport:
-    """Inspect, import-test and kernel-test one wheel; record the result; promote it from staging if it passed."""
-    name, version, _, tags = parse_wheel_name(wheel.name)
-    recipe = load_recipe(find_recipe(str(name), settings.recipes_dir), settings.patches_dir)
-    report = inspect_wheel(wheel, settings)
-    log.info(render_report(report))
-    record = report.record or BuildRecord()
-    ranged = record.is_stable_abi or (report.record is not None and built_once(wheel.name))
-    torch = _torch_pin(report.requires, record, ranged=ranged)
+def test_wheel(path: Path, settings: Settings, options: TestOptions) -> TestReport:
+    """Inspect, import-test and kernel-test one wheel (the check chain's read_wheel → inspect → test, then
+    publish); record the result; promote it from staging if it passed."""
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
-    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-test-", dir=settings.cache("tests")))
+    wheel = checks.read_wheel(path, house)  # the wheelhouse's record: earlier GPUs' reports and checks kept
+    recipe = load_recipe(find_recipe(str(wheel.name), settings.recipes_dir), settings.patches_dir)
+    report = checks.inspect(wheel, settings, verify=False)  # checked at build; here for the report and the tests
+    record = wheel.record or BuildRecord()
+    torch = _torch_pin(report.requires, record, ranged=wheel.ranged)
+    workdir = Path(tempfile.mkdtemp(prefix=f"{wheel.name}-test-", dir=settings.cache("tests")))
     kernel = KernelTestPlan(quick=options.quick, bench=options.bench, required=options.require_kernel_tests,
                             not_published="nothing was promoted")
     try:
-        test_env = _test_env(wheel, options, torch, record, tags, workdir, requires=report.requires)
+        test_env = _test_env(wheel, options, torch, workdir, requires=report.requires)
         tests = run_tests(test_env, recipe, report, workdir, kernel)
     except TestStageFailed as e:
-        _save(record.with_(tests=e.report), wheel, house, staging)
+        _save(record.with_tests(e.report), path, house, staging)
         raise
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
-    record = record.with_(tests=tests)
-    if ranged and tests.kernel_status == "passed":  # per torch and GPU: another GPU's run adds its own
+    record = record.with_tests(tests)
+    if wheel.ranged and tests.kernel_status == "passed":  # per torch and GPU: another GPU's run adds its own
         record = record.with_(torch_checks=with_gpu_check(record, test_env, tests))
-    if staging.contains(wheel) and options.promote and tests.kernel_status == "passed":
-        published = house.publish(wheel, record, portability=report.portability)
-        staging.remove(wheel.name)
+    if staging.contains(path) and options.promote and tests.kernel_status == "passed":
+        published = checks.publish(house, wheel.with_record(record), report)
+        staging.remove(path.name)
         log.ok(f"promoted into the published index: {published}")
     else:
-        if staging.contains(wheel):
+        if staging.contains(path):
             log.warning(f"not promoted: kernel tests {tests.kernel_status}"
                         + (f" ({tests.kernel_reason})" if tests.kernel_reason else "") + "; it stays in staging")
-        _save(record, wheel, house, staging)
+        _save(record, path, house, staging)
     return tests
 
 
@@ -136,33 +136,32 @@ def gpu_of(check: TorchCheck) -> str:
     return check.detail.rpartition(" on ")[2] if " on " in check.detail else check.detail
 
 
-def _test_env(wheel: Path, options: TestOptions, torch: str, record: BuildRecord, tags: frozenset, workdir: Path,
-              *, requires: tuple[str, ...] = ()):
-    once = built_once(wheel.name)
+def _test_env(wheel: BuiltWheel, options: TestOptions, torch: str, workdir: Path, *,
+              requires: tuple[str, ...] = ()) -> PythonEnv:
     if options.python is not None:
         given = probe(Path(shutil.which(options.python) or options.python), need_torch=True)
-        if record.is_stable_abi:
-            _check_stable_torch(given, record, options.python)
-        elif once:
+        if wheel.stable:
+            _check_stable_torch(given, wheel, options.python)
+        elif wheel.built_once:
             _check_pure_torch(given, requires, options.python)
         elif Version(given.torch or "0").public != Version(torch).public:
             raise ToolchainError(
                 f"--python {options.python}: its torch is {given.torch}, the wheel needs torch=={torch}",
                 "give an interpreter with the torch the wheel was built against",
             )
-        return fresh_test_env(given.python, torch, resolve_index(None), wheel, _extra(options), workdir, torch_from=given)
-    interpreter = next((t.interpreter for t in tags if t.interpreter.startswith("cp")), "cp312")
+        return fresh_test_env(given.python, torch, resolve_index(None), wheel.path, _extra(options), workdir,
+                              torch_from=given)
+    interpreter = next((t.interpreter for t in wheel.tags if t.interpreter.startswith("cp")), "cp312")
     version = f"{interpreter[2]}.{interpreter[3:]}"
-    built_with = str(record.python.get("version") or "")
-    if (once or any(t.abi == "abi3" for t in tags)) and built_with.count(".") >= 1:
-        version = ".".join(built_with.split(".")[:2])  # abi3 or py3: the Python it was built and tested with
-    index = resolve_index(record.torch_index or None)
-    return fresh_test_env(find_interpreter(version), torch, index, wheel, _extra(options), workdir)
+    if (wheel.built_once or any(t.abi == "abi3" for t in wheel.tags)) and wheel.build_python:
+        version = wheel.build_python  # abi3 or py3: the Python it was built and tested with
+    index = resolve_index((wheel.record.torch_index if wheel.record else "") or None)
+    return fresh_test_env(find_interpreter(version), torch, index, wheel.path, _extra(options), workdir)
 
 
-def _check_stable_torch(given: PythonEnv, record: BuildRecord, python: str) -> None:
+def _check_stable_torch(given: PythonEnv, wheel: BuiltWheel, python: str) -> None:
     """A stable-ABI wheel runs on a torch at or above its floor built for its CUDA major."""
-    floor, cuda = Version(record.torch_floor or "0"), record.cuda_version
+    floor, cuda = wheel.torch_floor or Version("0"), wheel.cuda
     torch = Version(given.torch or "0")
     if torch.release[:2] < floor.release[:2]:
         raise ToolchainError(f"--python {python}: its torch is {given.torch}, below the wheel's floor torch>={floor}",

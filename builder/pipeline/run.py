@@ -1,6 +1,7 @@
 """Chains the stages in one direction: plan → toolchain → source → python (these three resolve the inputs,
-pipeline/inputs.py) → patch → build → finalize → inspect → test → publish. Nothing reaches the wheelhouse
-unless every stage before publish succeeded."""
+pipeline/inputs.py) → patch → build → finalize, then the check chain (pipeline/checks.py: inspect → test → torch
+range → publish) on the BuiltWheel finalize made. Nothing reaches the wheelhouse unless every stage before publish
+succeeded. This module keeps the order; the checks themselves live in checks.py."""
 
 from __future__ import annotations
 
@@ -8,63 +9,40 @@ import os
 import platform
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from packaging.version import Version
 
 from builder import __version__
 from builder.core.cachedir import target_lock
-from builder.core.errors import InspectError, UsageError
+from builder.core.errors import UsageError
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
 from builder.core.wheelfile import split_label
 from builder.index.store import Wheelhouse
-from builder.model.arch import Arch, torch_arch_list
+from builder.model.arch import torch_arch_list
+from builder.model.builtwheel import BuiltWheel
 from builder.model.records import (
     BuildRecord,
     FileDigest,
     PatchDigest,
     RuntimeDropped,
     SourceDigest,
-    TestReport,
     TorchCheck,
 )
-from builder.model.variants import UV_PREVIEW_FEATURE, Variant
+from builder.model.variants import UV_PREVIEW_FEATURE
+from builder.pipeline import checks
 from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
 from builder.stages.inputs import toolkit_record
-from builder.stages.inspection import (
-    WheelReport,
-    inspect_wheel,
-    render_report,
-    verify_archs,
-    verify_platform,
-)
 from builder.stages.patch import apply_patches
 from builder.stages.plan import Plan, Target, make_plan
-from builder.stages.pyenv import PythonEnv, fresh_test_env, index_args, probe
+from builder.stages.pyenv import PythonEnv, index_args
 from builder.stages.source import unpack
-from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
-from builder.stages.torchrange import (
-    IMPORT_REGISTRATION,
-    NOT_CHECKED,
-    Claim,
-    PurePython,
-    TorchHere,
-    cached_torches,
-    check_torch_range,
-    describe_checks,
-    offline_maker,
-    other_index_torches,
-    read_here,
-    split_unchecked,
-    torches_to_check,
-    venv_maker,
-)
-from builder.stages.variants import make_variant, one_arch_note, variant_record
+from builder.stages.testing import KernelTestPlan
+from builder.stages.torchrange import split_unchecked
+from builder.stages.variants import one_arch_note
 from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
 from builder.toolchain.cibw import EXCLUDED_LIBS
@@ -255,42 +233,30 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                                build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop,
                                requires_python=plan.requires_python)
     log.info(f"wheel: {final.name}")
+    built = BuiltWheel.made(final, record)  # the wheel's facts, read once, for every check below
     log.step("inspect")
     with timed(timings, "inspect"):
-        report = inspect_wheel(final, settings, (toolkit.cuda_home,) if toolkit else ())
-    log.info(render_report(report))
-    if toolkit is not None:
-        problems = verify_archs(report, plan.target.archs) + verify_platform(report, plan.target.platform)
-        if problems:
-            raise InspectError("GPU code check failed: " + "; ".join(problems), "nothing was published")
-        log.ok(f"GPU code check passed: {', '.join(sorted(report.sass | report.ptx))}")
-    if plan.stable:
-        stable_problems = report.stable_abi.problems() if report.stable_abi else ["no stable-ABI report"]
-        if stable_problems:
-            raise InspectError("stable-ABI check failed: " + "; ".join(stable_problems),
-                               "nothing was published; the port still calls torch's C++ API somewhere")
-        assert report.stable_abi is not None
-        log.ok(f"stable-ABI check passed: no torch C++ imports, {len(report.stable_abi.shim_imports)} C shims, "
-               f"abi3 tag, abi3audit {report.stable_abi.abi3audit}")
+        report = checks.inspect(built, settings, (toolkit.cuda_home,) if toolkit else ())
     log.step("test")
+    kernel = kernel_plan(options)
     with timed(timings, "test"):
         companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
-        tests = test_stage(plan, options, python, resolved.test_python, final, report, workdir, main_wheels=companions,
-                           cross_build=inputs.cross, settings=settings)
+        tests = checks.test(plan, kernel, python, resolved.test_python, final, report, workdir,
+                            main_wheels=companions, cross_build=inputs.cross, settings=settings)
     torch_checks: tuple[TorchCheck, ...] | None = None
     torch_unchecked: tuple[TorchCheck, ...] = ()
     if plan.ranged:
         log.step("torch range")
         with timed(timings, "torch range"):
-            torch_checks, torch_unchecked = split_unchecked(torch_range_stage(
-                plan, settings, python, resolved.test_python, final, workdir, tests, whole_range=options.torch_range,
+            torch_checks, torch_unchecked = split_unchecked(checks.torch_range(
+                plan, settings, python, resolved.test_python, built, workdir, tests, whole_range=options.torch_range,
                 cross_build=inputs.cross, requires=report.requires, companions=companions))
-    made: list[VariantWheel] = []
+    made: list[checks.VariantWheel] = []
     if options.variants and toolkit is not None:
         log.step("variants")
         with timed(timings, "variants"):
-            made = variants_stage(plan, options, python, resolved.test_python, final, record, workdir,
-                                  settings=settings, companions=companions, cuda_home=toolkit.cuda_home)
+            made = checks.variants(plan, kernel, python, resolved.test_python, final, record, workdir,
+                                   settings=settings, companions=companions, cuda_home=toolkit.cuda_home)
     log.step("publish")
     # after finalize: not inside the wheel, which stays reproducible
     record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
@@ -298,12 +264,11 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                           torch_checks=torch_checks, torch_unchecked=torch_unchecked or None,
                           abi_choice=plan.abi_why or None)
     with timed(timings, "publish"):
-        published = house.publish(final, record, replace=options.replace, portability=report.portability)
+        published = checks.publish(house, built.with_record(record), report, replace_other=options.replace)
         for variant in made:  # after the plain wheel: a tool that knows no variants always finds that one
-            house.publish(variant.wheel, variant.record.with_(torch_checks=torch_checks,
-                                                              torch_unchecked=torch_unchecked or None),
-                          replace=options.replace,
-                          portability=variant.report.portability)
+            vrecord = variant.record.with_(torch_checks=torch_checks, torch_unchecked=torch_unchecked or None)
+            checks.publish(house, BuiltWheel.made(variant.wheel, vrecord), variant.report,
+                           replace_other=options.replace)
     result.wheel, result.record, result.status = published, record, "built"
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
@@ -320,6 +285,14 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                f"{UV_PREVIEW_FEATURE} picks the one for the GPU; pip the plain wheel)")
 
 
+def kernel_plan(options: BuildOptions) -> KernelTestPlan:
+    """The kernel tests a build runs: none when staged (they run at promotion) or with --no-kernel-tests."""
+    skip = "staged: kernel tests run at promotion" if options.stage else (
+        None if options.kernel_tests else "--no-kernel-tests")
+    return KernelTestPlan(skip=skip, quick=options.quick_kernel_tests,
+                          required=options.require_kernel_tests and not options.stage)
+
+
 def label_and_pins(plan: Plan, torch: str) -> tuple[str | None, list[str]]:
     """What finalize writes: the local label (a stable-ABI wheel's ``cu13`` names no channel, a pure-Python wheel
     has none: their checks say where they are offered) and the pins: the torch requirement (none for a pure-Python
@@ -327,43 +300,6 @@ def label_and_pins(plan: Plan, torch: str) -> tuple[str | None, list[str]]:
     label = plan.label(torch) if torch else None
     requirement = plan.torch_requirement(torch) if torch else None
     return label, [*([requirement] if requirement else []), *plan.recipe.runtime_requires]
-
-
-@dataclass(frozen=True)
-class VariantWheel:
-    wheel: Path
-    record: BuildRecord
-    report: WheelReport
-
-
-def variants_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, final: Path,
-                   record: BuildRecord, workdir: Path, *, settings: Settings, companions: Path,
-                   cuda_home: Path) -> list[VariantWheel]:
-    """One thin wheel per arch of the plain wheel (its fatbins sliced, no second compile), each inspected (only
-    its arch's SASS), import-tested and kernel-tested like the plain wheel. Any failure publishes nothing."""
-    made: list[VariantWheel] = []
-    if (note := one_arch_note(final.name, plan.target.archs)) is not None:
-        log.info(note)
-        return made
-    plain_size = final.stat().st_size
-    for arch in sorted({Arch(a.number, a.suffix) for a in plan.target.archs}):
-        variant = Variant.for_build(arch, plan.cuda)
-        wheel = make_variant(final, variant, workdir / "variants")
-        report = inspect_wheel(wheel, settings, (cuda_home,))
-        problems = verify_archs(report, (arch,)) + verify_platform(report, plan.target.platform)
-        if problems:
-            raise InspectError(f"variant {variant.label}: GPU code check failed: " + "; ".join(problems),
-                               "nothing was published")
-        tests = test_stage(plan, options, python, base_python, wheel, report, workdir / f"variant-{variant.label}",
-                           main_wheels=companions, settings=settings)
-        shutil.rmtree(workdir / f"variant-{variant.label}" / "test-venv", ignore_errors=True)
-        size = wheel.stat().st_size
-        log.ok(f"variant {variant.label}: {wheel.name}, {size / 2**20:.1f} MiB ({size / plain_size:.0%} of the plain "
-               f"wheel), {arch.sm} only, for drivers of CUDA {variant.cuda_floor}+; import {tests.import_status}, "
-               f"kernel {tests.kernel_status}" + (f" ({tests.kernel_reason})" if tests.kernel_reason else ""))
-        vrecord = variant_record(record, variant).with_(tests=tests, inspect=report.as_dict(), wheel=wheel.name)
-        made.append(VariantWheel(wheel, vrecord, report))
-    return made
 
 
 def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolkit | None,
@@ -387,113 +323,3 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
     )
 
 
-def torch_range_stage(plan: Plan, settings: Settings, python: PythonEnv, base_python: Path, wheel: Path,
-                      workdir: Path, tests: TestReport, *, whole_range: bool = True,
-                      cross_build: cross.CrossBuild | None = None, requires: tuple[str, ...] = (),
-                      companions: Path | None = None) -> tuple[TorchCheck, ...]:
-    """A wheel offered across torches beside every torch minor it claims (stages/torchrange.py): a stable-ABI
-    wheel's port range, a pure-Python wheel's own torch requirement (``requires``: its Requires-Dist lines) on
-    every CUDA line from 12.8 on. The build's own torch must pass (for a stable wheel it is tried again in a
-    fresh venv; for a pure-Python one the import test is that check); a failure on another torch only keeps the
-    wheel out of that torch's channel, and says so."""
-    claim: Claim
-    if plan.pure_python:
-        claim = PurePython.of_requires(requires)
-    else:
-        assert plan.recipe.stable_abi is not None
-        claim = plan.recipe.stable_abi
-    own = Version(python.torch or "0").public
-    built = own_import_check(python, tests) if plan.pure_python else None
-    torches = torches_to_check(plan.index, plan.cuda, claim)
-    offline = settings.offline and cross_build is None
-    if offline and python.torch and not any(Version(t).public == own for t, _ in torches):
-        torches.append((str(own), ".".join((python.torch_cuda or str(plan.cuda)).split(".")[:2])))  # not listed
-    if not whole_range or (settings.offline and not offline):
-        why = "--no-torch-range" if not whole_range else "--offline (a cross build)"
-        log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
-                    "alone until `builder verify` checks the others")
-        torches = [(t, line) for t, line in torches if Version(t).public == own]
-    if built is not None:  # the import test tried this one already
-        torches = [(t, line) for t, line in torches if (Version(t).public, line) != (own, built.cuda)]
-    rounds = [(plan.index, torches)]
-    if whole_range and not settings.offline:  # the torches of the other indexes the wheel claims (cu130's 2.15)
-        have = [*torches, *([(built.torch, built.cuda)] if built else [])]
-        rounds += read_here(other_index_torches(plan.index, plan.cuda, claim, have, settings))
-    elif whole_range and offline:  # tried from this machine's caches; what they lack is NOT_CHECKED, not failed
-        have = [*torches, *([(built.torch, built.cuda)] if built else [])]
-        rounds += other_index_torches(plan.index, plan.cuda, claim, have, settings)
-    checks: tuple[TorchCheck, ...] = (built,) if built else ()
-    extra = plan.recipe.test_requires if plan.pure_python else ()
-    base = base_python if python.managed else python.python
-    here = [h for h in (TorchHere.of(python, "the build env"),) if h is not None]
-    if offline:
-        here += [h for h in cached_torches(settings.cache("venvs"), python.version)
-                 if Version(h.torch).public != own]
-    for index, these in rounds:
-        make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
-        if cross_build is not None:
-            make_env = cross.env_maker(cross_build.platform, wheel, index_args(index), settings)
-        elif offline:  # the build env's torch, cached venvs' and uv's cache: no download
-            make_env = offline_maker(wheel, index, base, here, extra=extra,
-                                     find_links=companions if plan.pure_python else None)
-        elif plan.pure_python:  # its companions and test requirements, as the import test has them
-            make_env = venv_maker(wheel, index, base, extra=extra, find_links=companions)
-        if these:
-            checks += check_torch_range(wheel, claim, plan.recipe.imports, these, index, base, workdir,
-                                        make_env=make_env)
-    own_line = ".".join((python.torch_cuda or "").split(".")[:2])
-
-    def is_own(check: TorchCheck) -> bool:  # the build torch's check (the same release of another CUDA line is not)
-        return Version(check.torch).public == own and (not own_line or check.cuda.startswith(own_line))
-
-    if not any(c.passed and is_own(c) for c in checks):
-        detail = next((c.detail for c in checks if is_own(c)), "not checked")
-        raise TestStageFailed(f"torch range: the wheel fails beside its own build torch {own}: {detail}",
-                              "nothing was published", tests)
-    unchecked = [c for c in checks if c.status == NOT_CHECKED]
-    if unchecked:
-        passed = ", ".join(c.torch for c in checks if c.passed)
-        log.warning(f"torch range: --offline: not checked on torch {', '.join(c.torch for c in unchecked)} (not on "
-                    f"this machine without the network: recorded as not checked, not as failed); the wheel is "
-                    f"offered for torch {passed} until `builder verify` checks the others on a machine with the "
-                    "network")
-    log.ok(f"torch range: {describe_checks(checks)}")
-    return checks
-
-
-def own_import_check(python: PythonEnv, tests: TestReport) -> TorchCheck:
-    """The import test of a pure-Python build as its torch check for the build torch (the same imports, in a
-    clean venv with that torch)."""
-    passed = tests.import_status == "passed"
-    return TorchCheck(torch=str(Version(python.torch or "0").public), cuda=python.torch_cuda or "",
-                      python=python.version, how=IMPORT_REGISTRATION, status="passed" if passed else "failed",
-                      detail="the build's import test" + ("" if passed else f": {tests.import_detail}"))
-
-
-def test_stage(plan: Plan, options: BuildOptions, python: PythonEnv, base_python: Path, wheel: Path,
-               report: WheelReport, workdir: Path, *, main_wheels: Path | None = None,
-               cross_build: cross.CrossBuild | None = None, settings: Settings | None = None) -> TestReport:
-    skip = None
-    if cross_build is not None:  # the import test runs the target's Python under qemu, with the target's torch
-        assert settings is not None
-        log.info(f"import test under {cross_build.tools.qemu.name}: {cross_build.python.version} for "
-                 f"{cross_build.platform}, torch {python.torch} for {cross_build.platform} (slow: one import)")
-        test_python = cross_build.test_env(workdir / "test-venv", python.torch or "", wheel, plan.recipe.test_requires,
-                                           index_args(plan.index), settings)
-        # torch is imported by the import test itself: under qemu each import takes about half a minute
-        test_env = replace(probe(test_python, with_torch=False), torch=python.torch, torch_cuda=python.torch_cuda)
-        skip = (f"no {cross_build.platform} GPU available (cross-built on {platform.machine()}; the kernel tests "
-                f"run on an {cross_build.platform} GPU runner)")
-    else:
-        offline = settings is not None and settings.offline  # a managed venv's torch too: nothing downloaded
-        torch_from = None if python.managed and not offline else python
-        test_env = fresh_test_env(base_python if python.managed else python.python, python.torch or "", plan.index,
-                                  wheel, plan.recipe.test_requires, workdir, torch_from=torch_from,
-                                  find_links=main_wheels)  # companions (fla-core for flash-linear-attention) from us
-    if skip is None and options.stage:
-        skip = "staged: kernel tests run at promotion"
-    elif skip is None and not options.kernel_tests:
-        skip = "--no-kernel-tests"
-    kernel = KernelTestPlan(skip=skip, quick=options.quick_kernel_tests,
-                            required=options.require_kernel_tests and not options.stage)
-    return run_tests(test_env, plan.recipe, report, workdir, kernel)

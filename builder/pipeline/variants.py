@@ -12,18 +12,16 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from builder.core.errors import InspectError, UsageError
+from builder.core.errors import UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.store import Wheelhouse
 from builder.model.arch import Arch, parse_arch_list
-from builder.model.platform import of_wheel_platform
-from builder.model.records import BuildRecord
+from builder.model.builtwheel import BuiltWheel
 from builder.model.variants import Variant
+from builder.pipeline import checks
 from builder.pipeline.promote import resolve_wheels
-from builder.stages.finalize import read_build_record
-from builder.stages.inspection import inspect_wheel, verify_archs, verify_platform
 from builder.stages.variants import make_variant, one_arch_note, variant_record
 
 
@@ -34,17 +32,17 @@ def stage_variants(spec: str, settings: Settings, archs: str | None = None) -> l
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
     staged, plain = [], _plain_wheels(spec, house)
-    for wheel in plain:
-        record = house.record_of(wheel.name) or staging.record_of(wheel.name) or read_build_record(wheel)
-        if record is None or not record.archs or record.cuda_version is None:
-            raise UsageError(f"{wheel.name}: no build record naming its archs and CUDA",
+    for path in plain:
+        wheel = checks.read_wheel(path, house)
+        if wheel.record is None or not wheel.archs or wheel.cuda is None:
+            raise UsageError(f"{path.name}: no build record naming its archs and CUDA",
                              "variants are made of CUDA wheels this builder built")
-        chosen = _archs(record, archs, wheel.name)
-        if (note := one_arch_note(wheel.name, parse_arch_list(",".join(record.archs)))) is not None:
+        chosen = _archs(wheel, archs)
+        if (note := one_arch_note(path.name, wheel.archs)) is not None:
             log.info(note)
             continue
         for arch in chosen:
-            staged.append(_stage_one(wheel, record, Variant.for_build(arch, record.cuda_version), staging, settings))
+            staged.append(_stage_one(wheel, Variant.for_build(arch, wheel.cuda), staging, settings))
     if not plain:
         raise UsageError(f"{spec}: no plain CUDA wheel to make variants of")
     return staged
@@ -62,31 +60,30 @@ def _plain_wheels(spec: str, house: Wheelhouse) -> list[Path]:
     return list(found.values())
 
 
-def _archs(record: BuildRecord, wanted: str | None, name: str) -> list[Arch]:
-    have = sorted({Arch(a.number, a.suffix) for a in parse_arch_list(",".join(record.archs))})
+def _archs(wheel: BuiltWheel, wanted: str | None) -> list[Arch]:
+    have = sorted({Arch(a.number, a.suffix) for a in wheel.archs})
     if wanted is None:
         return have
     chosen = sorted({Arch(a.number, a.suffix) for a in parse_arch_list(wanted)})
     missing = [str(a) for a in chosen if a not in have]
     if missing:
-        raise UsageError(f"--arch {wanted}: {name} was built for {', '.join(map(str, have))}, not {', '.join(missing)}",
+        raise UsageError(f"--arch {wanted}: {wheel.path.name} was built for {', '.join(map(str, have))}, not "
+                         f"{', '.join(missing)}",
                          "a variant is sliced from the plain wheel's own code: build it with that arch first")
     return chosen
 
 
-def _stage_one(wheel: Path, record: BuildRecord, variant: Variant, staging: Wheelhouse, settings: Settings) -> Path:
+def _stage_one(wheel: BuiltWheel, variant: Variant, staging: Wheelhouse, settings: Settings) -> Path:
+    """One variant made, through the check chain's inspect (its one arch, the plain wheel's CPU platform), staged."""
+    assert wheel.record is not None
     with tempfile.TemporaryDirectory(prefix="variants-", dir=settings.cache("tests")) as tmp:
-        made = make_variant(wheel, variant, Path(tmp))
-        report = inspect_wheel(made, settings)
-        platform = next((p for t in report.tags if (p := of_wheel_platform(t.split("-")[-1])) is not None), None)
-        problems = verify_archs(report, (variant.arch,)) + (verify_platform(report, platform) if platform else [])
-        if problems:
-            raise InspectError(f"variant {variant.label} of {wheel.name}: GPU code check failed: "
-                               + "; ".join(problems), "nothing was staged")
-        plain = record.with_(tests=None, timings=None, compiler_cache=None, parallel=None)
-        staged = staging.publish(made, variant_record(plain, variant).with_(inspect=report.as_dict(), wheel=made.name),
-                                 portability=report.portability)
-    size, full = staged.stat().st_size, wheel.stat().st_size
+        plain = wheel.record.with_(tests=None, timings=None, compiler_cache=None, parallel=None, gpu_tests=None)
+        record = variant_record(plain, variant)
+        made = BuiltWheel.made(make_variant(wheel.path, variant, Path(tmp)), record)
+        report = checks.inspect(made, settings, show=False, nothing="nothing was staged")
+        staged = checks.publish(staging, made.with_record(record.with_(inspect=report.as_dict(),
+                                                                       wheel=made.path.name)), report)
+    size, full = staged.stat().st_size, wheel.path.stat().st_size
     log.ok(f"staged the {variant.label} variant: {staged.name}, {size / 2**20:.1f} MiB ({size / full:.0%} of "
-           f"{wheel.name}), {variant.arch.sm} only; `builder test` on a GPU that runs it promotes it")
+           f"{wheel.path.name}), {variant.arch.sm} only; `builder test` on a GPU that runs it promotes it")
     return staged

@@ -20,20 +20,19 @@ from packaging.version import Version
 from builder.core.errors import UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.core.wheelfile import parse_wheel_name
 from builder.discovery.compat import TorchIndex, resolve_index
 from builder.index.store import Wheelhouse
-from builder.model.platform import Platform, parse_platform
+from builder.model.builtwheel import BuiltWheel
+from builder.model.platform import Platform
 from builder.model.recipe import Recipe, find_recipe, load_recipe
-from builder.model.records import BuildRecord, TorchCheck
-from builder.stages.finalize import read_metadata
+from builder.model.records import TorchCheck
+from builder.pipeline import checks
 from builder.stages.pyenv import find_interpreter, index_args
 from builder.stages.torchrange import (
     IMPORT_REGISTRATION,
     Claim,
     MakeEnv,
     PurePython,
-    built_once,
     cached_torches,
     check_torch_range,
     describe_checks,
@@ -41,6 +40,7 @@ from builder.stages.torchrange import (
     other_index_torches,
     read_here,
     split_unchecked,
+    torch_names,
     torches_to_check,
     venv_maker,
 )
@@ -54,73 +54,75 @@ class Verified:
     checks: tuple[TorchCheck, ...]  # all of them, as the record now holds them
 
 
-def ranged(filename: str, record: BuildRecord | None) -> bool:
-    """Whether a published wheel is offered across torches by its checks: stable-ABI, or pure Python built once."""
-    return record is not None and (record.is_stable_abi or built_once(filename))
-
-
 def stable_packages(settings: Settings) -> list[str]:
     """The packages that have a published wheel offered across torches (stable-ABI, or pure Python built once)."""
     house = Wheelhouse(settings.wheelhouse)
-    return sorted({str(parse_wheel_name(w.name)[0]) for w in house.wheel_files() if ranged(w.name, house.record_of(w.name))})
+    return sorted({str(w.name) for w in _ranged(house)})
+
+
+def _ranged(house: Wheelhouse) -> list[BuiltWheel]:
+    return [w for path in house.wheel_files() if (w := BuiltWheel.made(path, house.record_of(path.name))).ranged]
 
 
 def verify_package(package: str, settings: Settings, *, python: str = "3.12", pre: bool = False) -> list[Verified]:
     """Check every published stable-ABI or built-once pure-Python wheel of ``package`` on the torches it has no
-    passed check for. The wheel's torch index is read now (not its cached list: a torch released an hour ago
-    counts), pre-releases included with ``pre``; what its newest torch is, and when it was uploaded, is said for
-    each wheel, so a new torch day shows either the new check or why there is none."""
+    passed check for (the check chain's claim → torch_range). The wheel's torch index is read now (not its cached
+    list: a torch released an hour ago counts), pre-releases included with ``pre``; what its newest torch is, and
+    when it was uploaded, is said for each wheel, so a new torch day shows either the new check or why there is
+    none."""
     house = Wheelhouse(settings.wheelhouse)
-    wanted = canonicalize_name(package)
-    wheels = [w for w in house.wheel_files() if canonicalize_name(parse_wheel_name(w.name)[0]) == wanted]
-    found = [(w, r) for w in wheels if (r := house.record_of(w.name)) is not None and ranged(w.name, r)]
+    found = [w for w in _ranged(house) if w.name == canonicalize_name(package)]
     if not found:
         raise UsageError(f"no stable-ABI or built-once pure-Python wheel of {package} in {house.wheels}",
                          "build one first (builder build with a recipe that has [stable-abi], or a pure-Python one)")
     recipe = load_recipe(find_recipe(package, settings.recipes_dir), settings.patches_dir)
-    results = []
-    for wheel, record in found:
-        claim = _claim(wheel, record, recipe)
-        index = resolve_index(record.torch_index or None, settings, pre=pre, refresh=not settings.offline)
-        cuda = record.cuda_version
-        if cuda is None:
-            log.warning(f"{wheel.name}: its record names no CUDA; skipped")
+    return [v for wheel in found if (v := _verify_one(wheel, recipe, house, settings, python, pre)) is not None]
+
+
+def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: Settings, python: str,
+                pre: bool) -> Verified | None:
+    record, path = wheel.record, wheel.path
+    assert record is not None  # a ranged wheel has one
+    claim = checks.claim(wheel, recipe)
+    index = resolve_index(record.torch_index or None, settings, pre=pre, refresh=not settings.offline)
+    if wheel.cuda is None:
+        log.warning(f"{path.name}: its record names no CUDA; skipped")
+        return None
+    done = {c.key for c in record.torch_checks or () if c.passed}
+    own = torches_to_check(index, wheel.cuda, claim)
+    others = other_index_torches(index, wheel.cuda, claim, own, settings)
+    rounds = [(index, own), *(others if settings.offline else read_here(others))]
+    rounds = [(i, [(t, line) for t, line in these if _key(t, line) not in done]) for i, these in rounds]
+    log.info(f"{path.name}: {newest_torch_note(index, pre)}")
+    if not any(these for _, these in rounds):
+        log.ok(f"{path.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
+        return Verified(path.name, (), tuple(record.torch_checks or ()))
+    workdir = settings.cache("tests") / f"verify-{path.stem}"
+    new: tuple[TorchCheck, ...] = ()
+    for each, todo in rounds:
+        if not todo:
             continue
-        done = {(Version(c.torch).public, c.cuda, c.how) for c in record.torch_checks or () if c.passed}
-        own = torches_to_check(index, cuda, claim)
-        others = other_index_torches(index, cuda, claim, own, settings)
-        rounds = [(index, own), *(others if settings.offline else read_here(others))]
-        rounds = [(i, [(t, line) for t, line in these if (Version(t).public, line, IMPORT_REGISTRATION) not in done])
-                  for i, these in rounds]
-        log.info(f"{wheel.name}: {newest_torch_note(index, pre)}")
-        if not any(these for _, these in rounds):
-            log.ok(f"{wheel.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
-            results.append(Verified(wheel.name, (), tuple(record.torch_checks or ())))
-            continue
-        workdir = settings.cache("tests") / f"verify-{wheel.stem}"
-        target = parse_platform(record.target_platform)  # another CPU's wheel: its Python under qemu
-        new: tuple[TorchCheck, ...] = ()
-        for each, todo in rounds:
-            if not todo:
-                continue
-            base = find_interpreter(python) if not cross.is_cross(target) else Path()
-            new += check_torch_range(wheel, claim, recipe.imports, todo, each, base, workdir,
-                                     make_env=_env_maker(wheel, claim, recipe, each, base, target, house, settings,
-                                                         python))
-        made, unchecked = split_unchecked(new)
-        replaced = {(Version(c.torch).public, c.cuda, c.how) for c in made}
-        kept = tuple(c for c in record.torch_checks or () if (Version(c.torch).public, c.cuda, c.how) not in replaced)
-        checks = (*kept, *made)
-        tried = {(Version(c.torch).public, c.cuda) for c in new}  # a torch not checked before and now: replaced
-        still = (*(c for c in record.torch_unchecked or () if (Version(c.torch).public, c.cuda) not in tried),
-                 *unchecked)
-        if unchecked:
-            log.warning(f"{wheel.name}: --offline: not checked on torch {', '.join(c.torch for c in unchecked)} "
-                        "(not on this machine without the network); run `builder verify` where it has the network")
-        house.write_record(wheel.name, record.with_(torch_checks=checks, torch_unchecked=still or None))
-        log.ok(f"{wheel.name}: {describe_checks(checks)}; channels: {', '.join(house.channels_of(wheel.name))}")
-        results.append(Verified(wheel.name, new, (*checks, *unchecked)))
-    return results
+        base = find_interpreter(python) if not cross.is_cross(wheel.platform) else Path()
+        new += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir,
+                                 make_env=_env_maker(path, claim, recipe, each, base, wheel.platform, house, settings,
+                                                     python))
+    made, unchecked = split_unchecked(new)
+    replaced = {c.key for c in made}
+    kept = tuple(c for c in record.torch_checks or () if c.key not in replaced)
+    checks_now = (*kept, *made)
+    tried = {c.key[:2] for c in new}  # a torch not checked before and now: replaced
+    still = (*(c for c in record.torch_unchecked or () if c.key[:2] not in tried), *unchecked)
+    if unchecked:
+        log.warning(f"{path.name}: --offline: not checked on torch {torch_names(unchecked)} "
+                    "(not on this machine without the network); run `builder verify` where it has the network")
+    house.write_record(path.name, record.with_(torch_checks=checks_now, torch_unchecked=still or None))
+    log.ok(f"{path.name}: {describe_checks(checks_now)}; channels: {', '.join(house.channels_of(path.name))}")
+    return Verified(path.name, new, (*checks_now, *unchecked))
+
+
+def _key(torch: str, line: str) -> tuple[Version, str, str]:
+    """The key (TorchCheck.key) a check of ``torch`` on CUDA ``line`` by import would have."""
+    return TorchCheck(torch=torch, cuda=line, python="", how=IMPORT_REGISTRATION, status="").key
 
 
 def newest_torch_note(index: TorchIndex, pre: bool) -> str:
@@ -141,17 +143,6 @@ def newest_torch_note(index: TorchIndex, pre: bool) -> str:
     absent = (f"no torch {following} release or pre-release is on it" if pre else
               f"no torch {following} release is on it (pre-releases not looked at: --pre)")
     return f"{index.name}'s newest torch is {newest.version}{kind} ({uploaded}; {read}); {absent}"
-
-
-def _claim(wheel: Path, record: BuildRecord, recipe: Recipe) -> Claim:
-    """What the wheel claims: its recipe's stable-ABI port, or (pure Python) its own torch requirement."""
-    if not record.is_stable_abi:
-        requires = [line.split(":", 1)[1].strip() for line in read_metadata(wheel).splitlines()
-                    if line.startswith("Requires-Dist:")]
-        return PurePython.of_requires(requires)
-    if recipe.stable_abi is None:
-        raise UsageError(f"the recipe of {recipe.name} has no [stable-abi] section", "add it, or rebuild per torch")
-    return recipe.stable_abi
 
 
 def _env_maker(wheel: Path, claim: Claim, recipe: Recipe, index: TorchIndex, base: Path, target: Platform,

@@ -353,13 +353,18 @@ def _strings(value: object) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+def torch_names(checks: Sequence[TorchCheck]) -> str:
+    """The torches of ``checks`` with their CUDA (``2.15.0+cu130, 2.15.0+cu132``), each once, in order: the same
+    release on two CUDA lines is two torches, and one tried twice (two GPUs) is one."""
+    return ", ".join(dict.fromkeys(c.named for c in checks))
+
+
 def describe_checks(checks: Sequence[TorchCheck]) -> str:
-    passed = [c.torch for c in checks if c.passed]
-    failed = [c.torch for c in checks if not c.passed and c.status != NOT_CHECKED]
-    unchecked = [c.torch for c in checks if c.status == NOT_CHECKED]
-    text = f"verified on torch {', '.join(passed) or 'none'}"
-    return text + (f"; failed on {', '.join(failed)}" if failed else "") + (
-        f"; not checked on {', '.join(unchecked)}" if unchecked else "")
+    passed = torch_names([c for c in checks if c.passed])
+    failed = torch_names([c for c in checks if not c.passed and c.status != NOT_CHECKED])
+    unchecked = torch_names([c for c in checks if c.status == NOT_CHECKED])
+    text = f"verified on torch {passed or 'none'}"
+    return text + (f"; failed on {failed}" if failed else "") + (f"; not checked on {unchecked}" if unchecked else "")
 
 
 def split_unchecked(checks: Sequence[TorchCheck]) -> tuple[tuple[TorchCheck, ...], tuple[TorchCheck, ...]]:
