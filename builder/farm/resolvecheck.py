@@ -123,6 +123,7 @@ class Resolution:
 
     installs: bool
     reason: str = ""
+    cause: str = ""  # uv's last cause line (the root: "failed to lookup address information: …")
 
 
 def _uv_reason(stderr: str, replace: Mapping[str, str]) -> str:
@@ -156,7 +157,8 @@ class Resolver:
     def _argv(self, requirements: Path, python: str, platform: Platform) -> list[str]:
         argv = [uv_bin(), "pip", "compile", str(requirements), "--python-version", python,
                 "--python-platform", platform.uv_platform, "--no-build", "--no-header", "--no-annotate",
-                "--no-config", "--color", "never"]
+                "--no-config", "--no-python-downloads", "--color", "never"]  # --python-version: the
+        # target Python is assumed, not run: no interpreter of it is needed (without this uv fetches one)
         argv += ["--index-url", self.index_url] if self.index_url else ["--no-index"]
         for folder in self.find_links:
             argv += ["--find-links", str(folder)]
@@ -173,7 +175,8 @@ class Resolver:
         lines = [f"torch=={torch}"]
         replace: dict[str, str] = {}
         if twin is not None:
-            path = twin.write(self.workdir / "twins")
+            with self._lock:  # threads of check_all ask of one twin at once: one writes it
+                path = twin.write(self.workdir / "twins")
             lines.append(f"{twin.name} @ {path.as_uri()}")
             replace = {path.as_uri(): twin.filename, str(path): twin.filename}
         digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
@@ -190,7 +193,9 @@ class Resolver:
         elif result.returncode == 0:
             answer = Resolution(False, f"uv resolved without torch=={torch}: {result.stdout.strip()}")
         else:
-            answer = Resolution(False, _uv_reason(result.stderr, replace))
+            causes = [ln.strip() for ln in result.stderr.splitlines() if ln.strip()]
+            answer = Resolution(False, _uv_reason(result.stderr, replace),
+                                causes[-1].removeprefix("cause:").strip() if causes else "")
         with self._lock:
             self.runs += 1
             self.seconds += took
@@ -281,9 +286,10 @@ def probe_channel(resolver_of: Any, index: TorchIndex, cell: Cell, release: str)
     answer = resolver.check(None, release, cell.python, parse_platform(cell.platform))
     if answer.installs:
         return ""
-    return f"{index.name} ({index.url}) unreachable: {answer.reason}" if any(
-        w in answer.reason for w in ("dns error", "Connect", "error sending request", "timed out", "connection")
-    ) else f"{index.name}: {answer.reason}"
+    unreachable = index.url.rstrip("/") in answer.reason and any(
+        w in answer.reason for w in ("dns error", "Connect", "error sending request", "timed out", "connection"))
+    return f"{index.name} ({index.url}) unreachable (uv: {answer.cause})" if unreachable else \
+        f"{index.name} ({index.url}): {answer.reason}"
 
 
 def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[TorchIndex] | None = None, *,
@@ -374,3 +380,53 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
         asked = sum(r.asked for r in resolvers.values())
         uv_seconds = sum(r.seconds for r in resolvers.values())
     return ResolveReport(tuple(views.values()), runs, asked, time.monotonic() - start, uv_seconds, channel_state)
+
+
+def resolve_of_farm(farm_file: Path | None, settings: Settings, packages: Iterable[str]
+                    ) -> tuple[ResolveReport | None, str]:
+    """``builder coverage --resolve``'s farm section: the farm file's targets of ``packages`` asked of uv
+    (``resolve_farm``), and a note where the farm cannot be read."""
+    from builder.farm.expand import expand
+    from builder.farm.spec import find_farm_file, load_farm
+
+    refuse_offline(settings)
+    try:
+        farm = load_farm(find_farm_file(farm_file), settings)
+        wanted = [p for p in packages if canonicalize_name(p) in {canonicalize_name(e.name) for e in farm.entries}]
+        targets = expand(farm, settings, only=wanted) if wanted else []
+    except BuilderError as e:
+        return None, f"farm not read: {e.one_line()}"
+    return resolve_farm(targets, settings), ""
+
+
+def disagreements(rules_installable: Iterable[Cell], view: ResolvedView) -> tuple[set[Cell], set[Cell]]:
+    """(cells the rules call installable that uv does not install, cells uv installs that the rules do not), both
+    among the PyPI cells uv was asked of (the not-resolved channel cells are no finding)."""
+    rules = set(rules_installable) & (view.installs | set(view.fails))
+    return rules - view.installs, view.installs - rules
+
+
+def resolve_lines(view: ResolvedView, rules_installable: Iterable[Cell] | None, listed: int = 12) -> list[str]:
+    """The resolver's counts for one package version, each reason a claimed cell does not install (uv's words)
+    with its cells, and where the rules (farm/proven.py, PyPI only) disagree."""
+    from builder.farm.coverage import cells_list
+
+    asked = view.installs | set(view.fails)
+    lines = [f"{view.package} {view.version}, uv resolver (PyPI only): installs {len(view.installs)} of "
+             f"{len(asked)} claimed PyPI cells; {len(view.unresolved)} claimed cells of other channels not resolved"]
+    reasons = view.reasons()
+    for reason, cells in list(reasons.items())[:listed]:
+        lines.append(f"  {len(cells)} {reason}: {cells_list(cells)}")
+    if len(reasons) > listed:
+        lines.append(f"  ... {len(reasons) - listed} more reasons (--json lists every cell)")
+    if rules_installable is not None:
+        rules = set(rules_installable)
+        only_rules, only_uv = disagreements(rules, view)
+        lines.append(f"  rules (PyPI only) said installable: {len(rules & asked)} of these {len(asked)}; "
+                     + ("uv agrees on every cell" if not (only_rules or only_uv) else
+                        f"DISAGREE on {len(only_rules) + len(only_uv)}"))
+        if only_rules:
+            lines.append(f"  rules say installable, uv does not: {cells_list(only_rules)}")
+        if only_uv:
+            lines.append(f"  uv installs, rules do not: {cells_list(only_uv)}")
+    return lines
