@@ -320,7 +320,7 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
         pypi_url = pypi[0].url if pypi else "https://pypi.org/simple"
         views: dict[tuple[str, str], ResolvedView] = {}
         questions: list[tuple[ResolvedView, Cell, Twin, str]] = []
-        channel_cells: dict[Cell, ResolvedView] = {}
+        channel_cells: dict[tuple[int, Cell], ResolvedView] = {}  # by (id of the view, cell): cells are shared
         for t in targets:
             view = views.setdefault((canonicalize_name(t.package), t.version), ResolvedView(t.package, t.version))
             cells = served[t.id] & everything
@@ -329,7 +329,7 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
             facts = wheel_facts(t.package, t.version)
             for cell in cells:
                 if cell not in pypi_matrix:
-                    channel_cells[cell] = view
+                    channel_cells[id(view), cell] = view
                     continue
                 if isinstance(plan, str) or facts is None:
                     view.fails.setdefault(cell, plan if isinstance(plan, str) else
@@ -362,7 +362,7 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
                 view.fails.setdefault(cell, why)
         channel_state: dict[str, str] = {}
         per_channel = {i.name: cell_releases([i], USERS_PLATFORMS) for i in channels}
-        for cell, view in channel_cells.items():
+        for (_, cell), view in channel_cells.items():
             if cell in view.installs:
                 continue
             where = (cell.torch, cell.cuda, cell.platform)
