@@ -66,7 +66,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
              **({"resolve": view.to_json() if (view := resolved.view(r.package, r.version)) else None}
                 if resolved else {})} for r in reports],
             **({"resolve": {"runs": resolved.runs, "questions": resolved.asked, "seconds": round(resolved.seconds, 1),
-                            "channels": dict(resolved.channels)}} if resolved else {})}, indent=1))
+                            "probed": dict(resolved.channels)}} if resolved else {})}, indent=1))
         return 0
     if args.markdown:
         for r in reports:
