@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Column, Table
 
 from builder.cli.common import out, settings_from_args
+from builder.core.settings import Settings
+
+if TYPE_CHECKING:
+    from builder.farm.proven import Proof
+    from builder.farm.resolvecheck import ResolveReport
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -25,6 +31,10 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("packages", nargs="*", metavar="PACKAGE", help="recipes to show (default: every recipe)")
     p.add_argument("--farm", type=Path, metavar="FILE", help="the farm file whose targets explain a missing cell "
                    "(default: farm.toml here or above)")
+    p.add_argument("--resolve", action="store_true",
+                   help="also ask uv's resolver (uv pip compile, PyPI only) whether each claimed cell's wheel "
+                        "installs beside each exact torch release of the cell without changing it: metadata twins "
+                        "of the farm's wheels, uv's reason for each cell that does not; not with --offline")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="the same data as JSON (the nightly's summary)")
     fmt.add_argument("--markdown", action="store_true", help="tables as GitHub markdown")
@@ -37,6 +47,10 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from builder.farm.proven import ALL, proof_lines, proofs_of_farm
 
     settings = settings_from_args(args)
+    if args.resolve:
+        from builder.farm.resolvecheck import refuse_offline
+
+        refuse_offline(settings)  # before the long part: --resolve needs PyPI
     if args.farm is not None:  # named on purpose: one that cannot be read is an error, not a note (the default
         from builder.farm.spec import load_farm  # farm.toml, looked for in parent folders, stays optional)
 
@@ -44,10 +58,15 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     reports, meta = coverage_report(args.packages, settings, farm_file=args.farm)
     proofs, farm_note = proofs_of_farm(args.farm, settings, [r.package for r in reports])
     proof_of = {(p.package, p.version): p for p in proofs}
+    resolved, resolve_note = resolve_farm_of(args, settings, [r.package for r in reports])
     if args.json:
         print(json.dumps({**meta, "packages": [
             {**r.to_json(), "farm": {v.name: v.to_json() for v in proof_of[r.package, r.version].views}
-             if (r.package, r.version) in proof_of else None} for r in reports]}, indent=1))
+             if (r.package, r.version) in proof_of else None,
+             **({"resolve": view.to_json() if (view := resolved.view(r.package, r.version)) else None}
+                if resolved else {})} for r in reports],
+            **({"resolve": {"runs": resolved.runs, "questions": resolved.asked, "seconds": round(resolved.seconds, 1),
+                            "probed": dict(resolved.channels)}} if resolved else {})}, indent=1))
         return 0
     if args.markdown:
         for r in reports:
@@ -58,6 +77,10 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             print(f"\n{totals_line(r)}\n")
             if (r.package, r.version) in proof_of:
                 print("\n".join(proof_lines(proof_of[r.package, r.version])) + "\n")
+            for line in resolved_lines(resolved, proof_of, r.package, r.version):
+                print(line)
+        if resolved:
+            print(f"\n{resolved.summary()}")
         return 0
     styles = {"kernel-tested": "green", "import-verified": "cyan", "built": "yellow", MISSING: "red"}
     for r in reports:
@@ -77,6 +100,12 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             out.print(f"farm.toml, claimed → installable → GPU-evidenced (not covered: {ALL}):")
             for line in proof_lines(proof):
                 out.print("  " + escape(line))
+        for line in resolved_lines(resolved, proof_of, r.package, r.version):
+            out.print("  " + escape(line))
+    if resolved:
+        out.print(escape(resolved.summary()))
+    if resolve_note:
+        out.print(f"note: {escape(resolve_note)}")
     if farm_note:
         out.print(f"note: {escape(farm_note)}")
     sources = "; ".join(f"{i['name']}: {i['source']}" for i in meta["indexes"])
@@ -85,3 +114,26 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     for note in meta["notes"]:
         out.print(f"note: {escape(note)}")
     return 0
+
+
+def resolve_farm_of(args: argparse.Namespace, settings: Settings, packages: list[str]
+                    ) -> tuple[ResolveReport | None, str]:
+    """``--resolve``: the farm's claimed cells asked of uv (farm/resolvecheck.py); nothing without the flag."""
+    if not args.resolve:
+        return None, ""
+    from builder.farm.resolvecheck import resolve_of_farm
+
+    return resolve_of_farm(args.farm, settings, packages)
+
+
+def resolved_lines(resolved: ResolveReport | None, proof_of: Mapping[tuple[str, str], Proof], package: str,
+                   version: str) -> list[str]:
+    """uv's verdict on one package version, against the rules' PyPI-only installable cells."""
+    from builder.farm.proven import PYPI
+    from builder.farm.resolvecheck import resolve_lines
+
+    view = resolved.view(package, version) if resolved else None
+    if view is None:
+        return []
+    proof = proof_of.get((package, version))
+    return resolve_lines(view, proof.view(PYPI).installable if proof else None)

@@ -12,7 +12,9 @@ carry CUDA torch wheels for both). Free-threaded Pythons are not counted (no rec
   ``import+registration`` check on that torch minor and CUDA line (and no failed one);
 - ``built``: a wheel for the cell, without evidence;
 - ``missing``, with why: ``known-bad`` (the recipe's [[known-bad]] refuses every arch the farm builds for that
-  CUDA), ``below the port's floor and not a farm target``, ``not in farm.toml`` (no target of the farm would serve
+  CUDA), ``triton pin: …`` (no wheel of the version installs beside that torch: the torch release pins a triton
+  the wheel's triton requirement refuses, farm/facts.py ``triton_reason``), ``below the port's floor and not a farm
+  target``, ``not in farm.toml`` (no target of the farm would serve
   it: farm/expand.py ``served_cells``, against this same matrix), ``a farm target serves it, not built yet``.
 
 ``builder matrix`` counts the farm's targets against this same matrix (``farm_serves``): the cells they would
@@ -45,7 +47,7 @@ from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
 from builder.farm.expand import Cell, expand, serving
-from builder.farm.facts import pypi_has_cuda_wheels
+from builder.farm.facts import minor_releases, pypi_has_cuda_wheels, triton_reason, wheel_facts
 from builder.farm.spec import find_farm_file, load_farm
 from builder.index.checks import wheel_label
 from builder.index.store import Wheelhouse
@@ -70,6 +72,7 @@ NOT_IN_FARM = "not in farm.toml"
 BELOW_FLOOR = "below the port's floor and not a farm target"
 KNOWN_BAD = "known-bad"
 NOT_BUILT = "a farm target serves it, not built yet"
+TRITON_PIN = "triton pin"  # the reason's head; its tail names the torch release and the requirement
 
 Indexes = Callable[[Settings | None], list[TorchIndex]]
 
@@ -459,9 +462,23 @@ def missing_reason(recipe: Recipe, version: str, cell: Cell, view: FarmView,
         return KNOWN_BAD, f"missing: known-bad ({bad})"
     if cell in view.cells:
         return NOT_BUILT, f"missing: {NOT_BUILT}"
+    pin = triton_pin_reason(recipe, version, cell)
+    if pin is not None:  # the real reason before the floor: no wheel of this version installs beside that torch
+        return pin, f"missing: {pin}"
     if port is not None and not port.admits(cell.torch):
         return BELOW_FLOOR, f"missing: {BELOW_FLOOR} ({port.floor_text})"
     return NOT_IN_FARM, f"missing: {NOT_IN_FARM}"
+
+
+def triton_pin_reason(recipe: Recipe, version: str, cell: Cell) -> str | None:
+    """``triton pin: torch 2.8.0 pins triton 3.4.0: mamba-ssm requires triton>=3.5.0`` where no wheel of
+    ``version`` installs beside a torch release of the cell's minor (farm/facts.py ``triton_reason``, the check the
+    installable count uses too); None where it does or the wheel's requirements are not recorded."""
+    facts = wheel_facts(recipe.name, version) if version != "?" else None
+    if facts is None:
+        return None
+    why = triton_reason(recipe.name, (*recipe.runtime_requires, *facts.requires), minor_releases(cell.torch))
+    return f"{TRITON_PIN}: {why}" if why else None
 
 
 @dataclass(frozen=True)

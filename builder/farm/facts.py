@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -66,3 +67,28 @@ def wheel_facts(package: str, version: str) -> WheelFacts | None:
     name = canonicalize_name(package)
     return next((f for f in WHEEL_FACTS if canonicalize_name(f.package) == name
                  and f.versions.contains(Version(version), prereleases=True)), None)
+
+
+def minor_releases(minor: str) -> list[str]:
+    """The releases of torch minor ``minor`` (``2.8``) ``TORCH_TRITON`` records, oldest first."""
+    return sorted((r for r in TORCH_TRITON if "{}.{}".format(*Version(r).release[:2]) == minor), key=Version)
+
+
+def triton_reason(package: str, requires: tuple[str, ...], releases: tuple[str, ...] | list[str]) -> str | None:
+    """The one triton check (farm/proven.py's installability, farm/coverage.py's reason a cell is not served, which
+    ``builder matrix --details`` prints): why a wheel of ``package`` whose requirements are ``requires`` (the
+    recorded Requires-Dist of ``WHEEL_FACTS`` and the recipe's [runtime] requires) cannot be installed beside one
+    of ``releases`` without changing torch: the release pins a triton its triton requirement refuses
+    (``torch 2.8.0 pins triton 3.4.0: mamba-ssm requires triton>=3.5.0``), or the pin is not recorded. None: no
+    triton requirement, or every release's pin admits it."""
+    tritons = [Requirement(r) for r in requires if canonicalize_name(Requirement(r).name) == "triton"]
+    if not tritons:
+        return None
+    for release in sorted(releases, key=Version):
+        pin = TORCH_TRITON.get(release)
+        if pin is None:
+            return f"torch {release}: its triton pin is not recorded (farm/facts.py TORCH_TRITON)"
+        for req in tritons:
+            if not req.specifier.contains(pin, prereleases=True):
+                return f"torch {release} pins triton {pin}: {package} requires {req}"
+    return None

@@ -31,7 +31,7 @@ from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
 from builder.farm.coverage import MIN_CUDA, USERS_PLATFORMS, FarmView, cells_list, farm_serves, users_matrix
 from builder.farm.expand import Cell, coverage, expand, route, serving
-from builder.farm.facts import TORCH_TRITON, pypi_has_cuda_wheels, wheel_facts
+from builder.farm.facts import pypi_has_cuda_wheels, triton_reason, wheel_facts
 from builder.farm.proof import plan_all
 from builder.farm.spec import Farm, FarmTarget, find_farm_file, load_farm
 from builder.model.abi import per_torch_requirement, torch_minor
@@ -85,16 +85,7 @@ def package_reason(package: str, version: str, recipe: Recipe, cell: Cell, relea
         return f"{package} {version}: its wheel's requirements are not recorded (farm/facts.py)"
     if not facts.requires_python.contains(cell.python):
         return f"Python {cell.python}: {package} requires Python {facts.requires_python}"
-    tritons = [Requirement(r) for r in (*recipe.runtime_requires, *facts.requires)
-               if canonicalize_name(Requirement(r).name) == "triton"]
-    for release in sorted(releases, key=Version):
-        pin = TORCH_TRITON.get(release)
-        if tritons and pin is None:
-            return f"torch {release}: its triton pin is not recorded (farm/facts.py TORCH_TRITON)"
-        for req in tritons:
-            if pin is not None and not req.specifier.contains(pin, prereleases=True):
-                return f"torch {release} pins triton {pin}: {package} requires {req}"
-    return None
+    return triton_reason(package, (*recipe.runtime_requires, *facts.requires), sorted(releases, key=Version))
 
 
 def install_reason(target: FarmTarget, recipe: Recipe, cell: Cell, releases: Iterable[str]) -> str | None:
