@@ -14,7 +14,6 @@ from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import Listing, Release
 from builder.farm import coverage as cov
 from builder.farm.coverage import (
-    BELOW_FLOOR,
     NOT_BUILT,
     NOT_IN_FARM,
     FarmView,
@@ -90,7 +89,7 @@ def test_each_cell_gets_its_best_evidence_or_the_reason_it_is_missing(tmp_path: 
     assert by[Cell("2.12", "13.0", "3.13")].status == "built"  # a failed check keeps it unverified
     assert by[Cell("2.15", "13.2", "3.11")].status == "import-verified"
     assert by[Cell("2.10", "12.8", "3.12")].status == "import-verified"  # the per-torch wheel, its own Python
-    assert by[Cell("2.10", "12.8", "3.11")].reason == BELOW_FLOOR
+    assert by[Cell("2.10", "12.8", "3.11")].reason == NOT_IN_FARM  # at the ports' floor (2.10): not a farm cell
     assert by[Cell("2.11", "12.8", "3.12")].reason == NOT_BUILT  # a farm target, nothing built
     assert by[Cell("2.11", "12.8", "3.11")].reason == NOT_IN_FARM  # at the floor, but CUDA 12: not a farm cell
     # the wheels are x86_64: the aarch64 cells are missing, and not in this farm view

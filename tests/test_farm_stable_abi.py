@@ -225,10 +225,28 @@ def test_abi_torch_stable_refuses_a_cell_that_cannot_be_stable(tree: Path, edit,
     assert needle in info.value.message, info.value.one_line()
 
 
-def test_two_entries_of_one_stable_wheel_are_refused(tree: Path) -> None:
-    text = FARM.replace('"stabledemo"\nnewest = 2', '"stabledemo"\nversions = ["1.4"]') + '[[package]]\nname = "stabledemo"\nversions = ["1.4"]\n' \
-        'python = "3.13"\ncuda = "13.0"\n'
-    with pytest.raises(FarmError, match=r"package\[1\] repeats target stabledemo-1.4-cu13-abi3-sm90_120-x86_64 of package\[0\]"):
+def test_two_entries_of_one_stable_wheel_fold_into_one_compile(tree: Path) -> None:
+    """Issue 39: a second entry whose cells cross the floor into the same +cu13 wheel (here: Python 3.13 on 13.0) adds
+    no compile; the one kept is built on the older CUDA line of the two (13.0, not the first entry's 13.2), so it
+    serves both entries' cells."""
+    first = FARM.replace('"stabledemo"\nnewest = 2', '"stabledemo"\nversions = ["1.4"]\ncuda = "13.2"')
+    alone = targets_of(tree, first)
+    assert [(str(t.cuda), t.torch, str(t.abi)) for t in alone] == [("13.2", "2.14.0", "torch-stable")]
+    both = targets_of(tree, first + '[[package]]\nname = "stabledemo"\nversions = ["1.4"]\npython = "3.13"\n'
+                      'cuda = "13.0"\n')
+    stable = [t for t in both if t.stable]
+    assert len(stable) == 1 and str(stable[0].cuda) == "13.0" and stable[0].entry == "package[0]"
+    assert stable[0].id == "stabledemo-1.4-cu13-abi3-sm90_120-x86_64"
+    universe = universe_of(tree)
+    served = served_cells(stable[0], resolve_index(None, settings_for(tree)), universe)
+    assert Cell("2.11", "13.0", "3.13") in served and Cell("2.14", "13.2", "3.12") in served
+    assert len(both) == 1  # the second entry's torches (2.13.0, 2.12.1) are all at or above the floor
+
+
+def test_stable_targets_of_two_entries_with_other_arch_lists_still_clash(tree: Path) -> None:
+    text = FARM.replace('"stabledemo"\nnewest = 2', '"stabledemo"\nversions = ["1.4"]') + \
+        '[[package]]\nname = "stabledemo"\nversions = ["1.4"]\ncuda = "13.0"\narchs = "90"\n'
+    with pytest.raises(FarmError, match=r"would publish the same wheel file as stabledemo-1.4-cu13-abi3-sm90_120"):
         targets_of(tree, text)
 
 

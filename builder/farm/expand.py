@@ -66,6 +66,8 @@ def expand(
         recipe = load_recipe(find_recipe(entry.name, recipes), default_patches_dir(recipes))
         for version in _versions(farm, entry, recipe, settings, releases):
             for target in _cells(farm, entry, recipe, recipes, version, settings):
+                if _fold_stable(targets, wheels, target, settings):
+                    continue
                 if target.id in seen:
                     raise FarmError(f"{farm.file}: {entry.where} repeats target {target.id} of {seen[target.id]}",
                                     "remove the duplicate or narrow one of the entries")
@@ -81,6 +83,31 @@ def expand(
                     )
                 targets.append(target)
     return targets
+
+
+def _fold_stable(targets: list[FarmTarget], wheels: dict[tuple[str, ...], FarmTarget], target: FarmTarget,
+                 settings: Settings) -> bool:
+    """Whether ``target`` is a torch-stable target whose wheel an earlier entry already builds (the same package,
+    version, CUDA major, arch list and platform: one ``+cu13`` ``cp310-abi3`` file), and so no compile of its own.
+    Two entries reach the same stable wheel when their torches cross the port's floor on different indexes (PyPI's
+    2.11+ and PyTorch's cu130 channel's 2.10 both land in the +cu13 wheel): the wheel serves every cell of its CUDA
+    major at or above the floor, whichever index the torch comes from (``stable_serves``). The one kept is built on
+    the older CUDA line of the two (a wheel from a newer nvcc is not promised to an older CUDA runtime), with that
+    line's arch list: the two lists must be one list as each line trims it (``archs-where-supported``: 12.8 drops the
+    sm_103 that 12.9 keeps), as within one entry (``_stable_target``); other arch lists clash (expand() refuses)."""
+    if not target.stable:
+        return False
+    other = wheels.get(target.wheel_identity)
+    if other is None or not other.stable:
+        return False
+    older, newer = sorted((other, target), key=lambda t: (t.cuda.major, t.cuda.minor))
+    known = supported_archs(older.cuda, settings)
+    if tuple(a for a in newer.archs if known is None or a.number in known) != older.archs:
+        return False
+    if older is target:
+        targets[targets.index(other)] = wheels[target.wheel_identity] = dataclasses.replace(
+            target, entry=other.entry)
+    return True
 
 
 def check_only(farm: Farm, only: Iterable[str]) -> set[str]:
