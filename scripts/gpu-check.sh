@@ -33,6 +33,9 @@
 #                                     picks the stable wheel; torch range offline), kernel tests required
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
+#   scripts/gpu-check.sh floor        issue 39: the stable-ABI wheels with torch floor 2.10 (built on the CPU machine
+#                                     against torch 2.14.1, TORCH_TARGET_VERSION 2.10; .carry/wh-floor): kernel tests
+#                                     with this machine's torch (FLOOR_PKG=causal_conv1d or mamba_ssm: one per call)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -183,6 +186,15 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     # upstream's whole suite against the stable wheel installed by `stable` (run after it)
     (cd /tmp/upstream-tests && step timeout "${UPSTREAM_TIMEOUT:-300}" env PYTHONPATH=/tmp/stable-site python3 -m pytest \
       -q -p no:cacheprovider causal_conv1d-1.7.0/tests/test_causal_conv1d.py --junitxml="$OUT/upstream-junit.xml") || status=1
+    ;;
+  floor)
+    # issue 39: a floor-2.10 stable wheel built elsewhere against a newer torch, kernel-tested with this torch
+    for w in .carry/wh-floor/wheels/"${FLOOR_PKG:?FLOOR_PKG=causal_conv1d or mamba_ssm}"-*.whl; do
+      step timeout "${FLOOR_TIMEOUT:-480}" $B test "$w" --python python3 --require-kernel-tests \
+        --wheelhouse .carry/wh-floor --no-bench || status=1
+    done
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/floor-$FLOOR_PKG-$(basename "$(dirname "$f")").json"; done
+    tar czf "$OUT/wh-floor-$FLOOR_PKG-meta.tgz" --exclude='*.whl' .carry/wh-floor
     ;;
   mamba)
     # mamba-ssm kernel tests with the machine's torch (timeout: the device call has a hard limit; the suite's
