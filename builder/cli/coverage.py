@@ -1,5 +1,9 @@
 """`builder coverage [PACKAGE…]`: every (torch minor, CUDA line, Python, platform) cell users live in, and the wheel of the
-wheelhouse that serves it, with its evidence, or why none does (builder/farm/coverage.py)."""
+wheelhouse that serves it, with its evidence, or why none does (builder/farm/coverage.py).
+
+farm/coverage, farm/proven, farm/resolvecheck and farm/spec are imported in the handler, not at the top: they add
+about 50 modules and 100-200 ms to every `builder` start (``python -X importtime -c 'import builder.cli.main'``),
+which the other commands need not pay (issue 19)."""
 
 from __future__ import annotations
 
