@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from builder.farm.coverage import MISSING, compact_pythons, coverage_report, totals_line
+    from builder.farm.cellstext import compact_pythons
+    from builder.farm.coverage import MISSING, coverage_report, totals_line
     from builder.farm.proven import ALL, proof_lines, proofs_of_farm
 
     settings = settings_from_args(args)

@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from builder.farm.coverage import cells_text
+    from builder.farm.cellstext import cells_text
     from builder.farm.expand import coverage, github_matrix, serving, summary, tested_matrix
     from builder.farm.unchanged import changed_targets
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
+from builder.farm.cellstext import cells_list
 from builder.farm.expand import Cell, expand, serving
 from builder.farm.facts import minor_releases, pypi_has_cuda_wheels, triton_reason, wheel_facts
 from builder.farm.spec import find_farm_file, load_farm
@@ -400,18 +400,6 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
     return reports, meta
 
 
-def compact_pythons(pythons: Iterable[str]) -> str:
-    """``3.10 3.11 3.12 3.14`` → ``3.10–3.12, 3.14``."""
-    minors = sorted({int(p.split(".")[1]) for p in pythons})
-    runs: list[list[int]] = []
-    for m in minors:
-        if runs and m == runs[-1][-1] + 1:
-            runs[-1].append(m)
-        else:
-            runs.append([m])
-    return ", ".join(f"3.{r[0]}" if len(r) == 1 else f"3.{r[0]}–3.{r[-1]}" for r in runs)
-
-
 def totals_line(report: PackageCoverage) -> str:
     t = report.totals()
     missing = ", ".join(f"{reason} {n}" for reason, n in t["missing_by_reason"].items())
@@ -420,52 +408,3 @@ def totals_line(report: PackageCoverage) -> str:
             f"with evidence ({t['kernel_tested']} kernel-tested, {t['import_verified']} import-verified), "
             f"{t['built_unverified']} built not verified, {t['missing']} missing" + (f" ({missing})" if missing else "")
             + (f"; served per platform: {platforms}" if platforms else ""))
-
-
-def cells_text(cells: Iterable[Cell]) -> str:
-    """``13.0 x86_64+aarch64: torch 2.11-2.14 × py3.10-3.14 (40); 13.2 aarch64: torch 2.15 × py3.11-3.15 (5)``: per
-    CUDA line, the platforms that have the same cells together (none named where x86_64 is the only one)."""
-    by_line: dict[str, dict[str, set[tuple[str, str]]]] = {}
-    for cell in cells:
-        by_line.setdefault(cell.cuda, {}).setdefault(cell.platform, set()).add((cell.torch, cell.python))
-    parts = []
-    for line in sorted(by_line, key=Version):
-        merged: dict[frozenset[tuple[str, str]], list[str]] = {}
-        for platform in sorted(by_line[line], key=lambda p: (p != "x86_64", p)):
-            merged.setdefault(frozenset(by_line[line][platform]), []).append(platform)
-        for group, platforms in merged.items():
-            torches = _span(sorted({t for t, _ in group}, key=Version))
-            pythons = _span(sorted({p for _, p in group},
-                                   key=lambda p: Version(p) if p[:1].isdigit() else Version("0")))
-            where = "" if platforms == ["x86_64"] and len(by_line[line]) == 1 else " " + "+".join(platforms)
-            parts.append(f"{line}{where}: torch {torches} × py{pythons} ({len(group) * len(platforms)})")
-    return "; ".join(parts)
-
-
-def _span(minors: list[str]) -> str:
-    """``2.11, 2.12, 2.13`` → ``2.11-2.13`` where the minors are consecutive; listed otherwise."""
-    try:
-        keys = [Version(m).release[:2] for m in minors]
-    except InvalidVersion:
-        return ", ".join(minors)
-    consecutive = len(keys) > 2 and all(a[0] == b[0] and b[1] == a[1] + 1 for a, b in pairwise(keys))
-    return f"{minors[0]}-{minors[-1]}" if consecutive else ", ".join(minors)
-
-
-def cells_list(cells: Iterable[Cell]) -> str:
-    """``12.8 torch 2.7 py3.9, 2.8 py3.9; 12.9 torch 2.8 py3.9 (x86_64+aarch64)``: each cell named, by CUDA line and
-    torch minor, the platforms that have the same cells together."""
-    platforms_of: dict[tuple[str, str, str], set[str]] = {}
-    for cell in cells:
-        platforms_of.setdefault((cell.cuda, cell.torch, cell.python), set()).add(cell.platform)
-    groups: dict[tuple[str, ...], dict[str, dict[str, list[str]]]] = {}
-    for (line, torch, python), where in sorted(platforms_of.items(), key=lambda kv: tuple(map(Version, kv[0]))):
-        key = tuple(sorted(where, key=lambda p: (p != "x86_64", p)))
-        groups.setdefault(key, {}).setdefault(line, {}).setdefault(torch, []).append(python)
-    parts = []
-    for shared, lines in groups.items():
-        text = "; ".join(f"{line} torch " + ", ".join(f"{torch} py{compact_pythons(pythons)}"
-                                                     for torch, pythons in torches.items())
-                         for line, torches in lines.items())
-        parts.append(f"{text} ({'+'.join(shared)})")
-    return "; ".join(parts)

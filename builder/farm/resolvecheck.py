@@ -409,7 +409,7 @@ def disagreements(rules_installable: Iterable[Cell], view: ResolvedView) -> tupl
 def resolve_lines(view: ResolvedView, rules_installable: Iterable[Cell] | None, listed: int = 12) -> list[str]:
     """The resolver's counts for one package version, each reason a claimed cell does not install (uv's words)
     with its cells, and where the rules (farm/proven.py, PyPI only) disagree."""
-    from builder.farm.coverage import cells_list
+    from builder.farm.cellstext import cells_list
 
     asked = view.installs | set(view.fails)
     lines = [f"{view.package} {view.version}, uv resolver (PyPI only): installs {len(view.installs)} of "
