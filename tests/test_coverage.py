@@ -13,11 +13,11 @@ from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import Listing, Release
 from builder.farm import coverage as cov
+from builder.farm.cellstext import compact_pythons
 from builder.farm.coverage import (
     NOT_BUILT,
     NOT_IN_FARM,
     FarmView,
-    compact_pythons,
     newest_known,
     package_coverage,
     users_matrix,

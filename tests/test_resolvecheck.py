@@ -16,7 +16,8 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from builder.farm.facts import wheel_facts
-from builder.farm.resolvecheck import Resolver, Twin, disagreements, twin_of
+from builder.farm.resolvecheck import Resolver, Twin, twin_of
+from builder.farm.resolvefarm import disagreements
 from builder.model.platform import X86_64
 from builder.stages.plan import make_plan
 from tests.helpers import assert_one_line_error, run_cli
@@ -92,7 +93,7 @@ def test_the_twin_of_a_farm_target_is_what_the_plan_gives_the_wheel(tmp_path: Pa
 
 def test_disagreements_are_the_cells_rules_and_uv_judge_differently() -> None:
     from builder.farm.expand import Cell
-    from builder.farm.resolvecheck import ResolvedView
+    from builder.farm.resolvefarm import ResolvedView
 
     a, b, c = Cell("2.8", "12.8", "3.12"), Cell("2.9", "12.8", "3.12"), Cell("2.10", "12.8", "3.12")
     view = ResolvedView("x", "1.0", claimed={a, b, c}, installs={b}, fails={a: "uv: no"},

@@ -1,5 +1,9 @@
 """`builder coverage [PACKAGE…]`: every (torch minor, CUDA line, Python, platform) cell users live in, and the wheel of the
-wheelhouse that serves it, with its evidence, or why none does (builder/farm/coverage.py)."""
+wheelhouse that serves it, with its evidence, or why none does (builder/farm/coverage.py).
+
+farm/coverage, farm/proven, farm/resolvefarm and farm/spec are imported in the handler, not at the top: they add
+about 50 modules and 100-200 ms to every `builder` start (``python -X importtime -c 'import builder.cli.main'``),
+which the other commands need not pay (issue 19)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from builder.core.settings import Settings
 
 if TYPE_CHECKING:
     from builder.farm.proven import Proof
-    from builder.farm.resolvecheck import ResolveReport
+    from builder.farm.resolvefarm import ResolveReport
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -43,12 +47,13 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from builder.farm.coverage import MISSING, compact_pythons, coverage_report, totals_line
+    from builder.farm.cellstext import compact_pythons
+    from builder.farm.coverage import MISSING, coverage_report, totals_line
     from builder.farm.proven import ALL, proof_lines, proofs_of_farm
 
     settings = settings_from_args(args)
     if args.resolve:
-        from builder.farm.resolvecheck import refuse_offline
+        from builder.farm.resolvefarm import refuse_offline
 
         refuse_offline(settings)  # before the long part: --resolve needs PyPI
     if args.farm is not None:  # named on purpose: one that cannot be read is an error, not a note (the default
@@ -121,7 +126,7 @@ def resolve_farm_of(args: argparse.Namespace, settings: Settings, packages: list
     """``--resolve``: the farm's claimed cells asked of uv (farm/resolvecheck.py); nothing without the flag."""
     if not args.resolve:
         return None, ""
-    from builder.farm.resolvecheck import resolve_of_farm
+    from builder.farm.resolvefarm import resolve_of_farm
 
     return resolve_of_farm(args.farm, settings, packages)
 
@@ -130,7 +135,7 @@ def resolved_lines(resolved: ResolveReport | None, proof_of: Mapping[tuple[str, 
                    version: str) -> list[str]:
     """uv's verdict on one package version, against the rules' PyPI-only installable cells."""
     from builder.farm.proven import PYPI
-    from builder.farm.resolvecheck import resolve_lines
+    from builder.farm.resolvefarm import resolve_lines
 
     view = resolved.view(package, version) if resolved else None
     if view is None:

@@ -9,6 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from builder.cli.common import out
+from builder.core.errors import ToolchainError
+from builder.core.log import log
+from builder.model.platform import parse_platform, this_machine
+from builder.toolchain.container import connect
+from builder.toolchain.images import build_image, find_image, image_ref, image_spec, list_images, short_tag
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -26,9 +31,6 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def _client() -> Any:  # a docker SDK client (untyped), as container.connect returns it
-    from builder.core.errors import ToolchainError
-    from builder.toolchain.container import connect
-
     client = connect(os.environ)
     if client is None:
         raise ToolchainError(
@@ -39,10 +41,6 @@ def _client() -> Any:  # a docker SDK client (untyped), as container.connect ret
 
 
 def cmd_images(args: argparse.Namespace) -> int:
-    from builder.core.log import log
-    from builder.model.platform import parse_platform, this_machine
-    from builder.toolchain.images import build_image, find_image, image_ref, image_spec, list_images, short_tag
-
     client = _client()
     try:
         if args.images_command == "list":

@@ -10,13 +10,13 @@ import threading
 from typing import NoReturn
 
 from builder import __version__
-from builder.cli import cache, coverage, farm, images, index, targets, torch_table, user
+from builder.cli import cache, coverage, farm, images, index, matrix, targets, torch_table, user
 from builder.cli.common import add_common
 from builder.core.errors import BuilderError
 from builder.core.log import log
 
 # Each command module has register(subparsers, add_common) -> {command name: handler}.
-COMMAND_MODULES = (targets, index, farm, images, cache, user, torch_table, coverage)
+COMMAND_MODULES = (targets, index, farm, matrix, images, cache, user, torch_table, coverage)
 
 
 class OneLineParser(argparse.ArgumentParser):

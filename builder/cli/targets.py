@@ -1,4 +1,9 @@
-"""The commands on one target or wheel: build, test, plan, recipes, inspect."""
+"""The commands on one target or wheel: build, test, plan, recipes, inspect, verify, variants.
+
+The pipeline's modules (pipeline/run, promote, verify, variants; index/store, stages/inspection) and
+user/targetenv are imported in the handlers, not at the top: together they add about 50 modules and 130-200 ms to
+every `builder` start (``python -X importtime -c 'import builder.cli.main'``), which `builder --help` and an
+unchanged farm's no-op need not pay (issue 19)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
 from rich.table import Table
 
 from builder.cli import numbers
@@ -18,14 +24,15 @@ from builder.cli.common import out, settings_from_args
 from builder.core.cachedir import memo_dir
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings, default_jobs
-from builder.discovery.compat import known_cuda_text
+from builder.discovery.compat import known_cuda_text, resolve_index
 from builder.model.abi import ABI_CHOICES
 from builder.model.platform import Platform, parse_platform, this_machine
 from builder.model.python import PythonSpec
-from builder.model.recipe import expand_name, list_recipes, load_recipe
+from builder.model.recipe import RecipeKind, expand_name, find_recipe, list_recipes, load_recipe
 from builder.stages.compilercache import add_compiler_cache_arg
 from builder.stages.plan import Plan, Target, load_target_recipe, make_plan, validate_cuda
 from builder.toolchain import TOOLCHAINS
+from builder.toolchain.select import probe_build_here
 
 
 def _target_args(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +65,12 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
-    """The commands on one target or wheel: build, test, plan, recipes, inspect."""
+    """The commands on one target or wheel: build, test, plan, recipes, inspect, verify, variants.
+
+The pipeline's modules (pipeline/run, promote, verify, variants; index/store, stages/inspection) and
+user/targetenv are imported in the handlers, not at the top: together they add about 50 modules and 130-200 ms to
+every `builder` start (``python -X importtime -c 'import builder.cli.main'``), which `builder --help` and an
+unchanged farm's no-op need not pay (issue 19)."""
     p = sub.add_parser("build", help="build, verify, test and publish one wheel")
     _target_args(p)
     add_compiler_cache_arg(p)
@@ -176,9 +188,6 @@ def _platform(args: argparse.Namespace) -> Platform:
 
 def _check_cheap_flags(args: argparse.Namespace) -> None:
     """Flags whose mistakes need no network or toolchain to see: checked before any work (plan reads PyPI)."""
-    from packaging.version import InvalidVersion, Version
-
-    from builder.discovery.compat import resolve_index
 
     resolve_index(args.torch_index)
     if getattr(args, "jobs", None) is not None and args.jobs < 1:
@@ -199,7 +208,6 @@ def _check_cheap_flags(args: argparse.Namespace) -> None:
 
 def _is_pure_python(package: str, args: argparse.Namespace) -> bool:
     """Pure-Python recipes (fla) compile no GPU code, so --arch may be left out for them."""
-    from builder.model.recipe import RecipeKind, find_recipe
 
     try:
         settings = settings_from_args(args)
@@ -290,7 +298,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def buildable_here(plan: Plan, settings: Settings) -> str:
     """The plan's "buildable here" row: yes and with what, or no, why and the ways forward. Probes only
     (interpreter lookup, engine ping, nvcc --version, the toolkit cache): nothing is provisioned or pulled."""
-    from builder.toolchain.select import probe_build_here
     from builder.user.targetenv import check_python_flag
 
     try:

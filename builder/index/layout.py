@@ -117,10 +117,6 @@ class Layout:
     def log_file(self, filename: str) -> Path:
         return self.root / log_path(filename)
 
-    def generation(self, number: int) -> Layout:
-        """The paths of one generation of the pages (its ``simple`` and ``channels``), not yet or no longer live."""
-        return Layout(self.generations / str(number))
-
     def index(self, label: str | None = None) -> Path:
         """The folder of the combined index, or of the channel of ``label``."""
         return self.root / simple_path(label)

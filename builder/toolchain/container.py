@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+import builder.toolchain.cibw as cibw
 from builder.core.errors import ToolchainError
 from builder.core.log import log
 from builder.core.streaming import follow
 from builder.model.arch import parse_nvcc_version
 from builder.model.cuda import CudaVersion
-from builder.toolchain import cibw
 from builder.toolchain.base import (
     NO_MOUNTS,
     CudaToolkit,

@@ -8,6 +8,8 @@ from typing import Any
 
 from packaging.version import Version
 
+import builder.toolchain.container as docker_toolchain
+import builder.toolchain.pip as pip_toolchain
 from builder.core.cachedir import memo_dir
 from builder.core.errors import ToolchainError, UsageError
 from builder.core.log import log
@@ -15,8 +17,6 @@ from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, this_machine
-from builder.toolchain import container as docker_toolchain
-from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
 from builder.toolchain.host import candidate_homes, find_host_toolkit
 from builder.toolchain.images import (

@@ -1,0 +1,196 @@
+"""What one wheel of the wheelhouse serves of the users' matrix, and with which evidence (farm/coverage.py's
+statuses): the cells its tags and label name, each kernel-tested, import-verified or only built, read from its
+record's test reports and torch checks; the archs it ships and the arch of the GPU its kernels ran on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from builder.farm.expand import Cell
+from builder.index.checks import wheel_label
+from builder.model.abi import stable_label_major, torch_minor
+from builder.model.cuda import CudaVersion
+from builder.model.platform import of_wheel_platform
+from builder.model.records import BuildRecord, TestReport
+
+KERNEL = "kernel-tested"
+IMPORT = "import-verified"
+BUILT = "built"
+ABI3_PYTHON = "3.10"
+
+
+def _line_of_flavour(flavour: str) -> str | None:
+    """``cu130`` → ``13.0``."""
+    match = re.fullmatch(r"cu(\d+)(\d)", flavour)
+    return f"{int(match.group(1))}.{match.group(2)}" if match else None
+
+
+def _pythons_of_tags(filename: str) -> tuple[set[str] | None, bool]:
+    """(the Pythons a wheel's tags name, None for every Python; whether it is abi3)."""
+    _, _, _, tags = parse_wheel_filename(filename)
+    pythons: set[str] = set()
+    abi3 = False
+    for tag in tags:
+        if tag.abi == "abi3":
+            abi3 = True
+        if tag.abi.endswith("t") and tag.abi.startswith("cp"):
+            continue  # free-threaded
+        match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+        if match:
+            pythons.add(f"3.{match.group(1)}")
+        elif tag.interpreter in ("py3", "py2.py3"):
+            return None, abi3
+    return pythons, abi3
+
+
+def wheel_platforms(filename: str) -> set[str] | None:
+    """The platforms a wheel's tags name (``manylinux_2_28_aarch64`` → aarch64); None for ``any`` (every platform);
+    an empty set for a platform the users' matrix does not have (win_amd64, macOS)."""
+    _, _, _, tags = parse_wheel_filename(filename)
+    found: set[str] = set()
+    for tag in tags:
+        if tag.platform == "any":
+            return None
+        platform = of_wheel_platform(tag.platform) if "linux" in tag.platform else None
+        if platform is not None:
+            found.add(platform.name)
+    return found
+
+
+UNKNOWN_ARCH = "unknown arch"
+# GPUs whose name says their arch, for records from before the test report kept the GPU's capability; a name that
+# matches none of these, or several, is "unknown arch"
+_GPU_ARCHS: tuple[tuple[str, int], ...] = (
+    (r"\b(GH200|H100|H200|H800|H20)\b", 90), (r"\bG?B200\b", 100), (r"\bG?B300\b", 103), (r"\bThor\b", 110),
+    (r"\bRTX (50[5-9]0|PRO \d000 Blackwell)", 120), (r"\bGB10\b|DGX Spark", 121))
+
+
+def tested_arch(tests: TestReport | None) -> int | None:
+    """The arch of the GPU a record's kernel tests passed on: its compute capability (9.0 → 90), else the GPU's name
+    where it maps to exactly one arch; None where none passed or the arch is unknown."""
+    if tests is None or tests.kernel_status != "passed":
+        return None
+    if tests.capability is not None:
+        return tests.capability.number
+    found = {arch for pattern, arch in _GPU_ARCHS if tests.gpu and re.search(pattern, tests.gpu)}
+    return found.pop() if len(found) == 1 else None
+
+
+def arch_number(name: str) -> int:
+    digits = re.search(r"\d+", name)
+    return int(digits.group()) if digits else 0
+
+
+def wheel_archs(record: BuildRecord | None) -> tuple[str, ...]:
+    """The archs a wheel ships, as "sm_90", from its record's arch list ("100+ptx" → "sm_100")."""
+    return tuple(dict.fromkeys(f"sm_{arch_number(a)}" for a in (record.archs if record else ())))
+
+
+def tested_arch_name(record: BuildRecord | None) -> str:
+    """``sm_90,sm_120``: the arch of each GPU report whose kernel tests passed (one per arch the record keeps)."""
+    reports = (record.gpu_reports or (record.tests,)) if record and record.tests else ()
+    archs = dict.fromkeys(f"sm_{arch}" for r in reports if (arch := tested_arch(r)) is not None)
+    return ",".join(archs) or UNKNOWN_ARCH
+
+
+def _kernel_text(record: BuildRecord, gpu: str | None = None) -> str:
+    """``kernel-tested on sm_90 (GPU NVIDIA H100 …); sm_120 kernel-untested``: the arch its kernels ran on, not
+    every arch the wheel ships."""
+    gpus = dict.fromkeys(r.gpu for r in record.gpu_reports if r.gpu and r.kernel_status == "passed")
+    where = gpu or ", ".join(gpus) or (record.tests.gpu if record.tests else None) or "?"
+    archs = wheel_archs(record)
+    arch = tested_arch_name(record)
+    if arch == UNKNOWN_ARCH:
+        return f"kernel-tested on GPU {where} ({UNKNOWN_ARCH}; ships {','.join(archs)})" if archs else (
+            f"kernel-tested on GPU {where}")
+    rest = [a for a in archs if a not in arch.split(",")]
+    return f"kernel-tested on {arch} (GPU {where})" + (f"; {','.join(rest)} kernel-untested" if rest else "")
+
+
+def _tested_on(torch_text: str | None) -> tuple[str, str | None] | None:
+    """``2.11.0+cu130`` → ("2.11", "13.0")."""
+    if not torch_text:
+        return None
+    try:
+        v = Version(torch_text)
+    except InvalidVersion:
+        return None
+    return f"{v.major}.{v.minor}", _line_of_flavour(v.local or "")
+
+
+def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cell],
+                floor: str | None) -> dict[Cell, tuple[str, str]]:
+    """The cells of ``matrix`` this wheel is for, each with (status, evidence)."""
+    label = wheel_label(filename)
+    pythons, abi3 = _pythons_of_tags(filename)
+    platforms = wheel_platforms(filename)
+    if platforms is not None:
+        matrix = frozenset(c for c in matrix if c.platform in platforms)
+    major = stable_label_major(label)
+    if major is not None or (label is None and record is not None and record.is_stable_abi):
+        return _stable_cells(record, major, matrix, floor)
+    if label is None and pythons is None and platforms is None:  # py3-none-any, built once: its checks decide
+        return _checked_cells(record, matrix, lambda cell: True)
+    match = re.fullmatch(r"(cu\d+)torch(\d+\.\d+)", label or "")
+    if match is None:
+        return {}
+    line = (record.cuda_version.line if record and record.cuda_version else None) or _line_of_flavour(match.group(1))
+    tests = record.tests if record else None
+    if tests and tests.kernel_status == "passed" and record is not None:
+        outcome = (KERNEL, _kernel_text(record))
+    elif tests and tests.import_status == "passed":
+        outcome = (IMPORT, f"import-verified on its torch ({tests.torch or match.group(2)})")
+    else:
+        outcome = (BUILT, "built, not verified")
+    return {c: outcome for c in matrix
+            if c.torch == match.group(2) and c.cuda == line and (pythons is None or c.python in pythons)}
+
+
+def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozenset[Cell],
+                  floor: str | None) -> dict[Cell, tuple[str, str]]:
+    built = record.cuda_version if record else None
+    major = major if major is not None else built.major if built else None
+    if major is None:
+        return {}
+    floor_minor = torch_minor(record.torch_floor) if record and record.torch_floor else (
+        torch_minor(floor) if floor else (0, 0))
+
+    def claims(c: Cell) -> bool:
+        cuda = CudaVersion.parse(c.cuda)
+        return (cuda.major == major and not (built and (cuda.major, cuda.minor) < (built.major, built.minor))
+                and torch_minor(c.torch) >= floor_minor and Version(c.python) >= Version(ABI3_PYTHON))
+
+    return _checked_cells(record, matrix, claims)
+
+
+def _checked_cells(record: BuildRecord | None, matrix: frozenset[Cell],
+                   claims: Callable[[Cell], bool]) -> dict[Cell, tuple[str, str]]:
+    """A wheel offered across torches (stable-ABI, or pure Python built once): each cell it ``claims``, with the
+    evidence of its record's torch checks on that torch minor and CUDA line (a failed one keeps it unverified)."""
+    out: dict[Cell, tuple[str, str]] = {}
+    checks = (record.torch_checks or ()) if record else ()
+    tested = _tested_on(record.tests.torch) if record and record.tests else None
+    for c in matrix:
+        if not claims(c):
+            continue
+        here = [k for k in checks if _tested_on(k.torch) is not None and torch_minor(k.torch) == torch_minor(c.torch)
+                and k.cuda == c.cuda]
+        failed = [k for k in here if not k.passed]
+        kernel = next((k for k in here if k.passed and k.how == "gpu-kernel-tests"), None)
+        imported = next((k for k in here if k.passed and k.how == "import+registration"), None)
+        if failed:
+            out[c] = (BUILT, f"built, not verified: {failed[0].how} failed on torch {failed[0].torch}")
+        elif kernel is not None and record is not None:
+            out[c] = (KERNEL, _kernel_text(record) + f" with torch {kernel.torch}")
+        elif record is not None and record.tests and record.tests.kernel_status == "passed" and tested == (
+                c.torch, c.cuda):
+            out[c] = (KERNEL, _kernel_text(record) + f" with torch {record.tests.torch}")
+        elif imported is not None:
+            out[c] = (IMPORT, f"import-verified on torch {imported.torch} (cu{c.cuda})")
+        else:
+            out[c] = (BUILT, "built, not verified on this torch")
+    return out
