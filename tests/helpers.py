@@ -24,6 +24,33 @@ FIXTURES = ROOT / "tests" / "fixtures"
 LOCAL_TORCH_INDEX = Path(os.environ.get("BUILDER_TEST_TORCH_INDEX", "/opt/pypi-more/simple"))
 
 
+# Recipes of a PyPI CUDA extension ("demo") and a pure-Python package ("puredemo") for tests that load or expand
+# recipes without building: such tests pass their own release lists, so nothing is fetched. Append tables to vary them.
+DEMO_RECIPE = """
+name = "demo"
+kind = "cuda-extension"
+versions = ">=1.0,<2"
+[source]
+pypi = "demo"
+[test]
+imports = ["demo"]
+"""
+PURE_RECIPE = """
+name = "puredemo"
+kind = "pure-python"
+versions = ">=0.1,<1"
+[source]
+pypi = "puredemo"
+"""
+
+
+def write_recipes(root: Path, texts: dict[str, str]) -> Path:
+    """Write ``root/recipes/<name>/recipe.toml`` for each name and text; returns ``root/recipes``."""
+    for name, text in texts.items():
+        (root / "recipes" / name).mkdir(parents=True, exist_ok=True)
+        (root / "recipes" / name / "recipe.toml").write_text(text)
+    return root / "recipes"
+
 def local_cuda_path_missing() -> str | None:
     """Why the fast local CUDA path (host nvcc 13.0 + torch 2.14.1 for Python 3.11 on disk) is unusable, or None."""
     if not LOCAL_TORCH_INDEX.is_dir():

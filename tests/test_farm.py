@@ -24,30 +24,11 @@ from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
 from builder.stages.testing import runnable_on
-from tests.helpers import FIXTURES, ROOT, run_cli
+from tests.helpers import DEMO_RECIPE, FIXTURES, PURE_RECIPE, ROOT, run_cli, write_recipes
 
 DEMO = FIXTURES / "farm-demo.toml"
 
-RECIPE = """
-name = "demo"
-kind = "cuda-extension"
-versions = ">=1.0,<2"
-[source]
-pypi = "demo"
-[[patch]]
-file = "fix.patch"
-versions = ">=1.0,<1.5"
-[test]
-imports = ["demo"]
-"""
-
-PURE = """
-name = "puredemo"
-kind = "pure-python"
-versions = ">=0.1,<1"
-[source]
-pypi = "puredemo"
-"""
+RECIPE = DEMO_RECIPE + '[[patch]]\nfile = "fix.patch"\nversions = ">=1.0,<1.5"\n'
 
 RELEASES = {"demo": ["0.9", "1.0", "1.1", "1.2rc1", "1.4", "2.0"], "puredemo": ["0.1", "0.2", "1.0"]}
 
@@ -59,9 +40,7 @@ def fake_releases(name: str, settings: Settings) -> list[str]:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """recipes/demo (PyPI, with a patch for <1.5), recipes/puredemo (pure Python); returns the folder."""
-    for name, text in (("demo", RECIPE), ("puredemo", PURE)):
-        (tmp_path / "recipes" / name).mkdir(parents=True)
-        (tmp_path / "recipes" / name / "recipe.toml").write_text(text)
+    write_recipes(tmp_path, {"demo": RECIPE, "puredemo": PURE_RECIPE})
     (tmp_path / "patches" / "demo").mkdir(parents=True)
     (tmp_path / "patches" / "demo" / "fix.patch").write_text("--- a/x\n+++ b/x\n")
     return tmp_path
