@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures"
 TORCH_INDEX = Path("/opt/pypi-more/simple")
 PURE = ("purea", "pureb", "purec", "pured")
 
@@ -59,8 +57,10 @@ def fixture_tree(work: Path) -> Path:
     """Recipes, patches and sources for the farm; returns the farm file."""
     tree = work / "tree"
     if not tree.exists():
-        for name in ("recipes", "patches", "tinyext", "farm"):
-            shutil.copytree(FIXTURES / name, tree / name)
+        sys.path.insert(0, str(ROOT))
+        from tests.fixtures.farm_demo import write_farm_demo
+
+        write_farm_demo(tree)  # tinyext and tinyscale with their 0.2.0 trees, laid out as farm.toml below names them
         for name in PURE:
             src = tree / "pure" / name
             (src / name).mkdir(parents=True)
