@@ -236,10 +236,10 @@ def test_demo_farm_expands_to_two_packages_two_versions_two_targets(farm_demo: P
     assert {(t.package, t.version) for t in targets} == {
         ("tinyext", "0.1.0"), ("tinyext", "0.2.0"), ("tinyscale", "0.1.0"), ("tinyscale", "0.2.0")}
     assert {format_arch_list(t.archs) for t in targets} == {"90,120"} and {str(t.python) for t in targets} == {"3.11", "3.12"}
-    by_id = {t.id: t for t in targets}
-    assert by_id["tinyext-0.2.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].source == str(farm_demo.parent / "farm" / "tinyext-0.2.0")
+    by_id, demo = {t.id: t for t in targets}, farm_demo.parent
+    assert by_id["tinyext-0.2.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].source == str(demo / "farm" / "tinyext-0.2.0")
     assert by_id["tinyext-0.1.0-cu130-sm90_120-x86_64-py3.12-torch2.14.1"].source is None  # the recipe's own
-    assert by_id["tinyscale-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].recipes == farm_demo.parent / "farm" / "recipes"
+    assert by_id["tinyscale-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].recipes == demo / "farm" / "recipes"
     assert all(t.toolchain == "host" and t.torch == "2.14.1" for t in targets)
 
 
