@@ -3,8 +3,9 @@
 
     python bench/cpu_steps.py --out bench/results/cpu-steps.json [--repeats 5] [--skip-provision]
 
-1. farm: `builder farm --file tests/fixtures/farm-demo.toml --parallel 2` (8 wheels) once from an empty builder
-   cache, then again `repeats` times with nothing changed (the time to decide nothing needs building);
+1. farm: `builder farm --file <demo>/farm-demo.toml --parallel 2` (8 wheels; the demo tests/fixtures/farm_demo.py
+   writes) once from an empty builder cache, then again `repeats` times with nothing changed (the time to decide
+   nothing needs building);
 2. one unchanged target: `builder build tinyext …` again, `repeats` times;
 3. toolchain provisioning: `cuda-toolkit[…]==13.0.*` from PyPI into an empty cache once (bytes counted on the
    network interface, /proc/net/dev), then the cached lookup `repeats` times;
@@ -32,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FARM = ROOT / "tests" / "fixtures" / "farm-demo.toml"
 FIXTURE_RECIPES = ROOT / "tests" / "fixtures" / "recipes"
 
 
@@ -66,8 +66,11 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def bench_farm(env: dict[str, str], repeats: int) -> dict[str, Any]:
-    args = ("farm", "--file", str(FARM), "--parallel", "2")
+def bench_farm(env: dict[str, str], demo: Path, repeats: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures.farm_demo import write_farm_demo
+
+    args = ("farm", "--file", str(write_farm_demo(demo)), "--parallel", "2")
     first = builder(*args, env=env)
     again = [builder(*args, env=env)["wall_s"] for _ in range(repeats)]
     built = len(re.findall(r"\bbuilt\b", first["stderr"]))
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                "COLUMNS": "200"}
         if "farm" in parts:
             print("farm of 8 ...", flush=True)
-            report["farm"] = bench_farm(env, args.repeats)
+            report["farm"] = bench_farm(env, base / "demo", args.repeats)
             print(json.dumps(report["farm"]), flush=True)
         if "target" in parts:
             print("one target ...", flush=True)

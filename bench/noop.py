@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -33,34 +32,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures"
 TORCH_INDEX = Path("/opt/pypi-more/simple")
 PURE = ("purea", "pureb", "purec", "pured")
-
-# runs the CLI with an audit hook that notes every subprocess the builder process itself starts
-DRIVER = r"""
-import json, os, sys, time
-seen = []
-def hook(event, args):
-    if event == "subprocess.Popen":
-        seen.append([time.monotonic(), os.fspath(args[0]), [os.fspath(a) for a in (args[1] or [])][:3]])
-sys.addaudithook(hook)
-from builder.cli.main import main
-try:
-    code = main(sys.argv[1:])
-finally:
-    with open(os.environ["NOOP_BENCH_SPAWNS"], "w") as f:
-        json.dump(seen, f)
-sys.exit(code)
-"""
-
 
 def fixture_tree(work: Path) -> Path:
     """Recipes, patches and sources for the farm; returns the farm file."""
     tree = work / "tree"
     if not tree.exists():
-        for name in ("recipes", "patches", "tinyext", "farm"):
-            shutil.copytree(FIXTURES / name, tree / name)
+        sys.path.insert(0, str(ROOT))
+        from tests.fixtures.farm_demo import write_farm_demo
+
+        write_farm_demo(tree)  # tinyext and tinyscale with their 0.2.0 trees, laid out as farm.toml below names them
         for name in PURE:
             src = tree / "pure" / name
             (src / name).mkdir(parents=True)
@@ -146,11 +128,14 @@ def profile(code: Path, args: list[str], env: dict[str, str], work: Path, label:
     """One run each: the subprocesses it starts, the builder's import time, cProfile's top cumulative entries."""
     spawns_file = work / f"spawns-{label}.json"
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, cwd=code,
-                          env={**env, "PYTHONPATH": str(code), "NOOP_BENCH_SPAWNS": str(spawns_file)})
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers import AUDITED_CLI  # the CLI with an audit hook noting each subprocess it starts
+
+    proc = subprocess.run([sys.executable, "-c", AUDITED_CLI, *args], capture_output=True, text=True, cwd=code,
+                          env={**env, "PYTHONPATH": str(code), "BUILDER_AUDIT_SPAWNS": str(spawns_file)})
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
-    spawns = [{"at_s": round(t - start, 3), "exe": exe, "argv": argv}
+    spawns = [{"at_s": round(t - start, 3), "exe": exe, "argv": argv[:3]}
               for t, exe, argv in json.loads(spawns_file.read_text())]
     _, imports = run(code, ["--help"], env, pre=["-X", "importtime"])
     cumulative = {m.group(2).strip(): int(m.group(1)) for m in re.finditer(r"\|\s*(\d+) \|\s*(\S.*)$", imports, re.M)}

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from builder.core import net
+from tests.fixtures.farm_demo import write_farm_demo
 from tests.helpers import FIXTURES
 
 INTEGRATION_MARKERS = ("e2e", "docker", "network", "heavy")
@@ -159,6 +160,13 @@ def recipe_tree(tmp_path: Path) -> Path:
     for name in ("recipes", "patches", "tinyext"):
         shutil.copytree(FIXTURES / name, root / name)
     return root / "recipes"
+
+
+@pytest.fixture
+def farm_demo(tmp_path: Path) -> Path:
+    """The farm demo of docs/FARM.md written into this test's folder (tests/fixtures/farm_demo.py: with the 0.2.0
+    sources made from the 0.1.0 ones); returns its farm-demo.toml."""
+    return write_farm_demo(tmp_path / "demo")
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,33 @@ FIXTURES = ROOT / "tests" / "fixtures"
 LOCAL_TORCH_INDEX = Path(os.environ.get("BUILDER_TEST_TORCH_INDEX", "/opt/pypi-more/simple"))
 
 
+# Recipes of a PyPI CUDA extension ("demo") and a pure-Python package ("puredemo") for tests that load or expand
+# recipes without building: such tests pass their own release lists, so nothing is fetched. Append tables to vary them.
+DEMO_RECIPE = """
+name = "demo"
+kind = "cuda-extension"
+versions = ">=1.0,<2"
+[source]
+pypi = "demo"
+[test]
+imports = ["demo"]
+"""
+PURE_RECIPE = """
+name = "puredemo"
+kind = "pure-python"
+versions = ">=0.1,<1"
+[source]
+pypi = "puredemo"
+"""
+
+
+def write_recipes(root: Path, texts: dict[str, str]) -> Path:
+    """Write ``root/recipes/<name>/recipe.toml`` for each name and text; returns ``root/recipes``."""
+    for name, text in texts.items():
+        (root / "recipes" / name).mkdir(parents=True, exist_ok=True)
+        (root / "recipes" / name / "recipe.toml").write_text(text)
+    return root / "recipes"
+
 def local_cuda_path_missing() -> str | None:
     """Why the fast local CUDA path (host nvcc 13.0 + torch 2.14.1 for Python 3.11 on disk) is unusable, or None."""
     if not LOCAL_TORCH_INDEX.is_dir():
@@ -56,19 +83,21 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     return CliResult(result.returncode, result.stdout, result.stderr)
 
 
-# Runs the CLI like ``python -m builder`` with an audit hook noting each subprocess the builder process starts.
-_AUDITED = r"""
-import json, os, sys
+# Runs the CLI like ``python -m builder`` with an audit hook noting each subprocess the builder process starts:
+# [monotonic time, executable, argv] each, written as JSON to $BUILDER_AUDIT_SPAWNS (bench/noop.py uses it too).
+AUDITED_CLI = r"""
+import json, os, sys, time
 started = []
 def hook(event, args):
     if event == "subprocess.Popen":
-        started.append([os.fspath(a) for a in (args[1] if isinstance(args[1], (list, tuple)) else [args[1]])])
+        argv = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+        started.append([time.monotonic(), os.fspath(args[0]), [os.fspath(a) for a in argv]])
 sys.addaudithook(hook)
 from builder.cli.main import main
 try:
     code = main(sys.argv[1:])
 finally:
-    with open(os.environ["BUILDER_TEST_SPAWNS"], "w") as f:
+    with open(os.environ["BUILDER_AUDIT_SPAWNS"], "w") as f:
         json.dump(started, f)
 sys.exit(code)
 """
@@ -77,10 +106,11 @@ sys.exit(code)
 def run_cli_audited(*args: str, spawns: Path, env: dict[str, str] | None = None) -> tuple[CliResult, list[list[str]]]:
     """``run_cli``, also returning the argv of every subprocess the builder process started (children of those
     are not seen)."""
-    full_env = {**os.environ, **(env or {}), "COLUMNS": "200", "BUILDER_TEST_SPAWNS": str(spawns)}
-    result = subprocess.run([sys.executable, "-c", _AUDITED, *args], capture_output=True, text=True, env=full_env,
-                            cwd=ROOT, timeout=1800)
-    return CliResult(result.returncode, result.stdout, result.stderr), json.loads(spawns.read_text())
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200", "BUILDER_AUDIT_SPAWNS": str(spawns)}
+    result = subprocess.run([sys.executable, "-c", AUDITED_CLI, *args], capture_output=True, text=True,
+                            env=full_env, cwd=ROOT, timeout=1800)
+    started = [argv for _, _, argv in json.loads(spawns.read_text())]
+    return CliResult(result.returncode, result.stdout, result.stderr), started
 
 
 def assert_one_line_error(result: CliResult, *needles: str) -> None:

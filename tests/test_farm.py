@@ -24,30 +24,9 @@ from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
 from builder.stages.testing import runnable_on
-from tests.helpers import FIXTURES, ROOT, run_cli
+from tests.helpers import DEMO_RECIPE, FIXTURES, PURE_RECIPE, ROOT, run_cli, write_recipes
 
-DEMO = FIXTURES / "farm-demo.toml"
-
-RECIPE = """
-name = "demo"
-kind = "cuda-extension"
-versions = ">=1.0,<2"
-[source]
-pypi = "demo"
-[[patch]]
-file = "fix.patch"
-versions = ">=1.0,<1.5"
-[test]
-imports = ["demo"]
-"""
-
-PURE = """
-name = "puredemo"
-kind = "pure-python"
-versions = ">=0.1,<1"
-[source]
-pypi = "puredemo"
-"""
+RECIPE = DEMO_RECIPE + '[[patch]]\nfile = "fix.patch"\nversions = ">=1.0,<1.5"\n'
 
 RELEASES = {"demo": ["0.9", "1.0", "1.1", "1.2rc1", "1.4", "2.0"], "puredemo": ["0.1", "0.2", "1.0"]}
 
@@ -59,9 +38,7 @@ def fake_releases(name: str, settings: Settings) -> list[str]:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """recipes/demo (PyPI, with a patch for <1.5), recipes/puredemo (pure Python); returns the folder."""
-    for name, text in (("demo", RECIPE), ("puredemo", PURE)):
-        (tmp_path / "recipes" / name).mkdir(parents=True)
-        (tmp_path / "recipes" / name / "recipe.toml").write_text(text)
+    write_recipes(tmp_path, {"demo": RECIPE, "puredemo": PURE_RECIPE})
     (tmp_path / "patches" / "demo").mkdir(parents=True)
     (tmp_path / "patches" / "demo" / "fix.patch").write_text("--- a/x\n+++ b/x\n")
     return tmp_path
@@ -252,27 +229,23 @@ def test_unknown_recipe_names_close_match(tree: Path) -> None:
         expand(farm, settings_for(tree), releases=fake_releases)
 
 
-def test_demo_farm_expands_to_two_packages_two_versions_two_targets() -> None:
-    farm = load_farm(DEMO)
+def test_demo_farm_expands_to_two_packages_two_versions_two_targets(farm_demo: Path) -> None:
+    farm = load_farm(farm_demo)
     targets = expand(farm, Settings.from_env({}))
     assert len(targets) == 8
     assert {(t.package, t.version) for t in targets} == {
         ("tinyext", "0.1.0"), ("tinyext", "0.2.0"), ("tinyscale", "0.1.0"), ("tinyscale", "0.2.0")}
     assert {format_arch_list(t.archs) for t in targets} == {"90,120"} and {str(t.python) for t in targets} == {"3.11", "3.12"}
-    by_id = {t.id: t for t in targets}
-    assert by_id["tinyext-0.2.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].source == str(FIXTURES / "farm" / "tinyext-0.2.0")
+    by_id, demo = {t.id: t for t in targets}, farm_demo.parent
+    assert by_id["tinyext-0.2.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].source == str(demo / "farm" / "tinyext-0.2.0")
     assert by_id["tinyext-0.1.0-cu130-sm90_120-x86_64-py3.12-torch2.14.1"].source is None  # the recipe's own
-    assert by_id["tinyscale-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].recipes == FIXTURES / "farm" / "recipes"
+    assert by_id["tinyscale-0.1.0-cu130-sm90_120-x86_64-py3.11-torch2.14.1"].recipes == demo / "farm" / "recipes"
     assert all(t.toolchain == "host" and t.torch == "2.14.1" for t in targets)
 
 
-def test_local_source_must_hold_the_pinned_version(tmp_path: Path) -> None:
-    text = (DEMO.read_text()
-            .replace('"0.2.0" = "farm/tinyext-0.2.0"', f'"0.2.0" = "{FIXTURES / "tinyext"}"')
-            .replace('recipes = "recipes"', f'recipes = "{FIXTURES / "recipes"}"')
-            .replace('recipes = "farm/recipes"', f'recipes = "{FIXTURES / "farm" / "recipes"}"')
-            .replace('"0.2.0" = "farm/tinyscale-0.2.0"', f'"0.2.0" = "{FIXTURES / "farm" / "tinyscale-0.2.0"}"'))
-    farm = load_farm(write_farm(tmp_path, text))
+def test_local_source_must_hold_the_pinned_version(farm_demo: Path) -> None:
+    text = farm_demo.read_text().replace('"0.2.0" = "farm/tinyext-0.2.0"', '"0.2.0" = "tinyext"')  # 0.1.0's tree
+    farm = load_farm(write_farm(farm_demo.parent, text))
     with pytest.raises(FarmError, match=r"field 'package\[0\].source' .*tinyext holds version 0.1.0, not 0.2.0"):
         expand(farm, Settings.from_env({}))
 
@@ -291,9 +264,9 @@ def test_root_farm_file_is_valid() -> None:
 # ---------------------------------------------------------------- GitHub matrix
 
 
-def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
+def test_github_matrix_shape_through_the_cli(tmp_path: Path, farm_demo: Path) -> None:
     env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse")}
-    result = run_cli("matrix", "--file", str(DEMO), "--format", "github", env=env)
+    result = run_cli("matrix", "--file", str(farm_demo), "--format", "github", env=env)
     assert result.code == 0, result.stderr
     assert len(result.stdout.strip().splitlines()) == 1  # one line, for $GITHUB_OUTPUT
     matrix = json.loads(result.stdout)
@@ -313,23 +286,23 @@ def test_github_matrix_shape_through_the_cli(tmp_path: Path) -> None:
     }
     assert {e["runner"] for e in matrix["include"]} == {"gpu-rtx5090"}  # [runners] "120" over the default template
     assert {e["source"] for e in matrix["include"]} == {"", "farm/tinyext-0.2.0", "farm/tinyscale-0.2.0"}
-    only = json.loads(run_cli("matrix", "--file", str(DEMO), "--format", "github", "--only", "tinyscale",
+    only = json.loads(run_cli("matrix", "--file", str(farm_demo), "--format", "github", "--only", "tinyscale",
                               env=env).stdout)
     assert {e["package"] for e in only["include"]} == {"tinyscale"}
-    table = run_cli("matrix", "--file", str(DEMO), "--details", env=env)
+    table = run_cli("matrix", "--file", str(farm_demo), "--details", env=env)
     assert table.code == 0 and "8 targets" in table.stdout and "gpu-rtx5090" in table.stdout
 
 
-def test_matrix_and_farm_cli_errors_are_one_line(tmp_path: Path) -> None:
+def test_matrix_and_farm_cli_errors_are_one_line(tmp_path: Path, farm_demo: Path) -> None:
     env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse")}
     bad = tmp_path / "farm.toml"
-    bad.write_text(DEMO.read_text().replace("archs =", "arches ="))
+    bad.write_text(farm_demo.read_text().replace("archs =", "arches ="))
     for command in ("matrix", "farm", "watch"):
         result = run_cli(command, "--file", str(bad), env=env)
         assert result.code == 3 and "Traceback" not in result.stderr, result.stderr
         (line,) = result.error_lines
         assert "unknown field 'defaults.arches'" in line and "did you mean 'archs'?" in line
-    result = run_cli("farm", "--file", str(DEMO), "--parallel", "0", env=env)
+    result = run_cli("farm", "--file", str(farm_demo), "--parallel", "0", env=env)
     assert result.code == 2 and "argument --parallel: '0'" in result.error_lines[0]
     result = run_cli("matrix", "--file", str(tmp_path / "missing.toml"), env=env)
     assert result.code == 3 and "farm file not found" in result.error_lines[0]
@@ -374,9 +347,9 @@ def _publish_fake(house: Path, wheel_name: str, record: BuildRecord | dict) -> N
                                                           else json.dumps(record).encode())
 
 
-def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path) -> None:
+def test_changed_targets_compare_inputs_with_wheelhouse_records(tmp_path: Path, farm_demo: Path) -> None:
     settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wheelhouse")
-    targets = expand(load_farm(DEMO), settings)
+    targets = expand(load_farm(farm_demo), settings)
     assert changed_targets(targets, settings) == targets  # empty wheelhouse: everything
     first, second = targets[0], targets[1]
     ident = known_inputs(first, settings)
@@ -412,25 +385,46 @@ def test_watch_reports_newer_and_out_of_range_versions(tree: Path) -> None:
     assert rows["puredemo"].built == ("0.2",) and rows["puredemo"].newer == () and rows["puredemo"].beyond == ("1.0",)
 
 
-def test_watch_cli_on_local_sources_needs_no_network(tmp_path: Path) -> None:
+def test_watch_cli_on_local_sources_needs_no_network(tmp_path: Path, farm_demo: Path) -> None:
     env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache"), "BUILDER_WHEELHOUSE": str(tmp_path / "wheelhouse"),
            "BUILDER_OFFLINE": "1"}
-    result = run_cli("watch", "--file", str(DEMO), "--format", "json", env=env)
+    result = run_cli("watch", "--file", str(farm_demo), "--format", "json", env=env)
     assert result.code == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["package"] for r in rows] == ["tinyext", "tinyscale"]
     assert all(r["note"] == "not built from PyPI: nothing to watch" for r in rows)
-    markdown = run_cli("watch", "--file", str(DEMO), "--format", "markdown", env=env).stdout
+    markdown = run_cli("watch", "--file", str(farm_demo), "--format", "markdown", env=env).stdout
     assert markdown.splitlines()[0].startswith("| package | recipe range |")
-    only = run_cli("watch", "--file", str(DEMO), "--format", "json", "--only", "TinyScale", env=env)
+    only = run_cli("watch", "--file", str(farm_demo), "--format", "json", "--only", "TinyScale", env=env)
     assert [r["package"] for r in json.loads(only.stdout)] == ["tinyscale"]
 
 
 def test_fixture_tree_is_clean() -> None:
     """The farm fixtures are source trees the builder copies; nothing built may land in them."""
-    for folder in ("tinyext-0.2.0", "tinyscale", "tinyscale-0.2.0"):
-        root = FIXTURES / "farm" / folder
+    for folder in ("tinyext", "farm/tinyscale"):
+        root = FIXTURES / folder
         assert not any(p.name in {"build", "dist"} or p.suffix == ".so" for p in root.rglob("*")), folder
+
+
+def test_the_demos_020_sources_are_the_010_ones_with_the_version_bumped(tmp_path: Path, farm_demo: Path) -> None:
+    """tests/fixtures/farm_demo.py: each 0.2.0 tree differs from its 0.1.0 tree in setup.py's VERSION line alone,
+    and a tree without that line is refused, naming the file."""
+    import filecmp
+
+    from tests.fixtures.farm_demo import bumped_copy
+
+    demo = farm_demo.parent
+    for new, old in (("farm/tinyext-0.2.0", "tinyext"), ("farm/tinyscale-0.2.0", "farm/tinyscale")):
+        setup = (demo / new / "setup.py").read_text()
+        assert setup == (demo / old / "setup.py").read_text().replace('VERSION = "0.1.0"', 'VERSION = "0.2.0"')
+        assert 'VERSION = "0.2.0"' in setup
+        compared = filecmp.dircmp(demo / new, demo / old)
+        assert compared.diff_files == ["setup.py"] and not compared.left_only and not compared.right_only
+        assert not compared.subdirs["csrc"].diff_files
+    (tmp_path / "noversion").mkdir()
+    (tmp_path / "noversion" / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    with pytest.raises(ValueError, match=r"noversion/setup.py has no line VERSION"):
+        bumped_copy(tmp_path / "noversion", tmp_path / "out", "0.2.0")
 
 
 def test_pool_progress_counts_starts_and_finishes_for_the_live_display_and_the_log(tmp_path: Path) -> None:

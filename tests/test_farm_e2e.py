@@ -11,10 +11,15 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX, local_cuda_path_missing, run_cli
+
+if TYPE_CHECKING:
+    from builder.core.settings import Settings
+    from builder.farm.spec import FarmTarget
 
 pytestmark = pytest.mark.e2e
 
@@ -164,20 +169,26 @@ def test_matrix_changed_and_watch_read_the_real_record(farm: dict) -> None:
     assert rows["tinyext"]["built"] == ["0.1.0"] and rows["tinyscale"]["built"] == []
 
 
-def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cache key names the host C++ compiler: with $CXX pointing at another compiler (a wrapper that reports
-    another version) the built target is no longer "unchanged"; with CFLAGS added neither; as before, it is."""
+def _tinyext_in_farm_env(farm: dict, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, list[FarmTarget]]:
+    """The first run's environment (no compiler variables: the cache key names them) and tinyext's target."""
     from builder.core.settings import Settings
     from builder.farm.expand import expand
     from builder.farm.spec import load_farm
-    from builder.farm.unchanged import find_unchanged
 
     for var, value in farm["env"].items():
         monkeypatch.setenv(var, value)
     for var in ("CXX", "CC", "NVCC_CCBIN", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS"):
         monkeypatch.delenv(var, raising=False)
     settings = Settings.from_env(os.environ)
-    targets = [t for t in expand(load_farm(farm["base"] / "farm.toml"), settings) if t.id == TINYEXT]
+    return settings, [t for t in expand(load_farm(farm["base"] / "farm.toml"), settings) if t.id == TINYEXT]
+
+
+def test_another_host_compiler_is_not_unchanged(farm: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache key names the host C++ compiler: with $CXX pointing at another compiler (a wrapper that reports
+    another version) the built target is no longer "unchanged"; with CFLAGS added neither; as before, it is."""
+    from builder.farm.unchanged import find_unchanged
+
+    settings, targets = _tinyext_in_farm_env(farm, monkeypatch)
     assert TINYEXT in find_unchanged(targets, settings)
     wrapper = tmp_path / "other-c++"
     wrapper.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "other-c++ 99.1"; exit 0; fi\nexec c++ "$@"\n')
@@ -200,19 +211,11 @@ def test_a_new_input_is_seen_by_the_build_the_farm_check_and_matrix_changed(
     for a future input) and the build, the farm's up-front check and `matrix --changed` all stop calling the
     built target unchanged. The build is stopped where it would start compiling (a stand-in for _build_in)."""
     import builder.pipeline.run
-    from builder.core.settings import Settings
-    from builder.farm.expand import expand
-    from builder.farm.spec import load_farm
     from builder.farm.unchanged import changed_targets, find_unchanged
     from builder.pipeline.run import BuildOptions, run_build
     from tests.test_inputs import add_new_input
 
-    for var, value in farm["env"].items():
-        monkeypatch.setenv(var, value)
-    for var in ("CXX", "CC", "NVCC_CCBIN", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS"):
-        monkeypatch.delenv(var, raising=False)
-    settings = Settings.from_env(os.environ)
-    targets = [t for t in expand(load_farm(farm["base"] / "farm.toml"), settings) if t.id == TINYEXT]
+    settings, targets = _tinyext_in_farm_env(farm, monkeypatch)
 
     def build() -> str:
         return run_build(targets[0].to_target(1), targets[0].settings(settings), BuildOptions(kernel_tests=False)).status

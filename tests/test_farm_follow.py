@@ -16,23 +16,13 @@ from builder.farm.expand import expand
 from builder.farm.spec import FarmError, load_farm
 from builder.farm.watch import watch_torch
 from builder.model.arch import format_arch_list
+from tests.helpers import DEMO_RECIPE, write_recipes
 from tests.test_torchindex import fixture_index  # noqa: F401 - the fixture
-
-RECIPE = """
-name = "demo"
-kind = "cuda-extension"
-versions = ">=1.0,<2"
-[source]
-pypi = "demo"
-[test]
-imports = ["demo"]
-"""
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    (tmp_path / "recipes" / "demo").mkdir(parents=True)
-    (tmp_path / "recipes" / "demo" / "recipe.toml").write_text(RECIPE)
+    write_recipes(tmp_path, {"demo": DEMO_RECIPE})
     return tmp_path
 
 

@@ -21,7 +21,7 @@ from builder.farm.coverage import users_matrix
 from builder.farm.expand import Cell, coverage, expand, github_matrix, served_cells, serving, summary
 from builder.farm.spec import FarmError, load_farm
 from builder.model.arch import format_arch_list
-from tests.helpers import run_cli
+from tests.helpers import PURE_RECIPE, run_cli, write_recipes
 
 STABLE = """
 name = "stabledemo"
@@ -43,14 +43,6 @@ kind = "cuda-extension"
 versions = ">=1.0,<2"
 [source]
 pypi = "plaindemo"
-"""
-
-PURE = """
-name = "puredemo"
-kind = "pure-python"
-versions = ">=0.1,<1"
-[source]
-pypi = "puredemo"
 """
 
 RELEASES = {"stabledemo": ["1.1", "1.4"], "plaindemo": ["1.0"], "puredemo": ["0.2"]}
@@ -92,9 +84,7 @@ def _write_torch_index(settings: Settings) -> None:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    for name, text in (("stabledemo", STABLE), ("plaindemo", PLAIN), ("puredemo", PURE)):
-        (tmp_path / "recipes" / name).mkdir(parents=True)
-        (tmp_path / "recipes" / name / "recipe.toml").write_text(text)
+    write_recipes(tmp_path, {"stabledemo": STABLE, "plaindemo": PLAIN, "puredemo": PURE_RECIPE})
     (tmp_path / "patches").mkdir()
     _write_torch_index(settings_for(tmp_path))
     return tmp_path

@@ -30,7 +30,7 @@ from builder.farm.unchanged import known_inputs
 from builder.index.store import Wheelhouse
 from builder.index.txn import is_builder_temp
 from builder.model.records import BuildRecord
-from tests.helpers import FIXTURES, ROOT, assert_one_line_error, run_cli
+from tests.helpers import ROOT, assert_one_line_error, run_cli
 from tests.test_farm import _record_for
 from tests.test_index import labelled_wheel
 from tests.test_publish_txn import assert_consistent, make_wheel
@@ -109,10 +109,10 @@ def test_pull_restores_the_published_index_and_the_unchanged_check_reads_it(serv
     assert house.find_record("key-never-built") is None
 
 
-def test_the_nightly_plan_check_reads_the_pulled_copy(server: Server, tmp_path: Path) -> None:
+def test_the_nightly_plan_check_reads_the_pulled_copy(server: Server, tmp_path: Path, farm_demo: Path) -> None:
     """`builder matrix --changed` (the nightly plan's check) against the pulled copy: the target a published wheel
     was built from is not rebuilt; against an empty wheelhouse (an evicted cache, no pull) every target would be."""
-    demo = FIXTURES / "farm-demo.toml"
+    demo = farm_demo
     env = {"BUILDER_CACHE_DIR": str(tmp_path / "cache")}
     settings = Settings.from_env({}, cache_dir=tmp_path / "cache", wheelhouse=server.house.root)
     first = expand(load_farm(demo), settings)[0]

@@ -10,17 +10,8 @@ from builder.core.errors import RecipeError, UsageError
 from builder.model.arch import check_known_bad, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.recipe import load_recipe
-from tests.helpers import ROOT
+from tests.helpers import DEMO_RECIPE, ROOT, write_recipes
 
-BASE = """
-name = "demo"
-kind = "cuda-extension"
-versions = ">=1.0,<2"
-[source]
-pypi = "demo"
-[test]
-imports = ["demo"]
-"""
 ENTRY = """
 [[known-bad]]
 archs = ["103"]
@@ -31,14 +22,11 @@ instead = "100+ptx"
 
 
 def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "recipes" / "demo" / "recipe.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+    return write_recipes(tmp_path, {"demo": text}) / "demo" / "recipe.toml"
 
 
 def test_entry_loads_and_matches(tmp_path: Path) -> None:
-    recipe = load_recipe(write(tmp_path, BASE + ENTRY + 'versions = "<1.5"\n'))
+    recipe = load_recipe(write(tmp_path, DEMO_RECIPE + ENTRY + 'versions = "<1.5"\n'))
     (entry,) = recipe.known_bad
     assert entry.archs == ("103",) and entry.instead == "100+ptx"
     bad = parse_arch_list("90,103")
@@ -69,7 +57,7 @@ def test_entry_loads_and_matches(tmp_path: Path) -> None:
     ],
 )
 def test_bad_entries_name_file_and_field(tmp_path: Path, mutation, needle: str) -> None:  # type: ignore[no-untyped-def]
-    path = write(tmp_path, mutation(BASE + ENTRY))
+    path = write(tmp_path, mutation(DEMO_RECIPE + ENTRY))
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     assert str(path) in info.value.message and needle in info.value.message

@@ -214,6 +214,14 @@ def host_cuda13() -> CudaToolkit | None:
         return None
 
 
+def host_cuda13_source(source: Path, text: str) -> tuple[CudaToolkit, Path]:
+    """The host CUDA 13.0 toolkit (tests that call this skip without it) and ``source`` written with ``text``."""
+    toolkit = host_cuda13()
+    assert toolkit is not None
+    source.write_text(text)
+    return toolkit, source
+
+
 @pytest.mark.e2e  # compiles with the real nvcc
 @pytest.mark.skipif(host_cuda13() is None, reason="no host CUDA 13.0 nvcc")
 def test_the_builders_nvcc_flags_make_a_template_only_translation_unit_compile_to_the_same_bytes(
@@ -222,10 +230,7 @@ def test_the_builders_nvcc_flags_make_a_template_only_translation_unit_compile_t
     import re
     import subprocess
 
-    toolkit = host_cuda13()
-    assert toolkit is not None
-    source = tmp_path / "scale.cu"
-    source.write_text(TEMPLATE_ONLY_TU)
+    toolkit, source = host_cuda13_source(tmp_path / "scale.cu", TEMPLATE_ONLY_TU)
 
     def digest(flags: tuple[str, ...], out: str) -> str:
         subprocess.run([str(toolkit.nvcc), "-c", "-arch=sm_90", *flags, str(source), "-o", str(tmp_path / out)],
@@ -268,10 +273,7 @@ def test_ptxas_split_compilation_gives_the_same_kernels_and_writes_its_thread_co
     from builder.core.elf import elf_sections
     from builder.toolchain.base import PTXAS_THREADS
 
-    toolkit = host_cuda13()
-    assert toolkit is not None
-    source = tmp_path / "smooth.cu"
-    source.write_text(MANY_KERNELS_TU)
+    toolkit, source = host_cuda13_source(tmp_path / "smooth.cu", MANY_KERNELS_TU)
     split = next(f for f in toolkit.nvcc_flags if f.startswith("--ptxas-options=--split-compile="))
     assert split == f"--ptxas-options=--split-compile={PTXAS_THREADS}"
     assert split not in toolkit.nvcc_flags_for(ptxas_split=False)

@@ -240,7 +240,9 @@ def test_snapshot_has_every_row_sourced() -> None:
 # ---------------------------------------------------------------- through the CLI, with the fixture index
 
 
-def _tree_with_known_bad(tmp_path: Path) -> Path:
+def _plan_with_known_bad(fixture_index: tuple[str, list[str]], tmp_path: Path) -> tuple[str, ...]:
+    """``builder plan tinyext`` on a copy of the fixture tree whose recipe marks sm_103 known bad on CUDA 13,
+    against the fixture torch index."""
     import shutil
 
     root = tmp_path / "tree"
@@ -249,14 +251,13 @@ def _tree_with_known_bad(tmp_path: Path) -> Path:
     recipe = root / "recipes" / "tinyext" / "recipe.toml"
     recipe.write_text(recipe.read_text() + '\n[[known-bad]]\narchs = ["103"]\ncuda = ">=13"\n'
                       'reason = "sm_103 cubins from nvcc 13.x give wrong results"\ninstead = "100+ptx"\n')
-    return root / "recipes"
+    url, _ = fixture_index
+    return "plan", "tinyext", "--recipes", str(root / "recipes"), "--torch-index", f"{url}/simple"
 
 
 def test_cli_label_follows_torch_and_mismatch_is_refused(fixture_index: tuple[str, list[str]], tmp_path: Path,
                                                         cli_env: dict[str, str]) -> None:
-    url, _ = fixture_index
-    recipes = _tree_with_known_bad(tmp_path)
-    base = ("plan", "tinyext", "--recipes", str(recipes), "--torch-index", f"{url}/simple", "--arch", "120")
+    base = (*_plan_with_known_bad(fixture_index, tmp_path), "--arch", "120")
     ok = run_cli(*base, "--cuda", "13.2", env=cli_env)
     assert ok.code == 0, ok.stderr
     assert "cu132torch3.2" in ok.stdout and "3.2.0" in ok.stdout
@@ -270,9 +271,7 @@ def test_cli_label_follows_torch_and_mismatch_is_refused(fixture_index: tuple[st
 
 def test_cli_known_bad_is_refused(fixture_index: tuple[str, list[str]], tmp_path: Path,
                                   cli_env: dict[str, str]) -> None:
-    url, _ = fixture_index
-    recipes = _tree_with_known_bad(tmp_path)
-    base = ("plan", "tinyext", "--recipes", str(recipes), "--torch-index", f"{url}/simple", "--cuda", "13.2")
+    base = (*_plan_with_known_bad(fixture_index, tmp_path), "--cuda", "13.2")
     bad = run_cli(*base, "--arch", "90,103", env=cli_env)
     assert_one_line_error(bad, "--arch 103: sm_103 code of tinyext", "known bad: sm_103 cubins from nvcc 13.x",
                           "use --arch 100+ptx instead")

@@ -57,26 +57,33 @@ class World:
     tmp: Path
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    tmp = tmp_path_factory.mktemp("user")
+def user_world(tmp: Path, torches: dict[str, str], columns: str = "200") -> World:
+    """A stand-in PyPI holding a stand-in torch of each version (its CUDA as value), the project folder with the
+    builder's own venv (as after the README's install) and an environment that reaches only that PyPI."""
     pypi = Wheelhouse(tmp / "pypi")
-    for version, cuda in TORCHES.items():
+    for version, cuda in torches.items():
         pypi.publish(stand_in_torch(tmp / "torches", version, cuda), BuildRecord.from_json({}))
     project = tmp / "project"
     project.mkdir()
-    (project / ".venv").symlink_to(Path(sys.prefix))  # the builder's own venv, as after the README's install
-    house = Wheelhouse(project / "wheelhouse")
+    (project / ".venv").symlink_to(Path(sys.prefix))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "CONDA"))}
+    env.update(UV_INDEX_URL=pypi.index_url(), PIP_INDEX_URL=pypi.index_url(), PIP_CONFIG_FILE=os.devnull,
+               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", UV_CACHE_DIR=str(tmp / "uv-cache"),
+               UV_NO_PROGRESS="1", DOCKER_HOST="unix:///nonexistent.sock", COLUMNS=columns,
+               BUILDER_CACHE_DIR=str(tmp / "cache"))
+    return World(project, pypi.index_url(), env, tmp)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    tmp = tmp_path_factory.mktemp("user")
+    world = user_world(tmp, TORCHES)
+    house = Wheelhouse(world.project / "wheelhouse")
     for label, pin in (("cu128torch2.10", "torch==2.10.0"), ("cu130torch2.14", "torch==2.14.1")):
         house.publish(labelled_wheel(tmp, "fla-core", "0.6.0", label, pins=(pin,)), BuildRecord.from_json({}))
     house.publish(labelled_wheel(tmp, "causal-conv1d", "1.7.0", "cu130torch2.14", pins=("torch==2.14.1",)),
                   BuildRecord.from_json({"inspect": {"objects": [{"path": "c.so", "sass": ["sm_120"], "ptx": [], "needed": []}]}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "CONDA"))}
-    env.update(UV_INDEX_URL=pypi.index_url(), PIP_INDEX_URL=pypi.index_url(), PIP_CONFIG_FILE=os.devnull,
-               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", UV_CACHE_DIR=str(tmp / "uv-cache"),
-               UV_NO_PROGRESS="1", DOCKER_HOST="unix:///nonexistent.sock", COLUMNS="200",
-               BUILDER_CACHE_DIR=str(tmp / "cache"))
-    return World(project, pypi.index_url(), env, tmp)
+    return world
 
 
 def make_venv(world: World, name: str, torch: str) -> Path:

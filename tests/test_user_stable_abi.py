@@ -25,7 +25,7 @@ from builder.user.installer import install_argv
 from builder.user.machine import Driver
 from builder.user.wheelhouse import WheelhouseReader
 from tests.test_index import labelled_wheel
-from tests.test_user_install import World, installed, make_venv, stand_in_torch
+from tests.test_user_install import World, installed, make_venv, user_world
 
 STABLE = "causal_conv1d-1.7.0+cu13-cp310-abi3-linux_x86_64.whl"
 ABI3 = "cp310-abi3-linux_x86_64"
@@ -242,21 +242,8 @@ def test_the_way_forward_names_a_verified_torch_and_a_skipped_build(house: Wheel
 def user(house: Wheelhouse, tmp_path_factory: pytest.TempPathFactory) -> World:
     """Stand-in torches on a stand-in PyPI (so a resolver that wanted to swap torch could), the project folder
     with the builder's venv; the wheelhouse is ``house`` (given with --from)."""
-    import os
-
     tmp = tmp_path_factory.mktemp("stable-user")
-    pypi = Wheelhouse(tmp / "pypi")
-    for version, cuda in (("2.12.1", "13.0"), ("2.14.1", "13.0"), ("2.16.0", "13.2")):
-        pypi.publish(stand_in_torch(tmp / "torches", version, cuda), BuildRecord.from_json({}))
-    project = tmp / "project"
-    project.mkdir()
-    (project / ".venv").symlink_to(Path(sys.prefix))
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "CONDA"))}
-    environ.update(UV_INDEX_URL=pypi.index_url(), PIP_INDEX_URL=pypi.index_url(), PIP_CONFIG_FILE=os.devnull,
-                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", UV_CACHE_DIR=str(tmp / "uv-cache"),
-                   UV_NO_PROGRESS="1", DOCKER_HOST="unix:///nonexistent.sock", COLUMNS="2000",
-                   BUILDER_CACHE_DIR=str(tmp / "cache"))
-    return World(project, pypi.index_url(), environ, tmp)
+    return user_world(tmp, {"2.12.1": "13.0", "2.14.1": "13.0", "2.16.0": "13.2"}, columns="2000")
 
 
 def builder(world: World, *args: str) -> subprocess.CompletedProcess:

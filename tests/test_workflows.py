@@ -165,9 +165,9 @@ def test_no_expression_reaches_a_shell_script(nightly: dict) -> None:
             assert "${{" not in step.get("run", ""), f"{name}: {step.get('name')}"
 
 
-def test_matrix_fields_the_workflow_uses_are_what_builder_matrix_emits() -> None:
+def test_matrix_fields_the_workflow_uses_are_what_builder_matrix_emits(farm_demo: Path) -> None:
     used = set(re.findall(r"(?<![.\w])matrix\.(\w+)", NIGHTLY.read_text()))
-    farm = load_farm(FIXTURES / "farm-demo.toml")
+    farm = load_farm(farm_demo)
     matrix = github_matrix(farm, expand(farm, Settings.from_env({})))
     emitted = set(matrix["include"][0]) | set(fan_out(matrix)["include"][0])  # the test job's fan-out adds
     assert used and used <= emitted, used - emitted
@@ -301,19 +301,14 @@ def test_the_test_matrix_filter_matches_fan_out() -> None:
     assert cuda == {"gpu-sm120-x86_64", "gpu-sm90-x86_64"}
 
 
-def test_a_90_120_target_with_runners_for_both_gives_two_fan_out(tmp_path: Path) -> None:
+def test_a_90_120_target_with_runners_for_both_gives_two_fan_out(tmp_path: Path, farm_demo: Path) -> None:
     """Issue 39 item 5: a wheel carrying sm_90 and sm_120 is kernel-tested on a runner of each (one test job per
     (target, runner)); an arch no runner has (sm_100) is named untested; the plan's jq gives the same jobs."""
     import json
 
-
-    text = (FIXTURES / "farm-demo.toml").read_text().replace('"120" = "gpu-rtx5090"', 'available = '
-                                                              '["gpu-sm120-x86_64", "gpu-sm90-x86_64"]')
-    text = text.replace('recipes = "recipes"', f'recipes = "{FIXTURES / "recipes"}"').replace(
-        'recipes = "farm/recipes"', f'recipes = "{FIXTURES / "farm" / "recipes"}"').replace(
-        '"farm/', f'"{FIXTURES / "farm"}/')
-    (tmp_path / "farm.toml").write_text(text)
-    farm = load_farm(tmp_path / "farm.toml")
+    text = farm_demo.read_text().replace('"120" = "gpu-rtx5090"', 'available = ["gpu-sm120-x86_64", "gpu-sm90-x86_64"]')
+    (farm_demo.parent / "farm.toml").write_text(text)
+    farm = load_farm(farm_demo.parent / "farm.toml")
     matrix = github_matrix(farm, expand(farm, Settings.from_env({}), only=["tinyext"]))
     row = matrix["include"][0]
     assert row["arch"] == "90,120" and row["runners"] == "gpu-sm120-x86_64 gpu-sm90-x86_64"
@@ -323,8 +318,8 @@ def test_a_90_120_target_with_runners_for_both_gives_two_fan_out(tmp_path: Path)
         ("gpu-sm120-x86_64", "120", row["id"] + "-sm120"), ("gpu-sm90-x86_64", "90", row["id"] + "-sm90")]
     # a 90,100,120 wheel: sm_100 has no runner, so it is listed untested (the plan's summary names it)
     wide = text.replace('archs = "90,120"', 'archs = "90,100,120"')
-    (tmp_path / "farm.toml").write_text(wide)
-    farm = load_farm(tmp_path / "farm.toml")
+    (farm_demo.parent / "farm.toml").write_text(wide)
+    farm = load_farm(farm_demo.parent / "farm.toml")
     row = github_matrix(farm, expand(farm, Settings.from_env({}), only=["tinyext"]))["include"][0]
     assert row["test_archs"] == "120 90" and row["untested"] == ""
     assert row["untested_archs"] == "x86_64 sm_100 (no gpu-sm100-x86_64 in [runners] available)"

@@ -96,21 +96,26 @@ class _HTTPSConnection(_Watched, http.client.HTTPSConnection):
     pass
 
 
-class WatchedHTTPHandler(urllib.request.HTTPHandler):
+class _WatchedOpener:
+    """The half of a urllib handler that opens each connection as ``connection`` with the watch and timeouts."""
+
+    connection: type[_HTTPConnection | _HTTPSConnection]
+
     def __init__(self, watch: Watch, connect_timeout_s: float, read_timeout_s: float | None) -> None:
         super().__init__()
-        self._connection = functools.partial(_HTTPConnection, watch=watch, connect_timeout_s=connect_timeout_s,
+        self._connection = functools.partial(self.connection, watch=watch, connect_timeout_s=connect_timeout_s,
                                              read_timeout_s=read_timeout_s)
+
+
+class WatchedHTTPHandler(_WatchedOpener, urllib.request.HTTPHandler):
+    connection = _HTTPConnection
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)
 
 
-class WatchedHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, watch: Watch, connect_timeout_s: float, read_timeout_s: float | None) -> None:
-        super().__init__()
-        self._connection = functools.partial(_HTTPSConnection, watch=watch, connect_timeout_s=connect_timeout_s,
-                                             read_timeout_s=read_timeout_s)
+class WatchedHTTPSHandler(_WatchedOpener, urllib.request.HTTPSHandler):
+    connection = _HTTPSConnection
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)

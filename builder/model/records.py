@@ -111,6 +111,14 @@ def parse_capability(value: object) -> Arch | None:
     return arch
 
 
+def cuda_or_none(text: str) -> CudaVersion | None:
+    """A record's CUDA string typed; None where it names none or not a version (records stay readable)."""
+    try:
+        return CudaVersion.parse(text) if text else None
+    except InvalidVersion:
+        return None
+
+
 # ---------------------------------------------------------------- a stable-ABI wheel on one torch
 
 
@@ -146,10 +154,7 @@ class TorchCheck:
 
     @property
     def cuda_version(self) -> CudaVersion | None:
-        try:
-            return CudaVersion.parse(self.cuda) if self.cuda else None
-        except InvalidVersion:
-            return None
+        return cuda_or_none(self.cuda)
 
     @property
     def key(self) -> tuple[Version, str, str]:
@@ -273,10 +278,7 @@ class BuildRecord:
     @property
     def cuda_version(self) -> CudaVersion | None:
         """The CUDA the wheel was built for; None where the record names none (or not a version)."""
-        try:
-            return CudaVersion.parse(self.cuda) if self.cuda else None
-        except InvalidVersion:
-            return None
+        return cuda_or_none(self.cuda)
 
     @property
     def target_platform(self) -> str:

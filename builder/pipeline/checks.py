@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import platform
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from packaging.version import Version
 from builder.core.errors import InspectError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.discovery.compat import TorchIndex
 from builder.index.store import Wheelhouse
 from builder.model.arch import Arch
 from builder.model.builtwheel import BuiltWheel
+from builder.model.platform import Platform
 from builder.model.recipe import Recipe
 from builder.model.records import BuildRecord, TestReport, TorchCheck
 from builder.model.variants import Variant
@@ -34,6 +37,7 @@ from builder.stages.torchrange import (
     IMPORT_REGISTRATION,
     NOT_CHECKED,
     Claim,
+    MakeEnv,
     PurePython,
     TorchHere,
     cached_torches,
@@ -136,22 +140,16 @@ def torch_range(plan: Plan, settings: Settings, python: PythonEnv, base_python: 
         have = [*torches, *([(built.torch, built.cuda)] if built else [])]
         rounds += other_index_torches(plan.index, plan.cuda, claimed, have, settings)
     checks: tuple[TorchCheck, ...] = (built,) if built else ()
-    extra = plan.recipe.test_requires if plan.pure_python else ()
     base = base_python if python.managed else python.python
     here = [h for h in (TorchHere.of(python, "the build env"),) if h is not None]
     if offline:
         here += [h for h in cached_torches(settings.cache("venvs"), python.version)
                  if Version(h.torch).public != own]
     for index, these in rounds:
-        make_env = None  # a cross build's: the target platform's Python under qemu, with that platform's torch
-        if cross_build is not None:
-            make_env = cross.env_maker(cross_build.platform, wheel.path, index_args(index), settings)
-        elif offline:  # the build env's torch, cached venvs' and uv's cache: no download
-            make_env = offline_maker(wheel.path, index, base, here, extra=extra,
-                                     find_links=companions if plan.pure_python else None)
-        elif plan.pure_python:  # its companions and test requirements, as the import test has them
-            make_env = venv_maker(wheel.path, index, base, extra=extra, find_links=companions)
         if these:
+            make_env = range_env_maker(wheel.path, index, base, settings, pure=plan.pure_python,
+                                       test_requires=plan.recipe.test_requires, companions=companions, here=here,
+                                       cross_platform=cross_build.platform if cross_build is not None else None)
             checks += check_torch_range(wheel.path, claimed, plan.recipe.imports, these, index, base, workdir,
                                         make_env=make_env)
     own_line = ".".join((python.torch_cuda or "").split(".")[:2])
@@ -172,6 +170,24 @@ def torch_range(plan: Plan, settings: Settings, python: PythonEnv, base_python: 
                     "network")
     log.ok(f"torch range: {describe_checks(checks)}")
     return checks
+
+
+def range_env_maker(wheel: Path, index: TorchIndex, base: Path, settings: Settings, *, pure: bool,
+                    test_requires: tuple[str, ...], companions: Path | None, here: Sequence[TorchHere],
+                    cross_platform: Platform | None = None) -> MakeEnv | None:
+    """How torch_range makes the venv beside each torch of ``index``: a cross wheel's is the target platform's
+    Python under qemu with that platform's torch; offline, one from this machine's torches (``here``: the build
+    env's, cached build venvs') and uv's cache, no download; a pure-Python wheel's has its companions (wheels in
+    ``companions``) and the recipe's test requirements, as the import test has them; None (torchrange's default
+    venv) for a stable wheel of this machine."""
+    if cross_platform is not None:
+        return cross.env_maker(cross_platform, wheel, index_args(index), settings)
+    extra = test_requires if pure else ()
+    if settings.offline:
+        return offline_maker(wheel, index, base, here, extra=extra, find_links=companions if pure else None)
+    if pure:
+        return venv_maker(wheel, index, base, extra=extra, find_links=companions)
+    return None
 
 
 def own_import_check(python: PythonEnv, tests: TestReport) -> TorchCheck:

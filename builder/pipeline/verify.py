@@ -23,26 +23,21 @@ from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
-from builder.model.platform import Platform
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.model.records import TorchCheck
 from builder.pipeline import checks
-from builder.stages.pyenv import find_interpreter, index_args
+from builder.stages.pyenv import find_interpreter
 from builder.stages.torchrange import (
     IMPORT_REGISTRATION,
-    Claim,
-    MakeEnv,
     PurePython,
     cached_torches,
     check_torch_range,
     describe_checks,
-    offline_maker,
     other_index_torches,
     read_here,
     split_unchecked,
     torch_names,
     torches_to_check,
-    venv_maker,
 )
 from builder.toolchain import cross
 
@@ -99,13 +94,15 @@ def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: 
         return Verified(path.name, (), tuple(record.torch_checks or ()))
     workdir = settings.cache("tests") / f"verify-{path.stem}"
     new: tuple[TorchCheck, ...] = ()
+    here = cached_torches(settings.cache("venvs"), python) if settings.offline else []  # offline: torches to borrow
     for each, todo in rounds:
         if not todo:
             continue
         base = find_interpreter(python) if not cross.is_cross(wheel.platform) else Path()
-        new += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir,
-                                 make_env=_env_maker(path, claim, recipe, each, base, wheel.platform, house, settings,
-                                                     python))
+        make_env = checks.range_env_maker(path, each, base, settings, pure=isinstance(claim, PurePython),
+                                          test_requires=recipe.test_requires, companions=house.wheels, here=here,
+                                          cross_platform=wheel.platform if cross.is_cross(wheel.platform) else None)
+        new += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir, make_env=make_env)
     made, unchecked = split_unchecked(new)
     replaced = {c.key for c in made}
     kept = tuple(c for c in record.torch_checks or () if c.key not in replaced)
@@ -143,20 +140,3 @@ def newest_torch_note(index: TorchIndex, pre: bool) -> str:
     absent = (f"no torch {following} release or pre-release is on it" if pre else
               f"no torch {following} release is on it (pre-releases not looked at: --pre)")
     return f"{index.name}'s newest torch is {newest.version}{kind} ({uploaded}; {read}); {absent}"
-
-
-def _env_maker(wheel: Path, claim: Claim, recipe: Recipe, index: TorchIndex, base: Path, target: Platform,
-               house: Wheelhouse, settings: Settings, python: str) -> MakeEnv | None:
-    """A cross wheel's env under qemu; offline, one made from this machine's caches (torchrange.offline_maker:
-    cached build venvs of ``python``, uv's cache); a pure-Python wheel's with its companions (the wheelhouse's
-    wheels) and the recipe's test requirements; None (torchrange's default venv) for a stable wheel of this
-    machine."""
-    if cross.is_cross(target):
-        return cross.env_maker(target, wheel, index_args(index), settings)
-    if settings.offline:
-        pure = isinstance(claim, PurePython)
-        return offline_maker(wheel, index, base, cached_torches(settings.cache("venvs"), python),
-                             extra=recipe.test_requires if pure else (), find_links=house.wheels if pure else None)
-    if isinstance(claim, PurePython):
-        return venv_maker(wheel, index, base, extra=recipe.test_requires, find_links=house.wheels)
-    return None

@@ -272,18 +272,24 @@ def _resolve_heads(case: GdrCase, features: Dict[str, bool]) -> GdrCase:
                    note=f"{case.op} kernel of this version has no grouped value heads: 16/16 heads used")
 
 
-def chunk_cases(quick: bool) -> List[GdrCase]:
-    levels = {"dtype": ["fp16", "bf16"], "shape": list(CHUNK_SHAPES), "heads": list(HEADS),
+def _rows(shapes: Tuple[Tuple[int, int], ...], fixed: List[str]) -> List[Tuple[int, int, Dict[str, Any]]]:
+    """(batch, seqlen, the other factors) of each case that covers every pair of factor values, crossing the
+    ``fixed`` factors in full; ``shapes`` are the (batch, seqlen) pairs to use."""
+    levels = {"dtype": ["fp16", "bf16"], "shape": list(shapes), "heads": list(HEADS),
               "l2norm": [False, True], "states": list(STATES), "gate": list(GATES), "g_dtype": ["fp32", "input"]}
-    if quick:
-        levels["shape"] = [(2, 1000), (1, 1024)]
-        fixed = ["dtype", "heads"]
-    else:
-        fixed = ["dtype", "shape", "heads", "l2norm"]
-    cases = []
+    rows = []
     for row in kh.covering_rows(levels, fixed):
         batch, seqlen = row.pop("shape")
-        cases.append(GdrCase(op="chunk", batch=batch, seqlen=seqlen, **row))
+        rows.append((batch, seqlen, row))
+    return rows
+
+
+def chunk_cases(quick: bool) -> List[GdrCase]:
+    if quick:
+        rows = _rows(((2, 1000), (1, 1024)), ["dtype", "heads"])
+    else:
+        rows = _rows(CHUNK_SHAPES, ["dtype", "shape", "heads", "l2norm"])
+    cases = [GdrCase(op="chunk", batch=batch, seqlen=seqlen, **row) for batch, seqlen, row in rows]
     # What Qwen3-Next training/prefill does, always included: bf16, GVA, state in and out, in-kernel l2norm,
     # Qwen-style strong decays in fp32.
     cases.append(GdrCase(op="chunk", dtype="bf16", batch=2, seqlen=1000, heads="gva", states="h0+ht",
@@ -292,16 +298,12 @@ def chunk_cases(quick: bool) -> List[GdrCase]:
 
 
 def recurrent_cases(quick: bool) -> List[GdrCase]:
-    levels = {"dtype": ["fp16", "bf16"], "shape": list(RECURRENT_SHAPES), "heads": list(HEADS),
-              "l2norm": [False, True], "states": list(STATES), "gate": list(GATES), "g_dtype": ["fp32", "input"]}
     if quick:
-        levels["shape"] = [(16, 1), (2, 1000)]
-        fixed = ["dtype", "heads"]
+        rows = _rows(((16, 1), (2, 1000)), ["dtype", "heads"])
     else:
-        fixed = ["dtype", "shape", "heads"]
+        rows = _rows(RECURRENT_SHAPES, ["dtype", "shape", "heads"])
     cases = []
-    for row in kh.covering_rows(levels, fixed):
-        batch, seqlen = row.pop("shape")
+    for batch, seqlen, row in rows:
         if seqlen == 1:
             row["states"] = "h0+ht"  # a decode step always carries the state in and out
         cases.append(GdrCase(op="recurrent", batch=batch, seqlen=seqlen, **row))
