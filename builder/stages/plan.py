@@ -316,6 +316,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         if choice.abi is Abi.TORCH_STABLE:  # now that the build torch is known: at or above the floor?
             choice = choose_abi(target, recipe, version, python=target.python.version, torch=torch)
     abi = choice.abi
+    check_python_agnostic(recipe, version, abi, target.python.version or (given.version if given else None))
     env = dict(recipe.build_env)
     if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
         env.update(recipe.stable_abi.build_env())
@@ -334,6 +335,18 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         abi_why=choice.why,
         given=given,
     )
+
+
+def check_python_agnostic(recipe: Recipe, version: str, abi: Abi, python: str | None) -> None:
+    """A per-torch build of a release the recipe's ``[per-torch-abi3]`` covers makes a ``cp310-abi3`` wheel: refused
+    with a Python below that floor, whose wheel no installer would give that Python."""
+    agnostic = recipe.python_agnostic(version) if abi is Abi.PER_TORCH else None
+    if agnostic is not None and python is not None and Version(python) < Version(agnostic.python_floor):
+        raise UsageError(f"{recipe.name} {version}: its per-torch wheel is one {agnostic.tag} wheel for every Python "
+                         f"from {agnostic.python_floor} ([per-torch-abi3] in {recipe.file}), so it cannot be built "
+                         f"with or for Python {python}",
+                         f"use --python {agnostic.python_floor} or newer: the one wheel serves Python {python}'s "
+                         f"successors too")
 
 
 def port_applies(target: Target, recipe: Recipe, version: str) -> bool:
