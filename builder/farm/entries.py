@@ -163,6 +163,9 @@ class FarmTarget:
     # (py3-none-any: built once, on the first of them)
     platforms: tuple[Platform, ...] = (X86_64,)
     variants: bool = False  # a CUDA target whose entry asks for variants: `builder build --variants`
+    # a per-torch target whose recipe's [per-torch-abi3] covers its version: the Pythons its one cp310-abi3 wheel
+    # serves (``python`` builds it); () for a cpXY wheel of ``python`` alone (farm/expand.py _fold_pythons)
+    pythons: tuple[PythonSpec, ...] = ()
 
     @property
     def platform(self) -> Platform:
@@ -188,7 +191,7 @@ class FarmTarget:
         parts = [canonicalize_name(self.package), self.version, cuda]
         if self.kind.is_cuda:
             parts += [sm, self.platform.name]
-        parts += [f"py{self.python.name}", f"torch{self.torch}"]
+        parts += ["abi3" if self.pythons else f"py{self.python.name}", f"torch{self.torch}"]
         return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
     @property
@@ -198,7 +201,7 @@ class FarmTarget:
             return (canonicalize_name(self.package), str(Version(self.version)), stable_label(self.cuda),
                     self.port.requirement, f"cp{self.port.python_floor.replace('.', '')}-abi3", self.platform.name)
         torch = Version(self.torch)
-        tag = str(self.python) if self.kind.is_cuda else "py3-none-any"
+        tag = "abi3" if self.pythons else str(self.python) if self.kind.is_cuda else "py3-none-any"
         return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
                 f"{torch.major}.{torch.minor}", tag, self.platform.name if self.kind.is_cuda else "any")
 

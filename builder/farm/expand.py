@@ -4,7 +4,9 @@ takes its own arch lists (model/platform.py's defaults where the farm gives none
 dropped with ``archs-where-supported``, else refused); a pure-Python wheel is one build for every platform. Where a
 recipe's stable-ABI port covers a version, the cells at or above the port's torch floor collapse into one
 ``torch-stable`` target per platform, CUDA major and arch list (one ``cp310-abi3`` wheel, ``+cu13``); the cells
-below the floor stay per-torch. Also the GitHub Actions matrix (``{"include": [...]}``) of those targets, with the build runner of each platform and the GPU
+below the floor stay per-torch, one per Python, except where the recipe's ``[per-torch-abi3]`` covers the version:
+then the per-torch cells of one torch, CUDA line, arch list and platform are one compile (a ``cp310-abi3`` wheel
+labelled ``+cu130torch2.9``). Also the GitHub Actions matrix (``{"include": [...]}``) of those targets, with the build runner of each platform and the GPU
 runner that tests it (or why none can), and what they serve: the (torch minor, CUDA line, Python, platform) cells a
 user can have that some target's wheel is built for (``served_cells``, ``coverage``)."""
 
@@ -221,7 +223,8 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
                             recipes=recipes, source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
                             platforms=platforms, variants=entry.variants and cuda_ext,
                         ), position))
-    targets = _choose_abi(farm, entry, recipe, version, index, cells, settings)
+    targets = _fold_pythons(farm, entry, recipe, version, _choose_abi(farm, entry, recipe, version, index, cells,
+                                                                      settings))
     return targets if cuda_ext else targets[:1]  # one py3-none-any wheel per version: the first cell builds it
 
 
@@ -342,6 +345,37 @@ def _stable_target(farm: Farm, entry: FarmEntry, recipe: Recipe, port: StableAbi
     return dataclasses.replace(first, torch=torch, abi=Abi.TORCH_STABLE, port=port)
 
 
+def _fold_pythons(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str,
+                  targets: list[FarmTarget]) -> list[FarmTarget]:
+    """Where the recipe's ``[per-torch-abi3]`` covers this version, the per-torch targets of one (platform, CUDA,
+    torch, arch list) become ONE target, in the place of the first: its ``cp310-abi3`` wheel serves every Python of
+    the group (``pythons``), built with the first of them. A Python below the abi3 floor is refused (the port's
+    wheel cannot serve it), as is an interpreter path (an abi3 build is named by the versions it serves)."""
+    agnostic = recipe.python_agnostic(version)
+    if agnostic is None:
+        return targets
+    out: list[FarmTarget] = []
+    groups: dict[tuple[str, str, str, str], int] = {}
+    for t in targets:
+        if t.stable:
+            out.append(t)
+            continue
+        if t.python.version is None or Version(t.python.version) < Version(agnostic.python_floor):
+            raise FarmError(f"{farm.file}: {entry.where} target {t.id}: {recipe.name} {version}'s per-torch wheel is "
+                            f"one {agnostic.tag} wheel ([per-torch-abi3] in {recipe.file}), which cannot serve "
+                            f"Python {t.python}",
+                            f"add [[exclude]] package = {entry.name!r}, python = {str(t.python)!r}, or list Pythons "
+                            f"from {agnostic.python_floor} up")
+        key = (t.platform.name, str(t.cuda), t.torch, format_arch_list(t.archs))
+        if key in groups:
+            first = out[groups[key]]
+            out[groups[key]] = dataclasses.replace(first, pythons=(*first.pythons, t.python))
+        else:
+            groups[key] = len(out)
+            out.append(dataclasses.replace(t, pythons=(t.python,)))
+    return out
+
+
 # ---------------------------------------------------------------- what the targets serve
 
 
@@ -366,7 +400,8 @@ def served_cells(target: FarmTarget, index: TorchIndex, universe: frozenset[Cell
     index the builder knows, PyPI and PyTorch's channels), so that the farm and ``builder coverage`` count against
     one set of cells.
 
-    A per-torch target: its own (torch minor, that torch's CUDA line on ``index``, Python). A torch-stable target:
+    A per-torch target: its own (torch minor, that torch's CUDA line on ``index``, Python), or with each of its
+    ``pythons`` where its wheel is one cp310-abi3 file (the recipe's ``[per-torch-abi3]``). A torch-stable target:
     every cell of ``universe`` of the target's CUDA major on a line not older than the one it is built on (a wheel
     from a newer nvcc is not promised to an older CUDA runtime), torch at or above the port's floor, Python at or
     above the port's abi3 floor, whichever index that torch comes from (13.0 × 2.15 is PyTorch's cu130 channel's).
@@ -379,7 +414,9 @@ def served_cells(target: FarmTarget, index: TorchIndex, universe: frozenset[Cell
     if not target.stable or target.port is None:
         torch = Version(target.torch)
         line = torch_cuda(index, str(torch.public), target.cuda).line
-        return frozenset(Cell(f"{torch.major}.{torch.minor}", line, target.python.name, p) for p in sorted(platforms))
+        pythons = target.pythons or (target.python,)  # a Python-agnostic per-torch wheel: each Python it serves
+        return frozenset(Cell(f"{torch.major}.{torch.minor}", line, python.name, p)
+                         for python in pythons for p in sorted(platforms))
     return frozenset(c for c in universe if c.platform in platforms and stable_serves(target.port, target.cuda, c))
 
 

@@ -147,7 +147,18 @@ def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cel
     else:
         outcome = (BUILT, "built, not verified")
     return {c: outcome for c in matrix
-            if c.torch == match.group(2) and c.cuda == line and (pythons is None or c.python in pythons)}
+            if c.torch == match.group(2) and c.cuda == line and _python_fits(c.python, pythons, abi3)}
+
+
+def _python_fits(python: str, pythons: set[str] | None, abi3: bool) -> bool:
+    """Whether a wheel whose tags name ``pythons`` (None: py3, every Python) is for ``python``: a ``cp310-abi3``
+    wheel (a per-torch one whose recipe has ``[per-torch-abi3]``) is for every CPython from 3.10 up, a ``cp312``
+    one for 3.12 alone."""
+    if pythons is None:
+        return True
+    if abi3 and pythons:
+        return Version(python) >= min(map(Version, pythons))
+    return python in pythons
 
 
 def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozenset[Cell],

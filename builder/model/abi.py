@@ -5,6 +5,8 @@ it is pinned to that minor (``torch>=X.Y.0,<X.Y+1``: the C++ ABI holds across pa
 ABI (torch/csrc/stable, the C shims) and Python's limited API: one ``cp310-abi3`` wheel per CUDA major, pinned
 ``torch>=FLOOR`` and labelled ``+cu13``, offered for each torch it was verified on (the ``torch-range`` check of
 the test stage, stages/torchrange.py). The CUDA major still splits wheels: the .so needs ``libcudart.so.13``.
+A per-torch wheel whose recipe has ``[per-torch-abi3]`` for its release (``PerTorchAbi3``) is labelled and pinned like
+any per-torch wheel but tagged ``cp310-abi3``: one compile serves every Python of that torch.
 """
 
 from __future__ import annotations
@@ -65,6 +67,27 @@ class StableAbi:
     def build_env(self) -> dict[str, str]:
         """The patched setup.py reads the floor from here (→ ``-DTORCH_TARGET_VERSION``)."""
         return {"BUILDER_TORCH_FLOOR": self.floor_text}
+
+
+@dataclass(frozen=True)
+class PerTorchAbi3:
+    """A recipe's ``[per-torch-abi3]``: the releases whose per-torch build is Python-agnostic. Their port (a
+    ``[[patch]]`` with ``abi = "per-torch"``) registers the ops with ``TORCH_LIBRARY`` instead of a pybind11
+    module and builds a limited-API ``_C`` (``py_limited_api``), so the wheel is still tied to the torch minor it
+    was built with (torch's ordinary C++ ABI: labelled ``+cu130torch2.11``, pinned ``torch>=2.11.0,<2.12``) but
+    not to a Python: one ``cp310-abi3`` wheel per (torch minor, CUDA line, platform) serves every CPython from
+    ``python_floor`` up that the torch has wheels for."""
+
+    versions: SpecifierSet
+    python_floor: str = "3.10"  # the abi3 tag's Python (cp310)
+
+    def covers(self, version: str) -> bool:
+        return self.versions.contains(Version(version), prereleases=True)
+
+    @property
+    def tag(self) -> str:
+        """``cp310-abi3``: the Python and ABI tags of every such wheel."""
+        return f"cp{self.python_floor.replace('.', '')}-abi3"
 
 
 def per_torch_requirement(torch: str) -> str:

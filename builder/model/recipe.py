@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError, RecipeError, UsageError
 from builder.core.tomlfile import read_toml
-from builder.model.abi import Abi, StableAbi
+from builder.model.abi import Abi, PerTorchAbi3, StableAbi
 from builder.model.arch import KnownBad, parse_arch_list
 from builder.model.cudacomponents import CUDA_COMPONENTS
 
@@ -100,6 +100,13 @@ class Recipe:
     ptxas_split: bool = True  # [build] ptxas-split: false turns off the builder's parallel ptxas (toolchain/base.py)
     cuda_components: tuple[str, ...] = ()  # [build] cuda-components: extra CUDA libraries, sorted (cudacomponents.py)
     stable_abi: StableAbi | None = None  # [stable-abi]: the releases with a stable-ABI port (model/abi.py)
+    per_torch_abi3: PerTorchAbi3 | None = None  # [per-torch-abi3]: releases whose per-torch wheel is cp310-abi3
+
+    def python_agnostic(self, version: str) -> PerTorchAbi3 | None:
+        """The ``[per-torch-abi3]`` that makes this release's per-torch build one abi3 wheel for every Python, or
+        None (a cpXY wheel per Python)."""
+        spec = self.per_torch_abi3
+        return spec if spec is not None and self.kind.is_cuda and spec.covers(version) else None
 
     @property
     def directory(self) -> Path:
@@ -143,11 +150,13 @@ _TOP: TomlSchema = {
     "runtime": dict,
     "known-bad": list,
     "stable-abi": dict,
+    "per-torch-abi3": dict,
 }
 _SOURCE: TomlSchema = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict, "commits": dict}
 _BUILD: TomlSchema = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
 _PATCH: TomlSchema = {"file": str, "versions": str, "summary": str, "test-only": bool, "abi": str}
 _STABLE_ABI: TomlSchema = {"versions": str, "torch-floor": str, "namespaces": list, "python-floor": str}
+_PER_TORCH_ABI3: TomlSchema = {"versions": str, "python-floor": str}
 _TEST: TomlSchema = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
 _RUNTIME: TomlSchema = {"requires": list, "drop": list, "drop-reason": str}
@@ -246,6 +255,9 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         known_bad=tuple(_load_known_bad(checker, item, f"known-bad[{i}]")
                         for i, item in enumerate(data.get("known-bad", []))),
         stable_abi=_load_stable_abi(checker, data["stable-abi"]) if "stable-abi" in data else None,
+        per_torch_abi3=_load_per_torch_abi3(checker, data["per-torch-abi3"], RecipeKind(kind), patches,
+                                            tuple(source.sha256) + tuple(source.commits))
+        if "per-torch-abi3" in data else None,
     )
 
 
@@ -267,6 +279,33 @@ def _load_stable_abi(checker: TomlChecker, table: dict[str, Any]) -> StableAbi:
     if not re.fullmatch(r"3\.\d+", python_floor):
         checker.fail("stable-abi.python-floor", f"must be a Python minor such as '3.10', not {python_floor!r}")
     return StableAbi(versions=versions, torch_floor=floor, namespaces=tuple(namespaces), python_floor=python_floor)
+
+
+def _load_per_torch_abi3(checker: TomlChecker, table: dict[str, Any], kind: RecipeKind,
+                         patches: tuple[PatchSpec, ...], releases: tuple[str, ...]) -> PerTorchAbi3:
+    """``[per-torch-abi3] versions = "==1.7.0"`` (``python-floor`` defaults to 3.10): the releases whose per-torch
+    build gives one cp310-abi3 wheel. The port that makes it so is a ``[[patch]]`` with ``abi = "per-torch"``
+    covering each such release (``releases``: those the recipe pins a sha256 or commit for, and the table's own
+    ``==`` pins); without one the wheel would be a cpXY pybind module, so the recipe is refused."""
+    checker.keys(table, _PER_TORCH_ABI3, "per-torch-abi3")
+    if not kind.is_cuda:
+        checker.fail("per-torch-abi3", f"is for CUDA extensions; a {kind} recipe builds one py3-none-any wheel "
+                     "already", "remove the [per-torch-abi3] table")
+    versions = checker.specifier(checker.required(table, "versions", "per-torch-abi3"), "per-torch-abi3.versions")
+    python_floor = table.get("python-floor", "3.10")
+    if not re.fullmatch(r"3\.\d+", python_floor):
+        checker.fail("per-torch-abi3.python-floor", f"must be a Python minor such as '3.10', not {python_floor!r}")
+    ports = [p for p in patches if p.abi is Abi.PER_TORCH and not p.test_only]
+    listed = sorted({*releases, *(spec.version for spec in versions if spec.operator == "==")}, key=Version)
+    uncovered = [v for v in listed if versions.contains(Version(v), prereleases=True)
+                 and not any(p.versions.contains(Version(v), prereleases=True) for p in ports)]
+    if not ports or uncovered:
+        which = ", ".join(uncovered) if uncovered else str(versions)
+        checker.fail("per-torch-abi3.versions",
+                     f"is {versions}, but no [[patch]] with abi = \"per-torch\" covers {which}: without a port "
+                     "(TORCH_LIBRARY ops, py_limited_api) the per-torch wheel is a cpXY pybind module",
+                     "add the port as a [[patch]] with abi = \"per-torch\" for those releases, or narrow versions")
+    return PerTorchAbi3(versions=versions, python_floor=python_floor)
 
 
 def _string_table(checker: TomlChecker, section: dict[str, Any], where: str) -> dict[str, str]:

@@ -87,6 +87,14 @@ def inspect(wheel: BuiltWheel, settings: Settings, cuda_home: tuple[Path, ...] =
         assert report.stable_abi is not None
         log.ok(f"stable-ABI check passed: no torch C++ imports, {len(report.stable_abi.shim_imports)} C shims, "
                f"abi3 tag, abi3audit {report.stable_abi.abi3audit}")
+    if verify and report.limited_api is not None:  # a Python-agnostic per-torch wheel ([per-torch-abi3])
+        limited_problems = report.limited_api.limited_api_problems()
+        if limited_problems:
+            raise InspectError("abi3 check failed: " + "; ".join(limited_problems),
+                               f"{nothing}; the per-torch abi3 port still uses Python API outside the limited API")
+        if show:
+            log.ok(f"abi3 check passed (per torch): abi3 tag, abi3audit {report.limited_api.abi3audit}; "
+                   f"{len(report.limited_api.torch_cxx_imports)} torch C++ imports, as a per-torch wheel may")
     return report
 
 

@@ -191,7 +191,7 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
             log.info(f"compiler cache: {ccache.describe()}")
     if inputs.cross is not None and toolkit is not None:  # after the compiler cache: the target's compilers,
         # headers and libraries
-        env.update(inputs.cross.build_env(toolkit.cuda_home, abi3=plan.stable,
+        env.update(inputs.cross.build_env(toolkit.cuda_home, abi3=plan.abi3,
                                           python_version=inputs.resolved.python.version))
     if toolkit is not None:  # after the compiler cache: the maps differ per build folder, their output does not
         env.update(prefix_map_env(env, [(host.path(root), f"/build/{root.name}"),

@@ -61,6 +61,16 @@ class StableAbiReport:
             out.append(f"abi3audit: {self.abi3audit}")
         return out
 
+    def limited_api_problems(self) -> list[str]:
+        """For a Python-agnostic per-torch wheel (``[per-torch-abi3]``): only the Python side must be abi3 (tag and
+        abi3audit); its torch C++ imports are expected, since it is pinned to one torch minor."""
+        out = []
+        if not self.abi3_tag:
+            out.append("its tag is not abi3")
+        if self.abi3audit != "clean" and not self.abi3audit.startswith("not run"):
+            out.append(f"abi3audit: {self.abi3audit}")
+        return out
+
 
 @dataclass(frozen=True)
 class WheelReport:
@@ -73,6 +83,9 @@ class WheelReport:
     record: BuildRecord | None = field(default=None, compare=False)
     portability: PortabilityReport | None = field(default=None, compare=False)  # shown, not stored in records
     stable_abi: StableAbiReport | None = None  # for a stable-ABI wheel (its record says so): what its .so imports
+    # for a per-torch wheel tagged abi3 (its recipe's [per-torch-abi3]): the same imports and abi3audit's verdict,
+    # of which only the Python side is checked (torch C++ imports are expected: it is pinned to one torch minor)
+    limited_api: StableAbiReport | None = None
 
     @property
     def sass(self) -> set[str]:
@@ -146,8 +159,11 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
     )
     record = read_build_record(wheel)
     stable = None
+    limited = None
     if record is not None and record.is_stable_abi:
         stable = stable_abi_report(wheel, {so: entries[so] for so in so_names}, tuple(str(t) for t in tags))
+    elif so_names and any(t.abi == "abi3" for t in tags):
+        limited = stable_abi_report(wheel, {so: entries[so] for so in so_names}, tuple(str(t) for t in tags))
     return WheelReport(
         wheel=wheel.name,
         name=str(name),
@@ -158,6 +174,7 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
         record=record,
         portability=portability_report(wheel) if so_names and shutil.which("readelf") else None,
         stable_abi=stable,
+        limited_api=limited,
     )
 
 
@@ -286,6 +303,10 @@ def render_report(report: WheelReport) -> str:
         st = report.stable_abi
         lines.append(f"  stable ABI: {len(st.torch_cxx_imports)} torch C++ imports, {len(st.shim_imports)} C shim "
                      f"imports; abi3 tag: {'yes' if st.abi3_tag else 'no'}; abi3audit: {st.abi3audit}")
+    if report.limited_api is not None:
+        la = report.limited_api
+        lines.append(f"  abi3 (per torch): abi3 tag: {'yes' if la.abi3_tag else 'no'}; abi3audit: {la.abi3audit}; "
+                     f"{len(la.torch_cxx_imports)} torch C++ imports (expected: pinned to its torch minor)")
     if report.record:
         rec = report.record
         lines.append(f"  built by: cuda-wheel-builder {rec.builder_version}, toolchain {dict(rec.toolchain)}")

@@ -26,7 +26,7 @@ from builder.discovery.compat import (
     torch_cuda,
     torch_cuda_unverified,
 )
-from builder.model.abi import Abi, AbiChoice, per_torch_requirement, stable_label
+from builder.model.abi import Abi, AbiChoice, PerTorchAbi3, per_torch_requirement, stable_label
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -115,6 +115,17 @@ class Plan:
         return self.abi is Abi.TORCH_STABLE
 
     @property
+    def python_agnostic(self) -> PerTorchAbi3 | None:
+        """The recipe's ``[per-torch-abi3]`` where this is a per-torch build of a release it covers: the wheel is
+        then one ``cp310-abi3`` wheel for every Python of its torch (labelled and pinned per torch as usual)."""
+        return None if self.abi is not Abi.PER_TORCH else self.recipe.python_agnostic(self.version)
+
+    @property
+    def abi3(self) -> bool:
+        """The wheel is tagged abi3 (Python's limited API): a stable-ABI wheel, or a Python-agnostic per-torch one."""
+        return self.stable or self.python_agnostic is not None
+
+    @property
     def pure_python(self) -> bool:
         """A pure-Python recipe: one ``py3-none-any`` wheel per version, built once for every torch and CUDA."""
         return not self.recipe.kind.is_cuda
@@ -153,6 +164,11 @@ class Plan:
         setup.py says >=3.9, which no cp310-abi3 wheel or torch 2.11 serves); None for the others, which keep
         upstream's (a per-torch wheel's cpXY tag names its one Python, a pure-Python wheel's is upstream's)."""
         stable = self.recipe.stable_abi
+        agnostic = self.python_agnostic
+        if agnostic is not None and self.torch is not None:  # the abi3 tag's Python, or the torch's oldest if newer
+            floors = [Version(agnostic.python_floor), self.index.oldest_python(Version(self.torch))]
+            floor = max(f for f in floors if f is not None)
+            return f">={floor.major}.{floor.minor}"
         if not self.stable or stable is None:
             return None
         floors = [Version(stable.python_floor), self.index.oldest_python(stable.torch_floor)]
@@ -214,6 +230,12 @@ class Plan:
         if self.pure_python:
             return ("none (pure Python: one py3-none-any wheel for every torch its own requirement allows, each "
                     "verified by an import beside it)")
+        agnostic = self.python_agnostic
+        if agnostic is not None:
+            minor = ".".join(str(Version(self.torch).release[i]) for i in (0, 1)) if self.torch else "this torch"
+            return (f"per-torch, Python-agnostic (one {agnostic.tag} wheel pinned to torch {minor}, serving every "
+                    f"Python that torch has wheels for: per-torch-abi3 in the recipe covers {self.version}; "
+                    f"Requires-Python {self.requires_python})")
         return "per-torch (pinned to this torch)"
 
 
@@ -294,6 +316,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         if choice.abi is Abi.TORCH_STABLE:  # now that the build torch is known: at or above the floor?
             choice = choose_abi(target, recipe, version, python=target.python.version, torch=torch)
     abi = choice.abi
+    check_python_agnostic(recipe, version, abi, target.python.version or (given.version if given else None))
     env = dict(recipe.build_env)
     if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
         env.update(recipe.stable_abi.build_env())
@@ -312,6 +335,18 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         abi_why=choice.why,
         given=given,
     )
+
+
+def check_python_agnostic(recipe: Recipe, version: str, abi: Abi, python: str | None) -> None:
+    """A per-torch build of a release the recipe's ``[per-torch-abi3]`` covers makes a ``cp310-abi3`` wheel: refused
+    with a Python below that floor, whose wheel no installer would give that Python."""
+    agnostic = recipe.python_agnostic(version) if abi is Abi.PER_TORCH else None
+    if agnostic is not None and python is not None and Version(python) < Version(agnostic.python_floor):
+        raise UsageError(f"{recipe.name} {version}: its per-torch wheel is one {agnostic.tag} wheel for every Python "
+                         f"from {agnostic.python_floor} ([per-torch-abi3] in {recipe.file}), so it cannot be built "
+                         f"with or for Python {python}",
+                         f"use --python {agnostic.python_floor} or newer: the one wheel serves Python {python}'s "
+                         f"successors too")
 
 
 def port_applies(target: Target, recipe: Recipe, version: str) -> bool:
