@@ -36,6 +36,11 @@
 #   scripts/gpu-check.sh floor        issue 39: the stable-ABI wheels with torch floor 2.10 (built on the CPU machine
 #                                     against torch 2.14.1, TORCH_TARGET_VERSION 2.10; .carry/wh-floor): kernel tests
 #                                     with this machine's torch (FLOOR_PKG=causal_conv1d or mamba_ssm: one per call)
+#   scripts/gpu-check.sh per-torch-abi3  issue 39: the per-torch cp310-abi3 wheels (TORCH_LIBRARY port; built on the
+#                                     CPU machine with Python 3.11 against torch 2.11.0; .carry/wh-pyag): kernel tests
+#                                     with this machine's Python and torch (ABI3_PKG=causal_conv1d or mamba_ssm); with
+#                                     ABI3_BUILD=<recipe> also that recipe built here offline (--abi per-torch,
+#                                     --python python3, host nvcc, .carry/src/<sdist>), kernel tests required
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -195,6 +200,24 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     done
     for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/floor-$FLOOR_PKG-$(basename "$(dirname "$f")").json"; done
     tar czf "$OUT/wh-floor-$FLOOR_PKG-meta.tgz" --exclude='*.whl' .carry/wh-floor
+    ;;
+  per-torch-abi3)
+    # issue 39: one per-torch wheel for every Python: built with Python 3.11 elsewhere, tested with this python3
+    for w in .carry/wh-pyag/wheels/"${ABI3_PKG:?ABI3_PKG=causal_conv1d or mamba_ssm}"-*-cp310-abi3-*.whl; do
+      [ -f "$w" ] || continue  # none carried: only the build below
+      step timeout "${ABI3_TIMEOUT:-420}" $B test "$w" --python python3 --require-kernel-tests \
+        --wheelhouse .carry/wh-pyag --no-bench || status=1
+    done
+    if [ -n "${ABI3_BUILD:-}" ]; then
+      torch_version=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
+      step /usr/bin/time -f "WALL %e s" $B build "$ABI3_BUILD" --cuda 13.0 --arch 90 --toolchain host --abi per-torch --version "${ABI3_VERSION:?ABI3_VERSION=<release>}" \
+        --torch "$torch_version" --python python3 --offline --source .carry/src/"${ABI3_SDIST:?ABI3_SDIST=<sdist file>}" \
+        --require-kernel-tests --quick --wheelhouse /tmp/wh-abi3 || status=1
+      ls /tmp/wh-abi3/wheels /tmp/wh-abi3/channels | tee -a "$OUT/gpu-check.log"
+      tar czf "$OUT/wh-abi3-meta.tgz" --exclude='*.whl' -C /tmp wh-abi3
+    fi
+    for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/abi3-$ABI3_PKG-$(basename "$(dirname "$f")").json"; done
+    [ -d .carry/wh-pyag ] && tar czf "$OUT/wh-pyag-$ABI3_PKG-meta.tgz" --exclude='*.whl' .carry/wh-pyag
     ;;
   mamba)
     # mamba-ssm kernel tests with the machine's torch (timeout: the device call has a hard limit; the suite's

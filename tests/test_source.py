@@ -18,7 +18,7 @@ from builder.core.safetar import safe_extract_tar
 from builder.core.safezip import safe_extract_zip
 from builder.core.settings import Settings
 from builder.stages import source
-from builder.stages.resolve import SourceRef
+from builder.stages.resolve import SourceRef, local_version
 from builder.stages.source import fetch, unpack
 
 
@@ -318,3 +318,12 @@ def test_symlink_chains_leaving_the_tree_are_refused_before_writing(tmp_path: Pa
     with pytest.raises(SourceError, match="through another link"):
         safe_extract_tar(archive, dest)
     assert list(dest.iterdir()) == [], "nothing is written from a refused archive"
+
+
+def test_an_sdist_file_names_its_version(tmp_path: Path) -> None:
+    """`builder build X --source X-1.7.0.tar.gz --offline` needs no --version (found on the GPU machine, issue 39)."""
+    for name, version in (("causal_conv1d-1.7.0.tar.gz", "1.7.0"), ("mamba_ssm-2.3.2.post1.tar.gz", "2.3.2.post1")):
+        (tmp_path / name).write_bytes(b"")
+        assert local_version(tmp_path / name) == version
+    (tmp_path / "source.tar.gz").write_bytes(b"")
+    assert local_version(tmp_path / "source.tar.gz") is None

@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.core import net
@@ -104,9 +104,13 @@ def resolve_version(recipe: Recipe, requested: str | None, available: list[str])
 
 
 def local_version(path: Path) -> str | None:
-    """The version a local source tree declares (PKG-INFO, pyproject.toml, or a literal in setup.py)."""
+    """The version a local source declares: an sdist's file name (``causal_conv1d-1.7.0.tar.gz``), or a tree's
+    PKG-INFO, pyproject.toml or a literal in setup.py."""
     if path.is_file():
-        return None
+        try:
+            return str(parse_sdist_filename(path.name)[1])
+        except InvalidSdistFilename:
+            return None
     pkg_info = path / "PKG-INFO"
     if pkg_info.exists():
         for line in pkg_info.read_text(errors="replace").splitlines():
