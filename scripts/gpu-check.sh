@@ -30,7 +30,9 @@
 #   scripts/gpu-check.sh doctor-tf    issue 38: transformers 5.25 + kernels 0.19 (.whl); doctor with our fla-core wheel
 #                                     (.carry/wh-fla), then with our causal-conv1d sm_90 wheel too (.carry/wh-cc)
 #   scripts/gpu-check.sh stable-offline  issue 39: causal-conv1d built here offline with --python python3 (abi auto
-#                                     picks the stable wheel; torch range offline), kernel tests required
+#                                     picks the stable wheel; torch range offline), kernel tests required;
+#                                     STABLE_VERSION=1.6.2.post1 (.carry/src/<its sdist>) builds that release and
+#                                     runs its full kernel suite too
 #   scripts/gpu-check.sh mamba        mamba-ssm sm_90 wheel (.carry/wh-mamba): kernel tests must pass, then promotion;
 #                                     with .carry/cc90/causal_conv1d-*.whl also the transformers Mamba-2 check
 #   scripts/gpu-check.sh floor        issue 39: the stable-ABI wheels with torch floor 2.10 (built on the CPU machine
@@ -52,6 +54,9 @@ else
   export PYTHONPATH=$PWD
 fi
 export BUILDER_CACHE_DIR=/tmp/builder-cache
+if ls .carry/a3/*.whl >/dev/null 2>&1; then  # abi3audit and its wheels, in a venv of their own, on PATH
+  python3 -m venv /tmp/a3v && /tmp/a3v/bin/pip install -q --no-index .carry/a3/*.whl && export PATH=$PATH:/tmp/a3v/bin
+fi
 B="python3 -m builder"
 nvidia-smi -L; python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name(0))'
 status=0
@@ -181,10 +186,18 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
   stable-offline)
     # issue 39: the builder run entirely here, offline, against the machine's python3 (abi auto): the stable-ABI
     # wheel, checked beside the torch this machine has, the others recorded as not checked, kernel tests required
-    step /usr/bin/time -f "WALL %e s" $B build causal-conv1d --version 1.7.0 --cuda 13.0 --arch 90 --toolchain host \
-      --python python3 --offline --source .carry/src/causal_conv1d-1.7.0.tar.gz --require-kernel-tests --quick \
+    # (STABLE_VERSION=1.6.2.post1: the previous release through its own port, then its full kernel suite)
+    v=${STABLE_VERSION:-1.7.0}
+    step /usr/bin/time -f "WALL %e s" $B build causal-conv1d --version "$v" --cuda 13.0 --arch 90 --toolchain host \
+      --python python3 --offline --source ".carry/src/causal_conv1d-$v.tar.gz" --require-kernel-tests --quick \
       --wheelhouse /tmp/wh-39 || status=1
     ls /tmp/wh-39/wheels /tmp/wh-39/channels | tee -a "$OUT/gpu-check.log"
+    if [ -n "${STABLE_VERSION:-}" ]; then
+      for w in /tmp/wh-39/wheels/causal_conv1d-"$v"+cu13-cp310-abi3-*.whl; do
+        step $B test "$w" --python python3 --require-kernel-tests --no-bench --wheelhouse /tmp/wh-39 || status=1
+      done
+      for f in "$BUILDER_CACHE_DIR"/tests/*/kernel-tests.json; do [ -f "$f" ] && cp "$f" "$OUT/stable-$v-kernel-tests.json"; done
+    fi
     tar czf "$OUT/wh-39-meta.tgz" --exclude='*.whl' -C /tmp wh-39
     ;;
   upstream)

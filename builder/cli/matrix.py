@@ -158,7 +158,7 @@ def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs:
              f"compiles {compiles} ({len(stable)} stable-ABI, {len(per_torch)} per-torch) + "
              f"{totals['pure_python_builds']} pure-Python builds",
              f"cells per compile {per:.1f}: {len(stable)} stable compiles serve {cells(stable)} cells, "
-             f"{len(per_torch)} per-torch compiles {cells(per_torch)}",
+             f"{len(per_torch)} per-torch compiles serve {cells(per_torch)}",
              f"untested targets (no GPU runner for their platform and archs): {totals['untested']} of {len(targets)}",
              "",
              f"{'package':<24}{'version':<13}{'all channels: claimed/inst/GPU':>31}{'PyPI: claimed/inst/GPU':>28}"]
