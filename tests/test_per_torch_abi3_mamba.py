@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from builder.farm.expand import Cell, served_cells
 from builder.model.abi import Abi
 from builder.model.recipe import find_recipe, load_recipe
@@ -105,3 +107,32 @@ def test_the_farm_compiles_one_mamba_ssm_wheel_per_torch_cuda_line_and_platform(
     assert all(isinstance(c, Cell) for c in cells)
     # the previous release keeps one cpXY compile per Python
     assert not any(t.pythons for t in targets if t.package == "mamba-ssm" and t.version == "2.3.1")
+
+
+@pytest.mark.network
+def test_the_per_torch_series_applies_to_the_real_sdist_and_0004_does_not_apply_on_top(tmp_path: Path) -> None:
+    """The sdist from PyPI (the recipe's sha256), the per-torch series applied in order by the patch stage: the
+    binding is TORCH_LIBRARY (no pybind), the kernels are upstream's; the stable port then stops with its name."""
+    from builder.core.errors import PatchError
+    from builder.core.settings import Settings
+    from builder.stages.patch import apply_patches
+    from builder.stages.resolve import pypi_releases
+    from builder.stages.source import fetch, unpack
+
+    recipe = mamba_ssm()
+    version = "2.3.2.post1"
+    settings = Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=ROOT / "recipes",
+                        patches_dir=ROOT / "patches")
+    ref = pypi_releases("mamba-ssm", settings)[version]
+    assert ref.sha256 == recipe.source.sha256[version]
+    root = unpack(fetch(ref, settings)[0], tmp_path / "src")
+    kernel = (root / "csrc" / "selective_scan" / "selective_scan_fwd_kernel.cuh").read_text()
+    apply_patches(root, recipe.patches_for(version, abi=Abi.PER_TORCH), "mamba-ssm", version)
+    binding = (root / "csrc" / "selective_scan" / "selective_scan.cpp").read_text()
+    assert "TORCH_LIBRARY(selective_scan_cuda, m)" in binding and "PYBIND11_MODULE" not in binding
+    assert "#include <torch/python.h>" not in binding and "at::cuda::CUDAGuard" in binding  # upstream's ATen code stays
+    assert (root / "csrc" / "selective_scan" / "selective_scan_fwd_kernel.cuh").read_text() == kernel
+    assert 'name="mamba_ssm._C"' in (root / "setup.py").read_text() and (root / "selective_scan_cuda.py").is_file()
+    (stable,) = [p for p in recipe.patches_for(version, abi=Abi.TORCH_STABLE) if p.name == STABLE]
+    with pytest.raises(PatchError, match=STABLE):
+        apply_patches(root, (stable,), "mamba-ssm", version)
