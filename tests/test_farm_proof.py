@@ -37,7 +37,8 @@ def root_targets(settings: Settings) -> list:
 def test_every_target_of_the_root_farm_plans(tmp_path: Path) -> None:
     settings = planning_settings(tmp_path)
     targets = root_targets(settings)
-    assert len(targets) >= 58  # the whole farm, not a narrowed one (58 once causal-conv1d 1.6.2.post1 is stable too)
+    # the whole farm, not a narrowed one (34 once both releases of causal-conv1d and mamba-ssm 2.3.2.post1 fold)
+    assert len(targets) >= 34
     refused = plan_all(targets, settings)
     by_package: dict[str, int] = {}
     for r in refused:

@@ -153,10 +153,10 @@ def test_missing_source_path_names_recipe_and_field(tmp_path: Path) -> None:
 
 @pytest.mark.network
 def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to_torch(tmp_path: Path) -> None:
-    """mamba-ssm 2.3.2.post1 from PyPI (the recipe's sha256), its three patches applied by the patch stage: the
-    CUDA build names no -std, so torch's cpp_extension adds the standard its headers need (C++20 from torch 2.14,
-    whose ATen.h stops with #error below it; torch adds none where setup.py names one, as upstream's -std=c++17
-    did). The HIP branch keeps upstream's flags."""
+    """mamba-ssm 2.3.2.post1 from PyPI (the recipe's sha256), its per-torch patches (0001-0003, 0005) applied by the
+    patch stage: the CUDA build names no -std, so torch's cpp_extension adds the standard its headers need (C++20
+    from torch 2.14, whose ATen.h stops with #error below it; torch adds none where setup.py names one, as
+    upstream's -std=c++17 did). The HIP branch keeps upstream's flags."""
     from builder.core.settings import Settings
     from builder.stages.patch import apply_patches
     from builder.stages.resolve import pypi_releases
@@ -171,7 +171,7 @@ def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to
     root = unpack(fetch(ref, settings)[0], tmp_path / "src")
     before = (root / "setup.py").read_text()
     patches = recipe.patches_for(version)
-    assert [p.name[:4] for p in patches] == ["0001", "0002", "0003"]
+    assert [p.name[:4] for p in patches] == ["0001", "0002", "0003", "0005"]  # 0005: per-torch abi3 port
     apply_patches(root, patches, "mamba-ssm", version)
     setup = (root / "setup.py").read_text()
     hip, cuda = (part.split("\n        }\n", 1)[0] for part in setup.split("extra_compile_args = {")[1:3])
