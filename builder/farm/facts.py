@@ -55,6 +55,8 @@ WHEEL_FACTS: tuple[WheelFacts, ...] = (
                "last two)"),
     WheelFacts("mamba-ssm", SpecifierSet("==2.3.2.post1"), SpecifierSet(">=3.9"), ("triton>=3.5.0",),
                "Requires-Dist of the built wheel (docs/GPU-RESULTS.md section 7): triton>=3.5.0"),
+    WheelFacts("mamba-ssm", SpecifierSet("==2.3.1"), SpecifierSet(">=3.9"), ("triton",),
+               "mamba_ssm-2.3.1 sdist PKG-INFO: Requires-Python >=3.9; Requires-Dist triton (no version)"),
     WheelFacts("fla-core", SpecifierSet("==0.6.0"), SpecifierSet(">=3.10"), (),
                "fla-core 0.6.0 METADATA: Requires-Python >=3.10 (triton>=3.3 from the recipe's [runtime])"),
     WheelFacts("flash-linear-attention", SpecifierSet("==0.6.0"), SpecifierSet(">=3.10"), (),
