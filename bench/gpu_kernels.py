@@ -32,28 +32,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "recipes" / "_harness"))
+from kernel_harness import median_cuda_ms  # the recipes' CUDA-event timing: one copy for both
+
 CONV_DIM, CONV_WIDTH = 8192, 4
 V_HEADS, HEAD_DIM = 32, 128
 DTYPE = torch.bfloat16
 
 
-def cuda_ms(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:
-    """Median time of fn in ms by CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in pairs:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in pairs)
-
-
 def repeated(fn: Callable[[], Any], repeats: int, iters: int) -> dict[str, float]:
     """Median and spread of per-run medians."""
-    runs = [cuda_ms(fn, iters) for _ in range(repeats)]
+    runs = [median_cuda_ms(fn, warmup=3, iters=iters) for _ in range(repeats)]
     return {"ms": statistics.median(runs), "min_ms": min(runs), "max_ms": max(runs)}
 
 

@@ -22,6 +22,7 @@ from builder.farm.watch import watch
 from builder.model.arch import format_arch_list, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
+from builder.model.recipe import load_recipe
 from builder.model.records import BuildRecord
 from builder.stages.testing import runnable_on
 from tests.helpers import DEMO_RECIPE, FIXTURES, PURE_RECIPE, ROOT, run_cli, write_recipes
@@ -401,9 +402,31 @@ def test_watch_cli_on_local_sources_needs_no_network(tmp_path: Path, farm_demo: 
 
 def test_fixture_tree_is_clean() -> None:
     """The farm fixtures are source trees the builder copies; nothing built may land in them."""
-    for folder in ("tinyext", "farm/tinyscale"):
-        root = FIXTURES / folder
-        assert not any(p.name in {"build", "dist"} or p.suffix == ".so" for p in root.rglob("*")), folder
+    root = FIXTURES / "tinyext"
+    assert not any(p.name in {"build", "dist"} or p.suffix == ".so" for p in root.rglob("*"))
+
+
+def test_the_twin_tinyscale_is_tinyext_renamed(tmp_path: Path) -> None:
+    """tests/fixtures/farm_demo.py writes tinyscale from tinyext's fixtures: every file of its recipe, patches and
+    source is there under the new name, with tinyext's text renamed, and its recipe loads and finds its source."""
+    from tests.fixtures.farm_demo import TWIN, write_twin
+
+    recipes = write_twin(tmp_path)
+    for source, rel in TWIN.items():
+        old = sorted(str(p.relative_to(FIXTURES / source)) for p in (FIXTURES / source).rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts)
+        new = sorted(str(p.relative_to(tmp_path / rel)) for p in (tmp_path / rel).rglob("*") if p.is_file())
+        assert new == [name.replace("tinyext", "tinyscale") for name in old], rel
+        for name in old:
+            text = (tmp_path / rel / name.replace("tinyext", "tinyscale")).read_text()
+            assert "tinyext" not in text.lower(), name
+            assert text == (FIXTURES / source / name).read_text().replace("tinyext", "tinyscale").replace(
+                "TINYEXT", "TINYSCALE")
+    recipe = load_recipe(recipes / "tinyscale" / "recipe.toml")
+    assert recipe.name == "tinyscale" and recipe.imports == ("tinyscale", "tinyscale._C")
+    assert recipe.source.path == tmp_path / "farm" / "tinyscale"
+    assert (recipe.source.path / "tinyscale" / "__init__.py").is_file()
+    assert [p.path.parent for p in recipe.patches] == [tmp_path / "farm" / "patches" / "tinyscale"] * 2
 
 
 def test_the_demos_020_sources_are_the_010_ones_with_the_version_bumped(tmp_path: Path, farm_demo: Path) -> None:

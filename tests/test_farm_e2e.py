@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.fixtures.farm_demo import write_twin
 from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX, local_cuda_path_missing, run_cli
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ versions = ["0.1.0"]
 
 [[package]]
 name = "tinyscale"
-recipes = "{FIXTURES / 'farm' / 'recipes'}"
+recipes = "farm/recipes"   # tinyscale, written beside this file by write_twin
 versions = ["0.1.0"]
 toolchain = "docker"
 """
@@ -65,6 +66,7 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The first farm run (one real compile) and the second (nothing to compile), with their times."""
     base = tmp_path_factory.mktemp("farm")
     (base / "farm.toml").write_text(FARM)
+    write_twin(base)  # tinyscale's recipe and source under base/farm, where FARM's relative path finds them
     # the docker target must fail the same way everywhere: point it at an engine that cannot answer
     env = {"BUILDER_CACHE_DIR": str(base / "cache"), "BUILDER_WHEELHOUSE": str(base / "wheelhouse"),
            "DOCKER_HOST": f"unix://{base / 'no-engine.sock'}"}
@@ -106,7 +108,7 @@ def test_the_next_run_starts_the_longest_target_first_by_its_real_record(farm: d
     from builder.farm.spec import load_farm
 
     text = farm["base"].joinpath("farm.toml").read_text() + '\n[[package]]\nname = "tinyscale"\n' \
-        f'recipes = "{FIXTURES / "farm" / "recipes"}"\nversions = ["0.2.0"]\n'
+        'recipes = "farm/recipes"\nversions = ["0.2.0"]\n'
     path = farm["base"] / "farm-order.toml"
     path.write_text(text)
     settings = Settings.from_env({"BUILDER_CACHE_DIR": str(farm["base"] / "cache")})

@@ -47,32 +47,33 @@ def test_good_recipe_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mutation", "needle"),
+    ("old", "new", "needle"),  # GOOD with old replaced by new (old None: new appended)
     [
-        (lambda t: t.replace('kind = "cuda-extension"', 'kindd = "cuda-extension"'), "unknown field 'kindd'"),
-        (lambda t: t.replace('requires = ["ninja"]', 'requirez = ["ninja"]'), "unknown field 'build.requirez'"),
-        (lambda t: t.replace('versions = ">=1.0,<2"', "versions = 3"), "field 'versions' must be a str"),
-        (lambda t: t.replace('versions = ">=1.0,<2"', 'versions = ">>1.0"'), "field 'versions' is not a version range"),
-        (lambda t: t.replace('versions = ">=1.0,<1.5"', 'versions = "1.0-1.5"'), "field 'patch[0].versions'"),
-        (lambda t: t.replace('file = "fix.patch"', 'file = "missing.patch"'), "field 'patch[0].file'"),
-        (lambda t: t.replace('FOO = "1"', "FOO = 1"), "field 'build.env.FOO' must be a string"),
-        (lambda t: t.replace('imports = ["demo"]', "imports = [1]"), "field 'test.imports[0]'"),
-        (lambda t: t + "kernel-tests-timeout = 0\n", "field 'test.kernel-tests-timeout' must be a positive"),
-        (lambda t: t + '[runtime]\ndrop = ["ninja"]\n', "field 'runtime.drop-reason' is required"),
-        (lambda t: t + '[runtime]\ndrop = ["ninja>=1"]\ndrop-reason = "x"\n', "field 'runtime.drop[0]' must be a bare"),
-        (lambda t: t + '[runtime]\ndrop = ["Torch"]\ndrop-reason = "x"\n', "field 'runtime.drop[0]' cannot drop torch"),
-        (lambda t: t + '[runtime]\nrequires = ["einops>=0.7"]\ndrop = ["einops"]\ndrop-reason = "x"\n',
+        ('kind = "cuda-extension"', 'kindd = "cuda-extension"', "unknown field 'kindd'"),
+        ('requires = ["ninja"]', 'requirez = ["ninja"]', "unknown field 'build.requirez'"),
+        ('versions = ">=1.0,<2"', "versions = 3", "field 'versions' must be a str"),
+        ('versions = ">=1.0,<2"', 'versions = ">>1.0"', "field 'versions' is not a version range"),
+        ('versions = ">=1.0,<1.5"', 'versions = "1.0-1.5"', "field 'patch[0].versions'"),
+        ('file = "fix.patch"', 'file = "missing.patch"', "field 'patch[0].file'"),
+        ('FOO = "1"', "FOO = 1", "field 'build.env.FOO' must be a string"),
+        ('imports = ["demo"]', "imports = [1]", "field 'test.imports[0]'"),
+        (None, "kernel-tests-timeout = 0\n", "field 'test.kernel-tests-timeout' must be a positive"),
+        (None, '[runtime]\ndrop = ["ninja"]\n', "field 'runtime.drop-reason' is required"),
+        (None, '[runtime]\ndrop = ["ninja>=1"]\ndrop-reason = "x"\n', "field 'runtime.drop[0]' must be a bare"),
+        (None, '[runtime]\ndrop = ["Torch"]\ndrop-reason = "x"\n', "field 'runtime.drop[0]' cannot drop torch"),
+        (None, '[runtime]\nrequires = ["einops>=0.7"]\ndrop = ["einops"]\ndrop-reason = "x"\n',
          "field 'runtime.drop' names einops, which runtime.requires"),
-        (lambda t: t + '[runtime]\ndrop = ["ninja"]\ndrop-reasons = "x"\n', "unknown field 'runtime.drop-reasons'"),
-        (lambda t: t + "kernel-tests-timeout = '1h'\n", "field 'test.kernel-tests-timeout' must be an int"),
-        (lambda t: t.replace('kind = "cuda-extension"', 'kind = "rust"'), "field 'kind'"),
-        (lambda t: t + "\n[source.sha256]\n'1.0' = 'nothex'\n", "field 'source.sha256.1.0'"),
-        (lambda t: t.replace('name = "demo"', ""), "field 'name' is required"),
-        (lambda t: t + "\n[[[", "not valid TOML"),
+        (None, '[runtime]\ndrop = ["ninja"]\ndrop-reasons = "x"\n', "unknown field 'runtime.drop-reasons'"),
+        (None, "kernel-tests-timeout = '1h'\n", "field 'test.kernel-tests-timeout' must be an int"),
+        ('kind = "cuda-extension"', 'kind = "rust"', "field 'kind'"),
+        (None, "\n[source.sha256]\n'1.0' = 'nothex'\n", "field 'source.sha256.1.0'"),
+        ('name = "demo"', "", "field 'name' is required"),
+        (None, "\n[[[", "not valid TOML"),
     ],
 )
-def test_bad_recipes_name_file_and_field(tmp_path: Path, mutation, needle: str) -> None:
-    path = write(tmp_path, mutation(GOOD))
+def test_bad_recipes_name_file_and_field(tmp_path: Path, old: str | None, new: str, needle: str) -> None:
+    assert old is None or old in GOOD, old
+    path = write(tmp_path, GOOD + new if old is None else GOOD.replace(old, new))
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     assert str(path) in info.value.message
@@ -107,18 +108,15 @@ def test_project_recipes_all_load() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mutation", "needle"),
+    ("ref", "needle"),
     [
-        (lambda t: t.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"\ngit-ref = "v{versoin}"'),
-         "field 'source.git-ref' is 'v{versoin}'"),
-        (lambda t: t.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"\ngit-ref = "v{0}"'),
-         "field 'source.git-ref' is 'v{0}'"),
-        (lambda t: t.replace('pypi = "demo"', 'git = "https://example.invalid/demo.git"\ngit-ref = "v{version.x}"'),
-         "field 'source.git-ref'"),
+        ("v{versoin}", "field 'source.git-ref' is 'v{versoin}'"),
+        ("v{0}", "field 'source.git-ref' is 'v{0}'"),
+        ("v{version.x}", "field 'source.git-ref'"),
     ],
 )
-def test_bad_git_ref_names_file_and_field(tmp_path: Path, mutation, needle: str) -> None:
-    path = write(tmp_path, mutation(GOOD))
+def test_bad_git_ref_names_file_and_field(tmp_path: Path, ref: str, needle: str) -> None:
+    path = write(tmp_path, GOOD.replace('pypi = "demo"', f'git = "https://example.invalid/demo.git"\ngit-ref = "{ref}"'))
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     assert str(path) in info.value.message and needle in info.value.message, info.value.message

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import re
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,14 @@ class _Checker(TomlChecker):
             self.fail(dotted, f"names one platform twice: {list(value)}")
         return tuple(out)
 
+    def choice(self, value: Any, choices: Sequence[str], dotted: str) -> str:
+        """``value`` if it is one of ``choices``; else the error names the closest one ("did you mean") or all."""
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            self.fail(dotted, f"is {value!r}",
+                      f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(choices)}")
+        return str(value)
+
     def strings(self, value: str | list[Any], dotted: str) -> tuple[str, ...]:
         """A string or a list of strings, as a tuple; an empty list is an error."""
         items = [value] if isinstance(value, str) else value
@@ -189,11 +198,7 @@ class _Checker(TomlChecker):
                 self.fail(at("recipes"), f"folder {recipes} does not exist")
             out["recipes"] = recipes
         if "toolchain" in table:
-            if table["toolchain"] not in TOOLCHAINS:
-                close = difflib.get_close_matches(table["toolchain"], TOOLCHAINS, n=1)
-                self.fail(at("toolchain"), f"is {table['toolchain']!r}",
-                          f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(TOOLCHAINS)}")
-            out["toolchain"] = table["toolchain"]
+            out["toolchain"] = self.choice(table["toolchain"], TOOLCHAINS, at("toolchain"))
         if "cuda" in table:
             values = self.strings(table["cuda"], at("cuda"))
             versions = []
@@ -256,11 +261,7 @@ class _Checker(TomlChecker):
         if "variants" in table:
             out["variants"] = table["variants"]
         if "abi" in table:
-            if table["abi"] not in ABI_CHOICES:
-                close = difflib.get_close_matches(table["abi"], ABI_CHOICES, n=1)
-                self.fail(at("abi"), f"is {table['abi']!r}",
-                          f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ABI_CHOICES)}")
-            out["abi"] = table["abi"]
+            out["abi"] = self.choice(table["abi"], ABI_CHOICES, at("abi"))
         return out
 
     def entry(self, table: dict[str, Any], where: str, defaults: dict[str, Any]) -> FarmEntry:

@@ -236,10 +236,9 @@ def _safe_segment(name: str) -> bool:
 
 def _is_wheel_name(name: str) -> bool:
     try:
-        parse_wheel_name(name)
+        return bool(parse_wheel_name(name))
     except InvalidWheelFilename:
         return False
-    return True
 
 
 def _mtime_ns(stamp: object) -> int | None:

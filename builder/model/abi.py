@@ -59,14 +59,14 @@ class StableAbi:
     def floor_text(self) -> str:
         return f"{self.torch_floor.major}.{self.torch_floor.minor}"
 
+    def build_env(self) -> dict[str, str]:
+        """The patched setup.py reads the floor from here (→ ``-DTORCH_TARGET_VERSION``)."""
+        return {"BUILDER_TORCH_FLOOR": self.floor_text}
+
     @property
     def requirement(self) -> str:
         """What finalize writes as the wheel's torch requirement."""
         return f"torch>={self.floor_text}"
-
-    def build_env(self) -> dict[str, str]:
-        """The patched setup.py reads the floor from here (→ ``-DTORCH_TARGET_VERSION``)."""
-        return {"BUILDER_TORCH_FLOOR": self.floor_text}
 
 
 @dataclass(frozen=True)

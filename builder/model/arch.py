@@ -39,12 +39,17 @@ class Arch:
     ptx: bool = False
 
     @property
+    def code(self) -> str:
+        """The arch without PTX: ``120``, ``90a``; nvcc's names put ``sm_`` or ``compute_`` before it."""
+        return f"{self.number}{self.suffix}"
+
+    @property
     def sm(self) -> str:
-        return f"sm_{self.number}{self.suffix}"
+        return "sm_" + self.code
 
     @property
     def compute(self) -> str:
-        return f"compute_{self.number}{self.suffix}"
+        return "compute_" + self.code
 
     @property
     def torch_name(self) -> str:
@@ -53,7 +58,7 @@ class Arch:
         return f"{major}.{minor}{self.suffix}" + ("+PTX" if self.ptx else "")
 
     def __str__(self) -> str:
-        return f"{self.number}{self.suffix}" + ("+ptx" if self.ptx else "")
+        return self.code + ("+ptx" if self.ptx else "")
 
 
 def parse_arch_list(text: str) -> tuple[Arch, ...]:
@@ -263,7 +268,7 @@ def check_known_bad(package: str, known_bad: Sequence[KnownBad], archs: tuple[Ar
         for arch in archs:
             if entry.matches(arch, cuda, version):
                 raise UsageError(
-                    f"--arch {arch}: sm_{arch.number}{arch.suffix} code of {package} {version} from CUDA {cuda} is "
+                    f"--arch {arch}: {arch.sm} code of {package} {version} from CUDA {cuda} is "
                     f"known bad: {entry.reason}",
                     f"use --arch {entry.instead} instead" if entry.instead else "leave this arch out",
                 )

@@ -34,11 +34,6 @@ class CudaVersion:
         return f"{self.major}.{self.minor}"
 
     @property
-    def flavour(self) -> str:
-        """``cu130`` for 13.0 and 13.0.1: the spelling of PyTorch's indexes and of the builder's local labels."""
-        return f"cu{self.major}{self.minor}"
-
-    @property
     def version(self) -> Version:
         return Version(str(self))
 
@@ -46,6 +41,11 @@ class CudaVersion:
     def of(cls, version: Version) -> CudaVersion:
         """A packaging ``Version`` (an nvcc release, a requirement's pin) as a CUDA version: its release part."""
         return cls(version.release)
+
+    @property
+    def flavour(self) -> str:
+        """``cu130`` for 13.0 and 13.0.1: the spelling of PyTorch's indexes and of the builder's local labels."""
+        return f"cu{self.major}{self.minor}"
 
     @classmethod
     def from_flavour(cls, flavour: str) -> CudaVersion | None:

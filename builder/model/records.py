@@ -136,13 +136,13 @@ class TorchCheck:
     detail: str = ""
 
     @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-    @property
     def channel(self) -> str:
         """The channel label of this torch (``cu130torch2.12``): where the wheel is offered once this passed."""
         return channel_label(self.cuda, self.torch)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
 
     @property
     def version(self) -> Version:

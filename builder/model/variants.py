@@ -54,7 +54,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return f"sm{self.arch.number}{self.arch.suffix}"
+        return f"sm{self.arch.code}"
 
     def properties(self) -> dict[str, dict[str, list[str]]]:
         return {NAMESPACE: {"cuda_version_lower_bound": [self.cuda_floor], "sm_arch": [f"{self.arch.number}_real"]}}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib.metadata
+import importlib.util
 import itertools
 import json
 import math
@@ -35,6 +36,7 @@ import statistics
 import sys
 import time
 import traceback
+import types
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -670,6 +672,20 @@ def print_summary(report: dict[str, Any]) -> None:
     known = f", {c[KNOWN_DEFECT]} known upstream defect(s)" if c.get(KNOWN_DEFECT) else ""
     print(f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped{known}")
 
+
+
+# --------------------------------------------------------------------------- for a suite's CPU tests
+
+
+def load_suite(path: Path, name: str) -> types.ModuleType:
+    """The suite ``path`` (a recipe's kernel_tests.py) imported as the module ``name``: every recipe has a
+    kernel_tests.py, so each recipe's CPU tests load theirs under a name of its own (one pytest run loads several)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit("kernel_harness.py is a library: run a recipe's kernel_tests.py")

@@ -8,7 +8,6 @@ the fake backend.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,11 +25,10 @@ import torch.nn.functional as F  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the subprocess checks below import this file by name
-_spec = importlib.util.spec_from_file_location("causal_conv1d_kernel_tests", HERE / "kernel_tests.py")
-assert _spec is not None and _spec.loader is not None
-kt = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = kt
-_spec.loader.exec_module(kt)
+sys.path.insert(0, str(HERE.parent / "_harness"))
+import kernel_harness as kh  # noqa: E402 (the shared harness beside the recipes)
+
+kt = kh.load_suite(HERE / "kernel_tests.py", "causal_conv1d_kernel_tests")
 
 CPU = torch.device("cpu")
 TIGHT = dict(rtol=1e-5, atol=1e-5)

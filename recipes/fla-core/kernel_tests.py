@@ -160,9 +160,9 @@ class Api:
 
     chunk: Callable[..., Any]
     recurrent: Callable[..., Any]
+    flags: Dict[str, Any]  # fla.utils' device flags (device_flags)
     version: Optional[str]
     features: Dict[str, bool]
-    flags: Dict[str, Any]
     fla_utils: Any = None
 
 

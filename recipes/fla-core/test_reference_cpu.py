@@ -23,18 +23,10 @@ import torch.nn.functional as F  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
+sys.path.insert(0, str(HERE.parent / "_harness"))
+import kernel_harness as kh  # noqa: E402 (the shared harness beside the recipes)
 
-def _load_kernel_tests() -> Any:
-    """kernel_tests.py under a private module name (other recipes have a kernel_tests.py too)."""
-    spec = importlib.util.spec_from_file_location("fla_core_kernel_tests", HERE / "kernel_tests.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-kt = _load_kernel_tests()
+kt = kh.load_suite(HERE / "kernel_tests.py", "fla_core_kernel_tests")
 CPU = torch.device("cpu")
 
 

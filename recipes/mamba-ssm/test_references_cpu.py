@@ -7,7 +7,6 @@ here): they must pass, and a planted bug must fail them.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,11 +19,10 @@ torch = pytest.importorskip("torch", reason="skipped: torch is not installed in 
 import torch.nn.functional as F  # noqa: E402 (after importorskip: no torch, no test)
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("mamba_ssm_kernel_tests", HERE / "kernel_tests.py")
-assert _spec is not None and _spec.loader is not None
-kt = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = kt
-_spec.loader.exec_module(kt)
+sys.path.insert(0, str(HERE.parent / "_harness"))
+import kernel_harness as kh  # noqa: E402 (the shared harness beside the recipes)
+
+kt = kh.load_suite(HERE / "kernel_tests.py", "mamba_ssm_kernel_tests")
 
 CPU = torch.device("cpu")
 
