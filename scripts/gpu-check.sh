@@ -219,7 +219,7 @@ print("causal_conv1d_fn on", torch.cuda.get_device_name(0), tuple(y.shape), y.dt
     for w in .carry/wh-pyag/wheels/"${ABI3_PKG:?ABI3_PKG=causal_conv1d or mamba_ssm}"-*-cp310-abi3-*.whl; do
       [ -f "$w" ] || continue  # none carried: only the build below
       step timeout "${ABI3_TIMEOUT:-420}" $B test "$w" --python python3 --require-kernel-tests \
-        --wheelhouse .carry/wh-pyag --no-bench || status=1
+        --wheelhouse .carry/wh-pyag --no-bench ${ABI3_QUICK:+--quick} || status=1
     done
     if [ -n "${ABI3_BUILD:-}" ]; then
       torch_version=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
