@@ -273,7 +273,7 @@ def test_a_patch_that_builds_on_the_one_before_it_is_checked_on_that_tree(tmp_pa
     dry-run on the tree the patches before it made, in the early drift check and when applied."""
     from packaging.specifiers import SpecifierSet
 
-    from builder.model.recipe import PatchSpec
+    from builder.model.recipeparts import PatchSpec
     from builder.stages.patch import apply_patches, check_patches
 
     src = tmp_path / "demo-1.0"

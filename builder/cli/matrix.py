@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     from builder.farm.cellstext import cells_text
-    from builder.farm.expand import coverage, github_matrix, serving, summary, tested_matrix
+    from builder.farm.ghmatrix import github_matrix, tested_matrix
+    from builder.farm.served import coverage, serving, summary
     from builder.farm.unchanged import changed_targets
 
     settings, farm, targets = load_targets(args)
@@ -174,7 +175,7 @@ def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs:
 
 def _users_matrix(settings: Any) -> tuple[Any, Callable[[Any], Any]]:
     """The users' matrix (``builder coverage``'s, farm/coverage.users_matrix) and how one package version of the
-    farm (expand.Coverage) counts against it (coverage.farm_serves)."""
+    farm (served.Coverage) counts against it (coverage.farm_serves)."""
     from builder.farm.coverage import FarmView, farm_serves, users_matrix
 
     universe, _ = users_matrix(known_indexes(settings))

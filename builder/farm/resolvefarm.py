@@ -17,9 +17,9 @@ from packaging.version import Version
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
-from builder.farm.expand import Cell, serving
 from builder.farm.facts import wheel_facts
 from builder.farm.resolvecheck import PYPI_NAME, Resolver, Twin, twin_of
+from builder.farm.served import Cell, serving
 from builder.farm.spec import FarmTarget
 from builder.model.platform import parse_platform
 from builder.stages.plan import Plan, make_plan

@@ -37,7 +37,8 @@ from builder.model.arch import (
 from builder.model.cuda import CudaVersion
 from builder.model.platform import X86_64, Platform, check_archs_for_platform, this_machine
 from builder.model.python import PythonSpec
-from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
+from builder.model.recipe import Recipe, find_recipe, load_recipe
+from builder.model.recipeparts import PatchSpec
 from builder.stages.resolve import (
     SourceRef,
     check_recipe_path,
