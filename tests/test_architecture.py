@@ -32,8 +32,8 @@ LAYERS = [
     "cli",
 ]
 # Stage modules in the order the pipeline runs them (the cache key is computed between pyenv and patch).
-STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compile", "repair", "finalize",
-               "inspection", "testing", "torchrange", "variants"]
+STAGE_ORDER = ["resolve", "abichoice", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compileprogress",
+               "compile", "repair", "finalize", "inspection", "testing", "torchrange", "variants"]
 
 
 def module_name(path: Path) -> str:

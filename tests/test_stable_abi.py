@@ -21,7 +21,8 @@ from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.recipe import load_recipe
 from builder.model.records import BuildRecord, TorchCheck
-from builder.stages.plan import Target, default_build_torch, make_plan
+from builder.stages.abichoice import default_build_torch
+from builder.stages.plan import Target, make_plan
 from builder.stages.torchrange import judge_probe, other_index_torches, torches_to_check
 from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
 

@@ -1,6 +1,6 @@
 """A farm's cells folded by ABI, so that one wheel is built once: where a recipe's stable-ABI port covers a version,
 the cells at or above the port's torch floor become one ``torch-stable`` target per platform, CUDA major and arch list
-(``choose_abi``; one ``cp310-abi3`` ``+cu13`` wheel), and two entries reaching the same stable wheel keep one
+(``fold_abi``; one ``cp310-abi3`` ``+cu13`` wheel), and two entries reaching the same stable wheel keep one
 (``fold_stable``); where ``[per-torch-abi3]`` covers it, the per-torch cells of one torch, CUDA line, arch list and
 platform become one target serving every Python (``fold_pythons``). ``check_cell`` is the buildability check every
 cell passes (expand.py's cells and the stable targets made here)."""
@@ -19,7 +19,7 @@ from builder.model.abi import Abi, StableAbi
 from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
 from builder.model.recipe import Recipe
-from builder.stages.plan import default_build_torch
+from builder.stages.abichoice import default_build_torch
 
 
 def fold_stable(targets: list[FarmTarget], wheels: dict[tuple[str, ...], FarmTarget], target: FarmTarget,
@@ -48,7 +48,7 @@ def fold_stable(targets: list[FarmTarget], wheels: dict[tuple[str, ...], FarmTar
 
 
 
-def choose_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, index: TorchIndex,
+def fold_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, index: TorchIndex,
                 cells: list[tuple[FarmTarget, int]], settings: Settings | None) -> list[FarmTarget]:
     """The cells as targets: where the recipe's ``[stable-abi]`` covers this version (and the farm does not say
     ``abi = "per-torch"``), the cells a stable wheel can serve become one torch-stable target per CUDA major and arch
@@ -99,7 +99,7 @@ def _stable_target(farm: Farm, entry: FarmEntry, recipe: Recipe, port: StableAbi
                    group: list[FarmTarget], settings: Settings | None) -> FarmTarget:
     """One torch-stable target for a group of cells of one CUDA major and arch list: built on the group's oldest
     CUDA line (a wheel from a newer nvcc is not promised to an older CUDA runtime), with the plan's torch for it
-    (stages/plan.default_build_torch: the floor minor's newest release) and the first of the group's Pythons."""
+    (stages/abichoice.default_build_torch: the floor minor's newest release) and the first of the group's Pythons."""
     first = min(group, key=lambda c: (c.cuda.major, c.cuda.minor))  # min keeps the first of equals: file order
     on_line = sorted((c.torch for c in group if c.cuda.same_line(first.cuda)), key=Version)
     try:

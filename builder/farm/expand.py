@@ -19,7 +19,7 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, default_torch, resolve_index
-from builder.farm.abifold import check_cell, choose_abi, fold_pythons, fold_stable
+from builder.farm.abifold import check_cell, fold_abi, fold_pythons, fold_stable
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
 from builder.model.arch import format_arch_list, parse_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
@@ -185,7 +185,7 @@ def _cells(farm: Farm, entry: FarmEntry, recipe: Recipe, recipes: Path, version:
                             recipes=recipes, source=entry.source_for(version), jobs=entry.jobs, entry=entry.where,
                             platforms=platforms, variants=entry.variants and cuda_ext,
                         ), position))
-    targets = fold_pythons(farm, entry, recipe, version, choose_abi(farm, entry, recipe, version, index, cells,
+    targets = fold_pythons(farm, entry, recipe, version, fold_abi(farm, entry, recipe, version, index, cells,
                                                                       settings))
     return targets if cuda_ext else targets[:1]  # one py3-none-any wheel per version: the first cell builds it
 
