@@ -5,6 +5,7 @@ when none is given (``default_build_torch``), and the Python floor of a ``[per-t
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from builder.model.abi import Abi, AbiChoice
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.recipe import Recipe
+from builder.toolchain.local import interpreter_facts
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,6 @@ def port_applies(asked: str, recipe: Recipe, version: str) -> bool:
 def ask_interpreter(python: PythonSpec) -> GivenInterpreter:
     """``--python PATH``'s Python and torch (its torch is imported: a few seconds), for the ABI choice; an
     interpreter that does not answer is noted, not raised: the build's own probe says so with its cure."""
-    import shutil
-
-    from builder.toolchain.local import interpreter_facts
-
     path = Path(shutil.which(python.text) or python.text)
     try:
         facts = interpreter_facts(path, with_torch=True)
