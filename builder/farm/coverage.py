@@ -27,6 +27,11 @@ version) is for every cell, verified per (torch minor, CUDA line) by its record'
 
 The package version is the newest in the recipe's range that has a wheel in the wheelhouse, else the recipe's newest
 known version (its pinned sdists and commits, its default version, its range's upper bound).
+
+Over 400 lines on purpose: the users' matrix, each cell's evidence from the wheelhouse and each missing cell's reason
+are one report made in one pass over the same cells; the parts that stand alone are rooms of their own already
+(farm/wheelcells.py what one wheel serves, farm/cellstext.py the cells in words, farm/facts.py the installability
+facts, farm/served.py what the farm's targets serve).
 """
 
 from __future__ import annotations
