@@ -1,9 +1,9 @@
 """`builder matrix` (the farm's targets listed, or emitted for GitHub Actions, and the users' cells they serve) and
 `builder watch` (PyPI versions newer than the wheelhouse's).
 
-The farm modules (farm/expand, coverage, proven, unchanged, watch) are imported in the handlers, not at the top:
-together they add about 40 modules and 100 ms to every `builder` start (``python -X importtime -c 'import
-builder.cli.main'``), which `builder --help` and the other commands need not pay (issue 19)."""
+The farm modules (farm/expand, served, ghmatrix, cellstext, coverage, proven, unchanged, watch) are imported in the
+handlers, not at the top: together they add about 40 modules and 100 ms to every `builder` start (``python -X
+importtime -c 'import builder.cli.main'``), which `builder --help` and the other commands need not pay (issue 19)."""
 
 from __future__ import annotations
 
