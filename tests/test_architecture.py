@@ -32,8 +32,8 @@ LAYERS = [
     "cli",
 ]
 # Stage modules in the order the pipeline runs them (the cache key is computed between pyenv and patch).
-STAGE_ORDER = ["resolve", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compile", "repair", "finalize",
-               "inspection", "testing", "torchrange", "variants"]
+STAGE_ORDER = ["resolve", "abichoice", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compileprogress",
+               "compile", "repair", "finalize", "inspection", "testing", "torchrange", "variants"]
 
 
 def module_name(path: Path) -> str:
@@ -267,3 +267,16 @@ def test_every_module_has_a_line_in_the_architecture_map() -> None:
     assert len(listed) == len(set(listed)), "a module has two lines in docs/ARCHITECTURE.md's map"
     stages = [m.removeprefix("stages/").removesuffix(".py") for m in listed if m.startswith("stages/")]
     assert stages == STAGE_ORDER, "docs/ARCHITECTURE.md lists the stages out of pipeline order"
+
+
+MAX_LINES = 400  # issue 41: smaller rooms
+
+
+def test_a_module_over_400_lines_says_why() -> None:
+    """A module longer than MAX_LINES is split along a seam, or its docstring says why not ("Over 400 lines on
+    purpose: ..."), so that the next reader knows the size was chosen."""
+    long = [f"{module_name(p)} ({n} lines)" for p in SOURCES
+            if (n := len(p.read_text().splitlines())) > MAX_LINES
+            and f"{MAX_LINES} lines" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
+    assert not long, (f"modules over {MAX_LINES} lines without a reason in their docstring (split one along a seam, "
+                      "or say why it is one room: 'Over 400 lines on purpose: ...'):\n" + "\n".join(long))

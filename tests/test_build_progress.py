@@ -20,17 +20,8 @@ import pytest
 
 from builder.core.log import elapsed, log, target_prefix
 from builder.core.streaming import Process, descendants
-from builder.stages.compile import (
-    FAILURE_LINES,
-    CompileProgress,
-    build_failed,
-    build_wheel,
-    compile_step,
-    console_lines,
-    failure_tail,
-    ninja_units,
-    running_unit,
-)
+from builder.stages.compile import build_failed, build_wheel, console_lines, failure_tail
+from builder.stages.compileprogress import FAILURE_LINES, CompileProgress, compile_step, ninja_units, running_unit
 from builder.stages.pyenv import probe
 from builder.toolchain.base import WheelRequest
 

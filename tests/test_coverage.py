@@ -22,7 +22,7 @@ from builder.farm.coverage import (
     package_coverage,
     users_matrix,
 )
-from builder.farm.expand import Cell
+from builder.farm.served import Cell
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import BuildRecord, TestReport, parse_capability

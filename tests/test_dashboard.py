@@ -256,7 +256,8 @@ def test_aarch64_wheels_beside_x86_64_ones_in_one_channel(tmp_path: Path) -> Non
 def test_kernel_evidence_per_arch_and_unchecked_torches() -> None:
     """Issue 39 item 5: the tests cell says which arch the kernels ran on, and a torch not checked (--offline) is
     shown "not checked", not failed."""
-    from builder.index.dashboard import Row, _tests_cell
+    from builder.index.dashboard import _tests_cell
+    from builder.index.dashrows import Row
     from builder.model.records import TorchCheck
 
     row = Row(filename="x.whl", package="x", version="1.0", label="cu130torch2.11", cuda="13.0", torch="2.11",
@@ -272,7 +273,8 @@ def test_kernel_evidence_per_arch_and_unchecked_torches() -> None:
 
 def test_kernel_evidence_names_each_gpu_arch_that_reported() -> None:
     """Issue 39: two GPU-arch test jobs of one wheel: the row names both archs, and neither is "untested"."""
-    from builder.index.dashboard import WheelFacts, _tests_cell, rows_from
+    from builder.index.dashboard import _tests_cell
+    from builder.index.dashrows import WheelFacts, rows_from
     from builder.model.records import TestReport, parse_capability
 
     record = BuildRecord(package="x", version="1.0", cuda="13.0", archs=("90", "120"))

@@ -15,7 +15,8 @@ import pytest
 from builder import __version__
 from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
-from builder.farm.expand import expand, github_matrix
+from builder.farm.expand import expand
+from builder.farm.ghmatrix import github_matrix
 from builder.farm.spec import FarmError, load_farm
 from builder.farm.unchanged import changed_targets, known_inputs, record_matches
 from builder.farm.watch import watch
@@ -574,7 +575,8 @@ def test_exclude_by_platform(tree: Path) -> None:
 
 def test_runners_route_by_platform_and_arch_and_name_what_cannot_be_tested(tree: Path) -> None:
     from builder.discovery.compat import resolve_index
-    from builder.farm.expand import Cell, route, served_cells, tested_matrix
+    from builder.farm.ghmatrix import route, tested_matrix
+    from builder.farm.served import Cell, served_cells
 
     text = PLATFORMS + '\n[runners]\n"121-aarch64" = "spark"\navailable = ["gpu-sm120-x86_64", "spark"]\n'
     farm = load_farm(write_farm(tree, text))

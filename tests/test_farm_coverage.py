@@ -26,7 +26,8 @@ from builder.farm.coverage import (
     package_coverage,
     users_matrix,
 )
-from builder.farm.expand import Cell, coverage, expand, served_cells, serving, summary
+from builder.farm.expand import expand
+from builder.farm.served import Cell, coverage, served_cells, serving, summary
 from builder.farm.spec import load_farm
 from builder.index.checks import wheel_channels
 from builder.index.store import Wheelhouse
@@ -302,7 +303,7 @@ def test_previous_takes_the_releases_before_the_newest(tmp_path: Path, text: str
 def test_farm_variants_reach_cuda_targets_only(tmp_path: Path) -> None:
     """farm.toml's `variants = true` (issue 29): each CUDA target builds its per-arch variants (the nightly passes
     --variants from the matrix row); a pure-Python one has nothing to slice."""
-    from builder.farm.expand import github_matrix
+    from builder.farm.ghmatrix import github_matrix
 
     settings = shipped(tmp_path)
     farm = load_farm(ROOT / "farm.toml", settings)

@@ -10,9 +10,10 @@ import pytest
 
 from builder.discovery.compat import known_indexes
 from builder.farm.coverage import USERS_PLATFORMS, users_matrix
-from builder.farm.expand import Cell, expand
+from builder.farm.expand import expand
 from builder.farm.facts import TORCH_TRITON
 from builder.farm.proven import ALL, PYPI, cell_releases, prove_farm
+from builder.farm.served import Cell
 from builder.farm.spec import load_farm
 from builder.model.abi import per_torch_requirement
 from builder.model.records import BuildRecord

@@ -18,7 +18,9 @@ from builder.core.settings import Settings
 from builder.discovery.compat import PYPI_SIMPLE, resolve_index
 from builder.discovery.torchindex import cache_file
 from builder.farm.coverage import users_matrix
-from builder.farm.expand import Cell, coverage, expand, github_matrix, served_cells, serving, summary
+from builder.farm.expand import expand
+from builder.farm.ghmatrix import github_matrix
+from builder.farm.served import Cell, coverage, served_cells, serving, summary
 from builder.farm.spec import FarmError, load_farm
 from builder.model.arch import format_arch_list
 from tests.helpers import PURE_RECIPE, run_cli, write_recipes

@@ -190,7 +190,7 @@ def test_patch_failure_names_the_hunks_own_lines(tmp_path: Path) -> None:
     from packaging.specifiers import SpecifierSet
 
     from builder.core.errors import PatchError
-    from builder.model.recipe import PatchSpec
+    from builder.model.recipeparts import PatchSpec
     from builder.stages.patch import apply_patches
 
     tree = tmp_path / "src"

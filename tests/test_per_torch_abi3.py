@@ -12,10 +12,10 @@ import pytest
 
 from builder.core.errors import RecipeError, UsageError
 from builder.farm.coverage import wheel_cells
-from builder.farm.expand import Cell, served_cells
+from builder.farm.served import Cell, served_cells
 from builder.model.abi import Abi
 from builder.model.recipe import find_recipe, load_recipe
-from builder.stages.plan import check_python_agnostic
+from builder.stages.abichoice import check_python_agnostic
 from tests.test_farm_coverage import root_farm, shipped
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -92,8 +92,8 @@ def test_the_twin_of_a_farm_target_is_what_the_plan_gives_the_wheel(tmp_path: Pa
 
 
 def test_disagreements_are_the_cells_rules_and_uv_judge_differently() -> None:
-    from builder.farm.expand import Cell
     from builder.farm.resolvefarm import ResolvedView
+    from builder.farm.served import Cell
 
     a, b, c = Cell("2.8", "12.8", "3.12"), Cell("2.9", "12.8", "3.12"), Cell("2.10", "12.8", "3.12")
     view = ResolvedView("x", "1.0", claimed={a, b, c}, installs={b}, fails={a: "uv: no"},

@@ -21,7 +21,8 @@ from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
 from builder.model.recipe import load_recipe
 from builder.model.records import BuildRecord, TorchCheck
-from builder.stages.plan import Target, default_build_torch, make_plan
+from builder.stages.abichoice import default_build_torch
+from builder.stages.plan import Target, make_plan
 from builder.stages.torchrange import judge_probe, other_index_torches, torches_to_check
 from tests.helpers import FIXTURES, LOCAL_TORCH_INDEX
 
@@ -273,7 +274,7 @@ def test_a_patch_that_builds_on_the_one_before_it_is_checked_on_that_tree(tmp_pa
     dry-run on the tree the patches before it made, in the early drift check and when applied."""
     from packaging.specifiers import SpecifierSet
 
-    from builder.model.recipe import PatchSpec
+    from builder.model.recipeparts import PatchSpec
     from builder.stages.patch import apply_patches, check_patches
 
     src = tmp_path / "demo-1.0"

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.settings import Settings
-from builder.farm.expand import expand, github_matrix
-from builder.farm.expand import tested_matrix as fan_out  # a name pytest does not collect
+from builder.farm.expand import expand
+from builder.farm.ghmatrix import github_matrix
+from builder.farm.ghmatrix import tested_matrix as fan_out  # a name pytest does not collect
 from builder.farm.spec import load_farm
 from tests.helpers import FIXTURES, ROOT
 
@@ -274,7 +275,7 @@ def test_nightly_builds_each_platform_natively_with_its_image(nightly: dict) -> 
 
 
 def test_the_test_matrix_filter_matches_fan_out() -> None:
-    """The plan's jq filter selects exactly what farm/expand.tested_matrix selects (checked with jq where it is
+    """The plan's jq filter selects exactly what farm/ghmatrix.tested_matrix selects (checked with jq where it is
     installed, as on GitHub's runners)."""
     import json
 

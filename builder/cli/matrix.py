@@ -1,9 +1,9 @@
 """`builder matrix` (the farm's targets listed, or emitted for GitHub Actions, and the users' cells they serve) and
 `builder watch` (PyPI versions newer than the wheelhouse's).
 
-The farm modules (farm/expand, coverage, proven, unchanged, watch) are imported in the handlers, not at the top:
-together they add about 40 modules and 100 ms to every `builder` start (``python -X importtime -c 'import
-builder.cli.main'``), which `builder --help` and the other commands need not pay (issue 19)."""
+The farm modules (farm/expand, served, ghmatrix, cellstext, coverage, proven, unchanged, watch) are imported in the
+handlers, not at the top: together they add about 40 modules and 100 ms to every `builder` start (``python -X
+importtime -c 'import builder.cli.main'``), which `builder --help` and the other commands need not pay (issue 19)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     from builder.farm.cellstext import cells_text
-    from builder.farm.expand import coverage, github_matrix, serving, summary, tested_matrix
+    from builder.farm.ghmatrix import github_matrix, tested_matrix
+    from builder.farm.served import coverage, serving, summary
     from builder.farm.unchanged import changed_targets
 
     settings, farm, targets = load_targets(args)
@@ -174,7 +175,7 @@ def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs:
 
 def _users_matrix(settings: Any) -> tuple[Any, Callable[[Any], Any]]:
     """The users' matrix (``builder coverage``'s, farm/coverage.users_matrix) and how one package version of the
-    farm (expand.Coverage) counts against it (coverage.farm_serves)."""
+    farm (served.Coverage) counts against it (coverage.farm_serves)."""
     from builder.farm.coverage import FarmView, farm_serves, users_matrix
 
     universe, _ = users_matrix(known_indexes(settings))

@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from packaging.version import InvalidVersion, Version
 
-from builder.farm.expand import Cell
+from builder.farm.served import Cell
 
 
 def compact_pythons(pythons: Iterable[str]) -> str:

@@ -1,6 +1,6 @@
 """What users have and what the wheelhouse gives them: ``builder coverage``.
 
-The users' matrix of a package is every (torch minor, CUDA line, Python minor, platform) cell (``expand.Cell``) that
+The users' matrix of a package is every (torch minor, CUDA line, Python minor, platform) cell (``served.Cell``) that
 the known torch indexes offer (PyPI and PyTorch's channels, ``discovery/compat.known_indexes``) on a CUDA line the
 recipe can serve (>= 12.8: the Blackwell archs), on x86_64 and aarch64 (the indexes' listings name each release's
 Pythons, not its platforms: an aarch64 cell is counted where the x86_64 one is; PyPI and PyTorch's cu128+ channels
@@ -15,7 +15,7 @@ carry CUDA torch wheels for both). Free-threaded Pythons are not counted (no rec
   CUDA), ``triton pin: …`` (no wheel of the version installs beside that torch: the torch release pins a triton
   the wheel's triton requirement refuses, farm/facts.py ``triton_reason``), ``below the port's floor and not a farm
   target``, ``not in farm.toml`` (no target of the farm would serve
-  it: farm/expand.py ``served_cells``, against this same matrix), ``a farm target serves it, not built yet``.
+  it: farm/served.py ``served_cells``, against this same matrix), ``a farm target serves it, not built yet``.
 
 ``builder matrix`` counts the farm's targets against this same matrix (``farm_serves``): the cells they would
 serve once built and verified, and why each other cell is not served.
@@ -27,6 +27,11 @@ version) is for every cell, verified per (torch minor, CUDA line) by its record'
 
 The package version is the newest in the recipe's range that has a wheel in the wheelhouse, else the recipe's newest
 known version (its pinned sdists and commits, its default version, its range's upper bound).
+
+Over 400 lines on purpose: the users' matrix, each cell's evidence from the wheelhouse and each missing cell's reason
+are one report made in one pass over the same cells; the parts that stand alone are rooms of their own already
+(farm/wheelcells.py what one wheel serves, farm/cellstext.py the cells in words, farm/facts.py the installability
+facts, farm/served.py what the farm's targets serve).
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
 from builder.farm.cellstext import cells_list
-from builder.farm.expand import Cell, expand, serving
+from builder.farm.expand import expand
 from builder.farm.facts import minor_releases, pypi_has_cuda_wheels, triton_reason, wheel_facts
+from builder.farm.served import Cell, serving
 from builder.farm.spec import find_farm_file, load_farm
 from builder.farm.wheelcells import (
     BUILT,

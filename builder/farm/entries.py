@@ -164,7 +164,7 @@ class FarmTarget:
     platforms: tuple[Platform, ...] = (X86_64,)
     variants: bool = False  # a CUDA target whose entry asks for variants: `builder build --variants`
     # a per-torch target whose recipe's [per-torch-abi3] covers its version: the Pythons its one cp310-abi3 wheel
-    # serves (``python`` builds it); () for a cpXY wheel of ``python`` alone (farm/expand.py _fold_pythons)
+    # serves (``python`` builds it); () for a cpXY wheel of ``python`` alone (farm/abifold.py fold_pythons)
     pythons: tuple[PythonSpec, ...] = ()
 
     @property

@@ -1,6 +1,6 @@
 """Claimed, installable, GPU-evidenced: the farm's cells judged (issue 39).
 
-A farm target *claims* the cells of the users' matrix its wheel is built for (farm/expand.py ``served_cells``). A
+A farm target *claims* the cells of the users' matrix its wheel is built for (farm/served.py ``served_cells``). A
 claimed cell is *installable* when the target plans (farm/proof.py) and the wheel installs beside every torch
 release of the cell without changing it: the wheel's torch requirement admits each release of the cell's minor on
 that CUDA line (a ``torch==2.9.1`` pin leaves a 2.9.0 user out), the triton it requires admits the triton that
@@ -30,9 +30,11 @@ from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
 from builder.farm.coverage import MIN_CUDA, USERS_PLATFORMS, FarmView, cells_list, farm_serves, users_matrix
-from builder.farm.expand import Cell, coverage, expand, route, serving
+from builder.farm.expand import expand
 from builder.farm.facts import pypi_has_cuda_wheels, triton_reason, wheel_facts
+from builder.farm.ghmatrix import route
 from builder.farm.proof import plan_all
+from builder.farm.served import Cell, coverage, serving
 from builder.farm.spec import Farm, FarmTarget, find_farm_file, load_farm
 from builder.model.abi import per_torch_requirement, torch_minor
 from builder.model.cuda import CudaVersion
@@ -106,7 +108,7 @@ def install_reason(target: FarmTarget, recipe: Recipe, cell: Cell, releases: Ite
 
 def untested_archs(farm: Farm, target: FarmTarget, platform: str) -> tuple[str, str | None]:
     """(the runners that kernel-test the target's wheel for ``platform``, or ""; why some of what it ships is not
-    run on a GPU there, or None). One runner per arch the wheel ships (farm/expand.py ``route``): the archs no
+    run on a GPU there, or None). One runner per arch the wheel ships (farm/ghmatrix.py ``route``): the archs no
     configured runner has are kernel-untested."""
     where = route(farm, target)
     numbers = sorted({a.number for a in target.archs}, reverse=True) if target.kind.is_cuda else []

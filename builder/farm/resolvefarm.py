@@ -17,10 +17,14 @@ from packaging.version import Version
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
-from builder.farm.expand import Cell, serving
+from builder.farm.cellstext import cells_list
+from builder.farm.coverage import USERS_PLATFORMS, users_matrix
+from builder.farm.expand import expand
 from builder.farm.facts import wheel_facts
+from builder.farm.proven import cell_releases
 from builder.farm.resolvecheck import PYPI_NAME, Resolver, Twin, twin_of
-from builder.farm.spec import FarmTarget
+from builder.farm.served import Cell, serving
+from builder.farm.spec import FarmTarget, find_farm_file, load_farm
 from builder.model.platform import parse_platform
 from builder.stages.plan import Plan, make_plan
 
@@ -97,8 +101,6 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
                  workdir: Path | None = None, jobs: int = 4) -> ResolveReport:
     """Every claimed cell of ``targets`` asked of uv: PyPI cells against PyPI, each release behind the cell; the
     cells only PyPI's channels of PyTorch serve, probed once per channel (not resolved where unreachable)."""
-    from builder.farm.coverage import USERS_PLATFORMS, users_matrix
-    from builder.farm.proven import cell_releases
 
     refuse_offline(settings)
     start = time.monotonic()
@@ -187,8 +189,6 @@ def resolve_of_farm(farm_file: Path | None, settings: Settings, packages: Iterab
                     ) -> tuple[ResolveReport | None, str]:
     """``builder coverage --resolve``'s farm section: the farm file's targets of ``packages`` asked of uv
     (``resolve_farm``), and a note where the farm cannot be read."""
-    from builder.farm.expand import expand
-    from builder.farm.spec import find_farm_file, load_farm
 
     refuse_offline(settings)
     try:
@@ -210,7 +210,6 @@ def disagreements(rules_installable: Iterable[Cell], view: ResolvedView) -> tupl
 def resolve_lines(view: ResolvedView, rules_installable: Iterable[Cell] | None, listed: int = 12) -> list[str]:
     """The resolver's counts for one package version, each reason a claimed cell does not install (uv's words)
     with its cells, and where the rules (farm/proven.py, PyPI only) disagree."""
-    from builder.farm.cellstext import cells_list
 
     asked = view.installs | set(view.fails)
     lines = [f"{view.package} {view.version}, uv resolver (PyPI only): installs {len(view.installs)} of "

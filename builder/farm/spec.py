@@ -24,7 +24,7 @@ from builder.model.arch import parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.platform import PLATFORMS, Platform, parse_platform
 from builder.model.python import PythonSpec
-from builder.model.recipe import TomlChecker
+from builder.model.tomlcheck import TomlChecker
 from builder.toolchain import TOOLCHAINS
 
 # the model's names stay importable from here, where the farm's modules have always found them

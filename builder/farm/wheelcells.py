@@ -10,7 +10,7 @@ from collections.abc import Callable
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.farm.expand import Cell
+from builder.farm.served import Cell
 from builder.index.checks import wheel_label
 from builder.model.abi import stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion

@@ -7,173 +7,22 @@ A stable-ABI wheel (one ``cp310-abi3`` wheel per CUDA major, ``+cu13``) shows it
 and, with its tests, each torch it was checked on and how, and the channels that list it (checks.wheel_channels).
 A channel holds both platforms' wheels (x86_64 and aarch64
 files side by side, as on PyPI): the platform column and each matrix cell say which is which.
-Everything comes from the wheels' file names and their records; no JavaScript, so any browser (or
-``chromium --dump-dom``) shows the same thing.
+Everything comes from the wheels' file names and their records (the rows: index/dashrows.py); no JavaScript, so any
+browser (or ``chromium --dump-dom``) shows the same thing.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import math
-import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from builder.core.fsutil import human_size
 from builder.core.log import plural
-from builder.core.wheelfile import parse_wheel_name, split_label
-from builder.index.checks import wheel_channels
-from builder.index.layout import (
-    Layout,
-    log_path,
-    record_path,
-    sidecar_path,
-    simple_path,
-    wheel_path,
-)
-from builder.model.abi import stable_label_major
-from builder.model.platform import of_wheel_platform
-from builder.model.records import BuildRecord, TestReport, TorchCheck
-
-_LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
-
-
-@dataclass
-class Row:
-    filename: str
-    package: str
-    version: str
-    label: str
-    cuda: str
-    torch: str
-    python: str
-    archs_requested: list[str]
-    sass: list[str]
-    ptx: list[str]
-    area: str  # published | staged
-    status: str  # passed | skipped | failed | staged | import only | unknown
-    import_status: str
-    kernel_status: str
-    kernel_reason: str
-    counts: dict[str, int]
-    speed: list[dict[str, str | float | int]]
-    gpu: str
-    size: int
-    links: dict[str, str] = field(default_factory=dict)
-    stable: bool = False  # a stable-ABI wheel: the torch column is its floor, the checks say where it runs
-    torch_checks: list[TorchCheck] = field(default_factory=list)
-    channels: tuple[str, ...] = ()  # the channels that list it (checks.wheel_channels)
-    platform: str = "any"  # the CPU platform its tags name: x86_64 | aarch64 | any (pure Python)
-    variant: str = ""  # a PEP 825 variant's label (sm90): a thin wheel of one arch, beside the plain wheel
-    tested_arch: str = ""  # the arch of the GPU its kernel tests passed on (the record's capability): "sm_90"
-    torch_unchecked: list[TorchCheck] = field(default_factory=list)  # not checked (an --offline build), not failed
-
-    @property
-    def archs_found(self) -> list[str]:
-        return self.sass + self.ptx
-
-
-@dataclass(frozen=True)
-class WheelFacts:
-    """What a row needs of one wheel: read from disk, or (for a publish not yet committed) handed in."""
-
-    filename: str
-    size: int
-    record: BuildRecord | None
-    has_log: bool
-
-
-def rows_of(paths: Layout, wheels: list[Path], *, area: str, prefix: str = "") -> list[Row]:
-    """One row per wheel of one wheelhouse area; ``prefix`` makes links relative to the dashboard's folder."""
-    facts = []
-    for wheel in wheels:
-        try:
-            data = json.loads(paths.record_file(wheel.name).read_text())
-            record = BuildRecord.from_json(data) if isinstance(data, dict) else None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            record = None
-        try:
-            size = wheel.stat().st_size
-        except FileNotFoundError:  # taken out of staging by a promotion while we looked
-            continue
-        facts.append(WheelFacts(wheel.name, size, record, paths.log_file(wheel.name).exists()))
-    return rows_from(facts, area=area, prefix=prefix)
-
-
-def rows_from(facts: list[WheelFacts], *, area: str, prefix: str = "") -> list[Row]:
-    return [_row(f, area, prefix) for f in facts]
-
-
-def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
-    record = facts.record or BuildRecord()
-    name, version, _, tags = parse_wheel_name(facts.filename)
-    label = version.local or ""
-    match = _LABEL_RE.match(label)
-    major = stable_label_major(label)
-    stable = major is not None or (not label and record.is_stable_abi)  # as checks.wheel_channels decides
-    cuda = record.cuda or (f"{match.group(1)}.{match.group(2)}" if match else f"{major}.x" if major else "—")
-    tests = record.tests or TestReport()
-    torch = str(record.python.get("torch") or tests.torch or (match.group(3) if match else "—"))
-    if stable:
-        torch = f"≥ {record.torch_floor}" if record.torch_floor else "stable ABI"
-    interpreters = sorted({t.interpreter for t in tags})
-    platform = "/".join(sorted({p.name for t in tags if (p := of_wheel_platform(t.platform)) is not None})) or "any"
-    python = ", ".join(_python_of(i) for i in interpreters)
-    if tags and all(t.abi == "abi3" for t in tags):  # the limited API: this Python and every later one
-        python = ", ".join(f"≥ {_python_of(i)} (abi3)" for i in interpreters)
-    inspect = record.inspect or {}
-    objects = inspect.get("objects") or []
-    sass = sorted({a for o in objects for a in o.get("sass", [])}, key=_arch_key)
-    ptx = sorted({a for o in objects for a in o.get("ptx", [])}, key=_arch_key)
-    links = {"wheel": prefix + wheel_path(facts.filename), "metadata": prefix + sidecar_path(facts.filename)}
-    if facts.record is not None:
-        links["record"] = prefix + record_path(facts.filename)
-    if facts.has_log:
-        links["log"] = prefix + log_path(facts.filename)
-    import_status = tests.import_status or "not run"
-    kernel_status = tests.kernel_status or "not run"
-    return Row(
-        filename=facts.filename, package=record.package or str(name), version=str(version.public),
-        label=label, cuda=cuda, torch=torch, python=python,
-        archs_requested=list(record.archs), sass=sass, ptx=ptx, area=area,
-        variant=split_label(facts.filename)[1] or "",
-        status=_status(area, record, import_status, kernel_status), import_status=import_status,
-        kernel_status=kernel_status, kernel_reason=tests.kernel_reason,
-        counts={k: int(v) for k, v in tests.counts.items()},
-        speed=[dict(s) for s in tests.speed if isinstance(s, Mapping)], gpu=tests.gpu or "",
-        size=facts.size, links=links, stable=stable,
-        torch_checks=sorted(record.torch_checks or (), key=lambda c: (_version_key(c.torch), c.how)),
-        channels=wheel_channels(facts.filename, facts.record), platform=platform,
-        tested_arch=",".join(dict.fromkeys(f"sm_{r.capability.number}" for r in record.gpu_reports if r.capability)),
-        torch_unchecked=list(record.torch_unchecked or ()),
-    )
-
-
-def _status(area: str, record: BuildRecord, import_status: str, kernel_status: str) -> str:
-    if record == BuildRecord():  # no record, or an empty one
-        return "unknown"
-    if "failed" in (import_status, kernel_status):
-        return "failed"
-    if area == "staged" and kernel_status != "passed":
-        return "staged"
-    if kernel_status in ("passed", "skipped"):
-        return kernel_status
-    return "import only" if import_status == "passed" else "unknown"
-
-
-def _python_of(interpreter: str) -> str:
-    m = re.fullmatch(r"(?:cp|py)(\d)(\d+)", interpreter)
-    if m:
-        return f"{m.group(1)}.{m.group(2)}"
-    return "any (py3)" if interpreter == "py3" else interpreter
-
-
-def _arch_key(arch: str) -> tuple[int, str]:
-    m = re.search(r"(\d+)", arch)
-    return (int(m.group(1)) if m else 0, arch)
+from builder.index.dashrows import Row, version_key
+from builder.index.layout import simple_path
+from builder.model.records import TorchCheck
 
 
 def _geomean(values: list[float]) -> float:
@@ -188,7 +37,7 @@ def _e(text: object) -> str:
 
 
 def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool = False) -> str:
-    rows = sorted(rows, key=lambda r: (r.package, _version_key(r.version), r.cuda, r.torch, r.python, r.platform,
+    rows = sorted(rows, key=lambda r: (r.package, version_key(r.version), r.cuda, r.torch, r.python, r.platform,
                                        r.area))
     title = "Wheelhouse staging" if staging_area else "Wheelhouse"
     order = ["passed", "skipped", "failed", "staged", "import only", "unknown"]
@@ -229,15 +78,6 @@ def render_dashboard(rows: list[Row], labels: list[str], *, staging_area: bool =
 """
 
 
-def _version_key(version: str):
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return (0, Version(version))
-    except InvalidVersion:
-        return (1, version)
-
-
 def _badge(status: str) -> str:
     return f'<span class="badge {status.replace(" ", "-")}">{_e(status)}</span>'
 
@@ -246,11 +86,11 @@ def _matrix(rows: list[Row]) -> str:
     """Rows: package + version. Columns: CUDA/torch. Cells: one badge per (Python, platform, archs) wheel."""
     if not rows:
         return '<p class="empty">No wheels published yet.</p>'
-    columns = sorted({(r.cuda, r.torch) for r in rows}, key=lambda c: (_version_key(c[0]), _version_key(c[1])))
+    columns = sorted({(r.cuda, r.torch) for r in rows}, key=lambda c: (version_key(c[0]), version_key(c[1])))
     lines = ['<table class="matrix" id="matrix"><thead><tr><th>package</th><th>version</th>']
     lines += [f"<th>CUDA {_e(c)}<br><small>torch {_e(t)}</small></th>" for c, t in columns]
     lines.append("</tr></thead><tbody>")
-    keys = sorted({(r.package, r.version) for r in rows}, key=lambda k: (k[0], _version_key(k[1])))
+    keys = sorted({(r.package, r.version) for r in rows}, key=lambda k: (k[0], version_key(k[1])))
     for package, version in keys:
         lines.append(f"<tr><th>{_e(package)}</th><td>{_e(version)}</td>")
         for column in columns:

@@ -21,7 +21,8 @@ from builder.core.fsutil import sha256_file
 from builder.core.wheelfile import parse_wheel_name
 from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import check_wheel, wheel_channels
-from builder.index.dashboard import WheelFacts, render_dashboard, rows_from, rows_of
+from builder.index.dashboard import render_dashboard
+from builder.index.dashrows import WheelFacts, rows_from, rows_of
 from builder.index.layout import (
     PAGE_HTML,
     PAGE_JSON,

@@ -266,7 +266,7 @@ class BuildRecord:
     # the torches of its range that could not be tried here (--offline: not on this machine without the network),
     # each a TorchCheck with status "not checked": neither passed nor failed, so no channel is decided by them
     torch_unchecked: tuple[TorchCheck, ...] | None = None
-    abi_choice: str | None = None  # why this ABI (stages/plan.py choose_abi: "torch-stable (--abi auto): ...")
+    abi_choice: str | None = None  # why this ABI (stages/abichoice.py choose_abi: "torch-stable (--abi auto): ...")
     # one report per GPU arch its kernel tests ran on (an sm_90 and an sm_120 runner of the same wheel); ``tests``
     # stays the latest report of any machine; absent in records from before (``gpu_reports`` reads those)
     gpu_tests: tuple[TestReport, ...] | None = None

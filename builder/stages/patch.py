@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder.core.errors import PatchError
 from builder.core.log import log
-from builder.model.recipe import PatchSpec
+from builder.model.recipeparts import PatchSpec
 from builder.stages.source import unpack
 
 

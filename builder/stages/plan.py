@@ -1,11 +1,13 @@
 """The plan stage: a target (what the user asked for) resolved against its recipe into a ``Plan``.
 
 Resolves the upstream version and its source, the patches that apply to it, the torch pin and index, the local
-version label and the docker image a container build would use. Nothing is downloaded but index metadata.
+version label and the docker image a container build would use. Nothing is downloaded but index metadata. The
+ABI the build is made for is chosen by stages/abichoice.py.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,14 +21,13 @@ from builder.discovery.compat import (
     check_torch_has_python,
     check_torch_listed,
     check_torch_matches_cuda,
-    default_torch,
     is_known_cuda,
     known_cuda_text,
     resolve_index,
     torch_cuda,
     torch_cuda_unverified,
 )
-from builder.model.abi import Abi, AbiChoice, PerTorchAbi3, per_torch_requirement, stable_label
+from builder.model.abi import Abi, PerTorchAbi3, per_torch_requirement, stable_label
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -37,7 +38,16 @@ from builder.model.arch import (
 from builder.model.cuda import CudaVersion
 from builder.model.platform import X86_64, Platform, check_archs_for_platform, this_machine
 from builder.model.python import PythonSpec
-from builder.model.recipe import PatchSpec, Recipe, find_recipe, load_recipe
+from builder.model.recipe import Recipe, find_recipe, load_recipe
+from builder.model.recipeparts import PatchSpec
+from builder.stages.abichoice import (
+    GivenInterpreter,
+    ask_interpreter,
+    check_python_agnostic,
+    choose_abi,
+    default_build_torch,
+    port_applies,
+)
 from builder.stages.resolve import (
     SourceRef,
     check_recipe_path,
@@ -47,6 +57,8 @@ from builder.stages.resolve import (
     source_for,
 )
 from builder.toolchain import docker_image_for
+from builder.toolchain.base import nvcc_version
+from builder.toolchain.host import candidate_homes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,18 +78,6 @@ class Target:
     test_patches: tuple[str, ...] = ()
     abi: str = "auto"  # auto (torch-stable where the recipe has a port for this version and torch) | an Abi
     platform: Platform = X86_64  # the CPU the wheel is for; another than this machine's is a cross build
-
-
-@dataclass(frozen=True)
-class GivenInterpreter:
-    """What ``--python PATH`` said about itself when the plan asked it (its torch decides ``--abi auto``); the
-    build asks it again (stages/pyenv.py) and stops there if it has no torch."""
-
-    path: Path
-    version: str | None  # 3.12; None: it could not be asked (``error`` says why)
-    torch: str | None  # 2.11.0+cu130; None: no torch importable there
-    torch_cuda: str | None
-    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -255,12 +255,6 @@ def validate_cuda(text: str, settings: Settings | None = None) -> CudaVersion:
 
 def host_toolkit_line(cuda: CudaVersion) -> bool:
     """Whether a CUDA install on this machine is of ``cuda``'s line (`nvcc --version` of each candidate home)."""
-    import os
-
-    from builder.core.errors import ToolchainError
-    from builder.toolchain.base import nvcc_version
-    from builder.toolchain.host import candidate_homes
-
     for home in candidate_homes(os.environ):
         try:
             if CudaVersion.of(nvcc_version(home / "bin" / "nvcc")).same_line(cuda):
@@ -298,8 +292,10 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         if name not in {p.name for p in recipe.patches if p.test_only}:
             raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
     index = resolve_index(target.torch_index, settings)
-    given = ask_interpreter(target) if target.python.is_path and port_applies(target, recipe, version) else None
-    choice = choose_abi(target, recipe, version, python=target.python.version or (given.version if given else None),
+    given = ask_interpreter(target.python) if target.python.is_path and port_applies(target.abi, recipe, version) \
+        else None
+    choice = choose_abi(target.abi, target.python, recipe, version,
+                        python=target.python.version or (given.version if given else None),
                         torch=given.torch if given else None, given=given)
     torch: str | None = None
     unverified = ""
@@ -314,7 +310,7 @@ def make_plan(target: Target, settings: Settings) -> Plan:
                         "(--cuda) and the build venv checks torch.version.cuda before compiling")
         check_torch_has_python(index, torch, target.python.version)
         if choice.abi is Abi.TORCH_STABLE:  # now that the build torch is known: at or above the floor?
-            choice = choose_abi(target, recipe, version, python=target.python.version, torch=torch)
+            choice = choose_abi(target.abi, target.python, recipe, version, python=target.python.version, torch=torch)
     abi = choice.abi
     check_python_agnostic(recipe, version, abi, target.python.version or (given.version if given else None))
     env = dict(recipe.build_env)
@@ -335,113 +331,3 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         abi_why=choice.why,
         given=given,
     )
-
-
-def check_python_agnostic(recipe: Recipe, version: str, abi: Abi, python: str | None) -> None:
-    """A per-torch build of a release the recipe's ``[per-torch-abi3]`` covers makes a ``cp310-abi3`` wheel: refused
-    with a Python below that floor, whose wheel no installer would give that Python."""
-    agnostic = recipe.python_agnostic(version) if abi is Abi.PER_TORCH else None
-    if agnostic is not None and python is not None and Version(python) < Version(agnostic.python_floor):
-        raise UsageError(f"{recipe.name} {version}: its per-torch wheel is one {agnostic.tag} wheel for every Python "
-                         f"from {agnostic.python_floor} ([per-torch-abi3] in {recipe.file}), so it cannot be built "
-                         f"with or for Python {python}",
-                         f"use --python {agnostic.python_floor} or newer: the one wheel serves Python {python}'s "
-                         f"successors too")
-
-
-def port_applies(target: Target, recipe: Recipe, version: str) -> bool:
-    """Whether the recipe's stable-ABI port may decide this build (so ``--python PATH`` is worth asking)."""
-    stable = recipe.stable_abi
-    return (recipe.kind.is_cuda and target.abi != Abi.PER_TORCH and stable is not None
-            and stable.covers(version))
-
-
-def ask_interpreter(target: Target) -> GivenInterpreter:
-    """``--python PATH``'s Python and torch (its torch is imported: a few seconds), for the ABI choice; an
-    interpreter that does not answer is noted, not raised: the build's own probe says so with its cure."""
-    import shutil
-
-    from builder.toolchain.local import interpreter_facts
-
-    path = Path(shutil.which(target.python.text) or target.python.text)
-    try:
-        facts = interpreter_facts(path, with_torch=True)
-    except ToolchainError as e:
-        return GivenInterpreter(path, None, None, None, error=e.message)
-    return GivenInterpreter(path, facts.get("version"), facts.get("torch"), facts.get("torch_cuda"),
-                            error=str(facts.get("torch_error") or "") if not facts.get("torch") else "")
-
-
-def choose_abi(target: Target, recipe: Recipe, version: str, *, python: str | None, torch: str | None,
-               given: GivenInterpreter | None = None) -> AbiChoice:
-    """The build's ABI and why. ``--abi auto``: torch-stable where the recipe's ``[stable-abi]`` covers this
-    version, the Python (``python``: the version given, or the one ``--python PATH`` runs) is at or above the abi3
-    wheel's and the torch (``torch``: the build torch once known, or the one in ``--python PATH``) at or above the
-    port's floor; else per-torch, saying which of those failed. ``--abi torch-stable`` where it cannot be is
-    refused with that reason."""
-    if not recipe.kind.is_cuda:
-        return AbiChoice(Abi.PER_TORCH, "pure Python: no torch ABI (one py3-none-any wheel)")
-    if target.abi == Abi.PER_TORCH:
-        return AbiChoice(Abi.PER_TORCH, "per-torch, as --abi per-torch asks")
-    asked = "--abi torch-stable" if target.abi == Abi.TORCH_STABLE else "--abi auto"
-    where = f" (in --python {target.python})" if target.python.is_path else ""
-    why_not = _why_not_stable(target, recipe, version, python, torch, where, given)
-    if why_not is None:
-        stable = recipe.stable_abi
-        assert stable is not None
-        on = f"torch {torch}{where} is at or above its floor {stable.floor_text}" if torch else \
-            f"its floor {stable.floor_text} is checked against the build torch"
-        return AbiChoice(Abi.TORCH_STABLE, f"torch-stable ({asked}): {recipe.name} {version} is covered by its "
-                                           f"stable-ABI port ({stable.versions}), {on}, Python {python}{where} at "
-                                           f"or above the abi3 wheel's {stable.python_floor}")
-    if target.abi == Abi.TORCH_STABLE:
-        raise UsageError(f"--abi torch-stable: {recipe.name} {version} cannot be built against the stable ABI: "
-                         f"{why_not}", _stable_cure(why_not))
-    return AbiChoice(Abi.PER_TORCH, f"per-torch ({asked}): {why_not}")
-
-
-def _why_not_stable(target: Target, recipe: Recipe, version: str, python: str | None, torch: str | None,
-                    where: str, given: GivenInterpreter | None) -> str | None:
-    stable = recipe.stable_abi
-    if stable is None:
-        return "it has no stable-ABI port ([stable-abi] in its recipe)"
-    if not stable.covers(version):
-        return f"its stable-ABI port covers {stable.versions}"
-    if python is None:
-        told = given.error if given is not None else "not asked"
-        return f"--python {target.python} could not be asked for its Python and torch ({told})"
-    if Version(python) < Version(stable.python_floor):
-        return f"Python {python}{where} is below the abi3 wheel's {stable.python_floor}"
-    if target.python.is_path and torch is None:
-        return f"no torch is importable{where} ({given.error if given is not None else 'not asked'})"
-    if torch is not None and not stable.admits(torch):
-        return f"torch {torch}{where} is below the port's floor {stable.floor_text}"
-    return None
-
-
-def _stable_cure(why_not: str) -> str:
-    if "below the port's floor" in why_not:
-        return "use a torch at or above the floor (--torch, or a --python whose torch is), or leave --abi out " \
-               "(a per-torch build)"
-    if "Python" in why_not and "below" in why_not:
-        return "use a Python at or above the abi3 wheel's (--python), or leave --abi out (a per-torch build)"
-    if "could not be asked" in why_not or "no torch" in why_not:
-        return "give an interpreter that runs here and imports torch (--python PATH), or a Python version"
-    return "leave --abi out (a per-torch build) or pick a version the port covers"
-
-
-def default_build_torch(index: TorchIndex, cuda: CudaVersion, recipe: Recipe, abi: Abi) -> str:
-    """The torch a build uses when ``--torch`` is not given: the newest for the CUDA; for a stable-ABI build the
-    newest release of the floor's minor (the torch the port targets), else the oldest above it."""
-    stable = recipe.stable_abi
-    if abi is not Abi.TORCH_STABLE or stable is None:
-        return default_torch(index, cuda)
-    candidates = [t for t in index.torch_for(cuda) if stable.admits(t)]
-    if not candidates:
-        return default_torch(index, cuda)  # check_abi_torch says why it cannot be stable
-    oldest_minor = min(Version(t).release[:2] for t in candidates)
-    return max((t for t in candidates if Version(t).release[:2] == oldest_minor), key=Version)
-
-
-def recipe_path_for_display(plan: Plan) -> Path:
-    return plan.recipe.file

@@ -152,7 +152,7 @@ def other_index_torches(index: TorchIndex, cuda: CudaVersion, stable: Claim, hav
     other known torch index (PyPI, PyTorch's channels), the newest release of each torch minor at or above the floor
     on a CUDA line of ``cuda``'s major not older than ``cuda``'s, whose (minor, line) ``have`` lacks. A +cu13 wheel
     built from PyPI (2.11-2.14 on 13.0, 2.15 on 13.2) is also tried with the cu130 channel's 2.15 and the cu132
-    channel's 2.12-2.14: the cells ``builder coverage`` counts it for (farm/expand.py ``stable_serves``). A
+    channel's 2.12-2.14: the cells ``builder coverage`` counts it for (farm/served.py ``stable_serves``). A
     pure-Python wheel takes every (minor, line) from 12.8 on that ``have`` lacks, as its cells are every cell.
     None for a build from an index that is not one of those (a mirror, a local folder)."""
     known = known_indexes(settings)
