@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.farm.expand import Cell, served_cells
+from builder.farm.served import Cell, served_cells
 from builder.model.abi import Abi
 from builder.model.recipe import find_recipe, load_recipe
 from builder.stages.plan import make_plan

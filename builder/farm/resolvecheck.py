@@ -92,13 +92,16 @@ def upstream_metadata(name: str, version: str, facts: WheelFacts) -> str:
 
 def wheel_tag(plan: Plan) -> str:
     """The tag of the wheel the farm ships for ``plan``: one py3-none-any wheel for a pure-Python recipe, a
-    cp3X-abi3 one at the port's Python floor for a stable-ABI build, else the target Python's own; manylinux_2_28
+    cp3X-abi3 one at the port's Python floor for a stable-ABI build or a per-torch one the recipe's
+    ``[per-torch-abi3]`` covers, else the target Python's own; manylinux_2_28
     of the target's platform (what PyPI's torch wheels are too)."""
     if plan.pure_python:
         return "py3-none-any"
     plat = plan.target.platform.manylinux_tag
     if plan.stable and plan.recipe.stable_abi is not None:
         return f"cp{plan.recipe.stable_abi.python_floor.replace('.', '')}-abi3-{plat}"
+    if plan.python_agnostic is not None:  # a per-torch build of a [per-torch-abi3] release
+        return f"{plan.python_agnostic.tag}-{plat}"
     py = f"cp{str(plan.target.python).replace('.', '')}"
     return f"{py}-{py}-{plat}"
 
