@@ -44,6 +44,28 @@ pypi = "puredemo"
 """
 
 
+def repo_recipe(name: str):  # -> builder.model.recipe.Recipe (builder is imported late: helpers load fast)
+    """The repository's recipe ``name`` (recipes/<name>/recipe.toml), loaded as the builder loads it."""
+    from builder.model.recipe import find_recipe, load_recipe
+
+    return load_recipe(find_recipe(name, ROOT / "recipes"))
+
+
+def real_sdist(name: str, version: str, tmp_path: Path):  # -> (Recipe, Path)
+    """``name`` ``version`` from PyPI, checked against the repository recipe's sha256 and unpacked under
+    ``tmp_path``: (the recipe, the source root). Network."""
+    from builder.core.settings import Settings
+    from builder.stages.resolve import pypi_releases
+    from builder.stages.source import fetch, unpack
+
+    recipe = repo_recipe(name)
+    settings = Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=ROOT / "recipes",
+                        patches_dir=ROOT / "patches")
+    ref = pypi_releases(name, settings)[version]
+    assert ref.sha256 == recipe.source.sha256[version]
+    return recipe, unpack(fetch(ref, settings)[0], tmp_path / "src")
+
+
 def write_recipes(root: Path, texts: dict[str, str]) -> Path:
     """Write ``root/recipes/<name>/recipe.toml`` for each name and text; returns ``root/recipes``."""
     for name, text in texts.items():

@@ -14,27 +14,24 @@ from builder.core.errors import RecipeError, UsageError
 from builder.farm.coverage import wheel_cells
 from builder.farm.served import Cell, served_cells
 from builder.model.abi import Abi
-from builder.model.recipe import find_recipe, load_recipe
+from builder.model.recipe import load_recipe
 from builder.stages.abichoice import check_python_agnostic
+from tests.helpers import repo_recipe
 from tests.test_farm_coverage import root_farm, shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "patches" / "causal-conv1d"
 
 
-def causal_conv1d():
-    return load_recipe(find_recipe("causal-conv1d", ROOT / "recipes"))
-
-
 def test_the_recipe_makes_1_7_0_per_torch_builds_python_agnostic_only() -> None:
-    recipe = causal_conv1d()
+    recipe = repo_recipe("causal-conv1d")
     agnostic = recipe.python_agnostic("1.7.0")
     assert agnostic is not None and agnostic.tag == "cp310-abi3"
     assert recipe.python_agnostic("1.6.2.post1") is None  # 0003 does not apply there: cpXY pybind wheels
 
 
 def test_0002_and_0003_never_both_apply() -> None:
-    recipe = causal_conv1d()
+    recipe = repo_recipe("causal-conv1d")
     per_torch = [p.name for p in recipe.patches_for("1.7.0", abi=Abi.PER_TORCH)]
     stable = [p.name for p in recipe.patches_for("1.7.0", abi=Abi.TORCH_STABLE)]
     assert "0003-per-torch-abi3-1.7.0.patch" in per_torch and "0002-stable-abi-1.7.0.patch" not in per_torch
@@ -91,7 +88,7 @@ def test_a_per_torch_abi3_table_without_a_port_is_refused_naming_file_and_field(
 
 
 def test_the_plan_refuses_a_python_below_the_abi3_floor() -> None:
-    recipe = causal_conv1d()
+    recipe = repo_recipe("causal-conv1d")
     with pytest.raises(UsageError, match="cp310-abi3 wheel for every Python from 3.10"):
         check_python_agnostic(recipe, "1.7.0", Abi.PER_TORCH, "3.9")
     check_python_agnostic(recipe, "1.7.0", Abi.PER_TORCH, "3.10")

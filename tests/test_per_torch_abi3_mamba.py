@@ -10,8 +10,8 @@ import pytest
 
 from builder.farm.served import Cell, served_cells
 from builder.model.abi import Abi
-from builder.model.recipe import find_recipe, load_recipe
 from builder.stages.plan import make_plan
+from tests.helpers import real_sdist, repo_recipe
 from tests.test_farm_coverage import root_farm, shipped
 from tests.test_farm_proof import planning_settings, root_targets
 from tests.test_per_torch_abi3 import _schemas
@@ -22,12 +22,8 @@ STABLE = "0004-stable-abi-2.3.2.patch"
 PER_TORCH = "0005-per-torch-abi3-2.3.2.patch"
 
 
-def mamba_ssm():
-    return load_recipe(find_recipe("mamba-ssm", ROOT / "recipes"))
-
-
 def test_only_2_3_2_post1_per_torch_builds_are_python_agnostic() -> None:
-    recipe = mamba_ssm()
+    recipe = repo_recipe("mamba-ssm")
     agnostic = recipe.python_agnostic("2.3.2.post1")
     assert agnostic is not None and agnostic.tag == "cp310-abi3"
     for older in ("2.3.1", "2.3.0", "2.2.6.post3"):  # 0005 is not ported to them: cpXY pybind wheels
@@ -35,7 +31,7 @@ def test_only_2_3_2_post1_per_torch_builds_are_python_agnostic() -> None:
 
 
 def test_0004_and_0005_never_both_apply() -> None:
-    recipe = mamba_ssm()
+    recipe = repo_recipe("mamba-ssm")
     per_torch = [p.name for p in recipe.patches_for("2.3.2.post1", abi=Abi.PER_TORCH)]
     stable = [p.name for p in recipe.patches_for("2.3.2.post1", abi=Abi.TORCH_STABLE)]
     assert [n[:4] for n in per_torch] == ["0001", "0002", "0003", "0005"] and per_torch[-1] == PER_TORCH
@@ -115,18 +111,10 @@ def test_the_per_torch_series_applies_to_the_real_sdist_and_0004_does_not_apply_
     """The sdist from PyPI (the recipe's sha256), the per-torch series applied in order by the patch stage: the
     binding is TORCH_LIBRARY (no pybind), the kernels are upstream's; the stable port then stops with its name."""
     from builder.core.errors import PatchError
-    from builder.core.settings import Settings
     from builder.stages.patch import apply_patches
-    from builder.stages.resolve import pypi_releases
-    from builder.stages.source import fetch, unpack
 
-    recipe = mamba_ssm()
     version = "2.3.2.post1"
-    settings = Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=ROOT / "recipes",
-                        patches_dir=ROOT / "patches")
-    ref = pypi_releases("mamba-ssm", settings)[version]
-    assert ref.sha256 == recipe.source.sha256[version]
-    root = unpack(fetch(ref, settings)[0], tmp_path / "src")
+    recipe, root = real_sdist("mamba-ssm", version, tmp_path)
     kernel = (root / "csrc" / "selective_scan" / "selective_scan_fwd_kernel.cuh").read_text()
     apply_patches(root, recipe.patches_for(version, abi=Abi.PER_TORCH), "mamba-ssm", version)
     binding = (root / "csrc" / "selective_scan" / "selective_scan.cpp").read_text()

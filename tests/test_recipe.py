@@ -155,18 +155,11 @@ def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to
     patch stage: the CUDA build names no -std, so torch's cpp_extension adds the standard its headers need (C++20
     from torch 2.14, whose ATen.h stops with #error below it; torch adds none where setup.py names one, as
     upstream's -std=c++17 did). The HIP branch keeps upstream's flags."""
-    from builder.core.settings import Settings
     from builder.stages.patch import apply_patches
-    from builder.stages.resolve import pypi_releases
-    from builder.stages.source import fetch, unpack
+    from tests.helpers import real_sdist
 
-    recipe = load_recipe(ROOT / "recipes" / "mamba-ssm" / "recipe.toml")
     version = "2.3.2.post1"
-    settings = Settings(cache_dir=tmp_path / "cache", wheelhouse=tmp_path / "wh", recipes_dir=ROOT / "recipes",
-                        patches_dir=ROOT / "patches")
-    ref = pypi_releases("mamba-ssm", settings)[version]
-    assert ref.sha256 == recipe.source.sha256[version]
-    root = unpack(fetch(ref, settings)[0], tmp_path / "src")
+    recipe, root = real_sdist("mamba-ssm", version, tmp_path)
     before = (root / "setup.py").read_text()
     patches = recipe.patches_for(version)
     assert [p.name[:4] for p in patches] == ["0001", "0002", "0003", "0005"]  # 0005: per-torch abi3 port
