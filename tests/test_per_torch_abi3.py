@@ -119,3 +119,27 @@ def test_coverage_counts_a_per_torch_abi3_wheel_for_every_python_from_its_tag() 
     assert set(abi3) == {Cell("2.9", "12.8", py) for py in ("3.10", "3.12", "3.14")}
     cp312 = wheel_cells("causal_conv1d-1.7.0+cu128torch2.9-cp312-cp312-manylinux_2_28_x86_64.whl", None, matrix, None)
     assert set(cp312) == {Cell("2.9", "12.8", "3.12")}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(("package", "version", "series", "binding"), [
+    ("causal-conv1d", "1.6.2.post1", ["0001", "0004"], "csrc/causal_conv1d.cpp"),
+    ("mamba-ssm", "2.3.1", ["0001", "0003", "0004"], "csrc/selective_scan/selective_scan.cpp"),
+])
+def test_the_previous_releases_stable_series_applies_to_their_real_sdists(
+        tmp_path: Path, package: str, version: str, series: list[str], binding: str) -> None:
+    """The farm's `previous = 1` entries are stable-ABI wheels now: causal-conv1d 1.6.2.post1 through its own port
+    (0004, 0002 rebased), mamba-ssm 2.3.1 through 2.3.2.post1's 0004 as it is. The sdists from PyPI (the recipes'
+    sha256), the stable series applied by the patch stage: the binding is on the stable ABI, no pybind left."""
+    from builder.stages.patch import apply_patches
+    from tests.helpers import real_sdist
+
+    recipe, root = real_sdist(package, version, tmp_path)
+    assert recipe.stable_abi is not None and recipe.stable_abi.covers(version)
+    patches = recipe.patches_for(version, abi=Abi.TORCH_STABLE)
+    assert [p.name[:4] for p in patches] == series
+    assert "PYBIND11_MODULE" in (root / binding).read_text()  # upstream's pybind binding before the series
+    apply_patches(root, patches, package, version)
+    text = (root / binding).read_text()
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))  # not the comments
+    assert "STABLE_TORCH_LIBRARY(" in code and "PYBIND11_MODULE" not in code and "torch/extension.h" not in code
