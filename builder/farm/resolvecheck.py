@@ -91,19 +91,10 @@ def upstream_metadata(name: str, version: str, facts: WheelFacts) -> str:
 
 
 def wheel_tag(plan: Plan) -> str:
-    """The tag of the wheel the farm ships for ``plan``: one py3-none-any wheel for a pure-Python recipe, a
-    cp3X-abi3 one at the port's Python floor for a stable-ABI build or a per-torch one the recipe's
-    ``[per-torch-abi3]`` covers, else the target Python's own; manylinux_2_28
-    of the target's platform (what PyPI's torch wheels are too)."""
-    if plan.pure_python:
-        return "py3-none-any"
-    plat = plan.target.platform.manylinux_tag
-    if plan.stable and plan.recipe.stable_abi is not None:
-        return f"cp{plan.recipe.stable_abi.python_floor.replace('.', '')}-abi3-{plat}"
-    if plan.python_agnostic is not None:  # a per-torch build of a [per-torch-abi3] release
-        return f"{plan.python_agnostic.tag}-{plat}"
-    py = f"cp{str(plan.target.python).replace('.', '')}"
-    return f"{py}-{py}-{plat}"
+    """The tag of the wheel the farm ships for ``plan``: its Python and ABI tags (``Plan.python_tag``) on
+    manylinux_2_28 of the target's platform (what PyPI's torch wheels are too); ``py3-none-any`` for a
+    pure-Python recipe."""
+    return "py3-none-any" if plan.pure_python else f"{plan.python_tag}-{plan.target.platform.manylinux_tag}"
 
 
 def twin_of(plan: Plan, facts: WheelFacts) -> Twin:

@@ -126,6 +126,20 @@ class Plan:
         return self.stable or self.python_agnostic is not None
 
     @property
+    def python_tag(self) -> str:
+        """The Python and ABI tags of the wheel this plan builds (its setup.py writes them; inspection checks the
+        abi3 ones): ``py3-none`` for a pure-Python recipe, ``cp310-abi3`` for a stable-ABI or Python-agnostic
+        per-torch one, else the target Python's own ``cp312-cp312``."""
+        if self.pure_python:
+            return "py3-none"
+        if self.stable and self.recipe.stable_abi is not None:
+            return f"cp{self.recipe.stable_abi.python_floor.replace('.', '')}-abi3"
+        if self.python_agnostic is not None:
+            return self.python_agnostic.tag
+        py = f"cp{str(self.target.python).replace('.', '')}"
+        return f"{py}-{py}"
+
+    @property
     def pure_python(self) -> bool:
         """A pure-Python recipe: one ``py3-none-any`` wheel per version, built once for every torch and CUDA."""
         return not self.recipe.kind.is_cuda
