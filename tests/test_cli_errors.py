@@ -184,7 +184,7 @@ def test_recipes_list_and_show(cli_env: dict[str, str]) -> None:
                     "--arch", "90,120+ptx", env=cli_env)
     assert shown.code == 0, shown.stderr
     assert "0001-mark-patched.patch" in shown.stdout and "(test only)" in shown.stdout
-    assert "TORCH_CUDA_ARCH_LIST=9.0;12.0+PTX" in shown.stdout and "cu130torch2" in shown.stdout
+    assert "TORCH_CUDA_ARCH_LIST=9.0;12.0+PTX" in shown.stdout and "cu13torch2" in shown.stdout
 
 
 def test_help_names_allowed_values_and_hides_test_only_flags(cli_env: dict[str, str]) -> None:

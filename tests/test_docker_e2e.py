@@ -44,7 +44,7 @@ BASE_TAR = Path(os.environ.get("BUILDER_TEST_BASE_TAR", "/var/tmp/cuda-wheel-bui
 BASE_IMAGE = "localhost/cuda-wheel-builder-base:cuda13.0-standin"
 HOST_CUDA = Path("/usr/local/cuda-13.0")
 STANDIN = FIXTURES / "cibw" / "standin.Dockerfile"
-WHEEL_RE = re.compile(r"tinyext-0\.1\.0\+cu130torch2\.14-cp311-cp311-manylinux_2_(\d+)_x86_64\.whl")
+WHEEL_RE = re.compile(r"tinyext-0\.1\.0\+cu13torch2\.14-cp311-cp311-manylinux_2_(\d+)_x86_64\.whl")
 NOTE = "value with spaces, 'quotes' and $(not a command)"  # the recipe's env value: it must arrive literally
 
 
@@ -236,7 +236,7 @@ def test_cibuildwheel_builds_a_repaired_manylinux_wheel_that_is_published(docker
         assert "PATCHED = True" in zf.read("tinyext/__init__.py").decode()
         assert zf.read("tinyext/_build_note.txt").decode() == NOTE
         assert not [n for n in zf.namelist() if ".libs/" in n]
-        record = json.loads(zf.read("tinyext-0.1.0+cu130torch2.14.dist-info/cuda_wheel_builder.json"))
+        record = json.loads(zf.read("tinyext-0.1.0+cu13torch2.14.dist-info/cuda_wheel_builder.json"))
     toolchain = record["toolchain"]
     assert toolchain["kind"] == "docker" and toolchain["nvcc"].startswith("13.0")
     assert toolchain["image"].startswith("cuda-wheel-builder:cuda13.0-") and toolchain["image_id"].startswith("sha256:")

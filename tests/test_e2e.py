@@ -27,7 +27,7 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.e2e
 
-WHEEL = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
+WHEEL = "tinyext-0.1.0+cu13torch2.14-cp311-cp311-linux_x86_64.whl"
 
 
 def assert_same_wheel(got: Path, want: Path) -> None:
@@ -78,10 +78,10 @@ def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
         assert "PATCHED = True" in zf.read("tinyext/__init__.py").decode()
         # the recipe's env value reached setup.py byte for byte: no shell ever saw it
         assert zf.read("tinyext/_build_note.txt").decode() == "value with spaces, 'quotes' and $(not a command)"
-        info = "tinyext-0.1.0+cu130torch2.14.dist-info"
+        info = "tinyext-0.1.0+cu13torch2.14.dist-info"
         metadata = zf.read(f"{info}/METADATA").decode()
         record = json.loads(zf.read(f"{info}/cuda_wheel_builder.json"))
-    assert "Version: 0.1.0+cu130torch2.14" in metadata
+    assert "Version: 0.1.0+cu13torch2.14" in metadata
     assert "Requires-Dist: torch>=2.14.0,<2.15" in metadata
     assert record["toolchain"]["kind"] == "host" and record["toolchain"]["nvcc"].startswith("13.0")
     assert record["patches"][0]["file"] == "0001-mark-patched.patch" and len(record["source"]["sha256"]) == 64
@@ -143,7 +143,7 @@ def test_uv_and_pip_install_from_the_wheelhouse(e2e: dict, tmp_path: Path) -> No
     out = subprocess.run([str(venv / "bin" / "python"), "-c",
                           "import importlib.metadata as m, tinyext; print(m.version('tinyext'), tinyext.PATCHED)"],
                          capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["0.1.0+cu130torch2.14", "True"]
+    assert out.split() == ["0.1.0+cu13torch2.14", "True"]
     pip_venv = tmp_path / "pipvenv"
     subprocess.run(["python3.11", "-m", "venv", str(pip_venv)], check=True)
     subprocess.run([str(pip_venv / "bin" / "pip"), "install", "--quiet", "--no-deps", "--index-url", index,
@@ -296,7 +296,7 @@ def test_the_same_inputs_under_another_cache_give_the_same_bytes(e2e: dict, tmp_
     second = elsewhere / "wheelhouse" / "wheels" / WHEEL
     assert_same_wheel(second, first)
     with zipfile.ZipFile(second) as zf:
-        record = json.loads(zf.read("tinyext-0.1.0+cu130torch2.14.dist-info/cuda_wheel_builder.json"))
+        record = json.loads(zf.read("tinyext-0.1.0+cu13torch2.14.dist-info/cuda_wheel_builder.json"))
     assert record["python"]["python"].startswith("$BUILDER_CACHE_DIR/venvs/build-")
     published = json.loads((elsewhere / "wheelhouse" / "records" / f"{WHEEL}.json").read_text())
     assert published["python"]["python"].startswith(str(elsewhere / "cache"))  # the local record keeps real paths

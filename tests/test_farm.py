@@ -649,11 +649,11 @@ def test_root_farm_builds_both_platforms_with_their_own_archs() -> None:
     aarch64 = {(t.package, str(t.cuda)): format_arch_list(t.archs) for t in cuda if t.platform.name == "aarch64"}
     # each CUDA's own list: 12.8 has no sm_103, sm_110 or sm_121 (sm_120 SASS serves DGX Spark's sm_121 there); 12.9
     # no sm_110 (Thor is sm_110 from CUDA 13); causal-conv1d's known-bad sm_103 from CUDA 13 is 100+ptx there;
-    # no 13.2 target: both releases' CUDA 13 cells are one +cu13 stable wheel each, built with 13.0
-    assert aarch64 == {("causal-conv1d", "12.8"): "90,100,120", ("causal-conv1d", "12.9"): "90,100,103,120,121",
-                       ("causal-conv1d", "13.0"): "90,100+ptx,110,120,121",
-                       ("mamba-ssm", "12.8"): "90,100,120", ("mamba-ssm", "12.9"): "90,100,103,120,121",
-                       ("mamba-ssm", "13.0"): "90,100,103,110,120,121"}
+    # no 13.2 target: both releases' CUDA 13 cells are one +cu13 stable wheel each, built with 13.0; no 12.9 one:
+    # cu129's per-torch cells are the +cu12torch2.X wheels' built with 12.8 (sm_100 SASS runs on sm_103, sm_120 on
+    # sm_121, as the loop below checks)
+    assert aarch64 == {("causal-conv1d", "12.8"): "90,100,120", ("causal-conv1d", "13.0"): "90,100+ptx,110,120,121",
+                       ("mamba-ssm", "12.8"): "90,100,120", ("mamba-ssm", "13.0"): "90,100,103,110,120,121"}
     # every aarch64 wheel runs on GH200 (sm_90), GB200 (sm_100), GB300 (sm_103) and DGX Spark (sm_121); Thor
     # (sm_110) from CUDA 13
     for t in cuda:

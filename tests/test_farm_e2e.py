@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 TINYEXT = "tinyext-0.1.0-cu130-sm90-x86_64-py3.11-torch2.14.1"
 TINYSCALE = "tinyscale-0.1.0-cu130-sm90-x86_64-py3.11-torch2.14.1"
-WHEEL = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
+WHEEL = "tinyext-0.1.0+cu13torch2.14-cp311-cp311-linux_x86_64.whl"
 
 FARM = f"""
 [defaults]

@@ -321,7 +321,12 @@ def test_matrix_cli_prints_compiles_and_cells_table_json_and_github(tree: Path) 
     assert [t["id"] for t in stable] == ["stabledemo-1.4-cu13-abi3-sm90_120-x86_64"] and stable[0]["cells_served"] >= 20
     newest = data["packages"][0]
     assert newest["cells"][0] == ["2.9", "12.8", "3.11", "x86_64"]
-    assert newest["cells_served"] == 4 + stable[0]["cells_served"] == newest["farm_serves"]
+    # the per-torch 12.8 wheels of 2.9 and 2.10 (below the port's 2.11: +cu12torch2.9, +cu12torch2.10, 2 Pythons
+    # each) serve the cu129 channel's 2.9 and 2.10 (the shipped snapshot) too: 4 cells more than while a per-torch
+    # label named its CUDA line
+    per_torch = {tuple(c) for c in newest["cells"] if c[1].startswith("12.")}
+    assert {c[:2] for c in per_torch} == {(t, line) for t in ("2.9", "2.10") for line in ("12.8", "12.9")}
+    assert newest["cells_served"] == len(per_torch) + stable[0]["cells_served"] == newest["farm_serves"]
     assert sum(newest["not_served"].values()) == newest["matrix_cells"] - newest["farm_serves"]
     assert (f"stabledemo 1.4: farm targets serve {newest['farm_serves']} of {data['summary']['matrix_cells']} cells"
             in table.stdout)

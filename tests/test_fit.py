@@ -10,9 +10,10 @@ import pytest
 
 from builder.core.errors import SourceError
 from builder.index.store import Wheelhouse
+from builder.model.arch import runs_on
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
-from builder.user.fit import EnvFacts, best, env_label, judge, label_cuda, runs_on
+from builder.user.fit import EnvFacts, best, env_label, judge, label_cuda
 from builder.user.wheelhouse import WheelhouseReader
 from tests.helpers import ROOT
 from tests.test_index import labelled_wheel

@@ -84,7 +84,7 @@ PASSED_IMPORT = TestReport(import_status="passed", kernel_status="skipped", torc
 
 def test_a_pure_python_plan_has_no_label_and_pins_no_torch(tmp_path: Path) -> None:
     plan = fla_plan(tmp_path)
-    assert plan.pure_python and plan.ranged and not plan.stable
+    assert plan.pure_python and not plan.stable
     assert plan.label("2.14.1") is None
     assert plan.torch_requirement("2.14.1") is None
     label, pins = run.label_and_pins(plan, "2.14.1")

@@ -135,7 +135,7 @@ def test_an_unreadable_cuda_is_planned_as_unverified_never_as_known(tmp_path: Pa
     assert "no .dist-info/METADATA member" in plan.torch_cuda_unverified
     rows = dict(plan.describe("yes: host CUDA 13.0.88 at /usr/local/cuda-13.0"))
     assert "its CUDA NOT VERIFIED" in rows["torch"]
-    assert rows["label"].startswith("cu130torch3.4  (UNVERIFIED: assumes CUDA 13.0 from --cuda")
+    assert rows["label"].startswith("cu13torch3.4  (UNVERIFIED: assumes CUDA 13.0 from --cuda")
     assert rows["buildable here"].endswith("(if torch 3.4.0 proves a CUDA 13.0 build: checked in the build venv)")
     known = _plan(tmp_path, index, "3.1.0")
     assert known.torch_cuda_unverified == "" and "UNVERIFIED" not in dict(known.describe())["label"]

@@ -23,7 +23,7 @@ def test_causal_conv1d_sm120_cuda13(version: str, tmp_path: Path) -> None:
     assert result.code == 0, result.stderr[-3000:]
     # 1.7.0 has a stable-ABI port: one cp310-abi3 wheel for CUDA 13 torches; 1.5.2 is built per torch
     name = f"causal_conv1d-{version}+cu13-cp310-abi3-*.whl" if version == "1.7.0" else (
-        f"causal_conv1d-{version}+cu130torch2.*-cp312-cp312-*.whl")
+        f"causal_conv1d-{version}+cu13torch2.*-cp312-cp312-*.whl")
     (wheel,) = (tmp_path / "wh" / "wheels").glob(name)
     report = json.loads(run_cli("inspect", str(wheel), "--json", env=env).stdout)
     assert [o["sass"] for o in report["objects"]] == [["sm_120"]]

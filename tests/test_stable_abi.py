@@ -97,7 +97,7 @@ def test_a_stable_wheel_requires_the_python_of_its_abi3_tag_and_of_its_torch_flo
 def test_per_torch_keeps_the_old_plan_and_leaves_the_port_out(tmp_path: Path) -> None:
     plan = make_plan(target(abi="per-torch"), stable_recipes(tmp_path))
     assert plan.abi is Abi.PER_TORCH
-    assert plan.label("2.14.1") == "cu130torch2.14"
+    assert plan.label("2.14.1") == "cu13torch2.14"
     assert plan.torch_requirement("2.14.1") == "torch>=2.14.0,<2.15"  # every patch of the minor
     assert "0003-stable-port.patch" not in [p.name for p in plan.patches]
     assert "BUILDER_TORCH_FLOOR" not in plan.env

@@ -260,7 +260,7 @@ def test_cli_label_follows_torch_and_mismatch_is_refused(fixture_index: tuple[st
     base = (*_plan_with_known_bad(fixture_index, tmp_path), "--arch", "120")
     ok = run_cli(*base, "--cuda", "13.2", env=cli_env)
     assert ok.code == 0, ok.stderr
-    assert "cu132torch3.2" in ok.stdout and "3.2.0" in ok.stdout
+    assert "cu13torch3.2" in ok.stdout and "3.2.0" in ok.stdout
     bad = run_cli(*base, "--cuda", "13.0", "--torch", "3.2.0", env=cli_env)
     assert_one_line_error(bad, "torch 3.2.0 on custom is a CUDA 13.2 build, not CUDA 13.0", "omit --torch to get 3.5.0")
     assert bad.code == 2

@@ -23,7 +23,7 @@ missing = local_cuda_path_missing()
 if missing:
     pytestmark = [pytest.mark.e2e, pytest.mark.skip(reason=f"skipped: {missing}")]
 
-PLAIN = "tinyext-0.1.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl"
+PLAIN = "tinyext-0.1.0+cu13torch2.14-cp311-cp311-linux_x86_64.whl"
 BUILD = ("build", "tinyext", "--recipes", str(FIXTURES / "recipes"), "--cuda", "13.0", "--arch", "90,120",
          "--python", "3.11", "--torch", "2.14.1", "--torch-index", str(LOCAL_TORCH_INDEX), "--toolchain", "host",
          "--variants")
@@ -51,7 +51,7 @@ def test_the_wheelhouse_lists_the_plain_wheel_its_variants_and_their_table(house
     assert names == sorted([PLAIN, PLAIN[:-4] + "-sm120.whl", PLAIN[:-4] + "-sm90.whl"])
     page = house / "simple" / "tinyext"
     files = {f["filename"]: f for f in json.loads((page / "index.json").read_text())["files"]}
-    table_name = "tinyext-0.1.0+cu130torch2.14-variants.json"
+    table_name = "tinyext-0.1.0+cu13torch2.14-variants.json"
     assert table_name in files and table_name in (page / "index.html").read_text()
     table = variants.read_metadata((page / table_name).read_bytes(), table_name)
     assert table == {f"sm{a}": {"nvidia": {"cuda_version_lower_bound": ["13.0"], "sm_arch": [f"{a}_real"]}}
@@ -108,7 +108,7 @@ def test_builder_variants_stages_the_variants_of_a_published_wheel(house: Path, 
     assert done.code == 0, done.stderr[-2000:]
     staged = sorted(p.name for p in (target.root / "staging" / "wheels").glob("*.whl"))
     assert staged == sorted([PLAIN[:-4] + "-sm120.whl", PLAIN[:-4] + "-sm90.whl"])
-    assert "tinyext-0.1.0+cu130torch2.14-variants.json" in \
+    assert "tinyext-0.1.0+cu13torch2.14-variants.json" in \
         (target.root / "staging" / "simple" / "tinyext" / "index.html").read_text()
     refused = run_cli("variants", "tinyext", "--arch", "100", "--recipes", str(FIXTURES / "recipes"), env=env)
     assert refused.code != 0 and "was built for 90, 120, not 100" in refused.stderr

@@ -1,7 +1,7 @@
 """A farm's cells folded by ABI, so that one wheel is built once: where a recipe's stable-ABI port covers a version,
 the cells at or above the port's torch floor become one ``torch-stable`` target per platform, CUDA major and arch list
-(``fold_abi``; one ``cp310-abi3`` ``+cu13`` wheel), and two entries reaching the same stable wheel keep one
-(``fold_stable``); where ``[per-torch-abi3]`` covers it, the per-torch cells of one torch, CUDA line, arch list and
+(``fold_abi``; one ``cp310-abi3`` ``+cu13`` wheel), and two entries reaching the same wheel of one CUDA major keep
+one (``fold_major``: a stable wheel, or a per-torch ``+cu12torch2.9`` one); where ``[per-torch-abi3]`` covers it, the per-torch cells of one torch, CUDA line, arch list and
 platform become one target serving every Python (``fold_pythons``). ``check_cell`` is the buildability check every
 cell passes (expand.py's cells and the stable targets made here)."""
 
@@ -22,30 +22,36 @@ from builder.model.recipe import Recipe
 from builder.stages.abichoice import default_build_torch
 
 
-def fold_stable(targets: list[FarmTarget], wheels: dict[tuple[str, ...], FarmTarget], target: FarmTarget,
-                 settings: Settings) -> bool:
-    """Whether ``target`` is a torch-stable target whose wheel an earlier entry already builds (the same package,
-    version, CUDA major, arch list and platform: one ``+cu13`` ``cp310-abi3`` file), and so no compile of its own.
-    Two entries reach the same stable wheel when their torches cross the port's floor on different indexes (PyPI's
-    2.11+ and PyTorch's cu130 channel's 2.10 both land in the +cu13 wheel): the wheel serves every cell of its CUDA
-    major at or above the floor, whichever index the torch comes from (``stable_serves``). The one kept is built on
-    the older CUDA line of the two (a wheel from a newer nvcc is not promised to an older CUDA runtime), with that
-    line's arch list: the two lists must be one list as each line trims it (``archs-where-supported``: 12.8 drops the
-    sm_103 that 12.9 keeps), as within one entry (``_stable_target``); other arch lists clash (expand() refuses)."""
-    if not target.stable:
+def fold_major(targets: list[FarmTarget], wheels: dict[tuple[str, ...], FarmTarget], target: FarmTarget,
+               settings: Settings) -> bool:
+    """Whether ``target``'s wheel an earlier target already builds, and so no compile of its own: a wheel's label
+    names its CUDA major, not its line (a stable ``+cu13``; a per-torch ``+cu12torch2.9``, model/abi.py), so two
+    targets of the same package, version, CUDA major, platform and Python tag (and, per torch, torch minor) on
+    two lines of that major are one file. Two entries reach the same stable wheel when their torches cross the
+    port's floor on different indexes (PyPI's 2.11+ and PyTorch's cu130 channel's 2.10 both land in the +cu13
+    wheel); two per-torch targets when two entries name one torch minor on two lines (cu128's and cu129's 2.9).
+    The wheel serves every cell of its CUDA major on a line not older than its own (farm/served.py), whichever
+    index the torch comes from. The one kept is built on the older CUDA line of the two (a wheel from a newer nvcc
+    is not promised to an older CUDA runtime), with that line's arch list: the two lists must be one list as each
+    line trims it (``archs-where-supported``: 12.8 drops the sm_103 that 12.9 keeps), as within one entry
+    (``_stable_target``); other arch lists clash (expand() refuses). A folded per-torch-abi3 target keeps the
+    Pythons of both."""
+    if not target.kind.is_cuda:
         return False
     other = wheels.get(target.wheel_identity)
-    if other is None or not other.stable:
+    if other is None or other.stable != target.stable:
+        return False
+    if not target.stable and other.cuda.same_line(target.cuda):  # one line twice: a repeat, which expand() refuses
         return False
     older, newer = sorted((other, target), key=lambda t: (t.cuda.major, t.cuda.minor))
     known = supported_archs(older.cuda, settings)
     if tuple(a for a in newer.archs if known is None or a.number in known) != older.archs:
         return False
-    if older is target:
-        targets[targets.index(other)] = wheels[target.wheel_identity] = dataclasses.replace(
-            target, entry=other.entry)
+    pythons = (*older.pythons, *(p for p in newer.pythons if p not in older.pythons))
+    kept = dataclasses.replace(older, entry=other.entry, pythons=pythons)
+    if kept != other:
+        targets[targets.index(other)] = wheels[target.wheel_identity] = kept
     return True
-
 
 
 def fold_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, index: TorchIndex,

@@ -16,7 +16,7 @@ from packaging.version import Version
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import RecipeError
 from builder.core.settings import Settings
-from builder.model.abi import Abi, StableAbi, stable_label
+from builder.model.abi import Abi, StableAbi, per_torch_label, stable_label
 from builder.model.arch import Arch, format_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.platform import X86_64, Platform
@@ -200,10 +200,13 @@ class FarmTarget:
         if self.stable and self.port is not None:  # +cu13, cp310-abi3: no torch, no Python
             return (canonicalize_name(self.package), str(Version(self.version)), stable_label(self.cuda),
                     self.port.requirement, f"cp{self.port.python_floor.replace('.', '')}-abi3", self.platform.name)
-        torch = Version(self.torch)
-        tag = "abi3" if self.pythons else str(self.python) if self.kind.is_cuda else "py3-none-any"
-        return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
-                f"{torch.major}.{torch.minor}", tag, self.platform.name if self.kind.is_cuda else "any")
+        if not self.kind.is_cuda:
+            torch = Version(self.torch)
+            return (canonicalize_name(self.package), str(Version(self.version)), self.cuda.line,
+                    f"{torch.major}.{torch.minor}", "py3-none-any", "any")
+        tag = "abi3" if self.pythons else str(self.python)  # the label names the CUDA major: cu12torch2.9
+        return (canonicalize_name(self.package), str(Version(self.version)), per_torch_label(self.cuda, self.torch),
+                tag, self.platform.name)
 
     def to_target(self, jobs: int) -> Target:
         return Target(

@@ -19,7 +19,7 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, default_torch, resolve_index
-from builder.farm.abifold import check_cell, fold_abi, fold_pythons, fold_stable
+from builder.farm.abifold import check_cell, fold_abi, fold_major, fold_pythons
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
 from builder.model.arch import format_arch_list, parse_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
@@ -54,7 +54,7 @@ def expand(
         recipe = load_recipe(find_recipe(entry.name, recipes), default_patches_dir(recipes))
         for version in _versions(farm, entry, recipe, settings, releases):
             for target in _cells(farm, entry, recipe, recipes, version, settings):
-                if fold_stable(targets, wheels, target, settings):
+                if fold_major(targets, wheels, target, settings):
                     continue
                 if target.id in seen:
                     raise FarmError(f"{farm.file}: {entry.where} repeats target {target.id} of {seen[target.id]}",

@@ -40,7 +40,9 @@ def served_cells(target: FarmTarget, index: TorchIndex, universe: frozenset[Cell
     one set of cells.
 
     A per-torch target: its own (torch minor, that torch's CUDA line on ``index``, Python), or with each of its
-    ``pythons`` where its wheel is one cp310-abi3 file (the recipe's ``[per-torch-abi3]``). A torch-stable target:
+    ``pythons`` where its wheel is one cp310-abi3 file (the recipe's ``[per-torch-abi3]``), and the same torch minor
+    and Pythons on every line of ``universe`` of its CUDA major not older than its own (its ``+cu12torch2.9`` label
+    names the major: a 12.8 build serves cu129's 2.9 too, once its torch checks pass there). A torch-stable target:
     every cell of ``universe`` of the target's CUDA major on a line not older than the one it is built on (a wheel
     from a newer nvcc is not promised to an older CUDA runtime), torch at or above the port's floor, Python at or
     above the port's abi3 floor, whichever index that torch comes from (13.0 × 2.15 is PyTorch's cu130 channel's).
@@ -52,19 +54,26 @@ def served_cells(target: FarmTarget, index: TorchIndex, universe: frozenset[Cell
         return frozenset(c for c in universe if c.platform in platforms)
     if not target.stable or target.port is None:
         torch = Version(target.torch)
-        line = torch_cuda(index, str(torch.public), target.cuda).line
-        pythons = target.pythons or (target.python,)  # a Python-agnostic per-torch wheel: each Python it serves
-        return frozenset(Cell(f"{torch.major}.{torch.minor}", line, python.name, p)
-                         for python in pythons for p in sorted(platforms))
+        built = torch_cuda(index, str(torch.public), target.cuda)
+        minor = f"{torch.major}.{torch.minor}"
+        pythons = {p.name for p in target.pythons or (target.python,)}  # an abi3 per-torch wheel: each Python
+        own = {Cell(minor, built.line, python, p) for python in pythons for p in platforms}
+        return frozenset(own | {c for c in universe if c.torch == minor and c.python in pythons
+                                and c.platform in platforms and on_major(built, c)})
     return frozenset(c for c in universe if c.platform in platforms and stable_serves(target.port, target.cuda, c))
 
 
 def stable_serves(port: StableAbi, built: CudaVersion, cell: Cell) -> bool:
     """Whether a stable-ABI wheel of ``port`` built on CUDA ``built`` is for ``cell``: the same CUDA major, a line not
     older than ``built``'s, torch at or above the floor, Python at or above the abi3 floor."""
+    return on_major(built, cell) and port.admits(cell.torch) and Version(cell.python) >= Version(port.python_floor)
+
+
+def on_major(built: CudaVersion, cell: Cell) -> bool:
+    """Whether ``cell``'s CUDA is a line of ``built``'s major not older than ``built``'s: where a wheel labelled by
+    CUDA major (``+cu13``, ``+cu12torch2.9``) built on ``built`` is offered."""
     cuda = CudaVersion.parse(cell.cuda)
-    return (cuda.major == built.major and (cuda.major, cuda.minor) >= (built.major, built.minor)
-            and port.admits(cell.torch) and Version(cell.python) >= Version(port.python_floor))
+    return cuda.major == built.major and (cuda.major, cuda.minor) >= (built.major, built.minor)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.farm.served import Cell
 from builder.index.checks import wheel_label
-from builder.model.abi import stable_label_major, torch_minor
+from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.platform import of_wheel_platform
 from builder.model.records import BuildRecord, TestReport
@@ -135,6 +135,9 @@ def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cel
         return _stable_cells(record, major, matrix, floor)
     if label is None and pythons is None and platforms is None:  # py3-none-any, built once: its checks decide
         return _checked_cells(record, matrix, lambda cell: True)
+    per_torch = per_torch_label_parts(label)
+    if per_torch is not None:  # cu12torch2.9: its torch minor on the lines of its CUDA major, as its checks say
+        return _checked_cells(record, matrix, lambda c: _per_torch_claims(c, per_torch, record, pythons, abi3))
     match = re.fullmatch(r"(cu\d+)torch(\d+\.\d+)", label or "")
     if match is None:
         return {}
@@ -148,6 +151,16 @@ def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cel
         outcome = (BUILT, "built, not verified")
     return {c: outcome for c in matrix
             if c.torch == match.group(2) and c.cuda == line and _python_fits(c.python, pythons, abi3)}
+
+
+def _per_torch_claims(cell: Cell, label: tuple[int, tuple[int, int]], record: BuildRecord | None,
+                      pythons: set[str] | None, abi3: bool) -> bool:
+    """Whether a per-torch wheel labelled by CUDA major (``label``: (12, (2, 9))) claims ``cell``: its torch minor, a
+    line of its major not older than the one it was built on (its record's), a Python its tags take."""
+    major, minor = label
+    cuda, built = CudaVersion.parse(cell.cuda), record.cuda_version if record else None
+    return (cuda.major == major and not (built and (cuda.major, cuda.minor) < (built.major, built.minor))
+            and torch_minor(cell.torch) == minor and _python_fits(cell.python, pythons, abi3))
 
 
 def _python_fits(python: str, pythons: set[str] | None, abi3: bool) -> bool:
@@ -180,7 +193,8 @@ def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozens
 
 def _checked_cells(record: BuildRecord | None, matrix: frozenset[Cell],
                    claims: Callable[[Cell], bool]) -> dict[Cell, tuple[str, str]]:
-    """A wheel offered across torches (stable-ABI, or pure Python built once): each cell it ``claims``, with the
+    """A wheel offered by its torch checks (stable-ABI, per-torch by CUDA major, pure Python built once): each cell it
+    ``claims``, with the
     evidence of its record's torch checks on that torch minor and CUDA line (a failed one keeps it unverified)."""
     out: dict[Cell, tuple[str, str]] = {}
     checks = (record.torch_checks or ()) if record else ()

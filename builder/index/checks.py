@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import BuilderError, PublishError
 from builder.core.wheelfile import dist_info_dir, parse_wheel_name
 from builder.index.layout import Layout
-from builder.model.abi import stable_label_major, torch_minor
+from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
 
@@ -28,8 +28,10 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     """The channels (``channels/<label>/simple/``) that list a wheel, sorted; every wheel is in the combined index
     besides. The one place that decides it: the pages, ``listed``, ``Wheelhouse.labels`` and the dashboard ask here.
 
-    A per-torch wheel (``+cu130torch2.14``) is in the channel of its own label, whatever its record says (it pins
-    ``torch==``); an unlabelled wheel in none. A stable-ABI wheel (label ``+cu13``, or unlabelled with a record whose
+    A per-torch wheel labelled by CUDA line (``+cu130torch2.14``, the older shape) is in the channel of its own label,
+    whatever its record says (it pins that torch minor); an unlabelled wheel in none. One labelled by CUDA major
+    (``+cu13torch2.14``) is in the channel of each line of that major its record's checks passed on for that torch
+    minor (``cu130torch2.14``, ``cu132torch2.14``), as a stable wheel is for its torches. A stable-ABI wheel (label ``+cu13``, or unlabelled with a record whose
     ``abi`` is ``torch-stable``) is in the channel of each torch it was verified on (``TorchCheck.channel``:
     ``cu130torch2.12``), never in one named ``cu13``: a channel where a check passed and none failed (a failed check
     on torch 2.12.1 keeps the wheel from that channel, whose users may have 2.12.1, even where 2.12.0 passed), whose
@@ -43,9 +45,14 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     except InvalidWheelFilename:  # a file dropped into wheels/ by hand: publish and rebuild refuse it, it has no channel
         return ()
     major = stable_label_major(label)
-    ranged = record is not None and (record.is_stable_abi or (not label and _pure_python(filename)))
+    per_torch = per_torch_label_parts(label)
+    only_minor = None
+    if per_torch is not None:  # cu12torch2.9: its torch minor on the lines of its CUDA major its checks passed on
+        major, only_minor = per_torch
+    ranged = record is not None and (record.is_stable_abi or per_torch is not None
+                                     or (not label and _pure_python(filename)))
     if major is None and (label or not ranged):
-        return (label,) if label else ()  # a per-torch label decides, whatever the record says: it pins torch==
+        return (label,) if label else ()  # a line's per-torch label decides, whatever the record says: it pins torch
     if record is None:
         return ()
     try:
@@ -59,7 +66,8 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
             channel, minor, cuda = check.channel, torch_minor(check.torch), CudaVersion.parse(check.cuda)
         except InvalidVersion:  # a check naming no torch or CUDA offers nothing
             continue
-        if (major is None or cuda.major == major) and (floor is None or minor >= floor):
+        if ((major is None or cuda.major == major) and (floor is None or minor >= floor)
+                and (only_minor is None or minor == only_minor)):
             (passed if check.passed else failed).add(channel)
     return tuple(sorted(passed - failed))
 

@@ -19,7 +19,7 @@ from builder.model.abi import stable_label_major
 from builder.model.platform import of_wheel_platform
 from builder.model.records import BuildRecord, TestReport, TorchCheck
 
-_LABEL_RE = re.compile(r"^cu(\d+)(\d)torch(\d+\.\d+)")
+_LABEL_RE = re.compile(r"^cu(\d{2})(\d)?torch(\d+\.\d+)")  # cu128torch2.9 (a line), cu12torch2.9 (a major)
 
 
 @dataclass
@@ -95,7 +95,8 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     match = _LABEL_RE.match(label)
     major = stable_label_major(label)
     stable = major is not None or (not label and record.is_stable_abi)  # as checks.wheel_channels decides
-    cuda = record.cuda or (f"{match.group(1)}.{match.group(2)}" if match else f"{major}.x" if major else "—")
+    line = f"{match.group(1)}.{match.group(2) or 'x'}" if match else f"{major}.x" if major else "—"
+    cuda = record.cuda or line
     tests = record.tests or TestReport()
     torch = str(record.python.get("torch") or tests.torch or (match.group(3) if match else "—"))
     if stable:

@@ -1,7 +1,11 @@
 """Which torch ABI a build targets, and what a stable-ABI wheel promises.
 
 A ``per-torch`` wheel is compiled against one torch with the ordinary C++ API and runs with that torch minor only:
-it is pinned to that minor (``torch>=X.Y.0,<X.Y+1``: the C++ ABI holds across patch releases) and labelled ``+cu130torch2.11``. A ``torch-stable`` wheel uses only LibTorch's stable
+it is pinned to that minor (``torch>=X.Y.0,<X.Y+1``: the C++ ABI holds across patch releases) and labelled by its CUDA
+major, ``+cu12torch2.9`` (``per_torch_label``), as upstream's own release wheels are (``cu12torch2.5``): built on the
+oldest CUDA line of that major it serves, it is offered in the channel of each line its torch checks passed on (a 12.8
+build beside torch 2.9.1+cu128 and +cu129), so one compile serves both lines. Older wheels labelled by CUDA line
+(``+cu128torch2.9``) stay in that line's channel alone. A ``torch-stable`` wheel uses only LibTorch's stable
 ABI (torch/csrc/stable, the C shims) and Python's limited API: one ``cp310-abi3`` wheel per CUDA major, pinned
 ``torch>=FLOOR`` and labelled ``+cu13``, offered for each torch it was verified on (the ``torch-range`` check of
 the test stage, stages/torchrange.py). The CUDA major still splits wheels: the .so needs ``libcudart.so.13``.
@@ -116,6 +120,22 @@ def stable_label_major(label: str | None) -> int | None:
     """``cu13`` → 13; None for a per-torch label (``cu130torch2.11``) or none."""
     match = _STABLE_LABEL.fullmatch(label or "")
     return int(match.group(1)) if match else None
+
+
+def per_torch_label(cuda: CudaVersion, torch: str) -> str:
+    """The local label of a per-torch wheel: its CUDA major and torch minor, ``cu12torch2.9``."""
+    major, minor = torch_minor(torch)
+    return f"cu{cuda.major}torch{major}.{minor}"
+
+
+_PER_TORCH_MAJOR_LABEL = re.compile(r"cu(\d{2})torch(\d+)\.(\d+)")
+
+
+def per_torch_label_parts(label: str | None) -> tuple[int, tuple[int, int]] | None:
+    """``cu12torch2.9`` → (12, (2, 9)): a per-torch label by CUDA major; None for a line's label
+    (``cu128torch2.9``, the older shape), a stable one (``cu13``) or none."""
+    match = _PER_TORCH_MAJOR_LABEL.fullmatch(label or "")
+    return (int(match.group(1)), (int(match.group(2)), int(match.group(3)))) if match else None
 
 
 def channel_label(cuda_line: str, torch: str) -> str:

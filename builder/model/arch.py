@@ -272,3 +272,25 @@ def check_known_bad(package: str, known_bad: Sequence[KnownBad], archs: tuple[Ar
                     f"known bad: {entry.reason}",
                     f"use --arch {entry.instead} instead" if entry.instead else "leave this arch out",
                 )
+
+
+def runs_on(sass: tuple[str, ...], ptx: tuple[str, ...], cc: int) -> bool:
+    """Whether a GPU of compute capability ``cc`` (120) can run this code.
+
+    SASS for X.y runs on X.z with z >= y (arch-specific ``a`` SASS only on X.y itself); PTX for XY is compiled by
+    the driver for any GPU of XY or newer.
+    """
+    for name in sass:
+        match = re.fullmatch(r"sm_(\d+)(\w?)", name)
+        if not match:
+            continue
+        number, suffix = int(match.group(1)), match.group(2)
+        if suffix == "a" and number == cc:
+            return True
+        if suffix != "a" and number // 10 == cc // 10 and number % 10 <= cc % 10:
+            return True
+    for name in ptx:
+        match = re.fullmatch(r"compute_(\d+)(\w?)", name)
+        if match and not match.group(2) and int(match.group(1)) <= cc:
+            return True
+    return False

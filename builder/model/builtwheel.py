@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import UsageError
 from builder.core.wheelfile import parse_wheel_name, split_label
-from builder.model.abi import Abi
+from builder.model.abi import Abi, per_torch_label_parts
 from builder.model.arch import Arch, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, parse_platform
@@ -28,7 +28,7 @@ from builder.model.records import BuildRecord
 class BuiltWheel:
     path: Path
     name: NormalizedName
-    version: Version  # with its local label: 1.7.0+cu130torch2.11
+    version: Version  # with its local label: 1.7.0+cu13torch2.11
     tags: frozenset[Tag]
     variant: str | None  # a variant wheel's label (PEP 825: sm120); None for a plain wheel
     cuda: CudaVersion | None  # None for pure Python (or a record that names none)
@@ -55,7 +55,7 @@ class BuiltWheel:
 
     @property
     def label(self) -> str | None:
-        """The local label: ``cu130torch2.11`` per torch, ``cu13`` stable-ABI, None for a pure-Python wheel."""
+        """The local label: ``cu13torch2.11`` per torch, ``cu13`` stable-ABI, None for a pure-Python wheel."""
         return self.version.local
 
     @property
@@ -70,9 +70,16 @@ class BuiltWheel:
             t.interpreter.startswith("py3") and t.abi == "none" and t.platform == "any" for t in self.tags)
 
     @property
+    def per_torch_major(self) -> bool:
+        """A per-torch wheel labelled by CUDA major (``cu12torch2.9``): offered on each CUDA line of that major its
+        torch checks passed on (an older ``cu128torch2.9`` wheel is in its line's channel alone)."""
+        return per_torch_label_parts(self.label) is not None
+
+    @property
     def ranged(self) -> bool:
-        """Offered across torches by its torch checks: stable-ABI, or pure Python built once (with a record)."""
-        return self.record is not None and (self.stable or self.built_once)
+        """Offered by its torch checks (with a record): stable-ABI across torches, pure Python built once across
+        torches, a per-torch wheel labelled by CUDA major across that major's lines."""
+        return self.record is not None and (self.stable or self.built_once or self.per_torch_major)
 
     @property
     def build_python(self) -> str:

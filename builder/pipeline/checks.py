@@ -22,6 +22,7 @@ from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex
 from builder.index.store import Wheelhouse
+from builder.model.abi import per_torch_label_parts
 from builder.model.arch import Arch
 from builder.model.builtwheel import BuiltWheel
 from builder.model.platform import Platform
@@ -38,6 +39,7 @@ from builder.stages.torchrange import (
     NOT_CHECKED,
     Claim,
     MakeEnv,
+    PerTorch,
     PurePython,
     TorchHere,
     cached_torches,
@@ -99,12 +101,16 @@ def inspect(wheel: BuiltWheel, settings: Settings, cuda_home: tuple[Path, ...] =
 
 
 def claim(wheel: BuiltWheel, recipe: Recipe, requires: tuple[str, ...] | None = None) -> Claim:
-    """The torches a wheel offered across torches claims: its recipe's stable-ABI port, or (pure Python) its own
-    torch requirement (``requires``: its Requires-Dist lines; read from the wheel where not given)."""
+    """The torches a wheel offered across torches claims: its recipe's stable-ABI port, a per-torch wheel's torch minor
+    on the lines of its CUDA major, or (pure Python) its own torch requirement (``requires``: its Requires-Dist lines;
+    read from the wheel where not given)."""
     if wheel.stable:
         if recipe.stable_abi is None:
             raise UsageError(f"the recipe of {recipe.name} has no [stable-abi] section", "add it, or rebuild per torch")
         return recipe.stable_abi
+    parts = per_torch_label_parts(wheel.label)
+    if parts is not None:
+        return PerTorch(parts[1])
     if requires is None:
         requires = tuple(line.split(":", 1)[1].strip() for line in read_metadata(wheel.path).splitlines()
                          if line.startswith("Requires-Dist:"))
@@ -122,13 +128,14 @@ def torch_range(plan: Plan, settings: Settings, python: PythonEnv, base_python: 
                 cross_build: cross.CrossBuild | None = None, requires: tuple[str, ...] = (),
                 companions: Path | None = None) -> tuple[TorchCheck, ...]:
     """A wheel offered across torches beside every torch minor it claims (stages/torchrange.py): a stable-ABI
-    wheel's port range, a pure-Python wheel's own torch requirement (``requires``: its Requires-Dist lines) on
-    every CUDA line from 12.8 on. The build's own torch must pass (for a stable wheel it is tried again in a
-    fresh venv; for a pure-Python one the import test is that check); a failure on another torch only keeps the
-    wheel out of that torch's channel, and says so."""
+    wheel's port range, a per-torch wheel's torch minor on the other lines of its CUDA major (cu129's 2.9.1 for a
+    12.8 build), a pure-Python wheel's own torch requirement (``requires``: its Requires-Dist lines) on every CUDA
+    line from 12.8 on. The build's own torch must pass (for a stable wheel it is tried again in a fresh venv; for
+    the others the import test is that check); a failure on another torch only keeps the wheel out of that torch's
+    channel, and says so."""
     claimed = claim(wheel, plan.recipe, requires)
     own = Version(python.torch or "0").public
-    built = own_import_check(python, tests) if plan.pure_python else None
+    built = own_import_check(python, tests) if not plan.stable else None
     torches = torches_to_check(plan.index, plan.cuda, claimed)
     offline = settings.offline and cross_build is None
     if offline and python.torch and not any(Version(t).public == own for t, _ in torches):
@@ -199,8 +206,8 @@ def range_env_maker(wheel: Path, index: TorchIndex, base: Path, settings: Settin
 
 
 def own_import_check(python: PythonEnv, tests: TestReport) -> TorchCheck:
-    """The import test of a pure-Python build as its torch check for the build torch (the same imports, in a
-    clean venv with that torch)."""
+    """The import test of a pure-Python or per-torch build as its torch check for the build torch (the same imports,
+    in a clean venv with that torch)."""
     passed = tests.import_status == "passed"
     return TorchCheck(torch=str(Version(python.torch or "0").public), cuda=python.torch_cuda or "",
                       python=python.version, how=IMPORT_REGISTRATION, status="passed" if passed else "failed",

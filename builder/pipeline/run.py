@@ -27,7 +27,6 @@ from builder.model.records import (
     PatchDigest,
     RuntimeDropped,
     SourceDigest,
-    TorchCheck,
 )
 from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
@@ -243,14 +242,11 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
         tests = checks.test(plan, kernel, python, resolved.test_python, final, report, workdir,
                             main_wheels=companions, cross_build=inputs.cross, settings=settings)
-    torch_checks: tuple[TorchCheck, ...] | None = None
-    torch_unchecked: tuple[TorchCheck, ...] = ()
-    if plan.ranged:
-        log.step("torch range")
-        with timed(timings, "torch range"):
-            torch_checks, torch_unchecked = split_unchecked(checks.torch_range(
-                plan, settings, python, resolved.test_python, built, workdir, tests, whole_range=options.torch_range,
-                cross_build=inputs.cross, requires=report.requires, companions=companions))
+    log.step("torch range")  # every wheel is offered by its torch checks: a stable-ABI wheel's range, a per-torch
+    with timed(timings, "torch range"):  # one's CUDA lines, a pure-Python one's torches
+        torch_checks, torch_unchecked = split_unchecked(checks.torch_range(
+            plan, settings, python, resolved.test_python, built, workdir, tests, whole_range=options.torch_range,
+            cross_build=inputs.cross, requires=report.requires, companions=companions))
     made: list[checks.VariantWheel] = []
     if options.variants and toolkit is not None:
         log.step("variants")

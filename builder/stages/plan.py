@@ -27,7 +27,7 @@ from builder.discovery.compat import (
     torch_cuda,
     torch_cuda_unverified,
 )
-from builder.model.abi import Abi, PerTorchAbi3, per_torch_requirement, stable_label
+from builder.model.abi import Abi, PerTorchAbi3, per_torch_label, per_torch_requirement, stable_label
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -144,23 +144,18 @@ class Plan:
         """A pure-Python recipe: one ``py3-none-any`` wheel per version, built once for every torch and CUDA."""
         return not self.recipe.kind.is_cuda
 
-    @property
-    def ranged(self) -> bool:
-        """The wheel is offered across torches, each one its torch checks verified (stages/torchrange.py): a
-        stable-ABI wheel, or a pure-Python one."""
-        return self.stable or self.pure_python
-
     def label(self, torch: str) -> str | None:
-        """Local version label: ``cu130torch2.11`` (one per CUDA × torch minor, so resolvers cannot mix them).
-        The CUDA is the one that torch was built with where the index says (a mismatch is refused by the plan).
-        A stable-ABI wheel serves every verified torch of its CUDA major: ``cu13``. A pure-Python wheel has none
-        (None): it holds no code built against torch or CUDA, and its checks say which torches it is offered for."""
+        """Local version label: ``cu12torch2.9`` per torch (one per CUDA major × torch minor, so resolvers cannot
+        mix them; offered on each CUDA line of the major its torch checks passed on, model/abi.py). The CUDA is the
+        one that torch was built with where the index says (a mismatch is refused by the plan). A stable-ABI wheel
+        serves every verified torch of its CUDA major: ``cu13``. A pure-Python wheel has none (None): it holds no
+        code built against torch or CUDA, and its checks say which torches it is offered for."""
         if self.pure_python:
             return None
         if self.stable:
             return stable_label(self.cuda)
         t = Version(torch)
-        return f"{torch_cuda(self.index, str(t.public), self.cuda).flavour}torch{t.major}.{t.minor}"
+        return per_torch_label(torch_cuda(self.index, str(t.public), self.cuda), torch)
 
     def torch_requirement(self, torch: str) -> str | None:
         """What the wheel says about torch: ``torch==2.11.0`` (per torch), ``torch>=2.11`` (stable ABI); None for
@@ -226,7 +221,7 @@ class Plan:
         if self.pure_python:
             return "none (pure Python: built once, offered for each torch its checks pass on)"
         label = self.label(self.torch) if self.torch else stable_label(self.cuda) if self.stable else None
-        return label or f"{self.cuda.flavour}torch<from interpreter>"
+        return label or f"cu{self.cuda.major}torch<from interpreter>"
 
     def _platform_text(self) -> str:
         target = self.target.platform

@@ -82,8 +82,23 @@ class PurePython:
         return cls(spec)
 
 
-# What a wheel offered across torches claims: a stable-ABI port's range, or a pure-Python wheel's
-Claim = StableAbi | PurePython
+@dataclass(frozen=True)
+class PerTorch:
+    """What a per-torch wheel labelled by CUDA major (``+cu12torch2.9``, model/abi.py) claims: its one torch
+    ``minor`` on every CUDA line of its major not older than the one it was built on (a 12.8 build: torch 2.9 on
+    cu128 and cu129). Its own build torch is checked by the import test; the others are tried like a stable
+    wheel's torches (the recipe's imports; no op namespaces are looked at)."""
+
+    minor: tuple[int, int]
+    namespaces: tuple[str, ...] = ()
+
+    def admits(self, torch: str) -> bool:
+        return torch_minor(torch) == self.minor
+
+
+# What a wheel offered across torches claims: a stable-ABI port's range, a pure-Python wheel's, or a per-torch wheel's
+# CUDA lines
+Claim = StableAbi | PurePython | PerTorch
 
 
 def built_once(filename: str) -> bool:
@@ -96,7 +111,8 @@ def built_once(filename: str) -> bool:
 
 
 def _on_line(claim: Claim, line: CudaVersion, cuda: CudaVersion) -> bool:
-    """Whether ``claim`` covers torches built for CUDA ``line`` (a stable wheel built on ``cuda``: its major)."""
+    """Whether ``claim`` covers torches built for CUDA ``line`` (a stable or per-torch wheel built on ``cuda``: its
+    major)."""
     if isinstance(claim, PurePython):
         return (line.major, line.minor) >= (PURE_PYTHON_MIN_CUDA.major, PURE_PYTHON_MIN_CUDA.minor)
     return line.major == cuda.major

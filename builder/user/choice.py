@@ -42,7 +42,8 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
         for verdict in choice.verdicts:
             if not python_fits(verdict.wheel, env):
                 continue
-            if verdict.wheel.is_stable_abi:  # each torch it was verified on is served, in that torch's channel
+            if verdict.wheel.is_stable_abi or verdict.wheel.per_torch_major:  # each torch it was verified on is
+                # served, in that torch's channel
                 for check in verdict.wheel.torch_checks:
                     try:
                         line, channel = CudaVersion.parse(check.cuda), check.channel

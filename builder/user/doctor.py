@@ -19,13 +19,14 @@ from packaging.version import Version
 
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
+from builder.model.arch import runs_on
 from builder.model.cuda import CudaVersion
 from builder.model.platform import this_machine
 from builder.model.recipe import Recipe, RecipeKind, list_recipes, load_recipe
 from builder.stages.inspection import find_local_cuobjdump, list_gpu_code
 from builder.user.choice import arch_example
 from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, probe_env
-from builder.user.fit import EnvFacts, Verdict, best, env_facts, env_label, judge, runs_on
+from builder.user.fit import EnvFacts, Verdict, best, env_facts, env_label, judge
 from builder.user.installer import install_argv
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts

@@ -8,7 +8,8 @@ platform, not by tag (a channel holds both platforms' files, as PyPI does; the i
 A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) serves a torch range: it fits an env
 whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor on that CUDA line it
 was verified on (its record's torch checks; index/checks.wheel_channels, the rule the pages list it by). It is
-installed from that env's own channel (``cu130torch2.12``), where the index lists it. A pure-Python wheel built once
+installed from that env's own channel (``cu130torch2.12``), where the index lists it. A per-torch wheel labelled by
+CUDA major (``+cu12torch2.9``) is judged the same way for its one torch minor. A pure-Python wheel built once
 (``py3-none-any``, unlabelled, with a record: stages/torchrange.py ``built_once``) is judged the same way with no
 CUDA major, and installed from that env's channel, torch held where it is.
 """
@@ -26,7 +27,8 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.wheelfile import parse_wheel_name
 from builder.index.layout import simple_path
-from builder.model.abi import stable_label_major, torch_minor
+from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
+from builder.model.arch import runs_on
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, of_wheel_platform, this_machine
 from builder.model.records import TorchCheck
@@ -34,7 +36,7 @@ from builder.stages.torchrange import GPU_KERNEL_TESTS
 from builder.user.envprobe import EnvReport, known_platform
 from builder.user.machine import MachineFacts
 
-_LABEL_RE = re.compile(r"^cu(\d{2,3})torch(\d+)\.(\d+)$")
+_LABEL_RE = re.compile(r"^cu(\d{3})torch(\d+)\.(\d+)$")  # a CUDA line's: cu128torch2.10 (cu12torch2.9 names a major)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,15 +96,23 @@ class IndexedWheel:
         return self.abi == "torch-stable" or stable_label_major(self.label) is not None
 
     @property
+    def per_torch_major(self) -> bool:
+        """A per-torch wheel labelled by CUDA major (``cu12torch2.9``): offered in the channel of each line of that
+        major its checks passed on for its torch minor."""
+        return per_torch_label_parts(self.label) is not None
+
+    @property
     def ranged(self) -> bool:
-        """Offered across torches, in the channel of each torch its checks passed on: stable-ABI, or pure Python
-        built once."""
-        return self.is_stable_abi or self.built_once
+        """Offered in the channel of each torch its checks passed on: stable-ABI, per-torch by CUDA major, or pure
+        Python built once."""
+        return self.is_stable_abi or self.per_torch_major or self.built_once
 
     @property
     def cuda_major(self) -> int | None:
-        """A stable-ABI wheel's CUDA major: its label's (``cu13``), else its record's; None where neither says."""
-        major = stable_label_major(self.label)
+        """A stable-ABI or per-torch wheel's CUDA major: its label's (``cu13``, ``cu12torch2.9``), else its record's;
+        None where neither says."""
+        parts = per_torch_label_parts(self.label)
+        major = parts[0] if parts is not None else stable_label_major(self.label)
         if major is None and self.cuda:
             try:
                 major = CudaVersion.parse(self.cuda).major
@@ -183,28 +193,6 @@ def env_label(torch: str, torch_cuda: str) -> str:
     """The channel an environment's wheels live in: torch 2.10.0 with CUDA 12.8 → ``cu128torch2.10``."""
     v = Version(torch)
     return f"{CudaVersion.parse(torch_cuda).flavour}torch{v.major}.{v.minor}"
-
-
-def runs_on(sass: tuple[str, ...], ptx: tuple[str, ...], cc: int) -> bool:
-    """Whether a GPU of compute capability ``cc`` (120) can run this code.
-
-    SASS for X.y runs on X.z with z >= y (arch-specific ``a`` SASS only on X.y itself); PTX for XY is compiled by
-    the driver for any GPU of XY or newer.
-    """
-    for name in sass:
-        match = re.fullmatch(r"sm_(\d+)(\w?)", name)
-        if not match:
-            continue
-        number, suffix = int(match.group(1)), match.group(2)
-        if suffix == "a" and number == cc:
-            return True
-        if suffix != "a" and number // 10 == cc // 10 and number % 10 <= cc % 10:
-            return True
-    for name in ptx:
-        match = re.fullmatch(r"compute_(\d+)(\w?)", name)
-        if match and not match.group(2) and int(match.group(1)) <= cc:
-            return True
-    return False
 
 
 def python_fits(wheel: IndexedWheel, env: EnvFacts) -> bool:
@@ -304,12 +292,14 @@ def _judge_ranged(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
         return [f"needs torch{pin or ''}; no torch is installed"], ""
     reasons = []
     if pin is not None and not pin.contains(Version(env.torch), prereleases=True):
-        whose = "its stable-ABI floor" if wheel.is_stable_abi else "its own requirement"
+        whose = ("its stable-ABI floor" if wheel.is_stable_abi else "its torch minor" if wheel.per_torch_major
+                 else "its own requirement")
         reasons.append(f"needs torch{pin} ({whose}), the env has torch {env.torch}")
-    major = wheel.cuda_major if wheel.is_stable_abi else None  # pure Python: every CUDA line
+    compiled = wheel.is_stable_abi or wheel.per_torch_major
+    major = wheel.cuda_major if compiled else None  # pure Python: every CUDA line
     what = f"CUDA {major} torches" if major is not None else "CUDA torches"
     if env.torch_cuda is None:  # a channel is a CUDA line's: a pure-Python wheel is checked on CUDA torches only
-        head = f"built for {what}" if wheel.is_stable_abi else "offered for the CUDA torches its checks passed on"
+        head = f"built for {what}" if compiled else "offered for the CUDA torches its checks passed on"
         return [*reasons, f"{head}; this env's torch {env.torch} is a CPU build"], ""
     cuda = CudaVersion.parse(env.torch_cuda)
     if major is not None and cuda.major != major:
@@ -323,7 +313,7 @@ def _judge_ranged(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
     here = [c for c in wheel.torch_checks if c.passed and _check_channel(c) == channel]
     best_check = max(here, key=lambda c: (c.how == GPU_KERNEL_TESTS, Version(c.torch)), default=None)
     checked = f": {best_check.how} passed on torch {best_check.torch}" if best_check else ""
-    kind = "stable-ABI" if wheel.is_stable_abi else "pure-Python"
+    kind = "stable-ABI" if wheel.is_stable_abi else "per-torch" if wheel.per_torch_major else "pure-Python"
     return [], f"the {kind} wheel verified on this env's torch {minor} with CUDA {cuda.line}{checked}" + (
         _other_python(wheel, best_check.python, env.python) if best_check else "")
 
@@ -338,7 +328,7 @@ def _other_python(wheel: IndexedWheel, checked: str, here: str) -> str:
         return ""
     if ran == runs:
         return ""
-    tag = "abi3" if wheel.is_stable_abi else "py3"
+    tag = "py3" if wheel.built_once else "abi3"
     return (f" with Python {ran[0]}.{ran[1]}; this env runs Python {runs[0]}.{runs[1]} (the same {tag} wheel, "
             "not run on that Python by the checks)")
 
@@ -395,5 +385,6 @@ def best(verdicts: list[Verdict]) -> Verdict | None:
     fitting = [v for v in verdicts if v.fits]
     if not fitting:
         return None
-    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.kernel_tested, not v.wheel.ranged,
+    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.kernel_tested,
+                                       not (v.wheel.is_stable_abi or v.wheel.built_once),
                                        v.wheel.filename))
