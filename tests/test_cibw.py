@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
+import shutil
+import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -13,8 +17,8 @@ from cibuildwheel.environment import parse_environment
 from cibuildwheel.frontend import BuildFrontendConfig
 from cibuildwheel.oci_container import OCIContainerEngineConfig
 
-from builder.core.errors import PortabilityError, UsageError
-from builder.stages.repair import check_portability, glibc_floor, platform_glibc, portability_report
+from builder.core.errors import InspectError, PortabilityError, UsageError
+from builder.stages.repair import check_portability, glibc_floor, glibc_floor_of, platform_glibc, portability_report
 from builder.toolchain.cibw import EXCLUDED_LIBS, CibwRequest, check_request, cibw_settings, prefetch_argv, process_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,9 +94,23 @@ def test_bad_requests_are_usage_errors(tmp_path: Path) -> None:
         check_request(_request(tmp_path, build_env={"CIBW_SKIP": "*"}))
 
 
+def _readelf_floor(path: Path) -> tuple[int, int] | None:
+    """What the repair check read with ``readelf -V`` before it parsed the section itself."""
+    out = subprocess.run(["readelf", "-V", "-W", str(path)], capture_output=True, text=True, check=True).stdout
+    needs = out.split("Version needs section", 1)[-1] if "Version needs section" in out else ""
+    found = [(int(a), int(b)) for a, b in re.findall(r"\bGLIBC_(\d+)\.(\d+)(?:\.\d+)?\b", needs)]
+    return max(found) if found else None
+
+
 def test_glibc_floor_and_tags(tmp_path: Path) -> None:
     floor = glibc_floor(Path(sys.executable).resolve())
     assert floor is not None and floor >= (2, 2)
+    objects = [Path(sys.executable).resolve(), *sorted(Path(sysconfig.get_config_var("DESTSHARED")).glob("*.so"))[:20]]
+    assert len(objects) > 10  # the interpreter and its extension modules (_ssl, _ctypes, zlib …)
+    if shutil.which("readelf"):  # read from the bytes (no temp file to leak, no binutils): readelf's answer
+        assert [glibc_floor(p) for p in objects] == [_readelf_floor(p) for p in objects]
+    with pytest.raises(InspectError, match="not a 64-bit ELF"):
+        glibc_floor_of(b"/* GNU ld script */", "libx.so")
     assert platform_glibc("manylinux_2_28_x86_64") == (2, 28) and platform_glibc("manylinux2014_x86_64") == (2, 17)
     assert platform_glibc("linux_x86_64") is None
     # a wheel that claims manylinux_2_5 but holds an object needing a newer glibc is refused

@@ -2,7 +2,7 @@
 
 auditwheel (run by cibuildwheel in the container toolchain) decides the manylinux tag from the symbol versions of
 the wheel's shared objects; this stage reads the result back on the host: the platform tag, the glibc symbol
-floor (the highest ``GLIBC_x.y`` any object needs, from ``readelf -V``), and the libraries grafted into
+floor (the highest ``GLIBC_x.y`` any object needs, from its version-needs section), and the libraries grafted into
 ``<pkg>.libs/``. A wheel that vendors libtorch, libc10 or the CUDA runtime is refused: it would load a second copy
 of torch's or CUDA's runtime beside the installed torch's (two CUDA contexts, two allocators, ABI mismatch).
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import subprocess
-import tempfile
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core.elf import elf_sections
 from builder.core.errors import InspectError, PortabilityError
 from builder.core.wheelfile import parse_wheel_name, read_entries
 
@@ -59,15 +59,35 @@ def platform_glibc(platform: str) -> tuple[int, int] | None:
 
 
 def glibc_floor(path: Path) -> tuple[int, int] | None:
-    """The highest GLIBC_x.y version ``path`` needs (``readelf -V``: its version-needs section)."""
+    """The highest GLIBC_x.y version the ELF file at ``path`` needs (``glibc_floor_of``)."""
+    return glibc_floor_of(path.read_bytes(), path.name)
+
+
+def glibc_floor_of(data: bytes, name: str = "the object") -> tuple[int, int] | None:
+    """The highest GLIBC_x.y version an ELF object needs: the names of its version-needs entries
+    (``.gnu.version_r``, the entries ``readelf -V`` lists under "Version needs section", names in ``.dynstr``).
+    Read from the bytes: no temp file to leak when a build is killed, no binutils."""
     try:
-        out = subprocess.run(["readelf", "-V", "-W", str(path)], capture_output=True, text=True, check=True).stdout
-    except FileNotFoundError as e:
-        raise InspectError("readelf is not installed", "install binutils") from e
-    except subprocess.CalledProcessError as e:
-        raise InspectError(f"readelf cannot read {path.name}: {e.stderr.strip()[:200]}") from e
-    needs = out.split("Version needs section", 1)[-1] if "Version needs section" in out else ""
-    versions = [(int(a), int(b)) for a, b in _GLIBC_RE.findall(needs)]
+        sections = elf_sections(data)
+    except (ValueError, struct.error) as e:
+        raise InspectError(f"cannot read {name} as a 64-bit ELF object: {e}") from e
+    needs, strings = sections.get(".gnu.version_r", b""), sections.get(".dynstr", b"")
+    versions = []
+    at = 0
+    while needs and at + 16 <= len(needs):
+        _, count, _, aux, following = struct.unpack_from("<HHIII", needs, at)
+        entry = at + aux
+        for _ in range(count):
+            _, _, _, name_at, next_aux = struct.unpack_from("<IHHII", needs, entry)
+            match = _GLIBC_RE.fullmatch(strings[name_at:strings.index(b"\0", name_at)].decode("ascii", "replace"))
+            if match:
+                versions.append((int(match.group(1)), int(match.group(2))))
+            if not next_aux:
+                break
+            entry += next_aux
+        if not following:
+            break
+        at += following
     return max(versions) if versions else None
 
 
@@ -77,13 +97,7 @@ def portability_report(wheel: Path) -> PortabilityReport:
     entries = read_entries(wheel)
     objects = [n for n in entries if n.endswith(".so") or ".so." in Path(n).name]
     vendored = tuple(sorted(n for n in objects if n.split("/", 1)[0].endswith(".libs")))
-    floors = []
-    with tempfile.TemporaryDirectory(prefix="builder-repair-") as tmp:
-        for i, name in enumerate(objects):
-            path = Path(tmp) / f"{i}-{Path(name).name}"
-            path.write_bytes(entries[name])
-            if (floor := glibc_floor(path)) is not None:
-                floors.append(floor)
+    floors = [floor for name in objects if (floor := glibc_floor_of(entries[name], name)) is not None]
     return PortabilityReport(wheel.name, platforms, max(floors) if floors else None, vendored)
 
 
