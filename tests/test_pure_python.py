@@ -282,11 +282,11 @@ def gpu_run(gpu: str, torch: str = "2.14.1") -> tuple[PythonEnv, TestReport]:
 def test_a_second_gpu_adds_its_check_and_the_same_gpu_replaces_its_own() -> None:
     record = pure_record((TorchCheck(torch="2.14.1", cuda="13.0", python="3.12.1", how=IMPORT_REGISTRATION,
                                      status="passed"),))
-    first = record.with_(torch_checks=promote.with_gpu_check(record, *gpu_run("NVIDIA GeForce RTX 5090")))
-    second = first.with_(torch_checks=promote.with_gpu_check(first, *gpu_run("NVIDIA H200")))
+    first = record.with_(torch_checks=chain.with_gpu_check(record, *gpu_run("NVIDIA GeForce RTX 5090")))
+    second = first.with_(torch_checks=chain.with_gpu_check(first, *gpu_run("NVIDIA H200")))
     gpus = [c.detail for c in second.torch_checks or () if c.how == "gpu-kernel-tests"]
     assert gpus == ["12 passed on NVIDIA GeForce RTX 5090", "12 passed on NVIDIA H200"]
-    again = promote.with_gpu_check(second, *gpu_run("NVIDIA H200"))
+    again = chain.with_gpu_check(second, *gpu_run("NVIDIA H200"))
     assert [c.detail for c in again if c.how == "gpu-kernel-tests"] == gpus  # replaced, not doubled
     assert len(again) == 3
 

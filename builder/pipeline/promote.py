@@ -21,11 +21,11 @@ from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
 from builder.model.recipe import find_recipe, load_recipe
-from builder.model.records import BuildRecord, TestReport, TorchCheck
+from builder.model.records import BuildRecord, TestReport
 from builder.pipeline import checks
 from builder.stages.pyenv import PythonEnv, find_interpreter, fresh_test_env, probe
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
-from builder.stages.torchrange import GPU_KERNEL_TESTS, PurePython
+from builder.stages.torchrange import PurePython
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +80,7 @@ def test_wheel(path: Path, settings: Settings, options: TestOptions) -> TestRepo
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
     record = record.with_tests(tests)
     if wheel.ranged and tests.kernel_status == "passed":  # per torch and GPU: another GPU's run adds its own
-        record = record.with_(torch_checks=with_gpu_check(record, test_env, tests))
+        record = record.with_(torch_checks=checks.with_gpu_check(record, test_env, tests))
     if staging.contains(path) and options.promote and tests.kernel_status == "passed":
         published = checks.publish(house, wheel.with_record(record), report)
         staging.remove(path.name)
@@ -116,24 +116,6 @@ def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool =
     if built_with:
         return str(built_with)
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")
-
-
-def with_gpu_check(record: BuildRecord, env: PythonEnv, tests: TestReport) -> tuple[TorchCheck, ...]:
-    """The record's torch checks with this machine's passed kernel suite added for its torch. It replaces an
-    earlier GPU check of the same torch, CUDA line and GPU only: a run on another GPU (another arch: an H200's
-    sm_90 after an RTX 5090's sm_120) adds its check beside the first, so the record keeps one per GPU."""
-    torch = Version(env.torch or "0")
-    counts = ", ".join(f"{v} {k}" for k, v in tests.counts.items())
-    check = TorchCheck(torch=str(torch.public), cuda=env.torch_cuda or "", python=env.version or "",
-                       how=GPU_KERNEL_TESTS, status="passed", detail=f"{counts} on {tests.gpu or 'a GPU'}".strip())
-    kept = [c for c in record.torch_checks or () if not (c.how == GPU_KERNEL_TESTS and c.torch == check.torch
-                                                          and c.cuda == check.cuda and gpu_of(c) == gpu_of(check))]
-    return (*kept, check)
-
-
-def gpu_of(check: TorchCheck) -> str:
-    """The GPU a ``gpu-kernel-tests`` check ran on, as its detail names it (``3 passed on NVIDIA H200``)."""
-    return check.detail.rpartition(" on ")[2] if " on " in check.detail else check.detail
 
 
 def _test_env(wheel: BuiltWheel, options: TestOptions, torch: str, workdir: Path, *,

@@ -247,6 +247,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
         torch_checks, torch_unchecked = split_unchecked(checks.torch_range(
             plan, settings, python, resolved.test_python, built, workdir, tests, whole_range=options.torch_range,
             cross_build=inputs.cross, requires=report.requires, companions=companions))
+    if tests.kernel_status == "passed":  # this machine's GPU ran the kernels: a check for its torch, as `builder test`
+        torch_checks = checks.with_gpu_check(record.with_(torch_checks=torch_checks), python, tests)  # adds one
     made: list[checks.VariantWheel] = []
     if options.variants and toolkit is not None:
         log.step("variants")
