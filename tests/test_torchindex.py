@@ -302,7 +302,7 @@ def test_real_plans_for_causal_conv1d(cli_env: dict[str, str]) -> None:
     # label names the torch's CUDA and minor
     assert "cu13 " in ok.stdout and "2.15.0 from pypi" in ok.stdout and "torch-stable" in ok.stdout
     per_torch = run_cli("plan", "causal-conv1d", "--cuda", "13.2", "--arch", "120", "--abi", "per-torch", env=cli_env)
-    assert per_torch.code == 0 and "cu132torch2.15" in per_torch.stdout, per_torch.stderr
+    assert per_torch.code == 0 and "cu13torch2.15" in per_torch.stdout, per_torch.stderr
     mismatch = run_cli("plan", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--torch", "2.15.0", env=cli_env)
     assert_one_line_error(mismatch, "torch 2.15.0 on pypi is a CUDA 13.2 build, not CUDA 13.0")
     assert mismatch.code == 2
