@@ -331,3 +331,20 @@ def test_coverage_farm_that_cannot_be_read_is_an_error(tmp_path: Path, kind: str
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(farm) in errors[0], result.stderr
     assert "Traceback" not in result.stderr and not result.stdout
+
+
+def test_coverage_of_a_previous_release_and_of_a_version_outside_the_recipe(tmp_path: Path) -> None:
+    """`builder coverage NAME==VERSION`: a previous release the farm builds (causal-conv1d 1.6.2.post1: its +cu13
+    stable wheels' 100 claimed cells), not only the newest; a version outside the recipe's range is one error."""
+    env = _pypi_cache(tmp_path)
+    shown = run_cli("coverage", "causal-conv1d==1.6.2.post1", "--farm", str(ROOT / "farm.toml"), "--json", env=env,
+                    timeout=120)
+    assert shown.code == 0, shown.stderr
+    (package,) = json.loads(shown.stdout)["packages"]
+    assert (package["package"], package["version"], package["version_from"]) == (
+        "causal-conv1d", "1.6.2.post1", "asked")
+    assert package["farm"]["all channels"]["claimed"] == 100  # its two +cu13 stable wheels (x86_64, aarch64)
+    outside = run_cli("coverage", "causal-conv1d==0.0.1", env=env, timeout=120)
+    assert outside.code == 2 and not outside.stdout
+    (error,) = [line for line in outside.stderr.splitlines() if line.startswith("error:")]
+    assert "causal-conv1d 0.0.1 is outside the recipe's supported range" in error and "recipe.toml" in error

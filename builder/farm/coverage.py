@@ -46,7 +46,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.core.datafiles import default_patches_dir
-from builder.core.errors import BuilderError
+from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
 from builder.farm.cellstext import cells_list
@@ -354,9 +354,13 @@ def farm_serves(recipe: Recipe, version: str, matrix: frozenset[Cell], view: Far
 
 
 def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
-                     farm: Callable[[str], FarmView]) -> PackageCoverage:
+                     farm: Callable[[str], FarmView], asked: str | None = None) -> PackageCoverage:
+    """One version's cells: ``asked`` (``builder coverage causal-conv1d==1.6.2.post1``: a previous release), else the
+    newest with a wheel in the wheelhouse, else the recipe's newest known one."""
     wheels = house_wheels(house, recipe)
-    if wheels:
+    if asked is not None:
+        version, version_from = _asked_version(recipe, asked), "asked"
+    elif wheels:
         version, version_from = str(max(map(Version, wheels))), "wheelhouse"
     else:
         version, version_from = newest_known(recipe) or "?", "recipe"
@@ -383,10 +387,23 @@ def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
     return PackageCoverage(recipe.name, version, version_from, tuple(out), notes)
 
 
+def _asked_version(recipe: Recipe, asked: str) -> str:
+    """``asked`` as the version the wheelhouse names (1.6.2.post1), refused outside the recipe's range."""
+    try:
+        version = Version(asked)
+    except InvalidVersion:
+        raise UsageError(f"coverage: {recipe.name}=={asked}: {asked!r} is not a version number",
+                         f"name a release, e.g. {recipe.name}=={newest_known(recipe) or '1.0'}") from None
+    if not recipe.versions.contains(version, prereleases=True):
+        raise UsageError(f"coverage: {recipe.name} {asked} is outside the recipe's supported range {recipe.versions} "
+                         f"({recipe.file})", "name a version in that range, or widen the recipe's range")
+    return str(version)
+
+
 def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path | None = None,
                     indexes: Indexes | None = None) -> tuple[list[PackageCoverage], dict[str, Any]]:
-    """Each named recipe's coverage (every recipe when none is named), and the matrix's sources; ``indexes``: the
-    torch indexes to read (default ``known_indexes``)."""
+    """Each named recipe's coverage (every recipe when none is named; ``name==version`` for that release), and the
+    matrix's sources; ``indexes``: the torch indexes to read (default ``known_indexes``)."""
     read = (indexes or known_indexes)(settings)
     matrix, unknown = users_matrix(read)
     recipes_dir = settings.recipes_dir
@@ -394,10 +411,11 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
     wanted = list(names) or sorted(p.parent.name for p in recipes_dir.glob("*/recipe.toml"))
     house = Wheelhouse(settings.wheelhouse)
     reports = []
-    for name in wanted:
+    for spec in wanted:
+        name, _, asked = spec.partition("==")
         recipe = load_recipe(find_recipe(name, recipes_dir), patches)
         reports.append(package_coverage(recipe, house, matrix, partial(farm_view, farm_file, settings, recipe,
-                                                                       matrix)))
+                                                                       matrix), asked or None))
     meta = {"platforms": list(USERS_PLATFORMS), "min_cuda": MIN_CUDA.line, "free_threaded": "not counted",
             "aarch64_pythons": "taken as the x86_64 ones (the indexes name Pythons per release, not platforms)",
             "wheelhouse": str(settings.wheelhouse),
