@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.errors import ToolchainError
 from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.farm.served import Cell
@@ -20,6 +21,8 @@ from builder.model.builtwheel import BuiltWheel
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
 from builder.pipeline.checks import claim
+from builder.pipeline.promote import _check_per_torch_torch
+from builder.stages.pyenv import PythonEnv
 from builder.stages.torchrange import PerTorch, other_index_torches, torches_to_check
 from builder.user.fit import EnvFacts, best, judge, label_cuda
 from builder.user.wheelhouse import WheelhouseReader
@@ -128,3 +131,23 @@ def test_a_built_wheel_so_labelled_claims_its_minor(tmp_path: Path) -> None:
     assert claim(wheel, repo_recipe("causal-conv1d")) == PerTorch((2, 9))
     old = BuiltWheel.made(tmp_path / "causal_conv1d-1.7.0+cu128torch2.9-cp312-cp312-linux_x86_64.whl", record([]))
     assert not old.ranged  # in its label's channel, checks or not
+
+
+def _gpu_env(torch: str, cuda: str) -> PythonEnv:
+    return PythonEnv(python=Path("/opt/torch/bin/python3"), version="3.12.3", torch=torch, torch_cuda=cuda,
+                     purelib=Path("/opt/torch/site"), managed=False)
+
+
+def test_builder_test_takes_a_gpu_machines_torch_of_the_same_minor_and_cuda_major(tmp_path: Path) -> None:
+    """`builder test --python` on a GPU machine: a per-torch wheel runs with every patch release of its minor (its
+    pin says so), built for its CUDA major (labelled by major) or line (an older line label); another minor or CUDA
+    is one error naming what the wheel needs."""
+    wheel = BuiltWheel.made(tmp_path / NAME, record([check("12.8")]))
+    _check_per_torch_torch(_gpu_env("2.9.0+cu129", "12.9"), wheel, "2.9.1+cu128", "python3")  # another patch, line
+    with pytest.raises(ToolchainError, match=r"its torch is 2\.10\.0, the wheel needs torch 2\.9 \(built against"):
+        _check_per_torch_torch(_gpu_env("2.10.0", "12.8"), wheel, "2.9.1+cu128", "python3")
+    with pytest.raises(ToolchainError, match="built for CUDA 13.0; the wheel is for CUDA 12 torches"):
+        _check_per_torch_torch(_gpu_env("2.9.1+cu130", "13.0"), wheel, "2.9.1+cu128", "python3")
+    old = BuiltWheel.made(tmp_path / "ext-1.7.0+cu128torch2.9-cp312-cp312-linux_x86_64.whl", record([]))
+    with pytest.raises(ToolchainError, match="the wheel is for CUDA 12.8 torches"):
+        _check_per_torch_torch(_gpu_env("2.9.1+cu129", "12.9"), old, "2.9.1+cu128", "python3")

@@ -126,11 +126,8 @@ def _test_env(wheel: BuiltWheel, options: TestOptions, torch: str, workdir: Path
             _check_stable_torch(given, wheel, options.python)
         elif wheel.built_once:
             _check_pure_torch(given, requires, options.python)
-        elif Version(given.torch or "0").public != Version(torch).public:
-            raise ToolchainError(
-                f"--python {options.python}: its torch is {given.torch}, the wheel needs torch=={torch}",
-                "give an interpreter with the torch the wheel was built against",
-            )
+        else:
+            _check_per_torch_torch(given, wheel, torch, options.python)
         return fresh_test_env(given.python, torch, resolve_index(None), wheel.path, _extra(options), workdir,
                               torch_from=given)
     interpreter = next((t.interpreter for t in wheel.tags if t.interpreter.startswith("cp")), "cp312")
@@ -139,6 +136,25 @@ def _test_env(wheel: BuiltWheel, options: TestOptions, torch: str, workdir: Path
         version = wheel.build_python  # abi3 or py3: the Python it was built and tested with
     index = resolve_index((wheel.record.torch_index if wheel.record else "") or None)
     return fresh_test_env(find_interpreter(version), torch, index, wheel.path, _extra(options), workdir)
+
+
+def _check_per_torch_torch(given: PythonEnv, wheel: BuiltWheel, torch: str, python: str) -> None:
+    """A per-torch wheel runs with every patch release of the torch minor it was built against (its pin), built for
+    its CUDA major (labelled ``cu12torch2.9``: any line of it, the check then counts for that line's channel) or for
+    its CUDA line (an older ``cu128torch2.9`` label)."""
+    built, have = Version(torch), Version(given.torch or "0")
+    if have.release[:2] != built.release[:2]:
+        raise ToolchainError(f"--python {python}: its torch is {given.torch}, the wheel needs torch "
+                             f"{built.major}.{built.minor} (built against {built.public})",
+                             f"give an interpreter with a torch {built.major}.{built.minor}.x")
+    cuda, line = wheel.cuda, given.torch_cuda or ""
+    if cuda is None or not line:
+        return
+    same = line.startswith(f"{cuda.major}.") if wheel.per_torch_major else line.startswith(f"{cuda.line}")
+    if not same:
+        wanted = f"CUDA {cuda.major}" if wheel.per_torch_major else f"CUDA {cuda.line}"
+        raise ToolchainError(f"--python {python}: its torch {given.torch} is built for CUDA {line}; the wheel is for "
+                             f"{wanted} torches", "give an interpreter with such a torch")
 
 
 def _check_stable_torch(given: PythonEnv, wheel: BuiltWheel, python: str) -> None:
