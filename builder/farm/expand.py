@@ -64,10 +64,11 @@ def expand(
                 if other is not target:
                     raise FarmError(
                         f"{farm.file}: {entry.where} target {target.id} would publish the same wheel file as "
-                        f"{other.id} ({other.entry}): a wheel's name carries its version, CUDA, torch minor and "
-                        "Python tag, not its archs",
-                        "build one wheel with SASS for both (one arch list such as archs = ['90,120']), or exclude "
-                        "one of them with [[exclude]]",
+                        f"{other.id} ({other.entry}): a wheel's name carries its version, CUDA major, torch minor "
+                        "and Python tag, not its CUDA line or archs (two lines of one major fold into one wheel "
+                        "only where their arch lists are one list as each line trims it)",
+                        "build one wheel with SASS for both (one arch list such as archs = ['90,120'], with "
+                        "archs-where-supported = true across CUDA lines), or exclude one of them with [[exclude]]",
                     )
                 targets.append(target)
     return targets
