@@ -254,7 +254,8 @@ def test_offline_never_installs_build_requirements_into_a_given_python(venv: dic
     assert "the build requirements build, setuptools>=64, wheel" in error.message
     assert "--offline forbids installing them" in error.message
     assert error.hint and f"uv pip install --python {venv['python']} build" in error.hint
-    has_build = subprocess.run([str(venv["python"]), "-c", "import build"], capture_output=True, check=False)
+    has_build = subprocess.run([str(venv["python"]), "-c", "import build"], capture_output=True, check=False,
+                               cwd=tmp_path)  # not the checkout: a stray build/ folder there imports as `build`
     assert has_build.returncode != 0  # still not there
 
 
