@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                                    "the port's floor; not in farm.toml: no farm target would serve it; a farm target "
                                    "serves it, not built yet). A cell counts as served only with evidence. `builder "
                                    "matrix` counts the farm's targets against the same cells.")
-    p.add_argument("packages", nargs="*", metavar="PACKAGE", help="recipes to show (default: every recipe), each at its "
-                   "newest version with wheels; NAME==VERSION for another release (a previous one the farm builds)")
+    p.add_argument("packages", nargs="*", metavar="PACKAGE",
+                   help="recipes to show (default: every recipe), each at its newest version with wheels; "
+                        "NAME==VERSION for another release (a previous one the farm builds)")
     p.add_argument("--farm", type=Path, metavar="FILE", help="the farm file whose targets explain a missing cell "
                    "(default: farm.toml here or above)")
     p.add_argument("--resolve", action="store_true",

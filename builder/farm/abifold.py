@@ -1,8 +1,9 @@
 """A farm's cells folded by ABI, so that one wheel is built once: where a recipe's stable-ABI port covers a version,
 the cells at or above the port's torch floor become one ``torch-stable`` target per platform, CUDA major and arch list
 (``fold_abi``; one ``cp310-abi3`` ``+cu13`` wheel), and two entries reaching the same wheel of one CUDA major keep
-one (``fold_major``: a stable wheel, or a per-torch ``+cu12torch2.9`` one); where ``[per-torch-abi3]`` covers it, the per-torch cells of one torch, CUDA line, arch list and
-platform become one target serving every Python (``fold_pythons``). ``check_cell`` is the buildability check every
+one (``fold_major``: a stable wheel, or a per-torch ``+cu12torch2.9`` one); where ``[per-torch-abi3]`` covers it,
+the per-torch cells of one torch, CUDA line, arch list and platform become one target serving every Python
+(``fold_pythons``). ``check_cell`` is the buildability check every
 cell passes (expand.py's cells and the stable targets made here)."""
 
 from __future__ import annotations

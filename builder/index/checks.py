@@ -31,12 +31,12 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     A per-torch wheel labelled by CUDA line (``+cu130torch2.14``, the older shape) is in the channel of its own label,
     whatever its record says (it pins that torch minor); an unlabelled wheel in none. One labelled by CUDA major
     (``+cu13torch2.14``) is in the channel of each line of that major its record's checks passed on for that torch
-    minor (``cu130torch2.14``, ``cu132torch2.14``), as a stable wheel is for its torches. A stable-ABI wheel (label ``+cu13``, or unlabelled with a record whose
-    ``abi`` is ``torch-stable``) is in the channel of each torch it was verified on (``TorchCheck.channel``:
-    ``cu130torch2.12``), never in one named ``cu13``: a channel where a check passed and none failed (a failed check
-    on torch 2.12.1 keeps the wheel from that channel, whose users may have 2.12.1, even where 2.12.0 passed), whose
-    CUDA major is the wheel's, and whose torch is at or above the record's torch floor. Without a record, or without
-    such a check, it is in no channel.
+    minor (``cu130torch2.14``, ``cu132torch2.14``), as a stable wheel is for its torches. A stable-ABI wheel (label
+    ``+cu13``, or unlabelled with a record whose ``abi`` is ``torch-stable``) is in the channel of each torch it was
+    verified on (``TorchCheck.channel``: ``cu130torch2.12``), never in one named ``cu13``: a channel where a check
+    passed and none failed (a failed check on torch 2.12.1 keeps the wheel from that channel, whose users may have
+    2.12.1, even where 2.12.0 passed), whose CUDA major is the wheel's, and whose torch is at or above the record's
+    torch floor. Without a record, or without such a check, it is in no channel.
 
     An unlabelled pure-Python wheel (``py3-none-any``: built once per version, for every torch and CUDA) is offered
     the same way, in the channel of each torch its record's checks passed on, with no CUDA major or floor to meet."""
