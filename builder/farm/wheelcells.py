@@ -10,7 +10,7 @@ from collections.abc import Callable
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.farm.served import Cell
+from builder.farm.served import Cell, on_major
 from builder.index.checks import wheel_label
 from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
@@ -158,9 +158,15 @@ def _per_torch_claims(cell: Cell, label: tuple[int, tuple[int, int]], record: Bu
     """Whether a per-torch wheel labelled by CUDA major (``label``: (12, (2, 9))) claims ``cell``: its torch minor, a
     line of its major not older than the one it was built on (its record's), a Python its tags take."""
     major, minor = label
-    cuda, built = CudaVersion.parse(cell.cuda), record.cuda_version if record else None
-    return (cuda.major == major and not (built and (cuda.major, cuda.minor) < (built.major, built.minor))
-            and torch_minor(cell.torch) == minor and _python_fits(cell.python, pythons, abi3))
+    return (_on_major(cell, major, record) and torch_minor(cell.torch) == minor
+            and _python_fits(cell.python, pythons, abi3))
+
+
+def _on_major(cell: Cell, major: int, record: BuildRecord | None) -> bool:
+    """Whether a wheel labelled by CUDA ``major`` is for ``cell``'s CUDA: a line of that major, not older than the one
+    its record says it was built on (farm/served.py ``on_major``; any line of the major without a record)."""
+    built = record.cuda_version if record else None
+    return on_major(built, cell) if built is not None else CudaVersion.parse(cell.cuda).major == major
 
 
 def _python_fits(python: str, pythons: set[str] | None, abi3: bool) -> bool:
@@ -184,9 +190,8 @@ def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozens
         torch_minor(floor) if floor else (0, 0))
 
     def claims(c: Cell) -> bool:
-        cuda = CudaVersion.parse(c.cuda)
-        return (cuda.major == major and not (built and (cuda.major, cuda.minor) < (built.major, built.minor))
-                and torch_minor(c.torch) >= floor_minor and Version(c.python) >= Version(ABI3_PYTHON))
+        return (_on_major(c, major, record) and torch_minor(c.torch) >= floor_minor
+                and Version(c.python) >= Version(ABI3_PYTHON))
 
     return _checked_cells(record, matrix, claims)
 
