@@ -104,3 +104,55 @@ def tag_part(wheel_name: str) -> str:
     plain = split_label(wheel_name)[0]
     parse_wheel_filename(plain)
     return "-".join(plain[: -len(".whl")].split("-")[-3:])
+
+
+# ------------------------------------------------------------------------------ build tags (superseded builds)
+
+
+def build_number(filename: str) -> int:
+    """The wheel build number of a (plain or variant) wheel file name: its PEP 427 build tag's number (``1`` of
+    ``x-1.0+cu13-1-cp310-abi3-linux_x86_64.whl``), 0 without one (every wheel built before build tags)."""
+    tag = parse_wheel_name(filename)[2]
+    return tag[0] if tag else 0
+
+
+def without_build(filename: str) -> str:
+    """The file name with its build tag taken out: the name every build of the same wheel shares (a variant's
+    label kept)."""
+    plain, label = split_label(filename)
+    if not parse_wheel_filename(plain)[2]:
+        return filename
+    parts = plain[:-4].split("-")
+    name = "-".join([*parts[:2], *parts[3:]]) + ".whl"
+    return name if label is None else f"{name[:-4]}-{label}.whl"
+
+
+def with_build(filename: str, build: int) -> str:
+    """``x-1.0-cp310-abi3-linux_x86_64.whl`` with build 1 → ``x-1.0-1-cp310-abi3-linux_x86_64.whl``; build 0:
+    no build tag (the name a wheel had before build tags)."""
+    plain, label = split_label(without_build(filename))
+    parts = plain[:-4].split("-")
+    name = "-".join([*parts[:2], *([str(build)] if build else []), *parts[2:]]) + ".whl"
+    parse_wheel_filename(name)
+    return name if label is None else f"{name[:-4]}-{label}.whl"
+
+
+def superseded(filenames: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Which of ``filenames`` a newer build of the same wheel (same name, version, tags and variant label; a
+    higher build number) supersedes: each such file → the newest build's file name."""
+    newest: dict[str, str] = {}
+    for filename in filenames:
+        key = without_build(filename)
+        if key not in newest or build_number(filename) > build_number(newest[key]):
+            newest[key] = filename
+    return {f: newest[without_build(f)] for f in filenames
+            if build_number(f) < build_number(newest[without_build(f)])}
+
+
+def set_wheel_build(text: str, build: int) -> str:
+    """A ``.dist-info/WHEEL`` file's text with its ``Build:`` line set to ``build`` (removed for 0): the wheel spec
+    wants it to match the file name's build tag."""
+    lines = [line for line in text.splitlines() if not line.startswith("Build:")]
+    if build:
+        lines.append(f"Build: {build}")
+    return "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.fsutil import sha256_file
-from builder.core.wheelfile import parse_wheel_name
+from builder.core.wheelfile import build_number, parse_wheel_name, superseded
 from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import check_wheel, wheel_channels
 from builder.index.dashboard import render_dashboard
@@ -66,6 +66,7 @@ class WheelInfo:
     metadata_sha256: str
     requires_python: str | None
     variant: VariantInfo | None = None  # a variant wheel's (its record's): the label → properties table lists it
+    build_why: str = ""  # what its build number brought (BuildRecord.build), for the superseded builds' notes
 
 
 def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
@@ -192,6 +193,7 @@ def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict
             channels=wheel_channels(entry.filename, entry.record), size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256,
             metadata_sha256=metadata_sha256, requires_python=requires_python,
             variant=entry.record.variant if entry.record is not None else None,
+            build_why=entry.record.build.describe() if entry.record is not None and entry.record.build else "",
         ))
     return infos
 
@@ -217,7 +219,9 @@ def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: lis
         projects.setdefault(info.project, []).append(info)
     for name, files in projects.items():
         hrefs = {info.filename: wheel_href(info.filename, label, assets) for info in files}
-        links = [_link(info, hrefs[info.filename], statuses.get(info.filename)) for info in files]
+        yanked = superseded_notes(files)
+        links = [_link(info, hrefs[info.filename], statuses.get(info.filename), yanked.get(info.filename))
+                 for info in files]
         versions: list[str] = sorted({i.version for i in files}, key=Version)
         tables = variants_files((i.filename, i.variant) for i in files)  # PEP 825: beside the page, not an asset
         for table in tables:
@@ -228,7 +232,8 @@ def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: lis
             "meta": {"api-version": API_VERSION},
             "name": name,
             "versions": versions,
-            "files": [_json_file(info, hrefs[info.filename]) for info in files] + [_variants_json(t) for t in tables],
+            "files": [_json_file(info, hrefs[info.filename], yanked.get(info.filename)) for info in files]
+            + [_variants_json(t) for t in tables],
         }).encode())
     root_links = [f'    <a href="{n}/">{n}</a><br/>' for n in sorted(projects)]
     txn.put_page(simple / PAGE_HTML, _page("Simple index", root_links).encode())
@@ -238,12 +243,26 @@ def _write_simple(txn: Transaction, paths: Layout, label: str | None, infos: lis
     }).encode())
 
 
-def _link(info: WheelInfo, href: str, status: str | None) -> str:
+def superseded_notes(files: list[WheelInfo]) -> dict[str, str]:
+    """The files of one page that a newer build of the same wheel on the same page supersedes (docs/INDEX.md
+    "Superseded builds"), each with its PEP 592 yank reason: ``superseded by build 1 (X.whl; 0005: …)``. Only
+    where the page lists the newer build: a page never offers a wheel only as a yanked file."""
+    notes = {}
+    by_name = {info.filename: info for info in files}
+    for old, new in superseded([info.filename for info in files]).items():
+        why = by_name[new].build_why
+        notes[old] = f"superseded by build {build_number(new)} ({new}{'; ' + why if why else ''})"
+    return notes
+
+
+def _link(info: WheelInfo, href: str, status: str | None, yanked: str | None = None) -> str:
     attrs = f'href="{html.escape(href)}#sha256={info.sha256}"'
     if info.requires_python:
         attrs += f' data-requires-python="{html.escape(info.requires_python)}"'
     attrs += f' data-core-metadata="sha256={info.metadata_sha256}"'
     attrs += f' data-dist-info-metadata="sha256={info.metadata_sha256}"'
+    if yanked is not None:
+        attrs += f' data-yanked="{html.escape(yanked)}"'
     note = f' <span class="tests">{html.escape(status)}</span>' if status else ""
     return f"    <a {attrs}>{html.escape(info.filename)}</a>{note}<br/>"
 
@@ -257,7 +276,7 @@ def _variants_json(table: VariantsFile) -> dict[str, str | int | bool | dict[str
             "size": len(table.data), "yanked": False}
 
 
-def _json_file(info: WheelInfo, href: str) -> dict[str, str | int | bool | dict[str, str]]:
+def _json_file(info: WheelInfo, href: str, yanked: str | None = None) -> dict[str, str | int | bool | dict[str, str]]:
     entry: dict[str, str | int | bool | dict[str, str]] = {
         "filename": info.filename,
         "url": href,
@@ -266,7 +285,7 @@ def _json_file(info: WheelInfo, href: str) -> dict[str, str | int | bool | dict[
         "dist-info-metadata": {"sha256": info.metadata_sha256},
         "size": info.size,
         "upload-time": _stamp(info.mtime_ns),
-        "yanked": False,
+        "yanked": yanked if yanked is not None else False,
     }
     if info.requires_python:
         entry["requires-python"] = info.requires_python

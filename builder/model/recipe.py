@@ -38,6 +38,7 @@ from builder.model.recipeparts import (
     load_stable_abi,
     sole_git_version,
     string_table,
+    wheel_build,
 )
 from builder.model.tomlcheck import TomlChecker, TomlSchema
 
@@ -102,6 +103,13 @@ class Recipe:
             if p.versions.contains(v, prereleases=True) and (not p.test_only or p.name in include_test_only)
             and p.abi in (None, abi)
         )
+
+    def build_of(self, version: Version, abi: str | None) -> tuple[int, str]:
+        """The wheel build number this recipe makes for ``version`` (its public part) built for ``abi`` (a
+        record's: "torch-stable", or None for a per-torch build) and what brought it ("0005: kernel fix: …");
+        docs/INDEX.md "Superseded builds"."""
+        number, by = wheel_build(self.patches_for(version.public, abi=Abi(abi) if abi else Abi.PER_TORCH))
+        return number, "; ".join(f"{p.short}: {p.summary}" for p in by)
 
     def sha256(self) -> str:
         return hashlib.sha256(self.file.read_bytes()).hexdigest()

@@ -24,7 +24,7 @@ from builder.model.cudacomponents import CUDA_COMPONENTS
 from builder.model.tomlcheck import TomlChecker, TomlSchema
 
 _SOURCE: TomlSchema = {"pypi": str, "git": str, "git-ref": str, "path": str, "sha256": dict, "commits": dict}
-_PATCH: TomlSchema = {"file": str, "versions": str, "summary": str, "test-only": bool, "abi": str}
+_PATCH: TomlSchema = {"file": str, "versions": str, "summary": str, "test-only": bool, "abi": str, "build": int}
 _STABLE_ABI: TomlSchema = {"versions": str, "torch-floor": str, "namespaces": list, "python-floor": str}
 _PER_TORCH_ABI3: TomlSchema = {"versions": str, "python-floor": str}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
@@ -40,13 +40,28 @@ class PatchSpec:
     summary: str
     test_only: bool = False  # applied only when asked (planted faults for kernel-test checks)
     abi: Abi | None = None  # applied only to builds of this ABI (a stable-ABI port); None: to every build
+    # the wheel build number this patch brings (a fix that changes the kernels' results: docs/INDEX.md "Superseded
+    # builds"): a wheel's build tag is the highest of its patches'; 0: the patch changes no result
+    build: int = 0
 
     @property
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def short(self) -> str:
+        """``0005`` of ``0005-bwd-silu-short-tail-history-1.5.2-1.7.0.patch``."""
+        return self.name.split("-", 1)[0]
+
     def sha256(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def wheel_build(patches: tuple[PatchSpec, ...] | list[PatchSpec]) -> tuple[int, tuple[PatchSpec, ...]]:
+    """The wheel build number of a build with these patches (the highest ``build`` among them, 0 for none) and
+    the patches that bring it."""
+    number = max((p.build for p in patches), default=0)
+    return number, tuple(p for p in patches if number and p.build == number)
 
 
 @dataclass(frozen=True)
@@ -277,6 +292,13 @@ def load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path) 
                      f"a recipe's patches are read from <patches>/{patches_root.name}/, where <patches> is the "
                      "patches/ folder beside the recipes folder unless --patches DIR (or BUILDER_PATCHES) names "
                      "another")
+    build = item.get("build", 0)
+    if "build" in item and build < 1:
+        checker.fail(f"{where}.build", f"is {build!r}",
+                     "the wheel build number this fix brings: a whole number from 1 (docs/INDEX.md \"Superseded "
+                     "builds\"); leave it out for a patch that changes no kernel's result")
+    if build and item.get("test-only", False):
+        checker.fail(f"{where}.build", "is set on a test-only patch", "a planted fault is never published: drop it")
     abi = item.get("abi")
     if abi is not None and abi not in tuple(Abi):
         checker.fail(f"{where}.abi", f"is {abi!r}", f"use one of {', '.join(Abi)} (or leave it out: every build)")
@@ -286,4 +308,5 @@ def load_patch(checker: TomlChecker, item: Any, where: str, patches_root: Path) 
         summary=item.get("summary", ""),
         test_only=item.get("test-only", False),
         abi=Abi(abi) if abi is not None else None,
+        build=build,
     )

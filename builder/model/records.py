@@ -212,6 +212,19 @@ _AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wh
 
 
 @dataclass(frozen=True)
+class WheelBuild:
+    """A wheel's build number (its PEP 427 build tag; docs/INDEX.md "Superseded builds") and the patches that
+    brought it (``0005-….patch: summary``): this build supersedes every lower build of the same file name."""
+
+    number: int
+    by: tuple[str, ...]
+
+    def describe(self) -> str:
+        """``0005: kernel fix: …`` (the patches' numbers and summaries)."""
+        return "; ".join(f"{b.split('-', 1)[0]}: {b.split(': ', 1)[1]}" if ": " in b else b for b in self.by)
+
+
+@dataclass(frozen=True)
 class VariantInfo:
     """A variant wheel's (PEP 825, model/variants.py): its label, the archs of the plain wheel it was sliced from,
     and the provider properties it is chosen by."""
@@ -254,6 +267,7 @@ class BuildRecord:
     torch_floor: str | None = None  # a stable-ABI wheel's oldest torch (2.11)
     platform: str | None = None  # the wheel's CPU platform (aarch64); absent for x86_64 and pure Python, as before
     variant: VariantInfo | None = None  # a variant wheel (one arch sliced from the plain wheel); absent otherwise
+    build: WheelBuild | None = None  # its build tag's number and why; absent for build 0 (no build tag), as before
     # records/ only
     timings: Mapping[str, float] | None = None
     tests: TestReport | None = None
@@ -284,6 +298,11 @@ class BuildRecord:
     def target_platform(self) -> str:
         """The CPU platform the wheel was built for (records before the platform axis: x86_64)."""
         return self.platform or "x86_64"
+
+    @property
+    def build_number(self) -> int:
+        """The wheel's build number (0: a wheel without a build tag)."""
+        return self.build.number if self.build is not None else 0
 
     @property
     def is_stable_abi(self) -> bool:
@@ -330,6 +349,8 @@ class BuildRecord:
             out["platform"] = self.platform
         if self.variant is not None:
             out["variant"] = plain(self.variant)
+        if self.build is not None:
+            out["build"] = {"number": self.build.number, "by": list(self.build.by)}
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
@@ -367,6 +388,8 @@ class BuildRecord:
             abi=data.get("abi"), torch_floor=data.get("torch_floor"),
             platform=str(data["platform"]) if data.get("platform") else None,
             variant=VariantInfo.from_json(data["variant"]) if isinstance(data.get("variant"), Mapping) else None,
+            build=WheelBuild(int(data["build"].get("number") or 0), tuple(str(b) for b in data["build"].get("by") or ()))
+            if isinstance(data.get("build"), Mapping) else None,
             torch_checks=tuple(TorchCheck.from_json(c) for c in data["torch_checks"] if isinstance(c, Mapping))
             if isinstance(data.get("torch_checks"), list) else None,
             torch_unchecked=tuple(TorchCheck.from_json(c) for c in data["torch_unchecked"] if isinstance(c, Mapping))

@@ -50,6 +50,7 @@ _RECORD_SHAPE = {"builder_version": "str", "cache_key": "str", "package": "str",
                  "toolchain": "map", "host_compiler": "map", "python": "map", "host": "map", "timings": "map",
                  "compiler_cache": "map", "parallel": "map", "recipe": "map", "source": "map",
                  "runtime_dropped": "object", "tests": "object", "inspect": "object", "variant": "object",
+                 "build": "object",
                  "patches": "list", "torch_checks": "list", "torch_unchecked": "list", "gpu_tests": "list"}
 
 
@@ -79,6 +80,9 @@ def check_record_json(data: object) -> None:
         if not isinstance(report, dict):
             raise RecordShapeError(f"gpu_tests[{i}]", f"is {_kind(report)}, not an object")
         _test_report(report, f"gpu_tests[{i}]")
+    build = data.get("build") or {}
+    _want(build, "number", "number", "build.")
+    _want(build, "by", "strlist", "build.")
     variant = data.get("variant") or {}
     _want(variant, "label", "str", "variant.")
     _want(variant, "of_archs", "strlist", "variant.")

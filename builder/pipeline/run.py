@@ -21,12 +21,14 @@ from builder.core.wheelfile import split_label
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
 from builder.model.builtwheel import BuiltWheel
+from builder.model.recipeparts import wheel_build
 from builder.model.records import (
     BuildRecord,
     FileDigest,
     PatchDigest,
     RuntimeDropped,
     SourceDigest,
+    WheelBuild,
 )
 from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
@@ -318,6 +320,13 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         abi=str(plan.abi) if plan.stable else None,
         torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
         platform=plan.recorded_platform,
+        build=_wheel_build(plan),
     )
+
+
+def _wheel_build(plan: Plan) -> WheelBuild | None:
+    """The wheel's build number from the recipe's fix patches (docs/INDEX.md "Superseded builds"); None: build 0."""
+    number, by = wheel_build(plan.patches)
+    return WheelBuild(number, tuple(f"{p.name}: {p.summary}" for p in by)) if number else None
 
 

@@ -20,6 +20,7 @@ from packaging.version import Version
 from builder.core.errors import UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.wheelfile import build_number, parse_wheel_name, superseded
 from builder.discovery.compat import TorchIndex, resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
@@ -71,7 +72,31 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12", pr
         raise UsageError(f"no stable-ABI or built-once pure-Python wheel of {package} in {house.wheels}",
                          "build one first (builder build with a recipe that has [stable-abi], or a pure-Python one)")
     recipe = load_recipe(find_recipe(package, settings.recipes_dir), settings.patches_dir)
+    for line in superseded_lines(house, recipe):
+        log.warning(line)
     return [v for wheel in found if (v := _verify_one(wheel, recipe, house, settings, python, pre)) is not None]
+
+
+def superseded_lines(house: Wheelhouse, recipe: Recipe) -> list[str]:
+    """One line per published wheel of ``recipe`` that a newer build supersedes (docs/INDEX.md "Superseded
+    builds"): a newer build of the same file in the wheelhouse (whose pages mark it yanked), or a fix patch of the
+    recipe that no published wheel of that version carries yet (then the version needs a rebuild)."""
+    files = [p.name for p in house.wheel_files()
+             if canonicalize_name(parse_wheel_name(p.name)[0]) == canonicalize_name(recipe.name)]
+    newer = superseded(files)
+    lines = []
+    for filename in files:
+        version, build = parse_wheel_name(filename)[1], build_number(filename)
+        record = house.record_of(filename)
+        made, why = recipe.build_of(version, record.abi if record else None)
+        if filename in newer:
+            lines.append(f"{filename}: build {build} is superseded by {newer[filename]} (its pages mark it yanked); "
+                         f"an env that installed it: builder install {recipe.name} reinstalls the new build")
+        elif made > build:
+            lines.append(f"{recipe.name} {version} build {build} ({filename}) is superseded by build {made} ({why}): "
+                         f"rebuild it (builder build {recipe.name} --version {version.public} …), then builder "
+                         f"install {recipe.name} in the envs that have it")
+    return lines
 
 
 def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: Settings, python: str,

@@ -13,7 +13,15 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.errors import InspectError
-from builder.core.wheelfile import dist_info_dir, modes, read_entries, tag_part, write_wheel
+from builder.core.wheelfile import (
+    dist_info_dir,
+    modes,
+    read_entries,
+    set_wheel_build,
+    tag_part,
+    with_build,
+    write_wheel,
+)
 from builder.model.records import BuildRecord
 
 RECORD_FILE = "cuda_wheel_builder.json"
@@ -39,7 +47,9 @@ def finalize_wheel(
 ) -> Path:
     """Rewrite ``wheel`` into ``outdir`` with the label, the pins (replacing same-named requirements), the record,
     ``requires_python`` as its lower bound (where given: Plan.requires_python), and without the Requires-Dist
-    entries a recipe's ``[runtime] drop`` names."""
+    entries a recipe's ``[runtime] drop`` names. The record's build number (``BuildRecord.build``, from the
+    recipe's fix patches) becomes the PEP 427 build tag of the file name and the WHEEL file's ``Build:`` line
+    (none for build 0: the name as before)."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     entries = read_entries(wheel)
     file_modes = modes(wheel)
@@ -59,7 +69,10 @@ def finalize_wheel(
     renamed[metadata_name] = rewrite_metadata(renamed[metadata_name].decode(), new_version, pins, drop,
                                               requires_python).encode()
     renamed[f"{new_info}/{RECORD_FILE}"] = build_record.wheel_bytes()
-    out = outdir / f"{dist_name}-{new_version}-{tag_part(wheel.name)}.whl"
+    wheel_file = f"{new_info}/WHEEL"
+    if wheel_file in renamed:
+        renamed[wheel_file] = set_wheel_build(renamed[wheel_file].decode(), build_record.build_number).encode()
+    out = outdir / with_build(f"{dist_name}-{new_version}-{tag_part(wheel.name)}.whl", build_record.build_number)
     outdir.mkdir(parents=True, exist_ok=True)
     write_wheel(out, renamed, new_info, renamed_modes)
     parse_wheel_filename(out.name)  # sanity: the new name is a valid wheel name

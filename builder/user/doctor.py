@@ -26,10 +26,11 @@ from builder.model.recipe import Recipe, RecipeKind, list_recipes, load_recipe
 from builder.stages.inspection import find_local_cuobjdump, list_gpu_code
 from builder.user.choice import arch_example
 from builder.user.envprobe import EnvReport, PackageReport, PackageSpec, probe_env
-from builder.user.fit import EnvFacts, Verdict, best, env_facts, env_label, judge
+from builder.user.fit import EnvFacts, IndexedWheel, Verdict, best, env_facts, env_label, judge
 from builder.user.installer import install_argv
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
+from builder.user.superseded import Superseded, installed_superseded
 from builder.user.wheelhouse import WheelhouseReader
 
 
@@ -74,6 +75,7 @@ class DoctorReport:
     offers: tuple[WheelOffer, ...]
     commands: tuple[str, ...]  # what to run next, in order
     advice: tuple[str, ...]
+    superseded: tuple[Superseded, ...] = ()  # installed wheels a newer build supersedes (user/superseded.py)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -100,6 +102,7 @@ def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> Doctor
     states = tuple(PackageState(env.package(r.name), r.kind, _gpu_code(env.package(r.name), r.kind, facts, cuobjdump))
                    for r in recipes)
     offers: list[WheelOffer] = []
+    listed: dict[str, list[IndexedWheel]] = {}
     error = root = None
     if wheelhouse is not None:
         reader = WheelhouseReader(wheelhouse)
@@ -107,7 +110,8 @@ def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> Doctor
         try:
             reader.check()
             for recipe in recipes:
-                verdicts = tuple(judge(w, facts) for w in reader.wheels(recipe.name))
+                listed[recipe.name] = reader.wheels(recipe.name)
+                verdicts = tuple(judge(w, facts) for w in listed[recipe.name])
                 chosen = best(list(verdicts))
                 offers.append(WheelOffer(recipe.name, verdicts, chosen,
                                          chosen.wheel.index_url_for(facts) if chosen else None,
@@ -115,7 +119,31 @@ def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> Doctor
         except BuilderError as e:
             error = e.one_line()
     commands, advice = _next_steps(python, env, machine, facts, states, offers, root)
-    return DoctorReport(python, env, machine, facts, states, root, error, tuple(offers), commands, advice)
+    old = tuple(found for r in recipes
+                if (found := installed_superseded(env.package(r.name), r, listed.get(r.name, ()))) is not None)
+    commands, advice = _superseded_steps(python, old, offers, facts, root, commands, advice)
+    return DoctorReport(python, env, machine, facts, states, root, error, tuple(offers), commands, advice, old)
+
+
+def _superseded_steps(python: Path, old: tuple[Superseded, ...], offers: list[WheelOffer], facts: EnvFacts,
+                      root: str | None, commands: tuple[str, ...], advice: tuple[str, ...],
+                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A line per superseded installed wheel, first of the advice; and the commands that replace it: builder
+    install (which reinstalls it), and uv's and pip's own lines, which must be told to reinstall (the same
+    version is installed: without that both change nothing)."""
+    if not old:
+        return commands, advice
+    lines = [s.line(python) for s in old]
+    names = " ".join(s.package for s in old)
+    from_flag = "" if root is None or root == Path("wheelhouse").resolve().as_uri() + "/" else f" --from {root}"
+    more = [f"builder install {names} --python {python}{from_flag}"]
+    wheels = [o.chosen.wheel for o in offers if o.chosen is not None and any(s.package == o.package for s in old)]
+    if wheels:
+        reinstall = tuple(w.project for w in wheels)
+        more.append(shlex.join(install_argv(python, wheels, facts, reinstall=reinstall)))
+        if _has_pip(python):
+            more.append(shlex.join(install_argv(python, wheels, facts, tool="pip", reinstall=reinstall)))
+    return (*more, *commands), (*lines, *advice)
 
 
 def _gpu_code(package: PackageReport, kind: RecipeKind, facts: EnvFacts, cuobjdump: Path | None) -> GpuCode:

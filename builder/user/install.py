@@ -31,11 +31,12 @@ from builder.model.recipe import expand_name, find_recipe, load_recipe
 from builder.pipeline.run import BuildOptions, run_build
 from builder.stages.plan import Target
 from builder.user.choice import Choice, choose, cross_flags, ways_forward
-from builder.user.envprobe import probe_env
+from builder.user.envprobe import EnvReport, PackageSpec, probe_env
 from builder.user.fit import EnvFacts, IndexedWheel, env_facts
 from builder.user.installer import run_argv, run_install
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
+from builder.user.superseded import installed_superseded
 from builder.user.wheelhouse import WheelhouseReader
 
 
@@ -93,7 +94,7 @@ def torch_distribution(python: Path) -> str | None:
 
 def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     names = [n for p in request.packages for n in expand_name(p, settings.recipes_dir)]
-    report = probe_env(request.python)
+    report = probe_env(request.python, [PackageSpec(n) for n in names])
     python = report.python.executable
     machine = machine_facts(os.environ, settings)
     facts = env_facts(report, machine)
@@ -113,7 +114,8 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     why = {c.chosen.filename: f"{c.why}; channel {c.chosen.index_url_for(facts)}" for c in choices
            if c.chosen is not None and c.why}
     check_channels(wheels, facts, reader, request.allow_origins)
-    argv = run_argv(python, wheels, facts, offline=settings.offline) if wheels else None
+    reinstall = superseded_installs(report, wheels)
+    argv = run_argv(python, wheels, facts, offline=settings.offline, reinstall=reinstall) if wheels else None
     command = shlex.join(argv) if argv else None
     installed: tuple[IndexedWheel, ...] = ()
     if argv and not request.dry_run:
@@ -137,6 +139,23 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
         planned = (f"would run: {command}",) if request.dry_run and command else ()
         raise InstallError(done + error.message, error.hint, extra=planned + error.extra)
     return InstallOutcome(python, installed, tuple(built), command, facts.torch, why)
+
+
+def superseded_installs(report: EnvReport, wheels: list[IndexedWheel]) -> tuple[str, ...]:
+    """The chosen wheels whose project is installed as a superseded build of the same version (user/superseded.py):
+    uv must be told to reinstall those, or it keeps the old file."""
+    out = []
+    for wheel in wheels:
+        try:
+            package = report.package(wheel.project)
+        except KeyError:
+            continue
+        old = installed_superseded(package, None, [wheel])
+        if old is not None:
+            log.info(f"  {old.package} {old.version} build {old.build} is superseded by build {old.newest} "
+                     f"({wheel.filename}): reinstalling it")
+            out.append(wheel.project)
+    return tuple(out)
 
 
 def check_channels(wheels: list[IndexedWheel], facts: EnvFacts, reader: WheelhouseReader,

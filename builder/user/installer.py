@@ -14,10 +14,14 @@ from builder.model import variants
 from builder.user.fit import EnvFacts, IndexedWheel
 
 
-def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, tool: str = "uv") -> list[str]:
+def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, tool: str = "uv",
+                 reinstall: tuple[str, ...] = ()) -> list[str]:
     """The install command: each wheel's channel as an extra index (a stable-ABI wheel's: the env's), exact pins,
     torch held where it is by an exact requirement the env already meets. ``uv``/``pip``: the lines doctor prints
-    for the user's own tools; ``uv-internal``: this tool's uv (``run_argv``)."""
+    for the user's own tools; ``uv-internal``: this tool's uv (``run_argv``). ``reinstall``: the projects whose
+    installed build a newer one supersedes (the same version: uv and pip change nothing unless told):
+    ``--reinstall-package`` each for uv; for pip ``--force-reinstall --no-deps`` (pip has no per-package form, and
+    its --force-reinstall alone would reinstall torch too)."""
     indexes: list[str] = []
     for wheel in wheels:
         if wheel.index_url_for(env) not in indexes:
@@ -26,16 +30,20 @@ def install_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, too
     hold = [f"torch=={env.torch}"] if env.torch else []
     index_args = [a for url in indexes for a in ("--extra-index-url", url)]
     if tool == "pip":  # pip knows no variants: it takes the plain wheel, which is always published
+        if reinstall:
+            return [str(python), "-m", "pip", "install", "--force-reinstall", "--no-deps", *index_args, *pins]
         return [str(python), "-m", "pip", "install", *index_args, *pins, *hold]
+    again = [a for name in reinstall for a in ("--reinstall-package", name)]
     # uv picks the variant for this machine's GPU (model/variants.py) where the wheel has any and uv knows them
     preview = ["--preview-features", variants.UV_PREVIEW_FEATURE] \
         if any(w.variants for w in wheels) and (tool == "uv" or uv_knows_variants()) else []
-    return [uv_bin() if tool == "uv-internal" else "uv", "pip", "install", *preview, "--python", str(python),
-            *index_args, *pins, *hold]
+    return [uv_bin() if tool == "uv-internal" else "uv", "pip", "install", *preview, *again, "--python",
+            str(python), *index_args, *pins, *hold]
 
-def run_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False) -> list[str]:
+def run_argv(python: Path, wheels: list[IndexedWheel], env: EnvFacts, *, offline: bool = False,
+             reinstall: tuple[str, ...] = ()) -> list[str]:
     """What ``builder install`` runs, and what its --dry-run prints: the one command line for both."""
-    argv = install_argv(python, wheels, env, tool="uv-internal")
+    argv = install_argv(python, wheels, env, tool="uv-internal", reinstall=reinstall)
     return [*argv[:3], "--offline", *argv[3:]] if offline else argv
 
 def run_install(argv: list[str], python: Path, wheels: list[IndexedWheel]) -> None:
