@@ -103,6 +103,10 @@ unchanged farm's no-op need not pay (issue 19)."""
     p.add_argument("--quick", action="store_true", help="a quick subset of kernel tests")
     p.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
     p.add_argument("--no-promote", action="store_true", help="test a staged wheel without promoting it")
+    p.add_argument("--sanitize", nargs="?", const="memcheck", choices=("memcheck", "racecheck"), metavar="TOOL",
+                   help="run the quick kernel tests (boundary shapes) under compute-sanitizer TOOL (memcheck, the "
+                   "default, or racecheck); an error it finds fails the test. Needs a GPU host that supports the "
+                   "tool (bare metal or Firecracker; not gVisor)")
     p.add_argument("--with", dest="with_wheels", action="append", type=Path, default=[], metavar="WHEEL",
                    help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
     add_common(p)
@@ -267,7 +271,11 @@ def cmd_test(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     options = TestOptions(python=args.python, require_kernel_tests=args.require_kernel_tests, quick=args.quick,
                           bench=not args.no_bench, promote=not args.no_promote,
-                          with_wheels=tuple(args.with_wheels))
+                          with_wheels=tuple(args.with_wheels), sanitize=args.sanitize)
+    if args.sanitize:  # before any venv is made: a machine without the tool says so at once
+        from builder.stages.sanitizer import find_sanitizer
+
+        find_sanitizer(args.sanitize)
     for wheel in resolve_wheels(args.wheel, Wheelhouse(settings.wheelhouse)):
         report = test_wheel(wheel, settings, options)
         out.print(f"[bold]{wheel.name}[/bold]: {report.summary()}")

@@ -38,6 +38,7 @@ class TestOptions:
     bench: bool = True
     promote: bool = True
     with_wheels: tuple[Path, ...] = ()  # installed beside the wheel (e.g. causal-conv1d + fla for the fast-path check)
+    sanitize: str | None = None  # the --quick kernel tests under this compute-sanitizer tool (memcheck, racecheck)
 
 
 def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
@@ -69,7 +70,7 @@ def test_wheel(path: Path, settings: Settings, options: TestOptions) -> TestRepo
     torch = _torch_pin(report.requires, record, ranged=wheel.ranged)
     workdir = Path(tempfile.mkdtemp(prefix=f"{wheel.name}-test-", dir=settings.cache("tests")))
     kernel = KernelTestPlan(quick=options.quick, bench=options.bench, required=options.require_kernel_tests,
-                            not_published="nothing was promoted")
+                            not_published="nothing was promoted", sanitize=options.sanitize)
     try:
         test_env = _test_env(wheel, options, torch, workdir, requires=report.requires)
         tests = run_tests(test_env, recipe, report, workdir, kernel)

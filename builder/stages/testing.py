@@ -22,6 +22,7 @@ from builder.model.recipe import Recipe
 from builder.model.records import TestReport, parse_capability
 from builder.stages.inspection import WheelReport
 from builder.stages.pyenv import PythonEnv
+from builder.stages.sanitizer import SLOWDOWN, SanitizerRun, find_sanitizer
 
 _GPU_PROBE = r"""
 import json, torch
@@ -65,6 +66,7 @@ class KernelTestPlan:
     quick: bool = False
     bench: bool = True
     required: bool = False  # a result other than passed fails the stage
+    sanitize: str | None = None  # a compute-sanitizer tool (memcheck, racecheck) to run the --quick set under
     not_published: str = "nothing was published"  # what the --require-kernel-tests hint says happened
 
 
@@ -76,7 +78,8 @@ def run_tests(env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, workdir
     if kernel.skip is not None:
         report = replace(imported, kernel_status="skipped", kernel_reason=kernel.skip)
     else:
-        report = kernel_tests(env, recipe, wheel_report, imported, workdir, quick=kernel.quick, bench=kernel.bench)
+        report = kernel_tests(env, recipe, wheel_report, imported, workdir, quick=kernel.quick, bench=kernel.bench,
+                              sanitize=kernel.sanitize)
     if kernel.required and report.kernel_status != "passed":
         raise TestStageFailed(
             f"kernel tests {report.kernel_status} ({report.kernel_reason}) and --require-kernel-tests is set",
@@ -129,10 +132,11 @@ def kernel_skip_reason(gpus: list[VisibleGpu], report: WheelReport) -> tuple[str
 
 def kernel_tests(
     env: PythonEnv, recipe: Recipe, wheel_report: WheelReport, report: TestReport, workdir: Path, *, quick: bool,
-    bench: bool = True,
+    bench: bool = True, sanitize: str | None = None,
 ) -> TestReport:
     """Run the recipe's kernel tests where a GPU can run the wheel: ``report`` (the import test's) with passed /
-    skipped, or TestStageFailed with failed."""
+    skipped, or TestStageFailed with failed. ``sanitize``: the --quick set under that compute-sanitizer tool,
+    whose findings fail the run."""
     if recipe.kernel_tests is None:
         return replace(report, kernel_status="skipped", kernel_reason="the recipe has no kernel tests")
     if not recipe.kernel_tests.is_file():  # checked here, not when the recipe loads: plan works before it is written
@@ -145,27 +149,38 @@ def kernel_tests(
         return replace(report, kernel_status="skipped", kernel_reason=reason)
     out = workdir / "kernel-tests.json"
     argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
-    argv += ["--quick"] if quick else []
-    argv += [] if bench else ["--no-bench"]
+    argv += ["--quick"] if quick or sanitize else []
+    argv += [] if bench and not sanitize else ["--no-bench"]
     run_env = kernel_test_env(recipe, workdir, cast(int, gpu_index))  # an index whenever there is no reason
+    timeout_s = recipe.kernel_tests_timeout_s
+    sanitizer = None
+    if sanitize:
+        sanitizer = SanitizerRun(sanitize, find_sanitizer(sanitize, run_env), workdir / f"sanitizer-{sanitize}.log")
+        argv, timeout_s = sanitizer.argv() + argv, timeout_s * SLOWDOWN
+        run_env.update(sanitizer.env())
     log.command(argv)
-    returncode, last_line = run_streaming(argv, workdir, run_env, workdir / "kernel-tests.log",
-                                            recipe.kernel_tests_timeout_s, "running kernel tests on the GPU")
+    returncode, last_line = run_streaming(argv, workdir, run_env, workdir / "kernel-tests.log", timeout_s,
+                                          "running kernel tests on the GPU" + (f" under {sanitize}" if sanitize else ""))
     if returncode is None:
         raise TestStageFailed(
-            f"kernel tests ran past {recipe.kernel_tests_timeout_s} s and were stopped",
+            f"kernel tests ran past {timeout_s} s and were stopped",
             f"log: {workdir / 'kernel-tests.log'}; raise [test] kernel-tests-timeout in {recipe.file} if the "
             "suite is just slow; nothing was published",
-            replace(report, kernel_status="failed", kernel_reason=f"ran past {recipe.kernel_tests_timeout_s} s"),
+            replace(report, kernel_status="failed", kernel_reason=f"ran past {timeout_s} s"),
         )
     data = json.loads(out.read_text()) if out.exists() else {}
     status = data.get("status") or ("failed" if returncode else "passed")
     if (returncode not in (0, 3) and status != "failed") or status not in ("passed", "failed", "skipped"):
         status = "failed"
+    reason = data.get("reason", "") or ("" if status == "passed" else last_line or "no output")
+    found = sanitizer.verdict(returncode) if sanitizer is not None and status != "skipped" else None
+    if found:
+        status, reason = "failed", "; ".join(r for r in (found, reason) if r)
+    elif sanitizer is not None and status == "passed":
+        reason = "; ".join(r for r in (f"compute-sanitizer {sanitize}: 0 errors", reason) if r)
     report = replace(report, gpu=data.get("gpu"), capability=parse_capability(data.get("capability")),
                      counts=data.get("counts", {}),
-                     speed=tuple(data.get("speed", [])), kernel_status=status,
-                     kernel_reason=data.get("reason", "") or ("" if status == "passed" else last_line or "no output"))
+                     speed=tuple(data.get("speed", [])), kernel_status=status, kernel_reason=reason)
     if status == "failed":
         raise TestStageFailed(
             f"kernel tests failed: {report.counts.get('failed', '?')} case(s) ({report.kernel_reason})",
