@@ -31,6 +31,7 @@ import json
 import math
 import multiprocessing
 import os
+import random
 import re
 import statistics
 import sys
@@ -267,6 +268,44 @@ def all_pairs(levels: dict[str, list[Any]]) -> set:
     """Every pair of levels of two different factors."""
     names = list(levels)
     return {(a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in levels[a] for vb in levels[b]}
+
+
+# --------------------------------------------------------------------------- boundaries from a kernel's structure
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How one kernel splits one axis of its work, as upstream's source states it: ``chunk`` elements per block
+    (or per loop step) along ``axis``, ``vec`` of them per thread load, and where that is written (``source``:
+    file and the line that says it), so a reviewer can check the fact and a new release can be re-read."""
+
+    kernel: str
+    axis: str
+    chunk: int
+    vec: int = 1
+    source: str = ""
+
+    def boundaries(self, chunks: int = 2, tails: Sequence[int] = ()) -> list[int]:
+        return boundary_values(self.chunk, self.vec, chunks=chunks, tails=tails)
+
+
+def boundary_values(chunk: int, vec: int = 1, *, chunks: int = 2, tails: Sequence[int] = ()) -> list[int]:
+    """Every length at which a kernel that covers ``chunk`` elements per step and loads ``vec`` at a time changes
+    behaviour: k * chunk + {0, 1, vec - 1, vec, vec + 1, chunk - 1} for k = 0 .. ``chunks``, plus k * chunk + t for
+    each extra tail ``t`` (e.g. 1 .. width - 1, tails shorter than a filter). Positive, sorted, unique."""
+    if chunk < 1 or vec < 1:
+        raise ValueError(f"chunk and vec must be positive, not {chunk} and {vec}")
+    offsets = {0, 1, vec - 1, vec, vec + 1, chunk - 1, *tails}
+    return sorted({k * chunk + o for k in range(chunks + 1) for o in offsets if k * chunk + o > 0})
+
+
+def seeded_sample(items: Sequence[Any], n: int, *, keep: Callable[[Any], bool] | None = None) -> list[Any]:
+    """``--quick``'s subset of boundary cases: every item ``keep`` selects, plus a sample of the rest up to ``n`` in
+    all, drawn with the run's seed (torch.initial_seed(), recorded in the report), in the items' order."""
+    kept = [i for i, item in enumerate(items) if keep is not None and keep(item)]
+    rest = [i for i in range(len(items)) if i not in set(kept)]
+    picked = random.Random(torch.initial_seed()).sample(rest, max(0, min(len(rest), n - len(kept))))
+    return [items[i] for i in sorted([*kept, *picked])]
 
 
 # --------------------------------------------------------------------------- CUDA helpers

@@ -46,6 +46,65 @@ POOL_FACTOR = 10  # conv_state pool rows per batch row when conv_state_indices i
 LAYOUTS = ["cf", "cl", "cl_states"]  # channel-first; channel-last; channel-last + initial/final states
 UPDATE_MODES = ["plain", "cache", "gather", "gather_cache", "pad"]
 
+# --------------------------------------------------------------------------- the kernels' structure
+# Read from upstream's csrc/ (the same in 1.5.2 through 1.7.0); the boundary families below derive every shape
+# from these facts, so a new release whose tiling changes is re-read here, not re-guessed.
+CF_THREADS = 128  # causal_conv1d_fwd.cu / _bwd.cu: `causal_conv1d_fwd_launch<128, 2, input_t, weight_t>` (and bwd)
+CL_THREADS_PER_LOAD_ROWS = 16  # channel-last: kNColsPerLoad = kNColsPerWarp (32 / 8) * kNWarps (128 / 32)
+CL_FWD_CHUNK_L = 64  # causal_conv1d_fwd.cu: `Causal_conv1d_channellast_fwd_kernel_traits<kNThreads, kWidth, 64, ...>`
+CL_BWD_CHUNK_L = (64, 128)  # causal_conv1d_bwd.cu: `kChunk = kChunkSizeL64 ? 64 : 128` with `params.seqlen <= 128`
+UPDATE_THREADS = 64  # causal_conv1d_update.cu: `causal_conv1d_update_launch<64, 2, ...>`: one channel per thread
+MAX_WIDTH = 4  # causal_conv1d.cpp: `width >= 2 && width <= 4`
+
+
+def vec_elements(dtype: str) -> int:
+    """kNElts: `static constexpr int kNElts = kNBytes == 4 ? 4 : 8;` (a 16-byte load per thread)."""
+    return 4 if dtype == "fp32" else 8
+
+
+def channel_first_tiling(dtype: str) -> kh.Tiling:
+    """Channel-first fwd and bwd: one block per (batch, channel) walks the sequence in chunks of kNThreads x kNElts;
+    the vector path runs only when seqlen % kNElts == 0 (`BOOL_SWITCH(params.seqlen % kNElts == 0, kIsVecLoad`)."""
+    vec = vec_elements(dtype)
+    return kh.Tiling("causal_conv1d_{fwd,bwd}_kernel (channel-first)", "seqlen", CF_THREADS * vec, vec,
+                     "csrc/causal_conv1d_bwd.cu: `constexpr int kChunkSize = kNThreads * kNElts;`")
+
+
+def channel_last_tilings(dtype: str) -> List[kh.Tiling]:
+    """Channel-last fwd/bwd: 2-D tiles of kChunkSizeL positions x kChunkSizeC channels, loaded 16 rows at a time;
+    kChunkSizeC = kNEltsPerRow = 128 / sizeof(input_t) channels, kNElts of them per thread."""
+    vec = vec_elements(dtype)
+    source = "csrc/causal_conv1d_fwd.cu: `static constexpr int kNEltsPerRow = 128 / kNBytes;`"
+    return [kh.Tiling("causal_conv1d_channellast_fwd_kernel", "seqlen", CL_FWD_CHUNK_L, CL_THREADS_PER_LOAD_ROWS,
+                      "csrc/causal_conv1d_fwd.cu: `Causal_conv1d_channellast_fwd_kernel_traits<kNThreads, kWidth, 64`"),
+            *[kh.Tiling("causal_conv1d_channellast_bwd_kernel", "seqlen", chunk, CL_THREADS_PER_LOAD_ROWS,
+                        "csrc/causal_conv1d_bwd.cu: `static constexpr int kChunk = kChunkSizeL64 ? 64 : 128;`")
+              for chunk in CL_BWD_CHUNK_L],
+            kh.Tiling("causal_conv1d_channellast_{fwd,bwd}_kernel", "dim", 128 // (4 if dtype == "fp32" else 2), vec,
+                      source)]
+
+
+def boundary_seqlens_cf(dtype: str) -> List[int]:
+    """Every chunk boundary of the channel-first kernels for this dtype, plus tails shorter than the filter."""
+    return channel_first_tiling(dtype).boundaries(chunks=2, tails=range(1, MAX_WIDTH))
+
+
+def boundary_seqlens_cl(dtype: str) -> List[int]:
+    """The channel-last kernels' L-chunk boundaries (fwd 64, bwd 64 up to seqlen 128 and 128 above)."""
+    lengths: set = set()
+    for tiling in channel_last_tilings(dtype):
+        if tiling.axis == "seqlen":
+            lengths.update(tiling.boundaries(chunks=2, tails=range(1, MAX_WIDTH)))
+    return sorted(lengths)
+
+
+def boundary_dims_cl(dtype: str) -> List[int]:
+    """Channel counts around the channel-last C tile: upstream requires dim % 8 == 0, so 8, a tile less 8, a tile,
+    a tile and 8, two tiles less 8."""
+    tile = next(t for t in channel_last_tilings(dtype) if t.axis == "dim")
+    return [d for d in tile.boundaries(chunks=1, tails=(8, tile.chunk - 8)) if d % 8 == 0]
+
+
 FEATURE_REASONS = {
     "seq_idx": "causal_conv1d_fn has no seq_idx parameter",
     "initial_states": "causal_conv1d_fn has no initial_states/return_final_states parameters",
@@ -232,10 +291,13 @@ class FnCase:
     seq_idx: str = "none"  # "none" | "split" | "pad"
     backward: bool = True
     batch: int = FN_BATCH
+    strided: bool = False  # x a channel-strided view, weight stored transposed (non-contiguous)
 
     @property
     def name(self) -> str:
         layout = "cl" if self.channel_last else "cf"
+        if self.strided:
+            layout += "+strided"
         if self.initial_states:
             layout += "+init"
         if self.final_states:
@@ -343,6 +405,42 @@ def seq_idx_cases(quick: bool) -> List[FnCase]:
     return cases
 
 
+def boundary_cases(quick: bool) -> List[FnCase]:
+    """Forward + backward at every boundary the kernels' tiling has (see channel_first_tiling and
+    channel_last_tilings): channel-first for every dtype x activation x boundary seqlen, channel-last for every
+    dtype x boundary seqlen x mode (plain, states, seq_idx), the other factors covered pairwise. --quick keeps,
+    for every dtype and both layouts, the lengths just past the first chunk (see _first_chunk_tail) and a seeded
+    sample of the rest."""
+    cases: List[FnCase] = []
+    for dtype in DTYPES:
+        levels = {"dtype": [dtype], "silu": [False, True], "seqlen": boundary_seqlens_cf(dtype), "width": WIDTHS,
+                  "bias": [False, True], "wdtype": ["fp32", "input"], "dim": [3, 64], "strided": [False, True]}
+        cases += [FnCase(family="edge_cf", **row) for row in _wdtypes(kh.covering_rows(levels, ["silu", "seqlen"]))]
+        levels = {"dtype": [dtype], "seqlen": boundary_seqlens_cl(dtype), "mode": list(CL_MODES),
+                  "dim": boundary_dims_cl(dtype), "width": WIDTHS, "silu": [False, True], "bias": [False, True],
+                  "wdtype": ["fp32", "input"]}
+        for row in _wdtypes(kh.covering_rows(levels, ["seqlen", "mode"])):
+            states = row["mode"] == "states"
+            seq_idx = "split" if row.pop("mode") == "seq_idx" else "none"
+            cases.append(FnCase(family="edge_cl", channel_last=True, initial_states=states, final_states=states,
+                                seq_idx=seq_idx, **row))
+    if not quick:
+        return cases
+    return kh.seeded_sample(cases, 80, keep=_first_chunk_tail)
+
+
+CL_MODES = ("plain", "states", "seq_idx")  # channel-last extras: none, initial + final states, split sequences
+
+
+def _first_chunk_tail(case: FnCase) -> bool:
+    """The case's sequence ends just inside the kernel's second chunk: channel-first 0..vec+1 elements in with SiLU
+    (a history crosses a chunk edge into a short last chunk), channel-last 1..3 (a partial last L-chunk)."""
+    if case.channel_last:
+        return CL_FWD_CHUNK_L < case.seqlen < CL_FWD_CHUNK_L + MAX_WIDTH
+    tiling = channel_first_tiling(case.dtype)
+    return tiling.chunk <= case.seqlen <= tiling.chunk + tiling.vec + 1 and case.silu
+
+
 def update_cases(quick: bool) -> List[UpdateCase]:
     """causal_conv1d_update family: every (dtype, width, mode) in full mode."""
     levels = {"dtype": list(DTYPES), "width": WIDTHS, "mode": UPDATE_MODES, "xlen": [0, 1, 4, 5],
@@ -353,8 +451,8 @@ def update_cases(quick: bool) -> List[UpdateCase]:
 
 
 def build_cases(quick: bool) -> List[Case]:
-    """All cases of a run (about 200 full, about 20 with --quick)."""
-    return [*fn_cases(quick), *seq_idx_cases(quick), *update_cases(quick)]
+    """All cases of a run (about 630 full, about 100 with --quick)."""
+    return [*fn_cases(quick), *seq_idx_cases(quick), *update_cases(quick), *boundary_cases(quick)]
 
 
 # --------------------------------------------------------------------------- case runners
@@ -396,8 +494,12 @@ def run_fn_case(api: Api, case: FnCase, device: torch.device) -> kh.CaseResult:
     rtol, atol = TOLERANCES[case.dtype]
     b, d, n, w = case.batch, case.dim, case.seqlen, case.width
     grad = case.backward
-    x = _randn_layout((b, d, n), case.channel_last, dtype, device).requires_grad_(grad)
-    weight = torch.randn(d, w, dtype=wdtype, device=device).requires_grad_(grad)
+    if case.strided:  # every other channel of a wider tensor; weight stored (width, dim) and transposed
+        x = torch.randn(b, 2 * d, n, dtype=dtype, device=device)[:, ::2].requires_grad_(grad)
+        weight = torch.randn(w, d, dtype=wdtype, device=device).t().requires_grad_(grad)
+    else:
+        x = _randn_layout((b, d, n), case.channel_last, dtype, device).requires_grad_(grad)
+        weight = torch.randn(d, w, dtype=wdtype, device=device).requires_grad_(grad)
     bias = torch.randn(d, dtype=wdtype, device=device).requires_grad_(grad) if case.bias else None
     init = _randn_layout((b, d, w - 1), True, dtype, device).requires_grad_(grad) if case.initial_states else None
     seq_idx = make_seq_idx(b, n, case.seq_idx, w, device) if case.seq_idx != "none" else None
@@ -562,7 +664,7 @@ def bench_update(api: Api, device: torch.device) -> Dict[str, Any]:
 class CausalConv1dSuite(kh.Suite):
     package = PACKAGE
     description = "Correctness and speed checks for an installed causal-conv1d wheel."
-    quick_help = "about 20 cases instead of about 200"
+    quick_help = "about 100 cases (every dtype's first-chunk tails and a seeded sample of the other boundaries) instead of about 630"
 
     def load(self) -> Api:
         self.api = load_api(self.version())

@@ -326,9 +326,11 @@ def test_check_equal_is_bitwise() -> None:
 
 
 def test_case_counts() -> None:
+    torch.manual_seed(0)
     full, quick = kt.build_cases(quick=False), kt.build_cases(quick=True)
-    assert 100 <= len(full) <= 220
-    assert 15 <= len(quick) <= 25
+    edges, quick_edges = kt.boundary_cases(quick=False), kt.boundary_cases(quick=True)
+    assert len(full) - len(edges) == 207 and len(edges) == 2 * (20 + 23 + 23) + 3 * 3 * 32
+    assert len(quick) - len(quick_edges) == 19 and len(quick_edges) == 80
     for cases in (full, quick):
         names = [c.name for c in cases]
         assert len(names) == len(set(names))
@@ -396,6 +398,8 @@ class FakeKernels:
             out[..., :-1].copy_(y[..., :-1])
         else:
             out.copy_(y)
+        if self.broken == "drop_short_tail_output" and _short_last_chunk(x) is not None:
+            out[..., -1] = float("nan")  # 9002's fault: the kernel never writes it (a GPU run sees the NaN poison)
         if final_states_out is not None and self.broken != "final_states_unwritten":
             final_states_out.copy_(alt_final(x, initial_states, weight.shape[1]))
 
@@ -407,6 +411,14 @@ class FakeKernels:
         inits = initial_states.detach().float().requires_grad_() if initial_states is not None else None
 
         def backprop() -> None:
+            if self.broken == "short_tail_history" and silu and _short_last_chunk(x) is not None:
+                # upstream's defect (9003 puts it back): SiLU's derivative taken at a pre-activation recomputed
+                # with the history before a short last chunk read as zeros; the rest of the backward is linear
+                pre = alt_forward(xs, ws, bs, inits, seq_idx, False)
+                sig = torch.sigmoid(_pre_with_lost_history(x, weight, bias, _short_last_chunk(x)))
+                torch.autograd.backward([pre], [dout.float() * sig * (1 + _pre_with_lost_history(
+                    x, weight, bias, _short_last_chunk(x)) * (1 - sig))])
+                return
             tensors = [alt_forward(xs, ws, bs, inits, seq_idx, bool(silu))]
             grads = [dout.float()]
             if dfinal_states is not None:
@@ -436,6 +448,31 @@ class FakeKernels:
         for name in ("causal_conv1d_fwd", "causal_conv1d_bwd", "causal_conv1d_update"):
             setattr(module, name, getattr(self, name))
         return module
+
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _short_last_chunk(x: torch.Tensor) -> Optional[int]:
+    """Where the channel-first kernels' last chunk starts, if it is not the first and is shorter than one vector
+    (the suite's own tiling facts, kt.channel_first_tiling); else None. Channel-last input is never affected."""
+    if x.stride(1) == 1 and x.shape[1] > 1:
+        return None
+    tiling = kt.channel_first_tiling(_DTYPE_NAMES[x.dtype])
+    start = (x.shape[-1] - 1) // tiling.chunk * tiling.chunk
+    return start if start > 0 and x.shape[-1] - start < tiling.vec else None
+
+
+def _pre_with_lost_history(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                           start: int) -> torch.Tensor:
+    """The linear pre-activation, with the taps of positions start .. start + width - 2 that reach before
+    ``start`` read as zero (what the kernel's thread 0 sees when it does not load the previous chunk's tail)."""
+    pre = alt_conv(x, weight, bias, None, False)
+    lost = alt_conv(x[..., start:], weight, bias, None, False)
+    width = weight.shape[1]
+    stop = min(x.shape[-1], start + width - 1)
+    pre[..., start:stop] = lost[..., :stop - start]
+    return pre
 
 
 class _FakeFn(torch.autograd.Function):
@@ -523,7 +560,7 @@ def test_harness_passes_a_correct_backend() -> None:
 
 @pytest.mark.heavy  # about 20 s of CPU: the integration tier
 def test_harness_passes_a_correct_backend_at_full_size_quick_design() -> None:
-    results = _run(fake_api(), kt.build_cases(quick=True))
+    results = _run(fake_api(), [c for c in kt.build_cases(quick=True) if not c.family.startswith("edge_")])
     bad = {n: r.detail for n, r in results.items() if r.status != "passed"}
     assert not bad, bad
 
@@ -545,6 +582,76 @@ def test_harness_catches_a_broken_backend(broken: str, family: str) -> None:
         assert any("non-finite" in r.detail for r in failed), "NaN poison must show"
     if broken == "state_not_updated":
         assert all("conv_state FAIL" in r.detail for r in failed)
+
+
+def test_boundary_design_derives_every_shape_from_the_tiling() -> None:
+    """Every (dtype, activation) meets every channel-first chunk boundary, every dtype every channel-last L
+    boundary and C-tile dim; the lengths are the declared tiling's, so a release with other chunks moves them."""
+    cases = kt.boundary_cases(quick=False)
+    for dtype in kt.DTYPES:
+        tiling = kt.channel_first_tiling(dtype)
+        assert (tiling.chunk, tiling.vec) == ((512, 4) if dtype == "fp32" else (1024, 8))
+        lengths = kt.boundary_seqlens_cf(dtype)
+        assert {tiling.chunk + 1, tiling.chunk + tiling.vec - 1, 2 * tiling.chunk + 1, tiling.chunk - 1} <= set(lengths)
+        for silu in (False, True):
+            got = {c.seqlen for c in cases if c.family == "edge_cf" and c.dtype == dtype and c.silu == silu}
+            assert got == set(lengths)
+        cl = [c for c in cases if c.family == "edge_cl" and c.dtype == dtype]
+        assert {c.seqlen for c in cl} == set(kt.boundary_seqlens_cl(dtype)) >= {63, 64, 65, 127, 128, 129, 257}
+        for mode in ({"seq_idx": "none", "initial_states": False}, {"seq_idx": "none", "initial_states": True},
+                     {"seq_idx": "split", "initial_states": False}):  # every L boundary in each mode
+            assert {c.seqlen for c in cl if all(getattr(c, k) == v for k, v in mode.items())} == {c.seqlen for c in cl}
+        assert {c.dim for c in cl} == set(kt.boundary_dims_cl(dtype))
+        assert all(c.dim % 8 == 0 for c in cl)
+    edge_cf = [c for c in cases if c.family == "edge_cf"]
+    assert {c.width for c in edge_cf} == set(kt.WIDTHS) and {c.strided for c in edge_cf} == {False, True}
+    assert {c.initial_states for c in cases if c.family == "edge_cl"} == {False, True}
+
+
+def test_quick_keeps_the_first_chunk_tails_of_every_dtype() -> None:
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        quick = kt.boundary_cases(quick=True)
+        for dtype in kt.DTYPES:
+            tiling = kt.channel_first_tiling(dtype)
+            tails = {c.seqlen - tiling.chunk for c in quick if c.family == "edge_cf" and c.dtype == dtype and c.silu}
+            short = {n - tiling.chunk for n in kt.boundary_seqlens_cf(dtype) if tiling.chunk < n < tiling.chunk + tiling.vec}
+            assert short and short <= tails
+            cl = {(c.seqlen, c.seq_idx, c.initial_states) for c in quick if c.family == "edge_cl" and c.dtype == dtype}
+            assert {(n, s, i) for n in (65, 66, 67) for s, i in (("none", False), ("none", True), ("split", False))} <= cl
+    torch.manual_seed(0)
+    a = [c.name for c in kt.boundary_cases(quick=True)]
+    torch.manual_seed(0)
+    assert a == [c.name for c in kt.boundary_cases(quick=True)]  # seeded: the report's seed replays it
+
+
+def _cpu_sized(cases: List[Any]) -> List[Any]:
+    """The same cases at CPU-friendly channel counts (lengths, which the faults depend on, kept)."""
+    return [kt.FnCase(**{**asdict(c), "dim": min(c.dim, 16)}) for c in cases]
+
+
+@pytest.mark.parametrize("fault", ["short_tail_history", "drop_short_tail_output"])
+def test_planted_boundary_faults_are_caught_by_the_boundary_cases_only(fault: str) -> None:
+    """The CPU half of issue 50's proof: a fake backend with upstream's short-tail backward defect (9003) or the
+    forward's dropped tail output (9002) fails the tiling-derived cases and passes the old sampled design, so the
+    boundary family, not luck, is what reaches them. The GPU half runs the real kernels (docs/GPU-RESULTS.md)."""
+    edges = _cpu_sized([c for c in kt.boundary_cases(quick=False) if c.family == "edge_cf"])
+    failed = [r for r in _run(fake_api(fault), edges).values() if r.status == "failed"]
+    assert failed, f"{fault} went unnoticed by the boundary cases"
+    for r in failed:
+        dtype, length = r.name.split("/")[1], int(r.name.split("/")[3][1:])
+        tiling = kt.channel_first_tiling(dtype)
+        assert length > tiling.chunk and 0 < length % tiling.chunk < tiling.vec, r.name
+    expect = "dx FAIL" if fault == "short_tail_history" else "out FAIL"
+    assert all(expect in r.detail for r in failed)
+    if fault == "short_tail_history":
+        assert all("/silu/" in r.name for r in failed)
+        assert {r.name.split("/")[1] for r in failed} == set(kt.DTYPES)
+    old = _cpu_sized([c for c in kt.build_cases(quick=False) if c.family == "fn" and not c.channel_last])
+    assert all(r.status == "passed" for r in _run(fake_api(fault), old).values())
+    torch.manual_seed(3)
+    quick = _cpu_sized([c for c in kt.boundary_cases(quick=True) if c.family == "edge_cf"])
+    assert any(r.status == "failed" for r in _run(fake_api(fault), quick).values()), "--quick must reach it too"
 
 
 def test_harness_skips_features_a_version_lacks() -> None:
