@@ -21,6 +21,16 @@ Three entry points are compared with this file's own pure-torch fp32 references 
   and the final state: RMS error ratio below 0.005 (0.01 in bf16); upstream has no test of the combined
   forward against a recurrence, so the bound is ours (fla's for the same kind of chunked scan).
 
+Boundary families (issue 50): TILINGS declares how each kernel splits its work, read from upstream's source with
+file and line (selective scan's launch configurations by seqlen and their kNThreads * kNItems chunk and kNElts
+vector, selective_state_update's BLOCK_SIZE_M per dstate class, SSD's chunk_size and 32-wide tiles), and the
+cases are derived from it alone: every k * chunk + {0, 1, vec - 1, vec, vec + 1, chunk - 1} (kh.boundary_values),
+each launch threshold and the one after it, in every dtype; the scan forward and backward with odd dims,
+dstate 1 and 256, groups and constant B / C; the decode step at one and two blocks of rows per dstate class,
+every variant; the SSD at chunk_size 64/128/256 (backward too at 64: every gradient, final state included).
+Their names start with edge_ (--only '^edge_' runs them alone, '^edge_scan_' one family). Upstream has no test
+of the combined SSD backward: its ratio bound (0.01, 0.02 bf16) is ours.
+
 Speed rows time the kernels against the torch paths transformers runs without the package: the sequential
 scan of MambaMixer.slow_forward (our reference) and the chunked SSD of Mamba2Mixer.torch_forward (our
 ref_ssd_chunked). Exit code: 0 passed, 1 failed, 3 skipped. Supports mamba-ssm 2.2.6.post3 through 2.3.2.post1.
@@ -30,7 +40,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +65,116 @@ UPDATE_TOL: dict[str, dict[str, tuple[float, float]]] = {
     "heads_indices": {"fp32": (3e-4, 1e-3), "fp16": (5e-3, 3e-2), "bf16": (1e-1, 1e-1)},
 }
 SSD_RATIO_TOL: dict[str, float] = {"fp32": 0.005, "fp16": 0.005, "bf16": 0.01}
+# Ours, as the forward's: twice the forward's bound (upstream has no test of the combined backward)
+SSD_GRAD_RATIO_TOL: dict[str, float] = {"fp32": 0.01, "fp16": 0.01, "bf16": 0.02}
 SCAN_FLAGS = {  # name: (z, D, delta_bias, softplus)
     "all": (True, True, True, True), "none": (False, False, False, False), "z": (True, False, False, False),
     "D": (False, True, False, False), "bias_softplus": (False, False, True, True),
     "zD_softplus": (True, True, False, True),
 }
+
+
+# --------------------------------------------------------------------------- tiling facts (upstream's source)
+# How each kernel splits its work, read from mamba-ssm 2.3.2.post1's sdist (line numbers are its; 2.2.6.post3's
+# sdist has the same dispatch, block sizes, chunking and autotune tiles); the boundary case families below are
+# derived from these declarations and nothing else.
+#
+# selective_scan (CUDA): one block per (batch, channel) walks the sequence in chunks of kNThreads * kNItems
+# ("constexpr int kChunkSize = kNThreads * kNItems;", selective_scan_fwd_kernel.cuh:136, _bwd_kernel.cuh:146),
+# with a configuration picked by seqlen ("if (params.seqlen <= 128) { selective_scan_fwd_launch<32, 4, ...>
+# ... <= 256 <32, 8> ... <= 512 <32, 16> ... <= 1024 <64, 16> ... else <128, 16>", fwd_kernel.cuh:354-363,
+# the same in bwd_kernel.cuh:539-548); only the last serves several chunks ("const int n_chunks = (seqlen + 2048 -
+# 1) / 2048;", selective_scan.cpp:307/447). Vector loads of kNElts elements ("static constexpr int kNElts =
+# kNBytes == 4 ? 4 : constexpr_min(8, kNItems);", fwd_kernel.cuh:38, bwd_kernel.cuh:41) are used only when
+# "BOOL_SWITCH(params.seqlen % (kNThreads * kNItems) == 0, kIsEvenLen" (fwd :315, bwd :499); otherwise cub's
+# guarded loads fill the tail with 0. The bwd kernel double-buffers the next chunk's exp(delta A) by chunk parity
+# ("smem_delta_a[... (chunk % 2) * MAX_DSTATE]", bwd :256), so three chunks are the first to reuse a buffer; the
+# state dimension is a loop bounded by "TORCH_CHECK(dstate <= 256" (selective_scan.cpp:262, MAX_DSTATE 256).
+SCAN_SRC = "csrc/selective_scan/selective_scan_fwd_kernel.cuh:354-363, selective_scan_bwd_kernel.cuh:539-548"
+SCAN_LAUNCH: tuple[tuple[int, int, int], ...] = (  # (largest seqlen served, kNThreads, kNItems)
+    (128, 32, 4), (256, 32, 8), (512, 32, 16), (1024, 64, 16), (0, 128, 16))  # 0: every longer seqlen
+SCAN_CHUNKS = 2  # the multi-chunk configuration: lengths up to 3 chunks (the parity buffer's first reuse)
+SCAN_MAX_DSTATE = 256
+
+
+def scan_vec(dtype: str, items: int) -> int:
+    """kNElts: 4 fp32 values or min(8, kNItems) 16-bit ones per vector load."""
+    return 4 if dtype == "fp32" else min(8, items)
+
+
+def scan_tiling(dtype: str, launch: tuple[int, int, int]) -> kh.Tiling:
+    top, threads, items = launch
+    served = f"seqlen<={top}" if top else f"seqlen>{SCAN_LAUNCH[-2][0]}"
+    return kh.Tiling(f"selective_scan {'fp32' if dtype == 'fp32' else 'fp16/bf16'} {served}", "seqlen",
+                     threads * items, scan_vec(dtype, items),
+                     f"{SCAN_SRC} (<{threads}, {items}>); kNElts: fwd_kernel.cuh:38")
+
+
+def scan_lengths(dtype: str) -> dict[kh.Tiling, list[int]]:
+    """Per launch configuration, the boundary lengths it serves: k * chunk + {0, 1, vec - 1, vec, vec + 1,
+    chunk - 1} inside its seqlen range (one chunk up to 1024, three chunks above), plus the first length it
+    serves (the previous configuration's threshold + 1)."""
+    lengths = {}
+    for index, launch in enumerate(SCAN_LAUNCH):
+        tiling = scan_tiling(dtype, launch)
+        low = SCAN_LAUNCH[index - 1][0] + 1 if index else 1
+        high = launch[0] or math.inf
+        chunks = SCAN_CHUNKS if launch[0] == 0 else 1
+        lengths[tiling] = sorted({low, *(v for v in tiling.boundaries(chunks=chunks) if low <= v <= high)})
+    return lengths
+
+
+# selective_state_update (Triton): one program per BLOCK_SIZE_M rows of the (head) dim and the whole state:
+# "BLOCK_SIZE_M, num_warps = ((32, 4) if dstate <= 16 else ((16, 4) if dstate <= 32 else ((8, 4) if dstate <= 64
+# else ((4, 4) if dstate <= 128 else ((4, 8))))))" (mamba_ssm/ops/triton/selective_state_update.py:194-198),
+# "grid = lambda META: (triton.cdiv(dim, META['BLOCK_SIZE_M']), batch, nheads)" (:190), the state tile
+# "BLOCK_SIZE_DSTATE: lambda args: triton.next_power_of_2(args['dstate'])" (:22), rows masked "offs_m < dim" and
+# states "offs_n < dstate" (:95). Blocks along dim carry nothing between them, so two blocks (one partial) are
+# enough: chunks=1. dim is the per-head dim (headdim) in the variants with heads.
+UPDATE_SRC = "mamba_ssm/ops/triton/selective_state_update.py:194-198"
+UPDATE_CLASSES: tuple[tuple[int, int], ...] = ((16, 32), (32, 16), (64, 8), (128, 4), (256, 4))  # (dstate <=, M)
+UPDATE_VARIANTS = ("plain", "heads", "heads_tied", "indices", "heads_indices")
+
+
+def update_block_m(dstate: int) -> int:
+    return next(m for top, m in UPDATE_CLASSES if dstate <= top)
+
+
+def update_tiling(top: int, block_m: int) -> kh.Tiling:
+    return kh.Tiling(f"selective_state_update dstate<={top}", "dim", block_m, 1,
+                     f"{UPDATE_SRC} (BLOCK_SIZE_M {block_m}); grid :190; next_power_of_2(dstate) :22")
+
+
+def update_dstates(top: int) -> list[int]:
+    """The dstates of one BLOCK_SIZE_M class: its first (the previous class's top + 1: the tile doubles and is
+    nearly half masked; 1 for the first class), top - 1 (one masked column) and top (BLOCK_SIZE_DSTATE == dstate)."""
+    tops = [t for t, _ in UPDATE_CLASSES]
+    index = tops.index(top)
+    return [tops[index - 1] + 1 if index else 1, top - 1, top]
+
+
+# mamba_chunk_scan_combined (Triton SSD): the sequence is cut into chunks of the caller's chunk_size
+# ("nchunks = math.ceil(seqlen / chunk_size)", mamba_ssm/ops/triton/ssd_chunk_state.py:723; every kernel masks the
+# last one with "chunk_size_limit = min(chunk_size, seqlen - pid_c * chunk_size)", ssd_chunk_scan.py:96,
+# ssd_bmm.py:72), tiles of "BLOCK_SIZE_CHUNK=triton.next_power_of_2(chunk_size)" (ssd_chunk_state.py:739) and
+# autotuned BLOCK_SIZE_M / BLOCK_SIZE_K of 32, 64 or 128 along the chunk (ssd_chunk_scan.py:34-44): vec 32, the
+# smallest tile a tail can end in. Chunks carry state (ssd_state_passing.py), so up to three chunks: chunks=2.
+# dstate above 128 takes another path ("if BLOCK_SIZE_DSTATE <= 128:", ssd_chunk_scan.py:114; BLOCK_SIZE_DSTATE =
+# max(next_power_of_2(dstate), 16), :1303).
+SSD_SRC = "mamba_ssm/ops/triton/ssd_chunk_state.py:723, ssd_chunk_scan.py:34-44,96"
+SSD_CHUNK_SIZES = (64, 128, 256)
+SSD_TILE = 32
+
+
+def ssd_tiling(chunk_size: int) -> kh.Tiling:
+    return kh.Tiling(f"mamba_chunk_scan_combined chunk_size={chunk_size}", "seqlen", chunk_size, SSD_TILE,
+                     f"{SSD_SRC} (chunk_size {chunk_size}, smallest BLOCK_SIZE_M/K 32)")
+
+
+TILINGS: tuple[kh.Tiling, ...] = (
+    *(scan_tiling(dt, launch) for dt in ("fp32", "bf16") for launch in SCAN_LAUNCH),
+    *(update_tiling(top, m) for top, m in UPDATE_CLASSES),
+    *(ssd_tiling(cs) for cs in SSD_CHUNK_SIZES))
 
 
 # --------------------------------------------------------------------------- references
@@ -76,8 +191,8 @@ def ref_selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B:
                        return_last_state: bool = False) -> Any:
     """Mamba's selective scan, one step at a time in fp32, differentiable; selective_scan_fn's conventions.
 
-    u, delta, z (b, d, L); A (d, n) real; B, C (b, n, L) or (b, G, n, L) (channel c uses group c // (d // G));
-    D, delta_bias (d,). With dt = softplus?(delta + delta_bias):
+    u, delta, z (b, d, L); A (d, n) real; B, C (b, n, L) or (b, G, n, L) (channel c uses group c // (d // G)) or
+    (d, n) (constant along L); D, delta_bias (d,). With dt = softplus?(delta + delta_bias):
         h_t = exp(dt_t A) * h_{t-1} + dt_t u_t B_t;   y_t = <h_t, C_t> + D u_t;   out = y * silu(z)
     Returns out in u's dtype (and the last state h_L (b, d, n), fp32, with return_last_state).
     """
@@ -86,8 +201,13 @@ def ref_selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B:
     dt = delta.float() + (delta_bias.float()[:, None] if delta_bias is not None else 0.0)
     dt = F.softplus(dt) if delta_softplus else dt
     u32, A32 = u.float(), A.float()
-    Bc = _expand_groups(B.float(), dim, 1) if B.dim() == 4 else B.float()[:, None]  # (b, d|1, n, L)
-    Cc = _expand_groups(C.float(), dim, 1) if C.dim() == 4 else C.float()[:, None]
+
+    def per_step(t: torch.Tensor) -> torch.Tensor:  # (b|1, d|1, n, L)
+        if t.dim() == 2:
+            return t.float()[None, :, :, None].expand(-1, -1, -1, seqlen)
+        return _expand_groups(t.float(), dim, 1) if t.dim() == 4 else t.float()[:, None]
+
+    Bc, Cc = per_step(B), per_step(C)
     h = u32.new_zeros(batch, dim, A.shape[1])
     ys = []
     for t in range(seqlen):
@@ -268,14 +388,16 @@ class ScanCase:
     groups: int = 0  # 0: B, C (b, n, L); G: (b, G, n, L)
     real: bool = False  # Mamba-1 initialisation (A = -(1..n), dt in [1e-3, 0.1]) instead of upstream's test's
     backward: bool = True
+    const: str = ""  # "B", "C" or "BC": those are (d, n) fp32 weights, constant along L (is_variable_B/C false)
+    edge: bool = False  # a boundary case (derived from TILINGS): its name starts with edge_
     op: str = "scan"
 
     @property
     def name(self) -> str:
         shape = f"b{self.batch}_d{self.dim}_n{self.dstate}_L{self.seqlen}" + (f"_g{self.groups}" if self.groups
                                                                                   else "")
-        return f"scan_{self.dtype}_{self.flags}_{shape}{'_real' if self.real else ''}" + (
-            "" if self.backward else "_fwd")
+        return (f"{'edge_' if self.edge else ''}scan_{self.dtype}_{self.flags}_{shape}{'_real' if self.real else ''}"
+                f"{'_const' + self.const if self.const else ''}" + ("" if self.backward else "_fwd"))
 
 
 @dataclass(frozen=True)
@@ -288,12 +410,20 @@ class UpdateCase:
     ngroups: int = 1
     batch: int = 2
     headdim: int = 64
+    edge: bool = False
     op: str = "update"
 
     @property
     def name(self) -> str:
         groups = f"_g{self.ngroups}" if "heads" in self.variant else ""
-        return f"update_{self.dtype}_{self.variant}{'_z' if self.has_z else ''}_d{self.dim}_n{self.dstate}{groups}"
+        headdim = f"_p{self.headdim}" if "heads" in self.variant and self.headdim != 64 else ""
+        return (f"{'edge_' if self.edge else ''}update_{self.dtype}_{self.variant}{'_z' if self.has_z else ''}_d{self.dim}_n{self.dstate}{groups}"
+                f"{headdim}")
+
+    @property
+    def tiled_dim(self) -> int:
+        """The kernel's `dim` (split into BLOCK_SIZE_M rows): the head dim with heads, else the channels."""
+        return self.headdim if "heads" in self.variant else self.dim
 
 
 @dataclass(frozen=True)
@@ -307,16 +437,18 @@ class SsdCase:
     ngroups: int = 1
     chunk_size: int = 64
     batch: int = 2
+    backward: bool = False  # also every gradient (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states)
+    edge: bool = False
     op: str = "ssd"
 
     @property
     def name(self) -> str:
-        return (f"ssd_{self.dtype}_{'full' if self.full else 'bare'}_b{self.batch}_T{self.seqlen}_h{self.nheads}"
-                f"_p{self.headdim}_n{self.dstate}_g{self.ngroups}_c{self.chunk_size}")
+        return (f"{'edge_' if self.edge else ''}ssd_{self.dtype}_{'full' if self.full else 'bare'}_b{self.batch}_T{self.seqlen}_h{self.nheads}"
+                f"_p{self.headdim}_n{self.dstate}_g{self.ngroups}_c{self.chunk_size}{'_bwd' if self.backward else ''}")
 
 
-def build_cases(quick: bool) -> list[Any]:
-    """Full: 39 scan + 30 update + 15 SSD cases; quick: 12 in all."""
+def base_cases(quick: bool) -> list[Any]:
+    """The sampled design (before the boundary families): full 39 scan + 30 update + 15 SSD cases; quick 12."""
     dtypes = list(DTYPES)
     if quick:
         return ([ScanCase(dt, fl, seqlen=256) for dt in ("fp32", "bf16") for fl in ("all", "none")]
@@ -347,6 +479,92 @@ def build_cases(quick: bool) -> list[Any]:
     return cases
 
 
+# Boundary families: shapes derived only from TILINGS' facts (see "tiling facts" above), every dtype.
+# (batch, dim, dstate, groups, const): odd dims, dstate 1 and MAX_DSTATE, groups, constant B / C / both.
+SCAN_BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, str], ...] = (
+    (2, 3, 5, 0, ""), (1, 4, 16, 2, ""), (2, 5, 1, 0, "B"), (1, 3, 7, 0, "C"), (2, 3, 4, 0, "BC"),
+    (1, 2, SCAN_MAX_DSTATE, 0, ""))
+SSD_BOUNDARY_SHAPES: dict[int, dict[str, int]] = {  # per chunk_size: the autotune keys the base design already has
+    64: {"nheads": 8, "headdim": 64, "dstate": 64}, 128: {"nheads": 8, "headdim": 64, "dstate": 64},
+    256: {"batch": 1, "nheads": 32, "headdim": 64, "dstate": 128}}
+SSD_BACKWARD_CHUNK = 64  # backward at this chunk_size only: each new autotune key costs a minute of compiling
+QUICK_SAMPLE = {"scan": 6, "update": 6, "ssd": 3}
+
+
+def scan_boundary_cases() -> list[ScanCase]:
+    """Every dtype at every boundary length of every launch configuration (scan_lengths), forward and backward;
+    flags and shapes chosen pairwise (kh.covering_rows) so every flag set meets every shape across the lengths."""
+    cases = []
+    for turn, dt in enumerate(DTYPES):
+        lengths = sorted({v for values in scan_lengths(dt).values() for v in values})
+        shapes = list(SCAN_BOUNDARY_SHAPES[turn:] + SCAN_BOUNDARY_SHAPES[:turn])  # fp16 and bf16 differ
+        rows = kh.covering_rows({"seqlen": lengths, "flags": list(SCAN_FLAGS), "shape": shapes}, fixed=["seqlen"])
+        for row in rows:
+            batch, dim, dstate, groups, const = row["shape"]
+            cases.append(ScanCase(dt, row["flags"], batch=batch, dim=dim, dstate=dstate, seqlen=row["seqlen"],
+                                  groups=groups, const=const, edge=True))
+    return cases
+
+
+def update_boundary_cases() -> list[UpdateCase]:
+    """Every dtype, every BLOCK_SIZE_M class: its dims around one and two blocks, its dstates (update_dstates),
+    the five variants and z in turn."""
+    cases = []
+    for dt in DTYPES:
+        for turn, (top, block_m) in enumerate(UPDATE_CLASSES):
+            dstates = update_dstates(top)
+            for i, tdim in enumerate(update_tiling(top, block_m).boundaries(chunks=1)):
+                variant, has_z, dstate = UPDATE_VARIANTS[(i + turn) % 5], (i + turn) % 2 == 0, dstates[i % 3]
+                if variant in ("plain", "indices"):
+                    cases.append(UpdateCase(dt, variant, has_z, dim=tdim, dstate=dstate, batch=3, edge=True))
+                else:  # heads: the tiled dim is the head dim
+                    nheads, groups = (2, 1) if variant == "heads_tied" else (4, 2)
+                    cases.append(UpdateCase(dt, variant, has_z, dim=nheads * tdim, dstate=dstate, ngroups=groups,
+                                            batch=3, headdim=tdim, edge=True))
+    return cases
+
+
+def ssd_boundary_cases() -> list[SsdCase]:
+    """Every dtype at every chunk_size's boundary lengths (with and without D, z, dt_bias and states, groups 1 and
+    2), backward too at SSD_BACKWARD_CHUNK; plus odd head dim / dstate and the dstate > 128 path."""
+    cases: list[SsdCase] = []
+    for dt in DTYPES:
+        for chunk_size in SSD_CHUNK_SIZES:
+            for i, seqlen in enumerate(ssd_tiling(chunk_size).boundaries()):
+                cases.append(SsdCase(dt, i % 2 == 0, seqlen=seqlen, ngroups=1 + (i // 2) % 2, chunk_size=chunk_size,
+                                     backward=chunk_size == SSD_BACKWARD_CHUNK, edge=True,
+                                     **SSD_BOUNDARY_SHAPES[chunk_size]))  # type: ignore[arg-type]
+        cases.append(SsdCase(dt, True, seqlen=SSD_CHUNK_SIZES[0] + 1, nheads=3, headdim=33, dstate=17,
+                             chunk_size=SSD_CHUNK_SIZES[0], edge=True))
+        cases.append(SsdCase(dt, False, seqlen=2 * SSD_CHUNK_SIZES[0] + 1, nheads=2, headdim=16, dstate=129,
+                             chunk_size=SSD_CHUNK_SIZES[0], edge=True))
+    return cases
+
+
+def boundary_cases(quick: bool) -> list[Any]:
+    """The boundary families; --quick: a seeded sample of each (kh.seeded_sample, the run's seed) that always
+    keeps one-element and one-past-a-chunk shapes (seqlen 1 and 2049, dim BLOCK_SIZE_M + 1, T chunk_size + 1),
+    in fp32 and bf16 (the update sample bf16), the SSD ones forward only (the backward's autotuning alone
+    exceeds quick's budget)."""
+    scan, update, ssd = scan_boundary_cases(), update_boundary_cases(), ssd_boundary_cases()
+    if not quick:
+        return [*scan, *update, *ssd]
+    long_one = SCAN_LAUNCH[-1][1] * SCAN_LAUNCH[-1][2] + 1
+    return [
+        *kh.seeded_sample([c for c in scan if c.dtype in ("fp32", "bf16")], QUICK_SAMPLE["scan"],
+                          keep=lambda c: c.seqlen in (1, long_one)),
+        *kh.seeded_sample([c for c in update if c.dtype == "bf16"], QUICK_SAMPLE["update"],
+                          keep=lambda c: c.tiled_dim == update_block_m(c.dstate) + 1),
+        *kh.seeded_sample([replace(c, backward=False) for c in ssd if c.dtype in ("fp32", "bf16")
+                           and c.chunk_size == SSD_CHUNK_SIZES[0] and c.nheads == 8], QUICK_SAMPLE["ssd"],
+                          keep=lambda c: c.seqlen == c.chunk_size + 1)]
+
+
+def build_cases(quick: bool) -> list[Any]:
+    """The base design plus the boundary families: full 84 + 351 cases, quick 12 + 15."""
+    return base_cases(quick) + boundary_cases(quick)
+
+
 def scan_inputs(case: ScanCase, device: torch.device) -> dict[str, torch.Tensor | None]:
     """Upstream's test distributions, or Mamba-1's initialisation with `real`."""
     itype = DTYPES[case.dtype]
@@ -362,10 +580,15 @@ def scan_inputs(case: ScanCase, device: torch.device) -> dict[str, torch.Tensor 
         bias = 0.5 * torch.rand(d, device=device)
         delta = (0.5 * torch.rand(b, d, L, device=device)).to(itype)
     bc_shape = (b, case.groups, n, L) if case.groups else (b, n, L)
+
+    def weight(which: str) -> torch.Tensor:  # constant along L: an fp32 (d, n) weight, as the kernel requires
+        if which in case.const:
+            return torch.randn(d, n, device=device)
+        return torch.randn(*bc_shape, device=device, dtype=itype)
+
     return {
-        "u": torch.randn(b, d, L, device=device, dtype=itype), "delta": delta, "A": A,
-        "B": torch.randn(*bc_shape, device=device, dtype=itype),
-        "C": torch.randn(*bc_shape, device=device, dtype=itype),
+        "u": torch.randn(b, d, L, device=device, dtype=itype), "delta": delta, "A": A, "B": weight("B"),
+        "C": weight("C"),
         "D": torch.randn(d, device=device) if use_D else None,
         "z": torch.randn(b, d, L, device=device, dtype=itype) if use_z else None,
         "delta_bias": bias if use_bias else None,
@@ -373,12 +596,24 @@ def scan_inputs(case: ScanCase, device: torch.device) -> dict[str, torch.Tensor 
 
 
 def scan_tolerances(case: ScanCase) -> dict[str, tuple[float, float]]:
+    """Upstream's rule; a constant B or C is a weight (upstream: "rtol=rtolw if not is_variable_B else rtol").
+
+    dA is checked with allclose's absolute term, never as a ratio to its own size: at seqlen 1 (no initial
+    state) the true dA is exactly 0 (A only enters through exp(delta A) * h_0, h_0 = 0), our reference returns
+    exactly 0 and the kernel returns its fp32 rounding residue: it recomputes exp(delta A) h_{t-1} as
+    a = h_t - delta u B (selective_scan_bwd_kernel.cuh:288, "const float a = thread_data[i].y - ...") and
+    accumulates "dA_val += dx * delta_vals[i] * a" (:290); with h_t = fl(delta u B), a is 0 or, where nvcc
+    contracts the subtraction into an fma, the product's rounding error (|a| <= 2^-24 |delta u B|), so |dA| is
+    ~1e-8, against an allowed 5 * atolw >= 5e-3. A ratio RMS(err) / (RMS(ref) + 1e-8) turns that residue into
+    "~20 % off" (issue 50's bf16 seqlen-1 report); test_references_cpu.py reproduces both numbers."""
     rtol, atol = SCAN_TOL[case.dtype]
     rtolw, atolw = SCAN_WEIGHT_TOL
     if SCAN_FLAGS[case.flags][0] or case.dtype != "fp32":
         rtolw, atolw = max(rtolw, rtol), max(atolw, atol)
+    tol_B = (rtolw, atolw) if "B" in case.const else (rtol, atol)
+    tol_C = (rtolw, atolw) if "C" in case.const else (rtol, atol)
     return {"out": (rtol, atol), "last_state": (rtol, atol), "u": (2 * rtol, 2 * atol),
-            "delta": (5 * rtol, 10 * atol), "A": (rtolw, 5 * atolw), "B": (rtol, atol), "C": (rtol, atol),
+            "delta": (5 * rtol, 10 * atol), "A": (rtolw, 5 * atolw), "B": tol_B, "C": tol_C,
             "D": (rtolw, atolw), "z": (rtolw, atolw), "delta_bias": (rtolw, atolw)}
 
 
@@ -481,15 +716,26 @@ def ssd_inputs(case: SsdCase, device: torch.device) -> dict[str, torch.Tensor | 
 
 
 def run_ssd_case(api: Api, case: SsdCase, device: torch.device) -> kh.CaseResult:
-    t = ssd_inputs(case, device)
-    kwargs = {"D": t["D"], "z": t["z"], "dt_bias": t["dt_bias"], "initial_states": t["initial_states"],
-              "dt_softplus": case.full}
-    kh.poison_allocator(kh.nbytes(t["x"]) * 4, device)
-    out, final = api.chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], case.chunk_size, return_final_states=True,
-                                **kwargs)
-    ref_out, ref_final = ref_ssd_recurrent(t["x"], t["dt"], t["A"], t["B"], t["C"], **kwargs)
+    inputs = ssd_inputs(case, device)
+    leaves = {k: v.detach().clone().requires_grad_(case.backward) for k, v in inputs.items() if v is not None}
+    refs = {k: v.detach().clone().requires_grad_(case.backward) for k, v in inputs.items() if v is not None}
+
+    def call(fn: Callable[..., Any], t: dict[str, torch.Tensor], **chunk: Any) -> Any:
+        return fn(t["x"], t["dt"], t["A"], t["B"], t["C"], D=t.get("D"), z=t.get("z"), dt_bias=t.get("dt_bias"),
+                  initial_states=t.get("initial_states"), dt_softplus=case.full, **chunk)
+
+    kh.poison_allocator(kh.nbytes(inputs["x"]) * 4, device)
+    with torch.set_grad_enabled(case.backward):
+        out, final = call(api.chunk_scan, leaves, chunk_size=case.chunk_size, return_final_states=True)
+        ref_out, ref_final = call(ref_ssd_recurrent, refs)
     tol = SSD_RATIO_TOL[case.dtype]
     checks = [kh.check_ratio("out", out, ref_out, tol), kh.check_ratio("final_state", final, ref_final, tol)]
+    if case.backward:  # both outputs get a gradient: the final state's flows back through every chunk
+        g_out, g_final = torch.randn_like(out), torch.randn_like(final)
+        torch.autograd.backward([out, final], [g_out, g_final])
+        torch.autograd.backward([ref_out, ref_final], [g_out.float(), g_final.float()])
+        for name, leaf in leaves.items():
+            checks.append(kh.check_ratio(f"d{name}", leaf.grad, refs[name].grad, SSD_GRAD_RATIO_TOL[case.dtype]))
     return kh.result_from_checks(case.name, checks)
 
 
@@ -549,7 +795,7 @@ def bench_ssd(api: Api, device: torch.device) -> dict[str, Any]:
 class MambaSuite(kh.Suite):
     package = "mamba-ssm"
     description = "kernel tests for an installed mamba-ssm wheel"
-    quick_help = "12 cases instead of 84"
+    quick_help = "27 cases instead of 435 (a seeded sample of the boundary families that keeps their edges)"
 
     def load(self) -> Api:
         return load_api()
