@@ -14,6 +14,14 @@ or when the largest absolute difference is at most 1e-6. Every kernel result mus
 runs the kernel twice on the same inputs (the caching allocator poisoned with NaN before each run): both runs
 must agree bit for bit, which catches nondeterminism and output memory the kernel never writes.
 
+Boundary families (names carry "boundary-T", "boundary-varlen", "boundary-dims"; run them alone with
+`--only boundary`) take their shapes from TILINGS, the kernels' own tiling as upstream's source states it (file,
+line and text in each kh.Tiling): sequence lengths at every k*64 + {0, 1, 2, 63} (the chunk, BT = 64) and
+k*16 + {0, 1, 2, 15} (the fused kkt + solve_tril's 16-row sub-chunks), packed variable-length batches (cu_seqlens)
+whose sequences end at, just before and just after chunk boundaries and include length-1 sequences, and head dims
+K and V at and around the 64-wide K/V blocks up to the K <= 256 limit (fused_recurrent: its 8-wide V block), all
+with an initial state in and the final state out, forward and every gradient (dq, dk, dv, dg, dbeta, dh0).
+
 Supports fla-core 0.4.0 through 0.6.0. Grouped value heads (GVA: 16 q/k heads, 32 value heads, as in
 Qwen3-Next) are used where the installed version's kernel supports them (chunk from 0.5.0, fused_recurrent
 from 0.4.0); elsewhere those cases run with 16/16 heads and say so. Inputs are fresh random numbers each run;
@@ -22,6 +30,7 @@ the seed is recorded. Exit code: 0 passed, 1 failed, 3 skipped (no CUDA GPU).
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -55,6 +64,7 @@ DTYPE_TOL_FACTOR: Dict[str, float] = {"fp32": 1.0, "fp16": 1.0, "bf16": 2.0}
 ABS_PASS = 1e-6  # upstream: a largest absolute difference this small passes whatever the ratio
 
 QK_HEADS, V_HEADS, HEAD_DIM = 16, 32, 128  # Qwen3-Next's linear-attention layers
+DESIGN_HEAD_DIM = HEAD_DIM  # the sampled design's head dim, which chunk_dims() need not repeat
 HEADS = ("gva", "mha32")  # gva: 16 q/k heads + 32 value heads; mha32: 32/32, what transformers passes fla
 STATES = ("h0+ht", "ht", "none")  # initial state given and final state returned / final only / neither
 GATES = ("logsigmoid", "weak", "qwen")
@@ -62,6 +72,39 @@ CHUNK_SHAPES = ((1, 1024), (2, 1000), (2, 65))
 RECURRENT_SHAPES = ((16, 1), (2, 1000), (1, 63))
 REF_SEGMENT = 64  # the reference's backward recomputes per segment of this many steps (bounded memory)
 GRAD_NAMES = ("q", "k", "v", "g", "beta", "h0")
+
+# --------------------------------------------------------------------------- the kernels' tiling (fla-core 0.6.0)
+# Read from fla-core 0.6.0's sdist (sha256 in recipe.toml); paths are under fla/. The same numbers hold in 0.4.0 and
+# 0.5.0 (chunk_delta_h.py `assert K <= 256`, wy_fast.py `BK = 64` / `BV = 64`, fused_recurrent.py
+# `BV = min(8, ...)`; 0.4.x does the 16-row sub-chunk solve in ops/utils/solve_tril.py:
+# `for i in range(2, min(16, T - i_t * 16))`).
+T_CHUNK = kh.Tiling(
+    "chunk_gated_delta_rule (every chunk kernel)", "T", 64, 1,
+    "ops/gated_delta_rule/chunk.py:538 `chunk_size = kwargs.pop('chunk_size', 64)`; ops/common/chunk_delta_h.py:705 "
+    "`BT = chunk_size`, :177-178 `o_t = i_t_int64 * BT + tl.arange(0, BT)` / `m_t = o_t < T`; varlen: chunks per "
+    "sequence, ops/utils/index.py:162 `chunk_counts = (prepare_lens(src) + (chunk_size - 1)).div(chunk_size, ...)`")
+T_SUBCHUNK = kh.Tiling(
+    "chunk_gated_delta_rule_fwd_kkt_solve_kernel", "T", 16, 1,
+    "ops/gated_delta_rule/chunk_fwd.py:383 `BC = 16` (four 16-row sub-chunks per 64-row chunk), :227 "
+    "`for i in range(2, min(BC, T - i_tc0))` (forward substitution from row 2 to the sub-chunk's last valid row)")
+K_BLOCK = kh.Tiling(
+    "chunk_gated_delta_rule_fwd_kernel_h_blockdim64 / bwd_kernel_dhu_blockdim64", "K", 64, 1,
+    "ops/common/chunk_delta_h.py:109-115 `b_h1 = tl.zeros([64, BV], ...)`, `if K > 64:` b_h2, `if K > 128:` b_h3, "
+    "`if K > 192:` b_h4 (the state in 64-row register blocks); :716 `assert K <= 256`; "
+    "ops/gated_delta_rule/wy_fast.py:266 `BK = 64`")
+V_BLOCK = kh.Tiling(
+    "recompute_w_u_fwd_kernel / chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "V", 64, 1,
+    "ops/gated_delta_rule/wy_fast.py:267 `BV = 64`; ops/common/chunk_delta_h.py:53 "
+    "`for BV in ([32, 64] if check_shared_mem('ada') else [32])` (autotuned)")
+REC_V_BLOCK = kh.Tiling(
+    "fused_recurrent_gated_delta_rule_fwd_kernel", "V", 8, 1,
+    "ops/gated_delta_rule/fused_recurrent.py:207 `BV = min(8, triton.next_power_of_2(V))`; :206 "
+    "`BK = triton.next_power_of_2(K)` (K in one block: its edges are powers of two, 64 and 128 among K_BLOCK's)")
+TILINGS: Tuple[kh.Tiling, ...] = (T_CHUNK, T_SUBCHUNK, K_BLOCK, V_BLOCK, REC_V_BLOCK)
+MAX_K = 256  # ops/common/chunk_delta_h.py:716 `assert K <= 256, "current kernel does not support head dimension ..."`
+# Head dims below 16 are left out of the chunk path: fla pads them to a 16-wide tl.dot tile
+# (ops/common/chunk_o.py:620 `BK = min(max(triton.next_power_of_2(K), 16), CONST_TILING)`), which no model uses.
+MIN_CHUNK_DIM = 16
 # Errors fla raises on purpose for a GPU + Triton pair it knows to compute wrong results on. They are not defects
 # of the wheel, so the refused part of a case is reported as skipped with fla's own words (the rest of the case
 # is still checked). fla-core 0.6.0: gated chunk backward on Hopper with Triton 3.4.0-3.7.0 (upstream #640).
@@ -143,6 +186,39 @@ def ref_gated_delta_rule(
     return o, (state if output_final_state else None)
 
 
+def ref_varlen_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    lengths: Tuple[int, ...],
+    initial_state: Optional[torch.Tensor] = None,
+    output_final_state: bool = False,
+    use_qk_l2norm: bool = False,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """fla's varlen convention: batch 1, the sequences packed along T (cu_seqlens = cumulative ``lengths``), each
+    run on its own from initial_state[i] (zeros when None); final state [N, HV, K, V]. Differentiable, fp32."""
+    outs: List[torch.Tensor] = []
+    finals: List[torch.Tensor] = []
+    start = 0
+    for i, n in enumerate(lengths):
+        q_i, k_i, v_i, g_i, beta_i = (x[:, start:start + n] for x in (q, k, v, g, beta))
+        h0 = initial_state[i:i + 1] if initial_state is not None else None
+        o, ht = ref_gated_delta_rule(q_i, k_i, v_i, g_i, beta_i, initial_state=h0, output_final_state=True,
+                                     use_qk_l2norm=use_qk_l2norm)
+        assert ht is not None
+        outs.append(o)
+        finals.append(ht)
+        start += n
+    return torch.cat(outs, dim=1), (torch.cat(finals, dim=0) if output_final_state else None)
+
+
+def cu_seqlens_of(lengths: Tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """cu_seqlens for packed sequences of these lengths: [0, l0, l0 + l1, ...], int64 (fla's LongTensor)."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.long, device=device)
+
+
 # --------------------------------------------------------------------------- comparison
 
 
@@ -186,6 +262,8 @@ def detect_features(chunk: Callable[..., Any], recurrent: Callable[..., Any], ch
         "gva_recurrent": gva_rec,
         "l2norm_chunk": "use_qk_l2norm_in_kernel" in chunk_params,
         "l2norm_recurrent": "use_qk_l2norm_in_kernel" in rec_params,
+        "varlen_chunk": "cu_seqlens" in chunk_params,
+        "varlen_recurrent": "cu_seqlens" in rec_params,
     }
 
 
@@ -249,17 +327,37 @@ class GdrCase:
     qk_heads: int = QK_HEADS
     v_heads: int = V_HEADS
     note: str = ""
+    k_dim: int = 0  # head dims; 0: HEAD_DIM
+    v_dim: int = 0
+    lengths: Tuple[int, ...] = ()  # varlen: the packed sequences' lengths (batch 1, cu_seqlens from these)
+    family: str = ""  # "": the sampled design; "T", "varlen", "dims": boundary families derived from TILINGS
 
     @property
     def backward(self) -> bool:
         return self.op == "chunk"
 
     @property
+    def dims(self) -> Tuple[int, int]:
+        return (self.k_dim or HEAD_DIM, self.v_dim or HEAD_DIM)
+
+    @property
+    def n_seqs(self) -> int:
+        """Sequences (and initial / final states): the batch, or the packed sequences of a varlen case."""
+        return len(self.lengths) if self.lengths else self.batch
+
+    @property
     def name(self) -> str:
-        return "/".join([self.op, self.dtype, f"B{self.batch}", f"T{self.seqlen}",
-                         f"h{self.qk_heads}v{self.v_heads}", self.states,
-                         "l2norm_in_kernel" if self.l2norm else "prenorm", f"gate_{self.gate}",
-                         f"g_{self.g_dtype}", "fwd+bwd" if self.backward else "fwd"])
+        parts = [self.op, self.dtype, f"B{self.batch}", f"T{self.seqlen}"]
+        if self.lengths:
+            parts.append("lens" + "-".join(map(str, self.lengths)))
+        parts.append(f"h{self.qk_heads}v{self.v_heads}")
+        if self.k_dim or self.v_dim:
+            parts.append("K{}V{}".format(*self.dims))
+        parts += [self.states, "l2norm_in_kernel" if self.l2norm else "prenorm", f"gate_{self.gate}",
+                  f"g_{self.g_dtype}"]
+        if self.family:
+            parts.append(f"boundary-{self.family}")
+        return "/".join([*parts, "fwd+bwd" if self.backward else "fwd"])
 
 
 def _resolve_heads(case: GdrCase, features: Dict[str, bool]) -> GdrCase:
@@ -310,14 +408,113 @@ def recurrent_cases(quick: bool) -> List[GdrCase]:
     return cases
 
 
+# --------------------------------------------------------------------------- boundary families (from TILINGS)
+# Every boundary case runs what a Qwen3-Next layer runs where it matters for the tiling (GVA heads, in-kernel l2norm,
+# fp32 g) with an initial state in and the final state out, so dh0 and ht are checked at every boundary too. The
+# gate is the weak one (logsigmoid / 10): a state handed across a chunk or sequence boundary wrongly still shows in
+# later outputs, where Qwen's strong decays (down to e^-20 a step) would wash it out within a few tokens.
+BOUNDARY: Dict[str, Any] = dict(heads="gva", states="h0+ht", l2norm=True, gate="weak", g_dtype="fp32")
+BOUNDARY_DTYPES = ("bf16", "fp16")
+QUICK_BOUNDARY = 7  # --quick: seeded sample of the bf16 sequence-length / varlen cases (the kept ones included)
+
+
+def boundary_seqlens() -> List[int]:
+    """Sequence lengths at the chunk's and the sub-chunk's boundaries: every k*64 + {0, 1, 2, 63} for k = 0..2
+    and k*16 + {0, 1, 2, 15} for k = 0..4 (one whole chunk's four sub-chunks and the next chunk's first one)."""
+    return sorted(set(T_CHUNK.boundaries(chunks=2)) | set(T_SUBCHUNK.boundaries(chunks=4)))
+
+
+def varlen_batches() -> List[Tuple[int, ...]]:
+    """Packed batches (cu_seqlens) in terms of the chunk c and the sub-chunk s. fla chunks each sequence on its own
+    (prepare_chunk_indices), so what a sequence's tail looks like is its length; where it ends in the packed axis
+    decides which neighbour a wrong mask would read. Each length is one of boundary_seqlens(), and the sequence ends
+    fall on, one before and one after multiples of c (and of s), with length-1 sequences in between."""
+    c, s = T_CHUNK.chunk, T_SUBCHUNK.chunk
+    return [
+        (1, c - 1, c, 2 * c, c + 1, c - 1, 1),  # ends at 1, c, 2c, 4c, 5c+1, 6c, 6c+1
+        (c - 1, c, 2 * c + 1, c - 1, 1, 2 * c - 1, 2),  # ends at c-1, 2c-1, 4c, 5c-1, 5c, 7c-1, 7c+1
+        (c + 1, c, 2 * c, 2 * c - 1, c + 2, 1),  # ends at c+1, 2c+1, 4c+1, 6c, 7c+2, 7c+3
+        (s - 1, s + 1, 2 * s - 1, 1, 2 * s + 1, 3 * s - 1, 3 * s + 1, c - 1, c + 1),  # sub-chunk tails
+    ]
+
+
+def _even_dim(value: int, block: int) -> int:
+    """The nearest even head dim on the same side of the block edge (k*block - 1 -> k*block - 2, k*block + 1 ->
+    k*block + 2): fla's 16-bit tl.dot kernels take even head dims only (ops/common/chunk_o.py:604-606, "Triton
+    miscompiles masked K-tail iterations into OOB shared-memory access for 16-bit odd K/V")."""
+    if value % 2 == 0:
+        return value
+    return value + 1 if value % block < block // 2 else value - 1
+
+
+def chunk_dims() -> List[Tuple[int, int]]:
+    """(K, V) pairs for the chunk path: K and V at, one step below and one above each 64-wide block edge (even,
+    >= MIN_CHUNK_DIM) plus K's limit 256, less the sampled design's 128 (an edge it has already); paired
+    small-with-large so each value comes once: every pair is a compile key of its own (group_key)."""
+    def values(tiling: kh.Tiling) -> List[int]:
+        dims = {_even_dim(b, tiling.chunk) for b in tiling.boundaries(chunks=2) if b >= MIN_CHUNK_DIM}
+        return sorted((dims | {MAX_K}) - {DESIGN_HEAD_DIM})
+
+    ks, vs = values(K_BLOCK), values(V_BLOCK)
+    return [(ks[i], vs[-1 - i]) for i in range(len(ks))]
+
+
+def recurrent_dims() -> List[Tuple[int, int]]:
+    """(K, V) pairs for fused_recurrent: V at its 8-wide block's boundaries, K at the 64-wide edges (the powers of
+    two its single padded K block changes at) and 256; odd dims too (no tl.dot there); each value at least once."""
+    ks, vs = [*K_BLOCK.boundaries(chunks=2), MAX_K], REC_V_BLOCK.boundaries(chunks=2)
+    return [(ks[i % len(ks)], vs[-1 - i % len(vs)]) for i in range(max(len(ks), len(vs)))]
+
+
+def boundary_cases(quick: bool) -> List[GdrCase]:
+    """The boundary families. Full: every sequence length and varlen batch in fp16 and bf16 (chunk forward +
+    backward; varlen also through fused_recurrent), every head-dim pair in one 16-bit dtype each (alternating: the
+    tiling is the same for both). --quick (bf16, but for the one chunk head-dim pair: its dtype alternates): a seeded
+    sample that always keeps T = 63, 64, 65 and the first varlen batch (chunk), plus one chunk and two fused_recurrent
+    head-dim pairs, so that its compile groups are the same for every seed."""
+    c = T_CHUNK.chunk
+    seq = {dtype: [GdrCase(op="chunk", dtype=dtype, batch=2, seqlen=t, family="T", **BOUNDARY)
+                   for t in boundary_seqlens()] for dtype in BOUNDARY_DTYPES}
+    varlen = {(op, dtype): [GdrCase(op=op, dtype=dtype, batch=1, seqlen=sum(lens), lengths=lens, family="varlen",
+                                    **BOUNDARY) for lens in varlen_batches()]
+              for op in ("chunk", "recurrent") for dtype in BOUNDARY_DTYPES}
+    dims = [GdrCase(op="chunk", dtype=BOUNDARY_DTYPES[i % 2], batch=2, seqlen=2 * c + 1, k_dim=k, v_dim=v,
+                    family="dims", **BOUNDARY) for i, (k, v) in enumerate(chunk_dims())]
+    rec_dims = [GdrCase(op="recurrent", dtype=BOUNDARY_DTYPES[i % 2], batch=2, seqlen=c + 1, k_dim=k, v_dim=v,
+                        family="dims", **BOUNDARY) for i, (k, v) in enumerate(recurrent_dims())]
+    if not quick:
+        return [*(x for d in BOUNDARY_DTYPES for x in seq[d]), *(x for v in varlen.values() for x in v), *dims,
+                *rec_dims]
+    first_varlen = varlen_batches()[0]
+    pool = [*seq["bf16"], *varlen[("chunk", "bf16")], *varlen[("recurrent", "bf16")]]
+    kept = kh.seeded_sample(pool, QUICK_BOUNDARY, keep=lambda x: x.op == "chunk" and (
+        x.seqlen in (c - 1, c, c + 1) if x.family == "T" else x.lengths == first_varlen))
+    return [*kept, *kh.seeded_sample(dims, 1), *kh.seeded_sample([x for x in rec_dims if x.dtype == "bf16"], 2)]
+
+
 def build_cases(quick: bool, features: Dict[str, bool]) -> List[GdrCase]:
-    """All cases of a run (about 40 full, about 10 with --quick), heads resolved for this version;
-    a configuration that comes up twice runs once."""
+    """All cases of a run (the sampled design: about 40 full, about 10 with --quick; then the boundary families),
+    heads resolved for this version; a configuration that comes up twice runs once."""
     cases: Dict[str, GdrCase] = {}
-    for case in [*chunk_cases(quick), *recurrent_cases(quick)]:
+    for case in [*chunk_cases(quick), *recurrent_cases(quick), *boundary_cases(quick)]:
         resolved = _resolve_heads(case, features)
         cases.setdefault(resolved.name, resolved)
     return list(cases.values())
+
+
+def group_key(case: GdrCase) -> Tuple[Any, ...]:
+    """Cases that share Triton autotune keys go together: a worker compiles and autotunes each kernel once for its
+    group, and groups compile in parallel. The chunk kernels' autotune keys are head counts, head dims and BT
+    (ops/common/chunk_delta_h.py:55 `key=['H', 'HV', 'K', 'V', 'BT', 'STATE_V_FIRST']`; T is
+    `do_not_specialize`), plus the dtypes Triton adds, so each chunk head-dim pair is its own group. Sequence
+    lengths and varlen batches join the group of their dims: only IS_VARLEN variants compile anew there.
+    fused_recurrent is not autotuned (one compile per K, V and IS_VARLEN): its boundary cases share one group per
+    dtype, apart from its other cases so that a crash at an odd head dim cannot take those down."""
+    if case.op.startswith("chunk"):
+        shape: Any = case.dims
+    else:
+        shape = case.family in ("dims", "varlen")
+    return (case.op, case.dtype, case.qk_heads, case.v_heads, case.g_dtype, shape)
 
 
 # --------------------------------------------------------------------------- case runners
@@ -340,19 +537,20 @@ def make_gate(batch: int, seqlen: int, heads: int, kind: str, device: torch.devi
 def make_inputs(case: GdrCase, device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
     """Random inputs in the case's dtypes (q/k/v/beta in the input dtype; h0 fp32, as fla keeps states)."""
     dtype = DTYPES[case.dtype]
-    b, t, h, hv, d = case.batch, case.seqlen, case.qk_heads, case.v_heads, HEAD_DIM
-    q = torch.randn(b, t, h, d, device=device)
-    k = torch.randn(b, t, h, d, device=device)
+    b, t, h, hv = case.batch, case.seqlen, case.qk_heads, case.v_heads
+    dk, dv = case.dims
+    q = torch.randn(b, t, h, dk, device=device)
+    k = torch.randn(b, t, h, dk, device=device)
     if not case.l2norm:
         q, k = F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1)
     g = make_gate(b, t, hv, case.gate, device)
     return {
         "q": q.to(dtype),
         "k": k.to(dtype),
-        "v": torch.randn(b, t, hv, d, device=device).to(dtype),
+        "v": torch.randn(b, t, hv, dv, device=device).to(dtype),
         "g": g if case.g_dtype == "fp32" else g.to(dtype),
         "beta": torch.randn(b, t, hv, device=device).sigmoid().to(dtype),
-        "h0": torch.randn(b, hv, d, d, device=device) if case.states == "h0+ht" else None,
+        "h0": torch.randn(case.n_seqs, hv, dk, dv, device=device) if case.states == "h0+ht" else None,
     }
 
 
@@ -366,8 +564,10 @@ def run_kernel(api: Api, case: GdrCase, inputs: Dict[str, Optional[torch.Tensor]
                                   initial_state=leaves["h0"], output_final_state=want_final)
     if case.l2norm:
         kwargs["use_qk_l2norm_in_kernel"] = True
+    if case.lengths:
+        kwargs["cu_seqlens"] = cu_seqlens_of(case.lengths, device)
     fn = api.chunk if case.op.startswith("chunk") else api.recurrent
-    state_bytes = case.batch * case.v_heads * HEAD_DIM * HEAD_DIM * 4
+    state_bytes = case.n_seqs * case.v_heads * case.dims[0] * case.dims[1] * 4
     kh.poison_allocator(4 * kh.nbytes(*inputs.values()) + 4 * state_bytes, device)
     o, ht = fn(**kwargs)
     results: Dict[str, Optional[torch.Tensor]] = {"o": o.detach().clone(),
@@ -398,10 +598,13 @@ def run_reference(case: GdrCase, inputs: Dict[str, Optional[torch.Tensor]],
     """The fp32 reference on fp32 copies of exactly the kernel's (rounded) inputs."""
     grad = case.backward
     leaves = {n: (t.detach().float().requires_grad_(grad) if t is not None else None) for n, t in inputs.items()}
+    args = (leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"])
+    kwargs = dict(initial_state=leaves["h0"], output_final_state=case.states != "none", use_qk_l2norm=case.l2norm)
     with torch.set_grad_enabled(grad):
-        o, ht = ref_gated_delta_rule(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
-                                     initial_state=leaves["h0"], output_final_state=case.states != "none",
-                                     use_qk_l2norm=case.l2norm)
+        if case.lengths:
+            o, ht = ref_varlen_gated_delta_rule(*args, lengths=case.lengths, **kwargs)
+        else:
+            o, ht = ref_gated_delta_rule(*args, **kwargs)
     results: Dict[str, Optional[torch.Tensor]] = {"o": o.detach(), "ht": ht.detach() if ht is not None else None}
     if grad:
         tensors, grads = [o], [cotangents["do"].float()]
@@ -427,9 +630,9 @@ def run_gdr_case(api: Api, case: GdrCase, device: torch.device) -> List[kh.CaseR
     (skipped, with fla's message)."""
     dtype = DTYPES[case.dtype]
     inputs = make_inputs(case, device)
-    b, t, hv, d = case.batch, case.seqlen, case.v_heads, HEAD_DIM
-    cotangents = {"do": torch.randn(b, t, hv, d, device=device).to(dtype) if case.backward else None,
-                  "dht": torch.randn(b, hv, d, d, device=device)
+    b, t, hv, (dk, dv) = case.batch, case.seqlen, case.v_heads, case.dims
+    cotangents = {"do": torch.randn(b, t, hv, dv, device=device).to(dtype) if case.backward else None,
+                  "dht": torch.randn(case.n_seqs, hv, dk, dv, device=device)
                   if case.backward and case.states != "none" else None}
     first = run_kernel(api, case, inputs, cotangents, device)
     refused = first.pop("backward_refused", None)
@@ -543,7 +746,7 @@ def _timed_row(name: str, kernel: Callable[[], Any], reference: Callable[[], Any
 class FlaSuite(kh.Suite):
     package = PACKAGE
     description = "Correctness and speed checks for an installed fla-core wheel (gated delta rule)."
-    quick_help = "about 10 cases instead of about 40"
+    quick_help = "about 20 cases (a seeded sample of the boundary shapes among them) instead of about 120"
     env_vars = ("FLA_DISABLE_BACKEND_DISPATCH", BYPASS_GUARD_ENV)
     refusals = UPSTREAM_REFUSALS
 
@@ -559,15 +762,15 @@ class FlaSuite(kh.Suite):
     def skip_reason(self, api: Api, case: GdrCase) -> Optional[str]:
         if case.l2norm and not api.features.get(f"l2norm_{case.op}", False):
             return "no use_qk_l2norm_in_kernel parameter in this version"
+        if case.lengths and not api.features.get(f"varlen_{case.op}", False):
+            return "no cu_seqlens parameter in this version"
         return None
 
     def run_case(self, api: Api, case: GdrCase, device: torch.device) -> List[kh.CaseResult]:
         return run_gdr_case(api, case, device)
 
     def group_key(self, case: GdrCase) -> Tuple[Any, ...]:
-        """Cases that share Triton autotune keys (op, dtypes, head counts) go together: a worker compiles and
-        autotunes each kernel once for its group, and groups compile in parallel."""
-        return (case.op, case.dtype, case.qk_heads, case.v_heads, case.g_dtype)
+        return group_key(case)
 
     def preliminary_cases(self, api: Api, device: torch.device) -> List[kh.CaseResult]:
         return [run_blackwell_flag_case(api, device)]

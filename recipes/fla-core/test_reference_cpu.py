@@ -9,8 +9,10 @@ fetched from PyPI, or unpacked ones named in FLA_CORE_SRC; loaded by path; needs
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -283,16 +285,22 @@ def test_groups_share_autotune_keys_and_keep_every_case(quick: bool) -> None:
     assert sorted(c.name for g in groups for c in g) == sorted(c.name for c in cases)
     keys = [{(c.op, c.dtype, c.qk_heads, c.v_heads, c.g_dtype) for c in g} for g in groups]
     assert all(len(k) == 1 for k in keys)
-    assert len({next(iter(k)) for k in keys}) == len(groups)  # one group per key
+    # the chunk kernels autotune on the head dims (K, V): one group per pair, never two pairs in one worker
+    assert all(len({c.dims for c in g}) == 1 for g in groups if g[0].op == "chunk")
+    # fused_recurrent's boundary cases (a compile per head-dim pair) run apart from its other cases
+    assert all(len({c.family in ("dims", "varlen") for c in g}) == 1 for g in groups if g[0].op == "recurrent")
+    full_keys = [kt.group_key(g[0]) for g in groups]
+    assert len(set(full_keys)) == len(groups)  # one group per key
     assert len(groups) > 1  # there is something to run in parallel
 
 
 @pytest.mark.parametrize("quick", [False, True])
 @pytest.mark.parametrize("gva_chunk", [False, True])
 def test_case_design(quick: bool, gva_chunk: bool) -> None:
-    cases = kt.build_cases(quick, {"gva_chunk": gva_chunk, "gva_recurrent": True})
-    names = [c.name for c in cases]
+    every = kt.build_cases(quick, {"gva_chunk": gva_chunk, "gva_recurrent": True})
+    names = [c.name for c in every]
     assert len(names) == len(set(names))
+    cases = [c for c in every if not c.family]  # the sampled design (the boundary families are tested below)
     assert (8 <= len(cases) <= 12) if quick else (30 <= len(cases) <= 45)
     for op in ("chunk", "recurrent"):
         mine = [c for c in cases if c.op == op]
@@ -324,9 +332,116 @@ def test_feature_detection_from_source_and_version() -> None:
         return None
 
     f = kt.detect_features(chunk, recurrent, "H = k.shape[2]", "HV = v.shape[2]", "0.4.2")
-    assert f == {"gva_chunk": False, "gva_recurrent": True, "l2norm_chunk": True, "l2norm_recurrent": True}
+    assert f == {"gva_chunk": False, "gva_recurrent": True, "l2norm_chunk": True, "l2norm_recurrent": True,
+                 "varlen_chunk": True, "varlen_recurrent": True}
+    assert not kt.detect_features(lambda q, k, v, g, beta: None, recurrent, None, None, "0.6.0")["varlen_chunk"]
     assert kt.detect_features(chunk, recurrent, None, None, "0.5.0+cu130torch2.14")["gva_chunk"]
     assert not kt.detect_features(chunk, recurrent, None, None, "0.4.1")["gva_chunk"]
+
+# --------------------------------------------------------------------------- boundary families (issue 50)
+
+FEATURES = {"gva_chunk": True, "gva_recurrent": True, "l2norm_chunk": True, "l2norm_recurrent": True,
+            "varlen_chunk": True, "varlen_recurrent": True}
+# Exact sizes of the design (fla-core 0.6.0's tilings): 37 sampled cases + 24 sequence lengths x 2 dtypes
+# + 4 varlen batches x 2 ops x 2 dtypes + 7 chunk head-dim pairs + 12 fused_recurrent head-dim pairs = 120;
+# --quick: 9 sampled + 7 seeded sequence-length / varlen + 1 chunk pair + 2 recurrent pairs = 19.
+FULL_CASES, QUICK_CASES = 120, 19
+FULL_GROUPS, QUICK_GROUPS = 25, 11  # distinct Triton compile / autotune keys (worker groups)
+
+
+def test_tilings_are_declared_with_their_source() -> None:
+    assert {(t.axis, t.chunk) for t in kt.TILINGS} == {("T", 64), ("T", 16), ("K", 64), ("V", 64), ("V", 8)}
+    for t in kt.TILINGS:
+        assert isinstance(t, kh.Tiling) and t.kernel and t.vec == 1
+        assert "ops/" in t.source and ".py:" in t.source and "`" in t.source, t  # file, line and the text
+    assert "chunk_size', 64)" in kt.T_CHUNK.source and "BC = 16" in kt.T_SUBCHUNK.source
+    assert "K <= 256" in kt.K_BLOCK.source and "min(8" in kt.REC_V_BLOCK.source and kt.MAX_K == 256
+
+
+def _values(cases: List[Any], attr: str, **where: Any) -> set:
+    mine = [c for c in cases if all(getattr(c, k) == v for k, v in where.items())]
+    if attr == "K":
+        return {c.dims[0] for c in mine}
+    if attr == "V":
+        return {c.dims[1] for c in mine}
+    return {getattr(c, attr) for c in mine}
+
+
+def test_every_declared_boundary_is_in_the_full_design() -> None:
+    cases = kt.build_cases(False, FEATURES)
+    for dtype in ("fp16", "bf16"):
+        seqlens = _values(cases, "seqlen", op="chunk", dtype=dtype, family="T")
+        assert set(kt.T_CHUNK.boundaries(chunks=2)) <= seqlens  # 1, 2, 63, 64, 65, 66, 127, 128, 129, 130, 191
+        assert set(kt.T_SUBCHUNK.boundaries(chunks=4)) <= seqlens  # 15, 16, 17, 31, ..., 79
+        assert {1, 63, 64, 65, 127, 128, 129} <= seqlens
+    # head dims: every boundary of the 64-wide K and V blocks (even, >= 16; odd ones moved one step outwards), K's
+    # limit 256; fused_recurrent: every boundary of its 8-wide V block and of the 64-wide edges, odd ones too
+    for tiling, attr in ((kt.K_BLOCK, "K"), (kt.V_BLOCK, "V")):
+        chunk_dims = _values(cases, attr, op="chunk") | {kt.DESIGN_HEAD_DIM}
+        expect = {kt._even_dim(b, 64) for b in tiling.boundaries(chunks=2) if b >= 16} | {256}
+        assert expect <= chunk_dims, (attr, expect - chunk_dims)
+        assert {62, 64, 66, 126, 128, 130, 190, 256} <= chunk_dims
+    assert set(kt.K_BLOCK.boundaries(chunks=2)) | {256} <= _values(cases, "K", op="recurrent", family="dims")
+    assert set(kt.REC_V_BLOCK.boundaries(chunks=2)) <= _values(cases, "V", op="recurrent", family="dims")
+    assert all(c.dims[0] <= kt.MAX_K for c in cases)
+    assert all(c.dims[0] % 2 == 0 and c.dims[1] % 2 == 0 for c in cases if c.op == "chunk")
+    # each boundary case: state in and out (dh0 checked), forward and backward for chunk
+    for c in cases:
+        if c.family:
+            assert c.states == "h0+ht" and (c.op == "recurrent" or c.backward), c.name
+            assert "boundary-" + c.family in c.name
+    lens = {c.lengths for c in cases if c.family == "varlen"}
+    assert lens == set(kt.varlen_batches())
+    assert {(c.op, c.dtype) for c in cases if c.family == "varlen"} == {
+        (op, d) for op in ("chunk", "recurrent") for d in ("fp16", "bf16")}
+
+
+def test_varlen_batches_put_sequence_ends_at_around_and_between_chunk_boundaries() -> None:
+    c, s = kt.T_CHUNK.chunk, kt.T_SUBCHUNK.chunk
+    seqlens = set(kt.boundary_seqlens())
+    ends = []
+    for lens in kt.varlen_batches():
+        assert set(lens) <= seqlens and 1 in lens
+        assert any(n % c and i < len(lens) - 1 for i, n in enumerate(lens))  # a partial tail with a neighbour after
+        ends += list(itertools.accumulate(lens))
+    assert {e % c for e in ends} >= {0, 1, c - 1}  # at, just after and just before chunk boundaries
+    assert {e % s for e in ends} >= {0, 1, s - 1}
+    assert sum(lens.count(1) for lens in kt.varlen_batches()) >= 4  # length-1 sequences
+    cu = kt.cu_seqlens_of((1, 63, 64), CPU)
+    assert cu.tolist() == [0, 1, 64, 128] and cu.dtype == torch.long
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345, 2**31 - 2])
+def test_quick_keeps_boundary_shapes(seed: int) -> None:
+    torch.manual_seed(seed)
+    cases = kt.build_cases(True, FEATURES)
+    assert len(cases) == QUICK_CASES
+    chunk_t = _values(cases, "seqlen", op="chunk", family="T")
+    assert {63, 64, 65} <= chunk_t  # always kept: a 63-row tail, exactly one chunk, a one-row tail
+    assert kt.varlen_batches()[0] in _values(cases, "lengths", op="chunk", family="varlen")
+    assert len([c for c in cases if c.op == "chunk" and c.family == "dims"]) == 1
+    assert len([c for c in cases if c.op == "recurrent" and c.family == "dims"]) == 2
+    assert len([c for c in cases if c.family]) == 10 and len([c for c in cases if not c.family]) == 9
+    assert len(kt.FlaSuite().group_cases(cases)) == QUICK_GROUPS
+    torch.manual_seed(seed)
+    assert [c.name for c in kt.build_cases(True, FEATURES)] == [c.name for c in cases]  # the seed repeats a run
+
+
+def test_exact_case_and_group_counts() -> None:
+    torch.manual_seed(7)
+    full, quick = kt.build_cases(False, FEATURES), kt.build_cases(True, FEATURES)
+    assert (len(full), len(quick)) == (FULL_CASES, QUICK_CASES)
+    families = {f: len([c for c in full if c.family == f]) for f in ("", "T", "varlen", "dims")}
+    assert families == {"": 37, "T": 48, "varlen": 16, "dims": 19}
+    assert len(kt.FlaSuite().group_cases(full)) == FULL_GROUPS
+    assert len(kt.FlaSuite().group_cases(quick)) == QUICK_GROUPS
+    names = [c.name for c in full]
+    assert len(set(names)) == len(names)
+    # the sampled design's names are unchanged by the new fields
+    assert "chunk/bf16/B2/T1000/h16v32/h0+ht/l2norm_in_kernel/gate_qwen/g_fp32/fwd+bwd" in names
+    assert [n for n in names if "boundary" in n] == [c.name for c in full if c.family]
+    assert sum(bool(re.search("boundary", n)) for n in names) == FULL_CASES - 37  # what `--only boundary` runs
+
 
 
 # --------------------------------------------------------------------------- the harness with fake kernels
@@ -340,9 +455,34 @@ def small(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kt, "HEAD_DIM", 16)
 
 
+BT = kt.T_CHUNK.chunk  # the chunk the planted boundary faults are keyed on
+
+
+def _fake_sequences(q, k, v, g, beta, scale, h0, want_final, l2norm, lengths, fault):
+    """The packed sequences of a varlen call one by one (fla's semantics); ``chunk_tail_63`` and
+    ``varlen_tail_chunk`` plant boundary faults."""
+    outs, finals, start = [], [], 0
+    for i, n in enumerate(lengths):
+        part = [x[:, start:start + n] for x in (q, k, v, g, beta)]
+        h0_i = h0[i:i + 1] if h0 is not None else None
+        o, ht = chunked_gdr(*part, scale=scale, initial_state=h0_i, output_final_state=True, use_qk_l2norm=l2norm)
+        if fault == "varlen_tail_chunk" and n > BT and n % BT:
+            # the sequence's last, partial chunk never reaches its final state
+            full = n - n % BT
+            _, ht = chunked_gdr(*(x[:, :full] for x in part), scale=scale, initial_state=h0_i,
+                                output_final_state=True, use_qk_l2norm=l2norm)
+        if fault == "chunk_tail_63" and n % BT == BT - 1:
+            o = torch.cat([o[:, :-1], torch.zeros_like(o[:, -1:])], dim=1)  # a 63-row last chunk loses its last row
+        outs.append(o)
+        finals.append(ht)
+        start += n
+    return torch.cat(outs, dim=1), (torch.cat(finals, dim=0) if want_final else None)
+
+
 def _fake_kernel(fault: Optional[str] = None, backward: bool = True):
-    """A CPU stand-in for fla's kernels with fla's keyword API: the chunked formulation, output in the input
-    dtype and final state in fp32; `fault` plants a bug."""
+    """A CPU stand-in for fla's kernels with fla's keyword API (cu_seqlens too): the chunked formulation, output
+    in the input dtype and final state in fp32; `fault` plants a bug. The boundary faults (``chunk_tail_63``,
+    ``varlen_tail_chunk``) are planted in the chunk stand-in only (``backward``): fused_recurrent has no chunks."""
     calls = {"n": 0}
 
     def fn(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
@@ -354,8 +494,22 @@ def _fake_kernel(fault: Optional[str] = None, backward: bool = True):
         h0 = initial_state
         if fault == "drop_h0_grad" and h0 is not None:
             h0 = h0.detach()
-        o, ht = chunked_gdr(q, k, v, g, beta, scale=scale, initial_state=h0, output_final_state=output_final_state,
-                            use_qk_l2norm=use_qk_l2norm_in_kernel)
+        boundary_fault = fault if backward and fault in ("chunk_tail_63", "varlen_tail_chunk") else None
+        if cu_seqlens is not None:
+            assert q.shape[0] == 1 and cu_seqlens.dtype == torch.long and int(cu_seqlens[-1]) == q.shape[1]
+            assert h0 is None or h0.shape[0] == len(cu_seqlens) - 1
+            lengths = torch.diff(cu_seqlens).tolist()
+            o, ht = _fake_sequences(q, k, v, g, beta, scale, h0, output_final_state, use_qk_l2norm_in_kernel,
+                                    lengths, boundary_fault)
+        elif boundary_fault == "chunk_tail_63":
+            rows = [_fake_sequences(*(x[b:b + 1] for x in (q, k, v, g, beta)), scale,
+                                    h0[b:b + 1] if h0 is not None else None, output_final_state,
+                                    use_qk_l2norm_in_kernel, [q.shape[1]], boundary_fault) for b in range(q.shape[0])]
+            o = torch.cat([r[0] for r in rows], dim=0)
+            ht = torch.cat([r[1] for r in rows], dim=0) if output_final_state else None
+        else:
+            o, ht = chunked_gdr(q, k, v, g, beta, scale=scale, initial_state=h0,
+                                output_final_state=output_final_state, use_qk_l2norm=use_qk_l2norm_in_kernel)
         if fault == "output_3pct_off":
             o = torch.cat([o[:, :1], o[:, 1:] * 1.03], dim=1)
         if fault == "last_token":
@@ -374,8 +528,7 @@ def _fake_kernel(fault: Optional[str] = None, backward: bool = True):
 
 def _api(fault: Optional[str] = None) -> Any:
     return kt.Api(chunk=_fake_kernel(fault), recurrent=_fake_kernel(fault, backward=False), version="0.6.0",
-                  features={"gva_chunk": True, "gva_recurrent": True, "l2norm_chunk": True, "l2norm_recurrent": True},
-                  flags={})
+                  features=dict(FEATURES), flags={})
 
 
 def _case(**kw: Any) -> Any:
@@ -417,6 +570,112 @@ def test_harness_catches_planted_faults(small: None, fault: str, needle: str) ->
     [result] = kt.FlaSuite().run_one(_api(fault), _case(seqlen=70), CPU)
     assert result.status == "failed"
     assert needle in result.detail, result.detail
+
+
+def test_varlen_reference_runs_each_sequence_from_its_own_state() -> None:
+    lens = (1, 5, 16, 3)
+    x = _inputs(b=1, t=sum(lens), h=2, hv=4)
+    h0 = torch.randn(len(lens), 4, 8, 8)
+    o, ht = kt.ref_varlen_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], lens, initial_state=h0,
+                                           output_final_state=True)
+    assert o.shape == x["v"].shape and ht.shape == h0.shape
+    start = 0
+    for i, n in enumerate(lens):
+        part = [x[name][:, start:start + n] for name in ("q", "k", "v", "g", "beta")]
+        oi, hi = kt.ref_gated_delta_rule(*part, initial_state=h0[i:i + 1], output_final_state=True)
+        torch.testing.assert_close(o[:, start:start + n], oi)
+        torch.testing.assert_close(ht[i:i + 1], hi)
+        start += n
+    # no state handed from one sequence to the next: zeros in, not the previous sequence's final state
+    o0, _ = kt.ref_varlen_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], lens)
+    o1, _ = kt.ref_gated_delta_rule(*(x[name][:, 1:6] for name in ("q", "k", "v", "g", "beta")))
+    torch.testing.assert_close(o0[:, 1:6], o1)
+
+
+def _boundary(family: str, op: str = "chunk", **kw: Any) -> Any:
+    [case] = [c for c in kt.boundary_cases(False) if c.family == family and c.op == op
+              and all(getattr(c, k) == v for k, v in kw.items())][:1]
+    return kt._resolve_heads(case, FEATURES)
+
+
+@pytest.mark.parametrize(("family", "op", "kw"), [
+    ("T", "chunk", {"seqlen": 63, "dtype": "bf16"}),
+    ("T", "chunk", {"seqlen": 1, "dtype": "fp16"}),
+    ("varlen", "chunk", {"lengths": kt.varlen_batches()[1], "dtype": "bf16"}),
+    ("varlen", "recurrent", {"lengths": kt.varlen_batches()[3], "dtype": "fp16"}),
+    ("dims", "chunk", {"k_dim": 66, "v_dim": 130}),
+    ("dims", "recurrent", {"k_dim": 1, "v_dim": 23}),
+    ("dims", "recurrent", {"k_dim": 65, "v_dim": 15}),
+])
+def test_harness_passes_a_correct_kernel_on_boundary_shapes(small: None, family: str, op: str,
+                                                            kw: Dict[str, Any]) -> None:
+    case = _boundary(family, op, **kw)
+    [result] = kt.FlaSuite().run_one(_api(), case, CPU)
+    assert result.status == "passed", result.detail
+    tensors = {c["tensor"] for c in result.checks}
+    expected = {"o", "ht"} | ({"dq", "dk", "dv", "dg", "dbeta", "dh0"} if op == "chunk" else set())
+    assert expected <= tensors, tensors
+    assert {f"repeat:{t}" for t in expected} <= tensors
+
+
+def _old_design_chunk_shapes() -> List[Any]:
+    """One case per (batch, seqlen) of the sampled design's chunk cases: what it could catch of a fault keyed on
+    the sequence's shape (the other factors do not change where a sequence ends)."""
+    seen: Dict[Tuple[int, int], Any] = {}
+    for c in kt.build_cases(False, FEATURES):
+        if c.op == "chunk" and not c.family:
+            seen.setdefault((c.batch, c.seqlen), c)
+    return list(seen.values())
+
+
+def _fault_shows(fault: str, case: Any) -> bool:
+    """Whether the planted fault changes anything the suite checks (o, ht, every gradient) on this case's shape:
+    the faulty and the correct stand-in on the same tiny inputs (1 q/k head, 2 value heads, dim 4)."""
+    n_seqs = len(case.lengths) if case.lengths else case.batch
+    x = _inputs(b=case.batch, t=case.seqlen, h=1, hv=2, d=4, seed=case.seqlen)
+    x["h0"] = torch.randn(n_seqs, 2, 4, 4, generator=torch.Generator().manual_seed(1))
+    cu = kt.cu_seqlens_of(case.lengths, CPU) if case.lengths else None
+    results = []
+    for planted in (None, fault):
+        leaves = {n: t.detach().clone().requires_grad_(True) for n, t in x.items()}
+        o, ht = _fake_kernel(planted)(q=leaves["q"], k=leaves["k"], v=leaves["v"], g=leaves["g"],
+                                      beta=leaves["beta"], initial_state=leaves["h0"], output_final_state=True,
+                                      cu_seqlens=cu)
+        (o.float().sum() + (ht * ht).sum()).backward()
+        results.append([o, ht, *(leaves[n].grad for n in x)])
+    # (to rounding: the faulty stand-in runs a batch row by row)
+    return any(not torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*results, strict=True))
+
+
+@pytest.mark.parametrize(("fault", "needle"), [
+    ("chunk_tail_63", "o FAIL"),  # a last chunk of 63 rows loses its last row's output
+    ("varlen_tail_chunk", "ht FAIL"),  # a varlen sequence's last partial chunk never reaches its final state
+])
+def test_boundary_faults_are_caught_by_the_boundary_cases_and_missed_by_the_sampled_design(
+        small: None, fault: str, needle: str) -> None:
+    old = _old_design_chunk_shapes()
+    assert {(c.batch, c.seqlen) for c in old} == {(1, 1024), (2, 1000), (2, 65)}
+    # the sampled design cannot see it: on each of its shapes the faulty stand-in computes exactly what the correct
+    # one does (outputs, final state, every gradient)
+    assert not any(_fault_shows(fault, c) for c in old)
+    family = "T" if fault == "chunk_tail_63" else "varlen"
+    boundary = [kt._resolve_heads(c, FEATURES) for c in kt.boundary_cases(False)
+                if c.op == "chunk" and c.family == family and c.dtype == "bf16"]
+    showing = [c for c in boundary if _fault_shows(fault, c)]
+    if fault == "chunk_tail_63":
+        assert [c.seqlen for c in showing] == [63, 127, 191]
+    else:
+        assert len(showing) == len(kt.varlen_batches())  # each batch has a sequence > 64 with a partial last chunk
+    # the suite reports it: the harness fails such a case and names the tensor
+    [result] = kt.FlaSuite().run_one(_api(fault), showing[0], CPU)
+    assert result.status == "failed" and needle in result.detail, result.detail
+    [result] = kt.FlaSuite().run_one(_api(), showing[0], CPU)
+    assert result.status == "passed", result.detail
+    # --quick, whatever its seed, keeps a case that shows it
+    names = {c.name for c in showing}
+    for seed in (0, 1, 2, 3):
+        torch.manual_seed(seed)
+        assert names & {c.name for c in kt.build_cases(True, FEATURES)}
 
 
 def test_harness_turns_exceptions_into_failures(small: None) -> None:
@@ -546,7 +805,8 @@ from pathlib import Path
 import torch
 import kernel_tests as kt
 if __name__ == "__main__":
-    cases = [c for c in kt.build_cases(True, {"gva_chunk": True, "gva_recurrent": True}) if c.seqlen <= 70]
+    cases = [c for c in kt.build_cases(True, {"gva_chunk": True, "gva_recurrent": True})
+             if c.seqlen <= 70 and not c.family]
     cases = [kt.replace(c, batch=1) for c in cases]
     groups = kt.FlaSuite().group_cases(cases)
     report = kt.FlaSuite().new_report(7, True)
