@@ -37,7 +37,8 @@ def test_0002_and_0003_never_both_apply() -> None:
     assert "0003-per-torch-abi3-1.7.0.patch" in per_torch and "0002-stable-abi-1.7.0.patch" not in per_torch
     assert "0002-stable-abi-1.7.0.patch" in stable and "0003-per-torch-abi3-1.7.0.patch" not in stable
     assert [p.name for p in recipe.patches_for("1.6.2.post1", abi=Abi.PER_TORCH)] == [
-        "0001-clear-error-arch-list-no-download-1.5.2-1.7.0.patch"]
+        "0001-clear-error-arch-list-no-download-1.5.2-1.7.0.patch", "0005-bwd-silu-short-tail-history-1.5.2-1.7.0.patch",
+        "0006-channellast-fwd-seq-idx-bound-1.5.2-1.6.2.post1.patch"]  # the build-script fix and the kernel fixes
 
 
 def _schemas(patch: Path) -> list[str]:

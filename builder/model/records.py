@@ -16,6 +16,7 @@ from builder.model.arch import Arch, parse_arch_list
 from builder.model.cuda import CudaVersion
 from builder.model.recordshape import RecordShapeError as RecordShapeError
 from builder.model.recordshape import as_read, check_record_json, plain, recipe_json
+from builder.model.wheelbuild import WheelBuild as WheelBuild
 
 FARM_STATUSES = ("built", "unchanged", "failed")
 
@@ -209,19 +210,6 @@ StrMap = Mapping[str, str]
 # bytes stay reproducible), written only where set.
 _AFTER_FINALIZE = ("timings", "tests", "inspect", "wheel", "compiler_cache", "wheel_sha256", "parallel",
                    "torch_checks", "torch_unchecked", "abi_choice", "gpu_tests")
-
-
-@dataclass(frozen=True)
-class WheelBuild:
-    """A wheel's build number (its PEP 427 build tag; docs/INDEX.md "Superseded builds") and the patches that
-    brought it (``0005-….patch: summary``): this build supersedes every lower build of the same file name."""
-
-    number: int
-    by: tuple[str, ...]
-
-    def describe(self) -> str:
-        """``0005: kernel fix: …`` (the patches' numbers and summaries)."""
-        return "; ".join(f"{b.split('-', 1)[0]}: {b.split(': ', 1)[1]}" if ": " in b else b for b in self.by)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,12 @@ from builder.core.errors import ToolchainError
 TOOLS = ("memcheck", "racecheck")
 EXIT_CODE = 86  # --error-exitcode: what the tool returns when it found errors (the suite's own codes are 0/1/3)
 SLOWDOWN = 10  # the suite's timeout is multiplied by this under the tool
-_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?$", re.MULTILINE)  # not "... N errors were not printed"
+_WHERE = re.compile(r"^=+\s+at (?:void )?(\w+).*? in ([\w./-]+:\d+)", re.MULTILINE)
+# what the tool prints when it could not instrument the run ("Target application returned an error" is not one:
+# it only says the suite exited non-zero, e.g. with failed cases, which the suite's report tells)
 _UNSUPPORTED = ("Device not supported", "Unable to find injection library", "Target application terminated before",
-                "Error: Target application returned an error", "cannot be profiled")
+                "cannot be profiled")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,10 @@ class SanitizerRun:
             first = next((line.strip("= ").strip() for line in text.splitlines()
                           if line.startswith("=========") and any(w in line for w in ("Invalid", "Race", "Error", "error"))
                           and "ERROR SUMMARY" not in line), "")
-            return f"compute-sanitizer {self.tool} found {errors} error(s)" + (f": {first[:300]}" if first else "")
+            where = _WHERE.search(text)
+            if first and where:
+                first += f" in {where.group(1)} ({where.group(2)})"
+            return f"compute-sanitizer {self.tool} found {errors} error(s)" + (f", first: {first[:300]}" if first else "")
         refused = next((marker for marker in _UNSUPPORTED if marker in text), None)
         if refused or returncode == EXIT_CODE or not found:
             why = refused or ("it wrote no error summary" if not found else f"it exited {returncode}")

@@ -174,8 +174,8 @@ def kernel_tests(
         status = "failed"
     reason = data.get("reason", "") or ("" if status == "passed" else last_line or "no output")
     found = sanitizer.verdict(returncode) if sanitizer is not None and status != "skipped" else None
-    if found:
-        status, reason = "failed", "; ".join(r for r in (found, reason) if r)
+    if found:  # the suite's own last line adds nothing when the tool's finding stopped it before its report
+        status, reason = "failed", "; ".join(r for r in (found, data.get("reason", "")) if r)
     elif sanitizer is not None and status == "passed":
         reason = "; ".join(r for r in (f"compute-sanitizer {sanitize}: 0 errors", reason) if r)
     report = replace(report, gpu=data.get("gpu"), capability=parse_capability(data.get("capability")),
