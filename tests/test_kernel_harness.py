@@ -206,3 +206,31 @@ def test_a_known_defect_in_one_result_of_a_case_leaves_its_other_results() -> No
                              "dx wrong")
     assert [r.status for r in stale] == ["failed", "skipped"]
     assert kh.expect_defect([kh.CaseResult("c", "passed")], None)[0].status == "passed"
+
+
+# --------------------------------------------------------------------------- boundaries from a kernel's structure
+
+
+def test_boundary_values_are_every_chunk_edge_and_vector_tail() -> None:
+    assert kh.boundary_values(512, 4) == [1, 3, 4, 5, 511, 512, 513, 515, 516, 517, 1023, 1024, 1025, 1027, 1028, 1029,
+                                          1535]
+    assert kh.boundary_values(64, 1, chunks=1, tails=(2, 3)) == [1, 2, 3, 63, 64, 65, 66, 67, 127]
+    # every residue a short last chunk can have below one vector is reached above the first chunk
+    values = kh.boundary_values(1024, 8, tails=range(1, 8))
+    assert {v - 1024 for v in values if 1024 < v < 1032} == set(range(1, 8))
+    tiling = kh.Tiling("k", "seqlen", 128, 8, "file.cu: line")
+    assert tiling.boundaries() == kh.boundary_values(128, 8)
+    with pytest.raises(ValueError):
+        kh.boundary_values(0, 4)
+
+
+def test_seeded_sample_keeps_what_it_must_and_replays_with_the_seed() -> None:
+    items = list(range(100))
+    torch.manual_seed(7)
+    first = kh.seeded_sample(items, 20, keep=lambda i: i % 25 == 0)
+    torch.manual_seed(7)
+    assert kh.seeded_sample(items, 20, keep=lambda i: i % 25 == 0) == first  # the report's seed replays it
+    assert len(first) == 20 and {0, 25, 50, 75} <= set(first) and first == sorted(first)
+    torch.manual_seed(8)
+    assert kh.seeded_sample(items, 20, keep=lambda i: i % 25 == 0) != first
+    assert kh.seeded_sample(items, 2, keep=lambda i: i % 25 == 0) == [0, 25, 50, 75]  # kept items are never dropped
