@@ -22,7 +22,7 @@ from builder.model.records import BuildRecord, WheelBuild
 from builder.pipeline.verify import superseded_lines
 from builder.stages.finalize import finalize_wheel, read_build_record
 from builder.user.envprobe import PackageSpec, probe_env
-from builder.user.fit import EnvFacts
+from builder.user.fit import EnvFacts, Verdict, best
 from builder.user.installer import install_argv
 from builder.user.superseded import installed_superseded
 from builder.user.wheelhouse import WheelhouseReader
@@ -160,7 +160,13 @@ def test_clients_take_the_new_build_and_replace_the_old(house: Wheelhouse, tmp_p
     assert old.line(env) == (f"alpha 1.0+{LABEL} build 0 is superseded by build 1 (a fix of the recipe): reinstall "
                              f"with builder install alpha --python {env}")
 
-    chosen = [w for w in reader.wheels("alpha") if w.filename == NEW]
+    # the wheel install chooses among the fitting files of one version is the newest build, whatever its name
+    # sorts as ("alpha-1.0+…-1-py3…" sorts before "alpha-1.0+…-py3…"): the old file chosen was the first demo's bug
+    fitting = [Verdict(w, ()) for w in reader.wheels("alpha")]
+    assert {v.wheel.filename for v in fitting} == {OLD, NEW}
+    picked = best(fitting) or best(list(reversed(fitting)))
+    assert picked is not None and picked.wheel.filename == NEW == best(list(reversed(fitting))).wheel.filename
+    chosen = [picked.wheel]
     facts = EnvFacts(python="3.11", tags=frozenset(), torch=None, torch_cuda=None)
     argv = install_argv(env, chosen, facts, tool="uv-internal" if tool == "uv" else "pip", reinstall=("alpha",))
     assert ("--reinstall-package" if tool == "uv" else "--force-reinstall") in argv

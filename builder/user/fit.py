@@ -25,7 +25,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core.wheelfile import parse_wheel_name
+from builder.core.wheelfile import build_number, parse_wheel_name
 from builder.index.layout import simple_path
 from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
 from builder.model.arch import runs_on
@@ -380,11 +380,13 @@ def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
 
 
 def best(verdicts: list[Verdict]) -> Verdict | None:
-    """The fitting wheel to install: the newest version, kernel-tested (on this env's torch) before untested, a
-    per-torch wheel (built against this very torch) before a stable-ABI one or a pure-Python one built once."""
+    """The fitting wheel to install: the newest version and, of one version, the newest build (a higher build
+    supersedes a wheel with a known defect, whatever else it has: docs/INDEX.md "Superseded builds"), then
+    kernel-tested (on this env's torch) before untested, a per-torch wheel (built against this very torch) before a
+    stable-ABI one or a pure-Python one built once."""
     fitting = [v for v in verdicts if v.fits]
     if not fitting:
         return None
-    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.kernel_tested,
+    return max(fitting, key=lambda v: (Version(v.wheel.version.public), build_number(v.wheel.filename), v.kernel_tested,
                                        not (v.wheel.is_stable_abi or v.wheel.built_once),
                                        v.wheel.filename))
