@@ -608,6 +608,11 @@ def scan_tolerances(case: ScanCase) -> dict[str, tuple[float, float]]:
     "~20 % off" (issue 50's bf16 seqlen-1 report); test_references_cpu.py reproduces both numbers."""
     rtol, atol = SCAN_TOL[case.dtype]
     rtolw, atolw = SCAN_WEIGHT_TOL
+    # Upstream's tolerances are set at its tests' dstate 16; out, dC and dz are sums over dstate products of a state
+    # carried through the whole sequence with --use_fast_math's exp2f, so their absolute rounding error grows like
+    # sqrt(dstate) (seen on an H100: fp32 dstate 256, L 4097, one element of 8194 at 0.0142 against 0.002 + 6e-4 |ref|)
+    grow = max(1.0, math.sqrt(case.dstate / 16))
+    atol, atolw = atol * grow, atolw * grow
     if SCAN_FLAGS[case.flags][0] or case.dtype != "fp32":
         rtolw, atolw = max(rtolw, rtol), max(atolw, atol)
     tol_B = (rtolw, atolw) if "B" in case.const else (rtol, atol)
