@@ -48,6 +48,14 @@ def test_clean_run_passes(tmp_path: Path) -> None:
     assert _run(tmp_path, failed_suite).verdict(1) is None  # the suite's own failure is the suite's to report
 
 
+def test_racecheck_summary_is_read(tmp_path: Path) -> None:
+    clean = "========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+    assert _run(tmp_path, clean, "racecheck").verdict(0) is None  # the H100 run's log, whole
+    racy = clean.replace("0 hazards displayed (0 errors", "2 hazards displayed (2 errors")
+    assert (_run(tmp_path, racy, "racecheck").verdict(EXIT_CODE) or "").startswith(
+        "compute-sanitizer racecheck found 2 error(s)")
+
+
 def test_errors_fail_with_count_and_first_error(tmp_path: Path) -> None:
     verdict = _run(tmp_path, OOB).verdict(EXIT_CODE)
     assert verdict is not None

@@ -21,7 +21,10 @@ from builder.core.errors import ToolchainError
 TOOLS = ("memcheck", "racecheck")
 EXIT_CODE = 86  # --error-exitcode: what the tool returns when it found errors (the suite's own codes are 0/1/3)
 SLOWDOWN = 10  # the suite's timeout is multiplied by this under the tool
-_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?$", re.MULTILINE)  # not "... N errors were not printed"
+# memcheck/initcheck/synccheck end with "ERROR SUMMARY: N errors" (not "... N errors were not printed"), racecheck
+# with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" (seen on the H100)
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?$|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?",
+                      re.MULTILINE)
 _WHERE = re.compile(r"^=+\s+at (?:void )?(\w+).*? in ([\w./-]+:\d+)", re.MULTILINE)
 # what the tool prints when it could not instrument the run ("Target application returned an error" is not one:
 # it only says the suite exited non-zero, e.g. with failed cases, which the suite's report tells)
@@ -50,7 +53,7 @@ class SanitizerRun:
         that the tool could not instrument the run on this machine."""
         text = self.log_file.read_text(errors="replace") if self.log_file.is_file() else ""
         found = _SUMMARY.findall(text)
-        errors = sum(int(n) for n in found)
+        errors = sum(int(a or b) for a, b in found)
         if errors:
             first = next((line.strip("= ").strip() for line in text.splitlines()
                           if line.startswith("=========") and any(w in line for w in ("Invalid", "Race", "Error", "error"))
