@@ -34,9 +34,10 @@ def test_0004_and_0005_never_both_apply() -> None:
     recipe = repo_recipe("mamba-ssm")
     per_torch = [p.name for p in recipe.patches_for("2.3.2.post1", abi=Abi.PER_TORCH)]
     stable = [p.name for p in recipe.patches_for("2.3.2.post1", abi=Abi.TORCH_STABLE)]
-    assert [n[:4] for n in per_torch] == ["0001", "0002", "0003", "0005"] and per_torch[-1] == PER_TORCH
-    assert [n[:4] for n in stable] == ["0001", "0002", "0003", "0004"] and stable[-1] == STABLE
-    assert [p.name[:4] for p in recipe.patches_for("2.3.1", abi=Abi.PER_TORCH)] == ["0001", "0003"]
+    # 0006 (the constant-B last_state fix, Python only) applies to every build after the port
+    assert [n[:4] for n in per_torch] == ["0001", "0002", "0003", "0005", "0006"] and per_torch[-2] == PER_TORCH
+    assert [n[:4] for n in stable] == ["0001", "0002", "0003", "0004", "0006"] and stable[-2] == STABLE
+    assert [p.name[:4] for p in recipe.patches_for("2.3.1", abi=Abi.PER_TORCH)] == ["0001", "0003", "0006"]
 
 
 def test_the_per_torch_port_registers_the_stable_ports_schemas() -> None:
@@ -74,7 +75,7 @@ def test_the_plan_says_abi3_for_the_farms_per_torch_targets(tmp_path: Path) -> N
     for t in newest[:2]:
         plan = make_plan(t.to_target(jobs=1), t.settings(settings))
         assert plan.abi is Abi.PER_TORCH and plan.abi3 and plan.python_agnostic is not None
-        assert [p.name for p in plan.patches][-1] == PER_TORCH and STABLE not in [p.name for p in plan.patches]
+        assert PER_TORCH in [p.name for p in plan.patches] and STABLE not in [p.name for p in plan.patches]
         abi = dict(plan.describe())["abi"]
         assert abi.startswith("per-torch, Python-agnostic (one cp310-abi3 wheel pinned to torch 2.9, serving"), abi
     for t in [t for t in targets if t.version == "2.3.1"]:
