@@ -162,7 +162,7 @@ def test_mamba_ssm_patches_apply_to_the_real_sdist_and_leave_the_cxx_standard_to
     recipe, root = real_sdist("mamba-ssm", version, tmp_path)
     before = (root / "setup.py").read_text()
     patches = recipe.patches_for(version)
-    assert [p.name[:4] for p in patches] == ["0001", "0002", "0003", "0005"]  # 0005: per-torch abi3 port
+    assert [p.name[:4] for p in patches] == ["0001", "0002", "0003", "0005", "0006"]  # 0005: per-torch abi3 port
     apply_patches(root, patches, "mamba-ssm", version)
     setup = (root / "setup.py").read_text()
     hip, cuda = (part.split("\n        }\n", 1)[0] for part in setup.split("extra_compile_args = {")[1:3])
