@@ -11,7 +11,7 @@ import pytest
 from builder.discovery.compat import known_indexes
 from builder.farm.coverage import USERS_PLATFORMS, users_matrix
 from builder.farm.expand import expand
-from builder.farm.facts import TORCH_TRITON
+from builder.farm.facts import torch_triton
 from builder.farm.proven import ALL, PYPI, cell_releases, prove_farm
 from builder.farm.served import Cell
 from builder.farm.spec import load_farm
@@ -30,12 +30,15 @@ def proofs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {(p.package, p.version): p for p in found}
 
 
-def test_every_torch_release_of_the_users_matrix_has_its_triton_pin_recorded(tmp_path: Path) -> None:
-    """farm/facts.py is hand-kept: a torch release the snapshot gains must be added, or its cells lose their
-    triton check."""
+def test_every_torch_release_of_the_users_matrix_has_its_triton_pin_read(tmp_path: Path) -> None:
+    """The triton pins are read from each release's METADATA (farm/facts.py torch_triton, from the snapshot): a
+    release of the users' matrix without one would lose its triton check."""
     releases = cell_releases(known_indexes(planning_settings(tmp_path)), USERS_PLATFORMS)
     seen = {r for found in releases.values() for r in found}
-    assert seen and sorted(seen - set(TORCH_TRITON)) == []
+    pins = torch_triton()
+    assert seen and sorted(seen - set(pins)) == []
+    # read, not kept by hand: torch 2.12.1 pins triton 3.7.1 (the old hand table said 3.7.0), 2.15.0 `~=3.9.0`
+    assert pins["2.12.1"] == "3.7.1" and pins["2.15.0"] == "3.9.0" and pins["2.8.0"] == "3.4.0"
 
 
 def test_a_per_torch_wheel_takes_every_patch_release_of_its_minor() -> None:

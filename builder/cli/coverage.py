@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from builder.cli.common import out, settings_from_args
+from builder.cli.farmcommon import noting_fetches
 from builder.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     fmt.add_argument("--json", action="store_true", help="the same data as JSON (the nightly's summary)")
     fmt.add_argument("--markdown", action="store_true", help="tables as GitHub markdown")
     add_common(p, "cache-dir", "wheelhouse", "recipes", "patches", "offline", "net-deadline")
-    return {"coverage": cmd_coverage}
+    return {"coverage": noting_fetches(cmd_coverage)}
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             out.print(f"note: {escape(note)}")
         proof = proof_of.get((r.package, r.version))
         if proof is not None:
-            out.print(f"farm.toml, claimed → installable → GPU-evidenced (not covered: {ALL}):")
+            out.print(f"farm.toml's plan, not results: claimed → installable → GPU-planned (not covered: {ALL}):")
             for line in proof_lines(proof):
                 out.print("  " + escape(line))
         for line in resolved_lines(resolved, proof_of, r.package, r.version):
@@ -117,7 +118,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         out.print(f"note: {escape(farm_note)}")
     sources = "; ".join(f"{i['name']}: {i['source']}" for i in meta["indexes"])
     out.print(f"matrix: {meta['matrix_cells']} cells (CUDA >= {meta['min_cuda']}, {' and '.join(meta['platforms'])}: "
-              f"aarch64 Pythons {meta['aarch64_pythons']}; free-threaded Pythons not counted) from {escape(sources)}")
+              f"{meta['platform_facts']}; free-threaded Pythons not counted), {meta['unknown_cells']} unknown, from "
+              f"{escape(sources)}")
     for note in meta["notes"]:
         out.print(f"note: {escape(note)}")
     return 0

@@ -65,3 +65,32 @@ def quiet() -> Iterator[None]:
         yield
     finally:
         log.quiet = before
+
+
+def fetched_note() -> str | None:
+    """``read from the network: 3 URLs (pypi.org 3) …`` where this process fetched anything (a cold cache), so a
+    slow read-only command says why; None where everything came from the cache."""
+    from collections import Counter
+    from urllib.parse import urlsplit
+
+    from builder.core.net import opened
+
+    urls = opened()
+    if not urls:
+        return None
+    hosts = Counter(urlsplit(u).hostname or "?" for u in urls)
+    return (f"read from the network: {len(urls)} URLs ({', '.join(f'{h} {n}' for h, n in hosts.most_common())}); "
+            "cached for 24 h (BUILDER_INDEX_TTL), the next run reads none")
+
+
+def noting_fetches(command: Any) -> Any:
+    """``command`` that ends by saying on stderr what it read from the network (``fetched_note``), if anything."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(command(args))
+        finally:
+            note = fetched_note()
+            if note:
+                print(f"note: {note}", file=sys.stderr)
+
+    return run

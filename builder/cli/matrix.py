@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from builder.cli.common import out, settings_from_args
-from builder.cli.farmcommon import emit, farm_file_args, load_targets, quiet
+from builder.cli.farmcommon import emit, farm_file_args, load_targets, noting_fetches, quiet
 from builder.core.datafiles import default_patches_dir
 from builder.core.errors import UsageError
 from builder.discovery.compat import known_indexes
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table",
                    help="table (default), json, or markdown (for a GitHub step summary)")
     add_common(p)
-    return {"matrix": cmd_matrix, "watch": cmd_watch}
+    return {"matrix": noting_fetches(cmd_matrix), "watch": cmd_watch}
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -92,7 +92,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
         with quiet():
             proofs = prove_farm(farm, targets, settings)
-        for line in summary_lines(farm.file, targets, served, totals, proofs, changed=args.changed, total=total):
+        evidence = _evidence(settings, proofs)
+        for line in summary_lines(farm.file, targets, served, totals, proofs, changed=args.changed, total=total,
+                                  evidence=evidence, wheelhouse=settings.wheelhouse):
             out.print(escape(line), soft_wrap=True)
         return 0
     table = Table("package", "version", "platform", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain",
@@ -138,10 +140,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs: list, *, changed: bool = False,
-                  total: int = 0) -> list[str]:
+                  total: int = 0, evidence: dict | None = None, wheelhouse: Path | None = None) -> list[str]:
     """``builder matrix``'s one screen (under 100 columns): targets, compiles, the cells they serve and the cells
-    per compile, then per package version the users' cells claimed / installable / GPU-evidenced (farm/proven.py),
-    all channels and PyPI only."""
+    per compile, then per package version what farm.toml plans for the users' cells (claimed / installable /
+    GPU-planned, farm/proven.py; all channels and PyPI only) beside what the wheelhouse's records show (built /
+    ran / GPU, farm/coverage.py ``evidence_counts``; all channels)."""
     from builder.farm.proven import ALL, PYPI
 
     cuda = [t for t in targets if t.kind.is_cuda]
@@ -162,15 +165,42 @@ def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs:
              f"{len(per_torch)} per-torch compiles serve {cells(per_torch)}",
              f"untested targets (no GPU runner for their platform and archs): {totals['untested']} of {len(targets)}",
              "",
-             f"{'package':<24}{'version':<13}{'all channels: claimed/inst/GPU':>31}{'PyPI: claimed/inst/GPU':>28}"]
+             f"{'':<37}{'planned (farm.toml, not results)':^38}{'evidence (records)':>21}",
+             f"{'package':<24}{'version':<13}{'all channels':>18}{'PyPI':>18}{'all channels':>21}",
+             f"{'':<37}{'claimed/inst/GPU':>18}{'claimed/inst/GPU':>18}{'built/ran/GPU':>21}"]
+    unknown = 0
     for proof in proofs:
         every, pypi = proof.view(ALL).counts(), proof.view(PYPI).counts()
+        unknown = max(unknown, every["unknown"])
         text = lambda c: f"{c['claimed']}/{c['installable']}/{c['evidenced']} of {c['cells']}"  # noqa: E731
-        lines.append(f"{proof.package:<24}{proof.version:<13}{text(every):>31}{text(pypi):>28}")
-    lines += ["", "claimed: a target's wheel is built for the cell; installable: beside every torch release of it",
-              "unchanged (torch, triton, Python, platform); GPU: its kernels run on a GPU of each arch it ships.",
-              "Why each cell is left out: builder coverage. Every target and cell: builder matrix --details"]
+        seen = (evidence or {}).get((proof.package, proof.version))
+        shown = f"{seen['built']}/{seen['ran']}/{seen['gpu']}" if seen else "?"
+        lines.append(f"{proof.package:<24}{proof.version:<13}{text(every):>18}{text(pypi):>18}{shown:>21}")
+    lines += ["", "planned: claimed, a target's wheel would be built for the cell; installable, beside every torch",
+              "release of it unchanged (torch, triton, Python, platform); GPU, the nightly would run its kernels on",
+              "a GPU of each arch it ships. evidence: read from the wheels and records of "
+              + (str(wheelhouse) if wheelhouse else "the wheelhouse") + ":",
+              "built, a wheel for the cell; ran, its import or kernel tests ran on the cell's Python and platform;",
+              "GPU, its kernel tests ran (cells only inferred, abi3 => other Pythons, are not counted)."]
+    if unknown:
+        lines.append(f"unknown: {unknown} cells of all channels whose platform facts were not read (not counted).")
+    lines.append("Why each cell is left out: builder coverage. Every target and cell: builder matrix --details")
     return lines
+
+
+def _evidence(settings: Any, proofs: list) -> dict:
+    """(package, version) → what the wheelhouse's records show on the proof's all-channels matrix."""
+    from builder.farm.coverage import evidence_counts
+    from builder.farm.proven import ALL
+    from builder.index.store import Wheelhouse
+
+    house = Wheelhouse(settings.wheelhouse)
+    found = {}
+    for proof in proofs:
+        recipe = load_recipe(find_recipe(proof.package, settings.recipes_dir),
+                             settings.patches_dir or default_patches_dir(settings.recipes_dir))
+        found[proof.package, proof.version] = evidence_counts(recipe, house, proof.view(ALL).matrix, proof.version)
+    return found
 
 
 def _users_matrix(settings: Any) -> tuple[Any, Callable[[Any], Any]]:

@@ -225,6 +225,14 @@ class Body:
         return b"".join(self.chunks())
 
 
+_OPENED: list[str] = []  # every http(s) URL this process asked for, in order (``opened``)
+
+
+def opened() -> tuple[str, ...]:
+    """The http(s) URLs this process has asked for so far: a read-only command says what it fetched when cold."""
+    return tuple(_OPENED)
+
+
 def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str] | None = None,
              method: str = "GET", policy: NetPolicy | None = None, max_bytes: int | None = None) -> _T:
     """``read(body)`` of the answer at ``url`` (http(s):// under the policy; file:// too), retried with backoff
@@ -238,6 +246,8 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in ("http", "https", "file"):
         raise SourceError(f"{url}: not an http(s):// or file:// URL; refused", "check what the index links there")
+    if scheme != "file":
+        _OPENED.append(url)
     watch = Watch(policy.deadline_s)
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     opener = _opener(watch, policy, local=scheme == "file")

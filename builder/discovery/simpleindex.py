@@ -26,6 +26,7 @@ class WheelFile:
     url: str
     metadata: bool | None  # PEP 658/714: True served, False not, None the index did not say
     uploaded: str = ""  # PEP 700 upload-time (JSON pages only)
+    sha256: str = ""  # the page's hash of the file ("" where it gives none)
 
 
 
@@ -70,21 +71,24 @@ def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
             if f.get("yanked") or not f["filename"].endswith(".whl"):
                 continue
             meta = f.get("core-metadata", f.get("dist-info-metadata"))
+            hashes = f.get("hashes")
             files.append(WheelFile(f["filename"], urllib.parse.urljoin(page, f["url"]),
-                                   None if meta is None else bool(meta), str(f.get("upload-time") or "")))
+                                   None if meta is None else bool(meta), str(f.get("upload-time") or ""),
+                                   str(hashes.get("sha256", "")) if isinstance(hashes, dict) else ""))
         return files
     parser = _Anchors()
     parser.feed(body.decode(errors="replace"))
     for attrs in parser.files:
         href = attrs.get("href") or ""
-        url = urllib.parse.urljoin(page, href).split("#", 1)[0]
+        url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
         name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         if not name.endswith(".whl") or "data-yanked" in attrs:
             continue
         # PEP 714/658: the attribute's presence (any value but "false") says a .metadata file is served
         said = "data-core-metadata" in attrs or "data-dist-info-metadata" in attrs
         meta = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
-        files.append(WheelFile(name, url, meta != "false" if said else None))
+        sha256 = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
+        files.append(WheelFile(name, url, meta != "false" if said else None, sha256=sha256))
     return files
 
 
@@ -157,7 +161,23 @@ def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
         except urllib.error.HTTPError as e:
             if e.code != 404:
                 raise
-    reader = _RangeReader(wheel.url, _remote_size(wheel.url))
+    return _metadata_from_zip(_remote_zip(wheel.url), wheel.filename), "range read of the wheel's METADATA"
+
+
+def wheel_member(wheel: WheelFile, name: str) -> str:
+    """The text of member ``name`` (``torch/version.py``) of one wheel, read with range requests (a remote wheel's
+    central directory and that member, never the whole file) or from the local file."""
+    if wheel.url.startswith("file://"):
+        source: Any = Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.url).path))
+    else:
+        source = _remote_zip(wheel.url)
+    with zipfile.ZipFile(source) as archive:
+        return archive.read(name).decode()
+
+
+def _remote_zip(url: str) -> _TailBuffer:
+    """A remote zip as a seekable file that reads its tail (the central directory) once and the rest on demand."""
+    reader = _RangeReader(url, _remote_size(url))
     # The last 64 KB hold the end-of-central-directory record; it says where the central directory starts, which
     # is then read in one request (a torch wheel's is about 1-2 MB); zipfile then reads the one member.
     tail_size = min(reader.size, 64 * 1024)
@@ -172,7 +192,8 @@ def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
             tail = reader.read(start - cd_offset) + tail
             start = cd_offset
     buffered = _TailBuffer(reader, tail, start)
-    return _metadata_from_zip(buffered, wheel.filename), "range read of the wheel's METADATA"
+    return buffered
+
 
 
 class _TailBuffer(_Seekable):

@@ -24,6 +24,7 @@ snapshot shipped in the package (builder/data/torch-snapshot.json, written only 
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import os
 import re
@@ -49,8 +50,9 @@ from packaging.version import InvalidVersion, Version
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.discovery.simpleindex import WheelFile, project_files, wheel_metadata
+from builder.discovery.simpleindex import WheelFile, project_files, wheel_member, wheel_metadata
 from builder.model.cuda import CudaVersion
+from builder.model.platform import of_wheel_platform
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{flavour}"
@@ -67,8 +69,28 @@ _CUDA_PINS = ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11",
 
 
 @dataclass(frozen=True)
+class PlatformFacts:
+    """What one torch release's wheels for one CPU platform are, read from one of them: its CUDA ("13.0", "cpu",
+    None where it could not be read), the Pythons of that platform's wheel names, the triton it pins (``triton==X``
+    in its METADATA for that platform), and where the facts came from (the wheel's name, URL and sha256 as the page
+    gave them, and when they were read). A wheel file never changes, so these never go stale."""
+
+    platform: str  # x86_64 | aarch64
+    cuda: str | None
+    pythons: tuple[str, ...]
+    evidence: str  # "METADATA: cuda-toolkit[...]==13.0.2 (PEP 658)", "+cu128 label", ...
+    wheel: str = ""
+    url: str = ""
+    sha256: str = ""
+    read_at: str = ""
+    triton: str | None = None
+
+
+@dataclass(frozen=True)
 class Release:
-    """One torch release on one index: its CUDA ("13.2", "cpu", or None when it could not be read)."""
+    """One torch release on one index: its CUDA ("13.2", "cpu", or None when it could not be read), as its x86_64
+    wheels have it, and what each platform's wheels have (``platforms``; absent in listings written before the
+    platform facts were read, and in release-notes rows: the other platforms are then unknown)."""
 
     version: str  # public version: 2.11.0 (also for 2.11.0+cu128 on a channel)
     cuda: str | None
@@ -76,6 +98,24 @@ class Release:
     evidence: str  # how the CUDA was read: "METADATA: cuda-toolkit==13.2.2", "+cu128 label", ...
     read_at: str  # when the CUDA was read (ISO time, UTC)
     uploaded: str = ""  # its first wheel's upload time (PEP 700 ``upload-time``, ISO UTC); "" where not served
+    platforms: tuple[PlatformFacts, ...] = ()
+
+    def on(self, platform: str) -> PlatformFacts | None:
+        """The facts read from this release's wheels for ``platform``; None where none were read."""
+        return next((f for f in self.platforms if f.platform == platform), None)
+
+    def cuda_on(self, platform: str) -> str | None:
+        """The CUDA ("12.8", "cpu") of this release's ``platform`` wheels; None where unknown. A release without
+        platform facts answers for x86_64 alone (its ``cuda`` was read from an x86_64 wheel or release notes)."""
+        facts = self.on(platform)
+        if facts is not None:
+            return facts.cuda
+        return self.cuda if platform == "x86_64" and not self.platforms else None
+
+    def pythons_on(self, platform: str) -> tuple[str, ...]:
+        """The Pythons of this release's ``platform`` wheels (the release's where no platform facts were read)."""
+        facts = self.on(platform)
+        return facts.pythons if facts is not None else self.pythons
 
 
 @dataclass(frozen=True)
@@ -97,8 +137,14 @@ class Listing:
         return {cuda: tuple(sorted(v, key=Version)) for cuda, v in sorted(table.items(), key=lambda kv: _cuda_sort(kv[0]))}
 
     def release(self, version: str) -> Release | None:
-        public = Version(version).public
-        return next((r for r in self.releases if Version(r.version) == Version(public)), None)
+        return self._by_version.get(Version(Version(version).public))
+
+    @functools.cached_property
+    def _by_version(self) -> dict[Version, Release]:
+        found: dict[Version, Release] = {}
+        for r in self.releases:
+            found.setdefault(Version(r.version), r)
+        return found
 
 
 
@@ -160,27 +206,131 @@ def _linux_order(wheel: WheelFile) -> tuple[int, int, str]:
     return platform, 0 if "-cp312-" in name else 1, name
 
 
-def classify(version: str, wheels: list[WheelFile], now: str) -> Release:
-    """One release's CUDA: from its label, else from the METADATA of its first readable Linux wheel."""
+def linux_platform(filename: str) -> str | None:
+    """The Linux platform of a wheel (``manylinux_2_28_aarch64`` → aarch64); None for other systems."""
+    try:
+        _, _, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    for tag in tags:
+        found = of_wheel_platform(tag.platform) if "linux" in tag.platform else None
+        if found is not None:
+            return found.name
+    return None
+
+
+_LINUX = {"platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "implementation_name": "cpython",
+          "platform_python_implementation": "CPython"}
+
+
+def requirements_on(requires: Iterable[str], platform: str, python: str = "3.12") -> list[Requirement]:
+    """The Requires-Dist lines that apply on Linux ``platform`` with CPython ``python`` and no extra: torch 2.9's
+    ``nvidia-cuda-runtime-cu12==12.8.90; platform_machine == "x86_64"`` applies on x86_64, not on aarch64."""
+    env = {**_LINUX, "platform_machine": platform, "python_version": python, "python_full_version": f"{python}.0",
+           "extra": ""}
+    out = []
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate(env):
+            out.append(req)
+    return out
+
+
+def triton_pin(requires: Iterable[Requirement]) -> str | None:
+    """``3.6.0`` from ``triton==3.6.0`` (``~=3.9.0`` → 3.9.0: the lowest release the pin admits)."""
+    for req in requires:
+        if canonicalize_name(req.name) != "triton":
+            continue
+        for spec in req.specifier:
+            if spec.operator in ("==", "~=", "==="):
+                return spec.version.rstrip(".*")
+    return None
+
+
+_VERSION_PY_CUDA = re.compile(r"""^cuda\s*(?::[^=]*)?=\s*(None|'([^']*)'|"([^"]*)")""", re.MULTILINE)
+
+
+def cuda_of_version_py(text: str) -> str | None:
+    """``cpu`` for ``cuda = None``, ``12.8`` for ``cuda: Optional[str] = '12.8'``; None where the file says neither."""
+    match = _VERSION_PY_CUDA.search(text)
+    if match is None:
+        return None
+    value = match.group(2) or match.group(3)
+    if match.group(1) == "None" or not value:
+        return "cpu"
+    try:
+        return CudaVersion.parse(value).line
+    except (InvalidVersion, ValueError):
+        return None
+
+
+_READ_ERRORS = (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration, UnicodeDecodeError, KeyError)
+
+
+def read_platform(platform: str, wheels: list[WheelFile], now: str) -> PlatformFacts:
+    """One platform's facts from the METADATA of one of its wheels (cp312 first): the CUDA its requirements pin on
+    that platform; where they pin none, ``torch/version.py`` of the same wheel says whether it is a CPU build or one
+    with its CUDA inside (read by range requests)."""
     pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
-    public = str(Version(version).public)
-    labelled = cuda_from_label(version)
-    if labelled is not None:
-        return Release(public, labelled, pythons, f"+{Version(version).local} label", now)
     errors: list[str] = []
     for wheel in sorted(wheels, key=_linux_order)[:3]:
-        if "linux" not in wheel.filename:
-            break
         try:
             text, how = wheel_metadata(wheel)
-        except (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration, UnicodeDecodeError) as e:
+        except _READ_ERRORS as e:
             errors.append(f"{wheel.filename}: {e}")
             continue
-        cuda, evidence = cuda_from_requirements(requires_dist(text))
-        return Release(public, cuda, pythons, f"{evidence} ({how}, {wheel.filename})", now)
-    if not any("linux" in w.filename for w in wheels):
+        python = next(iter(python_of(wheel.filename)), "3.12").rstrip("t")
+        applies = requirements_on(requires_dist(text), platform, python)
+        cuda, evidence = cuda_from_requirements(str(r) for r in applies)
+        if cuda == "cpu":
+            cuda, evidence = _confirm_cpu(wheel, platform)
+        return PlatformFacts(platform, cuda, pythons, f"{evidence} ({how}, {wheel.filename})", wheel.filename,
+                             wheel.url, wheel.sha256, now, triton_pin(applies))
+    return PlatformFacts(platform, None, pythons, "METADATA unreadable: " + "; ".join(errors)[:300], read_at=now)
+
+
+def _confirm_cpu(wheel: WheelFile, platform: str) -> tuple[str, str]:
+    """(cuda, evidence) of a wheel whose METADATA pins no CUDA on ``platform``: its ``torch/version.py`` decides."""
+    said = f"METADATA: no CUDA requirement on {platform}"
+    try:
+        found = cuda_of_version_py(wheel_member(wheel, "torch/version.py"))
+    except _READ_ERRORS as e:
+        return "cpu", f"{said}; torch/version.py not read ({str(e)[:120]})"
+    if found is None:
+        return "cpu", f"{said}; torch/version.py names no cuda"
+    return found, f"{said}; torch/version.py: cuda = {'None' if found == 'cpu' else repr(found)}"
+
+
+def classify(version: str, wheels: list[WheelFile], now: str) -> Release:
+    """One release's CUDA on each Linux platform it has wheels for: from its label, else from the METADATA of one
+    wheel per platform (``read_platform``). The release's own ``cuda`` is its x86_64 wheels'."""
+    pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
+    public = str(Version(version).public)
+    by_platform: dict[str, list[WheelFile]] = {}
+    for wheel in wheels:
+        platform = linux_platform(wheel.filename)
+        if platform is not None:
+            by_platform.setdefault(platform, []).append(wheel)
+    labelled = cuda_from_label(version)
+    if labelled is not None:
+        label = f"+{Version(version).local} label"
+        facts = tuple(_labelled(p, ws, labelled, label, now) for p, ws in sorted(by_platform.items()))
+        return Release(public, labelled, pythons, label, now, platforms=facts)
+    if not by_platform:
         return Release(public, None, pythons, "no Linux wheel", now)
-    return Release(public, None, pythons, "METADATA unreadable: " + "; ".join(errors)[:300], now)
+    facts = tuple(read_platform(p, ws, now) for p, ws in sorted(by_platform.items()))
+    main = next((f for f in facts if f.platform == "x86_64"), facts[0])
+    return Release(public, main.cuda, pythons, main.evidence, now, platforms=facts)
+
+
+def _labelled(platform: str, wheels: list[WheelFile], cuda: str, label: str, now: str) -> PlatformFacts:
+    first = sorted(wheels, key=_linux_order)[0]
+    pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
+    return PlatformFacts(platform, cuda, pythons, f"{label} ({first.filename})", first.filename, first.url,
+                         first.sha256, now)
 
 
 # ---------------------------------------------------------------- discovery with cache and snapshot
@@ -207,19 +357,43 @@ def listing_json(listing: Listing) -> dict[str, Any]:
             "releases": [asdict(r) for r in listing.releases]}
 
 
+def _facts_from_json(data: Mapping[str, Any]) -> PlatformFacts:
+    return PlatformFacts(str(data["platform"]), data.get("cuda"), tuple(data.get("pythons", ())),
+                         str(data.get("evidence", "")), str(data.get("wheel", "")), str(data.get("url", "")),
+                         str(data.get("sha256", "")), str(data.get("read_at", "")), data.get("triton"))
+
+
 def _from_json(data: Mapping[str, Any], source: str) -> Listing:
     releases = tuple(Release(r["version"], r.get("cuda"), tuple(r.get("pythons", ())), r.get("evidence", ""),
-                             r.get("read_at", ""), r.get("uploaded", "")) for r in data.get("releases", []))
+                             r.get("read_at", ""), r.get("uploaded", ""),
+                             tuple(_facts_from_json(f) for f in r.get("platforms", ())))
+                     for r in data.get("releases", []))
     return Listing(str(data["name"]), str(data["url"]), releases, source, str(data.get("read_at", "")),
                    str(data.get("note", "")))
 
 
 def load_snapshot(path: Path = SNAPSHOT) -> dict[str, Listing]:
-    """The shipped snapshot, by index URL (empty when the file is missing)."""
-    if not path.exists():
+    """The shipped snapshot, by index URL (empty when the file is missing); read once per process and file
+    version."""
+    try:
+        stat = path.stat()
+    except OSError:
         return {}
+    return dict(_snapshot(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _snapshot(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, Listing], ...]:
     data = json.loads(path.read_text())
-    return {entry["url"]: _from_json(entry, "snapshot") for entry in data.get("indexes", [])}
+    return tuple((entry["url"], _from_json(entry, "snapshot")) for entry in data.get("indexes", []))
+
+
+def cache_age_s(path: Path) -> float:
+    """Seconds since ``path`` was written (infinite where it cannot be read)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def ttl_s(env: Mapping[str, str] = os.environ) -> float:
@@ -244,9 +418,12 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     cached: Listing | None = None
     if path.exists():
         try:
-            cached = _from_json(json.loads(path.read_text()), "cache")
+            stat = path.stat()
+            cached = _cached_listing(path, stat.st_mtime_ns, stat.st_size)
         except (OSError, json.JSONDecodeError, KeyError, TypeError):
             cached = None
+    if cached is not None and snapshot is not None:
+        cached = _facts_from(cached, snapshot)
     refresh = refresh or env.get("BUILDER_INDEX_REFRESH") == "1"
     if cached is not None and not refresh and (settings.offline or _age_s(cached.read_at) < ttl_s(env)):
         return replace(cached, name=name)
@@ -276,6 +453,23 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     return Listing(name, url, (), "none", "", f"{reason}; not cached, not in the snapshot")
 
 
+@functools.lru_cache(maxsize=32)
+def _cached_listing(path: Path, mtime_ns: int, size: int) -> Listing:
+    """A cache file's listing, parsed once per process and file version."""
+    return _from_json(json.loads(path.read_text()), "cache")
+
+
+def _facts_from(cached: Listing, snapshot: Listing) -> Listing:
+    """``cached`` (perhaps written before the platform facts were read) with the snapshot's platform facts for each
+    release that has none: a wheel never changes, so the snapshot's reading of it holds for the cache too."""
+    if all(r.platforms for r in cached.releases):
+        return cached
+    read = {r.version: r for r in snapshot.releases if r.platforms}
+    return replace(cached, releases=tuple(
+        replace(r, platforms=read[r.version].platforms) if not r.platforms and r.version in read else r
+        for r in cached.releases))
+
+
 def _unreachable_note(marker: Path) -> tuple[str, str]:
     """(when, why) an index was last found unreadable: the marker's two lines; ("", "") when there is none."""
     try:
@@ -290,7 +484,8 @@ def _known(cached: Listing | None, snapshot: Listing | None) -> dict[str, Releas
     known: dict[str, Release] = {}
     for listing in (snapshot, cached):
         for release in listing.releases if listing else ():
-            if release.cuda is not None and not release.evidence.startswith("release notes"):
+            read = release.platforms and all(f.cuda is not None for f in release.platforms)
+            if read and not release.evidence.startswith("release notes"):
                 known[release.version] = release
     return known
 
@@ -321,13 +516,23 @@ def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, projec
         if uploaded and (not release.uploaded or uploaded < release.uploaded):
             release = replace(release, uploaded=uploaded)
         if public in known and version not in fresh:  # keep the old classification, with today's wheel names
-            pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
-            release = replace(release, pythons=tuple(sorted(set(release.pythons) | set(pythons), key=_python_sort)))
+            release = _with_pythons(release, wheels)
         if public in releases and releases[public].cuda is not None:
             continue
         releases[public] = release
     ordered = tuple(sorted(releases.values(), key=lambda r: Version(r.version)))
     return Listing(name, url, ordered, "index", now)
+
+
+def _with_pythons(release: Release, wheels: list[WheelFile]) -> Release:
+    """``release`` with the Pythons of today's wheel names added (a release gains wheels for a new Python)."""
+    def more(old: tuple[str, ...], platform: str | None) -> tuple[str, ...]:
+        new = {p for w in wheels if platform is None or linux_platform(w.filename) == platform
+               for p in python_of(w.filename)}
+        return tuple(sorted(set(old) | new, key=_python_sort))
+
+    return replace(release, pythons=more(release.pythons, None),
+                   platforms=tuple(replace(f, pythons=more(f.pythons, f.platform)) for f in release.platforms))
 
 
 def _cuda_sort(cuda: str) -> tuple[int, Version]:

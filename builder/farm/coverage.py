@@ -2,14 +2,19 @@
 
 The users' matrix of a package is every (torch minor, CUDA line, Python minor, platform) cell (``served.Cell``) that
 the known torch indexes offer (PyPI and PyTorch's channels, ``discovery/compat.known_indexes``) on a CUDA line the
-recipe can serve (>= 12.8: the Blackwell archs), on x86_64 and aarch64 (the indexes' listings name each release's
-Pythons, not its platforms: an aarch64 cell is counted where the x86_64 one is; PyPI and PyTorch's cu128+ channels
-carry CUDA torch wheels for both). Free-threaded Pythons are not counted (no recipe builds for them). For each cell, the wheel of the wheelhouse that serves it and the evidence:
+recipe can serve (>= 12.8: the Blackwell archs), on x86_64 and aarch64, each platform's CUDA and Pythons read from
+that platform's own wheels (discovery/torchindex.py ``PlatformFacts``: PyPI's aarch64 torch has CUDA from 2.11.0).
+A platform whose wheels were not read (PyTorch's channels in a snapshot written where they cannot be reached) is
+unknown: its cells are shown as such (``MatrixFacts.unknown``), never counted. Free-threaded Pythons are not counted
+(no recipe builds for them). For each cell, the wheel of the wheelhouse that serves it and the evidence, each
+counted only where it ran (the Python of its venv, the platform it ran for):
 
 - ``kernel-tested``: the wheel's kernel suite passed on a GPU with that torch (a per-torch wheel's record; a stable
   wheel's ``gpu-kernel-tests`` torch check on that torch minor and CUDA line, or its own kernel test there);
 - ``import-verified``: a per-torch wheel whose import test passed on its own torch; a stable wheel with a passed
   ``import+registration`` check on that torch minor and CUDA line (and no failed one);
+- ``inferred``: one of those, run on another Python or platform of the same file (abi3, py3-none-any); shown, not
+  served;
 - ``built``: a wheel for the cell, without evidence;
 - ``missing``, with why: ``known-bad`` (the recipe's [[known-bad]] refuses every arch the farm builds for that
   CUDA), ``triton pin: …`` (no wheel of the version installs beside that torch: the torch release pins a triton
@@ -51,15 +56,17 @@ from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
 from builder.farm.cellstext import cells_list
 from builder.farm.expand import expand
-from builder.farm.facts import minor_releases, pypi_has_cuda_wheels, triton_reason, wheel_facts
+from builder.farm.facts import minor_releases, triton_reason, wheel_facts
 from builder.farm.served import Cell, serving
 from builder.farm.spec import find_farm_file, load_farm
 from builder.farm.wheelcells import (
     BUILT,
     IMPORT,
+    INFERRED,
     KERNEL,
     UNKNOWN_ARCH,
     arch_number,
+    rank,
     tested_arch_name,
     wheel_archs,
     wheel_cells,
@@ -77,7 +84,6 @@ MIN_CUDA = CudaVersion.parse("12.8")  # the first CUDA with Blackwell (sm_100, s
 USERS_PLATFORMS = tuple(PLATFORMS)  # x86_64, aarch64
 
 MISSING = "missing"
-_RANK = {KERNEL: 3, IMPORT: 2, BUILT: 1}
 
 NOT_IN_FARM = "not in farm.toml"
 BELOW_FLOOR = "below the port's floor and not a farm target"
@@ -93,7 +99,7 @@ class CellStatus:
     """One cell of the users' matrix and what serves it."""
 
     cell: Cell
-    status: str  # kernel-tested | import-verified | built | missing
+    status: str  # kernel-tested | import-verified | inferred | built | missing
     evidence: str  # "kernel-tested on sm_90 (GPU NVIDIA H200)", "import-verified on torch 2.12.1", ...
     wheel: str | None = None
     reason: str | None = None  # missing only
@@ -128,7 +134,8 @@ class PackageCoverage:
         count = lambda status: sum(1 for c in self.cells if c.status == status)  # noqa: E731
         platforms = sorted({c.cell.platform for c in self.cells}, key=lambda p: (p != "x86_64", p))
         return {"cells": len(self.cells), "served": sum(1 for c in self.cells if c.served),
-                "kernel_tested": count(KERNEL), "import_verified": count(IMPORT), "built_unverified": count(BUILT),
+                "kernel_tested": count(KERNEL), "import_verified": count(IMPORT), "inferred": count(INFERRED),
+                "built_unverified": count(BUILT),
                 "missing": sum(missing.values()), "missing_by_reason": dict(sorted(missing.items())),
                 "gpu_evidenced": self.gpu_evidenced(),
                 "by_platform": {p: {"cells": sum(1 for c in self.cells if c.cell.platform == p),
@@ -170,38 +177,79 @@ class PackageCoverage:
 
 def users_matrix(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA,
                  platforms: Iterable[str] = USERS_PLATFORMS) -> tuple[frozenset[Cell], list[str]]:
-    """Every (torch minor, CUDA line, Python) the indexes offer on a CUDA line >= ``min_cuda`` (final releases; a
-    release whose index names no Pythons takes those of the same release on another index), on each of
-    ``platforms``, and notes on what was left out."""
+    """Every (torch minor, CUDA line, Python, platform) the indexes offer on a CUDA line >= ``min_cuda`` (final
+    releases), each platform's CUDA and Pythons as read from that platform's wheels (``Release.cuda_on``: PyPI's
+    aarch64 torch 2.10 is a CPU build, so it makes no cell), and notes on what was left out."""
+    facts = matrix_facts(indexes, min_cuda, platforms)
+    return facts.cells, facts.notes
+
+
+@dataclass(frozen=True)
+class MatrixFacts:
+    """The users' matrix and what could not be known: ``unknown`` holds the cells a release would make on a platform
+    whose wheels were not read (a release-notes row says nothing of aarch64), where its x86_64 CUDA line is known;
+    they are never counted, only shown."""
+
+    cells: frozenset[Cell]
+    unknown: frozenset[Cell]
+    notes: list[str]
+
+
+def matrix_facts(indexes: Iterable[TorchIndex], min_cuda: CudaVersion = MIN_CUDA,
+                 platforms: Iterable[str] = USERS_PLATFORMS) -> MatrixFacts:
+    """``users_matrix`` with the unknown cells (``MatrixFacts``)."""
     platforms = tuple(platforms)
     indexes = list(indexes)
-    pythons_of: dict[Version, set[str]] = {}
+    pythons_of: dict[tuple[Version, str], set[str]] = {}
     for index in indexes:
         for release in index.listing.releases if index.listing else ():
-            pythons_of.setdefault(Version(release.version), set()).update(release.pythons)
+            for platform in platforms:
+                pythons_of.setdefault((Version(release.version), platform), set()).update(
+                    release.pythons_on(platform))
     cells: set[Cell] = set()
-    unknown: list[str] = []
+    unknown: set[Cell] = set()
+    notes: list[str] = []
+    unread: dict[tuple[str, str], list[str]] = {}
     for index in indexes:
-        for line, versions in index.torch_by_cuda.items():
-            try:
-                cuda = CudaVersion.parse(line)
-            except (InvalidVersion, ValueError):
-                continue  # cpu
-            if (cuda.major, cuda.minor) < (min_cuda.major, min_cuda.minor):
+        for release in index.listing.releases if index.listing else ():
+            v = Version(release.version)
+            if v.is_prerelease or v.is_devrelease:
                 continue
-            for text in versions:
-                v = Version(text)
-                if v.is_prerelease or v.is_devrelease:
+            for platform in platforms:
+                read = release.cuda_on(platform)
+                cuda = _cuda_line(read if read is not None else release.cuda)
+                if cuda is None or (cuda.major, cuda.minor) < (min_cuda.major, min_cuda.minor):
                     continue
-                found = index.listing.release(text) if index.listing else None
-                pythons = [p for p in (found.pythons if found and found.pythons else pythons_of.get(v, ()))
-                           if not p.endswith("t")]
+                named = (release.pythons_on(platform) or pythons_of.get((v, platform))
+                         or pythons_of.get((v, "x86_64")) or ())
+                pythons = [p for p in named if not p.endswith("t")]
                 if not pythons:
-                    unknown.append(f"torch {text} on {index.name} (CUDA {cuda.line}): Pythons unknown, not counted")
-                minor = "{}.{}".format(*torch_minor(text))
-                cells.update(Cell(minor, cuda.line, p, platform) for p in pythons for platform in platforms
-                             if pypi_has_cuda_wheels(index.name, text, platform))
-    return frozenset(cells), unknown
+                    notes.append(f"torch {release.version} on {index.name} (CUDA {cuda.line}, {platform}): Pythons "
+                                 "unknown, not counted")
+                minor = "{}.{}".format(*torch_minor(release.version))
+                found = {Cell(minor, cuda.line, p, platform) for p in pythons}
+                if read is None:
+                    unread.setdefault((index.name, platform), []).append(release.version)
+                    unknown.update(found)
+                else:
+                    cells.update(found)
+    for (name, platform), versions in unread.items():
+        notes.append(f"{name} {platform}: the CUDA of torch {_releases_text(versions)} was not read from its wheels "
+                     "(unknown, not counted)")
+    return MatrixFacts(frozenset(cells), frozenset(unknown - cells), notes)
+
+
+def _cuda_line(text: str | None) -> CudaVersion | None:
+    """``12.8`` → its CudaVersion; "cpu", unknown (None) or unreadable → None."""
+    try:
+        return CudaVersion.parse(text) if text and text != "cpu" else None
+    except (InvalidVersion, ValueError):
+        return None
+
+
+def _releases_text(versions: list[str]) -> str:
+    ordered = sorted(versions, key=Version)
+    return ", ".join(ordered) if len(ordered) <= 3 else f"{ordered[0]} … {ordered[-1]} ({len(ordered)} releases)"
 
 
 # ---------------------------------------------------------------- one package
@@ -371,7 +419,7 @@ def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
     for filename, record in wheels.get(version, ()):
         for cell, (status, evidence) in wheel_cells(filename, record, matrix,
                                                     port.floor_text if port else None).items():
-            if cell not in best or _RANK[status] > _RANK[best[cell][0]]:
+            if cell not in best or rank(status) > rank(best[cell][0]):
                 best[cell] = (status, evidence, filename)
     out: list[CellStatus] = []
     for cell in sorted(matrix):
@@ -385,6 +433,16 @@ def package_coverage(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell],
         out.append(CellStatus(cell, MISSING, evidence, None, reason))
     notes = (view.note,) if view.note else ()
     return PackageCoverage(recipe.name, version, version_from, tuple(out), notes)
+
+
+def evidence_counts(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell], version: str) -> dict[str, int]:
+    """What the wheelhouse's wheels of ``recipe`` ``version`` and their records show for ``matrix``: cells with a
+    wheel (``built``, whatever its evidence), cells whose import or kernel tests ran there (``ran``: served), cells
+    kernel-tested there (``gpu``), and cells only ``inferred``. Nothing from farm.toml: ``builder matrix``'s
+    evidence column."""
+    t = package_coverage(recipe, house, matrix, lambda _: FarmView(frozenset()), version).totals()
+    return {"built": t["cells"] - t["missing"], "ran": t["served"], "gpu": t["kernel_tested"],
+            "inferred": t["inferred"]}
 
 
 def _asked_version(recipe: Recipe, asked: str) -> str:
@@ -405,7 +463,8 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
     """Each named recipe's coverage (every recipe when none is named; ``name==version`` for that release), and the
     matrix's sources; ``indexes``: the torch indexes to read (default ``known_indexes``)."""
     read = (indexes or known_indexes)(settings)
-    matrix, unknown = users_matrix(read)
+    facts = matrix_facts(read)
+    matrix = facts.cells
     recipes_dir = settings.recipes_dir
     patches = settings.patches_dir or default_patches_dir(recipes_dir)
     wanted = list(names) or sorted(p.parent.name for p in recipes_dir.glob("*/recipe.toml"))
@@ -417,10 +476,10 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
         reports.append(package_coverage(recipe, house, matrix, partial(farm_view, farm_file, settings, recipe,
                                                                        matrix), asked or None))
     meta = {"platforms": list(USERS_PLATFORMS), "min_cuda": MIN_CUDA.line, "free_threaded": "not counted",
-            "aarch64_pythons": "taken as the x86_64 ones (the indexes name Pythons per release, not platforms)",
+            "platform_facts": "each platform's CUDA and Pythons read from its own wheels; unread ones unknown",
             "wheelhouse": str(settings.wheelhouse),
-            "indexes": [{"name": i.name, "source": source_text(i)} for i in read], "notes": unknown,
-            "matrix_cells": len(matrix)}
+            "indexes": [{"name": i.name, "source": source_text(i)} for i in read], "notes": facts.notes,
+            "matrix_cells": len(matrix), "unknown_cells": len(facts.unknown)}
     return reports, meta
 
 
@@ -430,5 +489,6 @@ def totals_line(report: PackageCoverage) -> str:
     platforms = "; ".join(f"{p} {v['served']}/{v['cells']}" for p, v in t["by_platform"].items())
     return (f"{report.package} {report.version} ({report.version_from}): {t['cells']} cells, {t['served']} served "
             f"with evidence ({t['kernel_tested']} kernel-tested, {t['import_verified']} import-verified), "
+            f"{t['inferred']} inferred (the same file checked on another Python or platform: not counted as served), "
             f"{t['built_unverified']} built not verified, {t['missing']} missing" + (f" ({missing})" if missing else "")
             + (f"; served per platform: {platforms}" if platforms else ""))

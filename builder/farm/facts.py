@@ -1,40 +1,39 @@
-"""Facts the installability check of the farm (farm/proven.py) reads that the shipped torch snapshot does not carry:
-which triton each torch release pins, which torch releases PyPI publishes CUDA wheels of on aarch64, and what each
-package's wheels require beyond torch (upstream's Requires-Python and the run-time requirements that constrain
-what comes with torch).
+"""Facts the installability check of the farm (farm/proven.py) reads beside the users' matrix: which triton each
+torch release pins, and what each package's wheels require beyond torch (upstream's Requires-Python and the run-time
+requirements that constrain what comes with torch).
 
-A hand-kept table goes stale (DESIGN.md): the checks here never guess past it. A torch release missing from
-``TORCH_TRITON`` makes its cells "triton pin of torch X not recorded" (not installable, reason shown), and
-tests/test_farm_installable.py fails when a torch of the users' matrix has no row, so a new torch release is a row
-to add from its METADATA (``Requires-Dist: triton==X; platform_system == "Linux"``), read through PEP 658.
+Which CUDA each torch release has on each platform is not kept here: discovery/torchindex.py reads it from each
+release's wheels (``Release.cuda_on``). The triton pins are read the same way (``PlatformFacts.triton``, the
+``triton==X`` line of the x86_64 wheel's METADATA, PyPI's and PyTorch's channels' builds of one release pin the same
+triton): ``torch_triton`` derives them from the shipped snapshot (``builder torch-table --write-snapshot``). A
+release whose pin was not read makes its cells "triton pin of torch X not recorded" (not installable, reason
+shown), never a guess.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-# torch release → the triton its Linux wheels pin (PyPI's and PyTorch's channels' builds of one release pin the same):
-# 2.7-2.10 from their published METADATA (not re-read on this machine); 2.11-2.15 from DESIGN.md's second round (2026-12-01: 2.11→3.6.0, 2.12→3.7.0,
-# 2.13→3.7.1, 2.14→3.8, 2.15→`triton~=3.9.0`; the lowest version each pin admits)
-TORCH_TRITON: dict[str, str] = {
-    "2.7.0": "3.3.0", "2.7.1": "3.3.1", "2.8.0": "3.4.0", "2.9.0": "3.5.0", "2.9.1": "3.5.1", "2.10.0": "3.6.0",
-    "2.11.0": "3.6.0", "2.12.0": "3.7.0", "2.12.1": "3.7.0", "2.13.0": "3.7.1", "2.14.0": "3.8.0", "2.14.1": "3.8.0",
-    "2.15.0": "3.9.0",
-}
-
-# PyPI's manylinux_2_28_aarch64 torch wheels carry CUDA from 2.9.0 on; its 2.8.0 aarch64 wheels are CPU builds, so
-# PyPI offers no aarch64 cell of torch 2.8 (issue 39, measured). PyTorch's cu128+ channels publish both platforms.
-PYPI_AARCH64_CUDA_FROM = Version("2.9.0")
+from builder.discovery.torchindex import PYPI_SIMPLE, load_snapshot
 
 
-def pypi_has_cuda_wheels(index_name: str, torch: str, platform: str) -> bool:
-    """Whether ``index_name`` publishes a CUDA wheel of torch ``torch`` for ``platform`` (channels: always)."""
-    return not (index_name == "pypi" and platform == "aarch64" and Version(torch) < PYPI_AARCH64_CUDA_FROM)
+@cache
+def torch_triton() -> dict[str, str]:
+    """torch release → the triton its Linux x86_64 wheels pin, read from their METADATA (the shipped snapshot of
+    PyPI's torch releases, each read through PEP 658 or a range read of the wheel, its URL and sha256 kept there)."""
+    listing = load_snapshot().get(PYPI_SIMPLE)
+    pins: dict[str, str] = {}
+    for release in listing.releases if listing else ():
+        facts = release.on("x86_64")
+        if facts is not None and facts.triton:
+            pins[release.version] = facts.triton
+    return pins
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,8 @@ def wheel_facts(package: str, version: str) -> WheelFacts | None:
 
 
 def minor_releases(minor: str) -> list[str]:
-    """The releases of torch minor ``minor`` (``2.8``) ``TORCH_TRITON`` records, oldest first."""
-    return sorted((r for r in TORCH_TRITON if "{}.{}".format(*Version(r).release[:2]) == minor), key=Version)
+    """The releases of torch minor ``minor`` (``2.8``) whose triton pin was read (``torch_triton``), oldest first."""
+    return sorted((r for r in torch_triton() if "{}.{}".format(*Version(r).release[:2]) == minor), key=Version)
 
 
 def triton_reason(package: str, requires: tuple[str, ...], releases: tuple[str, ...] | list[str]) -> str | None:
@@ -87,9 +86,9 @@ def triton_reason(package: str, requires: tuple[str, ...], releases: tuple[str, 
     if not tritons:
         return None
     for release in sorted(releases, key=Version):
-        pin = TORCH_TRITON.get(release)
+        pin = torch_triton().get(release)
         if pin is None:
-            return f"torch {release}: its triton pin is not recorded (farm/facts.py TORCH_TRITON)"
+            return f"torch {release}: its triton pin was not read (not in the torch snapshot)"
         for req in tritons:
             if not req.specifier.contains(pin, prereleases=True):
                 return f"torch {release} pins triton {pin}: {package} requires {req}"

@@ -1,13 +1,16 @@
-"""Claimed, installable, GPU-evidenced: the farm's cells judged (issue 39).
+"""Claimed, installable, GPU-planned: the farm's cells judged (issue 39). These are plans (what farm.toml's targets
+would give once built and tested), never results: what was built and what ran is read from the wheelhouse's records
+(farm/coverage.py), and ``builder matrix`` prints both, each in its own column.
 
 A farm target *claims* the cells of the users' matrix its wheel is built for (farm/served.py ``served_cells``). A
 claimed cell is *installable* when the target plans (farm/proof.py) and the wheel installs beside every torch
 release of the cell without changing it: the wheel's torch requirement admits each release of the cell's minor on
 that CUDA line (a ``torch==2.9.1`` pin leaves a 2.9.0 user out), the triton it requires admits the triton that
-release pins (farm/facts.py ``TORCH_TRITON``), its Requires-Python admits the cell's Python (``WHEEL_FACTS``), and
-the index publishes that release for the cell's platform (PyPI: CUDA aarch64 wheels from torch 2.9). An
-installable cell is *GPU-evidenced* when the nightly runs the wheel's kernels on a GPU of every arch it ships (a
-test job per arch a configured runner has: the others are "built, kernel-untested on sm_X"); a pure-Python wheel, which ships no
+release pins (farm/facts.py ``torch_triton``, read from the release's METADATA), its Requires-Python admits the
+cell's Python (``WHEEL_FACTS``), and the index publishes a CUDA build of that release for the cell's platform (read
+from that platform's wheels: PyPI's aarch64 torch has CUDA from 2.11.0). An
+installable cell is *GPU-planned* when the nightly would run the wheel's kernels on a GPU of every arch it ships (a
+test job per arch a configured runner has: the others are "planned, kernel-untested on sm_X"); a pure-Python wheel, which ships no
 GPU code, where a runner of the cell's platform runs it.
 
 Two views: every channel the builder knows (PyPI and PyTorch's), and PyPI alone (what ``pip install torch`` gives).
@@ -29,9 +32,9 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
-from builder.farm.coverage import MIN_CUDA, USERS_PLATFORMS, FarmView, cells_list, farm_serves, users_matrix
+from builder.farm.coverage import MIN_CUDA, USERS_PLATFORMS, FarmView, cells_list, farm_serves, matrix_facts
 from builder.farm.expand import expand
-from builder.farm.facts import pypi_has_cuda_wheels, triton_reason, wheel_facts
+from builder.farm.facts import triton_reason, wheel_facts
 from builder.farm.ghmatrix import route
 from builder.farm.proof import plan_all
 from builder.farm.served import Cell, coverage, serving
@@ -47,25 +50,24 @@ Releases = Mapping[tuple[str, str, str], frozenset[str]]  # (torch minor, CUDA l
 
 def cell_releases(indexes: Iterable[TorchIndex], platforms: Iterable[str]) -> Releases:
     """The torch releases behind each (torch minor, CUDA line, platform) of the indexes: final releases on a CUDA
-    line >= 12.8, each on the platforms its index publishes CUDA wheels of it for."""
+    line >= 12.8, each on the platforms whose wheels of it were read to carry that CUDA (``Release.cuda_on``)."""
     out: dict[tuple[str, str, str], set[str]] = {}
     platforms = tuple(platforms)
     for index in indexes:
-        for line, versions in index.torch_by_cuda.items():
-            try:
-                cuda = CudaVersion.parse(line)
-            except ValueError:
-                continue  # cpu
-            if (cuda.major, cuda.minor) < (MIN_CUDA.major, MIN_CUDA.minor):
-                continue  # below the users' matrix
-            for text in versions:
-                v = Version(text)
-                if v.is_prerelease or v.is_devrelease:
-                    continue
-                minor = "{}.{}".format(*torch_minor(text))
-                for platform in platforms:
-                    if pypi_has_cuda_wheels(index.name, text, platform):
-                        out.setdefault((minor, cuda.line, platform), set()).add(str(v.public))
+        for release in index.listing.releases if index.listing else ():
+            v = Version(release.version)
+            if v.is_prerelease or v.is_devrelease:
+                continue
+            minor = "{}.{}".format(*torch_minor(release.version))
+            for platform in platforms:
+                line = release.cuda_on(platform)
+                try:
+                    cuda = CudaVersion.parse(line) if line and line != "cpu" else None
+                except ValueError:
+                    cuda = None
+                if cuda is None or (cuda.major, cuda.minor) < (MIN_CUDA.major, MIN_CUDA.minor):
+                    continue  # a CPU build, unknown, or below the users' matrix
+                out.setdefault((minor, cuda.line, platform), set()).add(str(v.public))
     return {key: frozenset(value) for key, value in out.items()}
 
 
@@ -120,7 +122,7 @@ def untested_archs(farm: Farm, target: FarmTarget, platform: str) -> tuple[str, 
     if not where.tests:
         return "", f"no GPU runner for {platform} (sm_{','.join(map(str, numbers))})"
     rest = where.untested_archs
-    return runners, (f"built, kernel-untested on sm_{','.join(map(str, rest))} (tested on {runners} only)"
+    return runners, (f"planned, kernel-untested on sm_{','.join(map(str, rest))} (runners: {runners} only)"
                      if rest else None)
 
 
@@ -134,10 +136,11 @@ class View:
     installable: frozenset[Cell]
     evidenced: frozenset[Cell]
     reasons: Mapping[str, frozenset[Cell]]  # every cell not evidenced, by the first reason it stops at
+    unknown: int = 0  # cells whose platform facts were not read (farm/coverage.MatrixFacts): not in ``matrix``
 
     def counts(self) -> dict[str, int]:
         return {"cells": len(self.matrix), "claimed": len(self.claimed), "installable": len(self.installable),
-                "evidenced": len(self.evidenced)}
+                "evidenced": len(self.evidenced), "unknown": self.unknown}
 
     def to_json(self) -> dict[str, Any]:
         return {**self.counts(), "not_covered": {r: len(c) for r, c in self.reasons.items()}}
@@ -155,7 +158,8 @@ class Proof:
 
 def prove(farm: Farm, recipe: Recipe, version: str, targets: Iterable[FarmTarget],
           served: Mapping[str, frozenset[Cell]], matrices: Mapping[str, frozenset[Cell]],
-          releases: Mapping[str, Releases], refused: Mapping[str, str], not_claimed: Mapping[Cell, str]) -> Proof:
+          releases: Mapping[str, Releases], refused: Mapping[str, str], not_claimed: Mapping[Cell, str],
+          unknown: Mapping[str, int] | None = None) -> Proof:
     """The targets of ``recipe`` ``version`` judged in each view: ``matrices`` and ``releases`` by view name,
     ``served`` the cells each target claims (by id), ``refused`` the plan refusals (by id), ``not_claimed`` why a
     cell no target claims is left out (farm/coverage.missing_reason)."""
@@ -187,7 +191,8 @@ def prove(farm: Farm, recipe: Recipe, version: str, targets: Iterable[FarmTarget
         views.append(View(name, matrix, frozenset(verdicts),
                           frozenset(c for c, (level, _) in verdicts.items() if level >= 2),
                           frozenset(c for c, (level, _) in verdicts.items() if level == 3),
-                          {r: frozenset(c) for r, c in sorted(reasons.items(), key=lambda kv: -len(kv[1]))}))
+                          {r: frozenset(c) for r, c in sorted(reasons.items(), key=lambda kv: -len(kv[1]))},
+                          (unknown or {}).get(name, 0)))
     return Proof(recipe.name, version, tuple(views))
 
 
@@ -198,7 +203,9 @@ def prove_farm(farm: Farm, targets: list[FarmTarget], settings: Settings,
     nothing."""
     read = indexes if indexes is not None else known_indexes(settings)
     pypi = [i for i in read if i.name == "pypi"]
-    matrices = {ALL: users_matrix(read)[0], PYPI: users_matrix(pypi)[0]}
+    facts = {ALL: matrix_facts(read), PYPI: matrix_facts(pypi)}
+    matrices = {name: f.cells for name, f in facts.items()}
+    unknown = {name: len(f.unknown) for name, f in facts.items()}
     releases = {ALL: cell_releases(read, USERS_PLATFORMS), PYPI: cell_releases(pypi, USERS_PLATFORMS)}
     served = serving(targets, settings, matrices[ALL])
     refused = {r.target: r.error for r in plan_all(targets, settings)} if plan else {}
@@ -212,7 +219,8 @@ def prove_farm(farm: Farm, targets: list[FarmTarget], settings: Settings,
             for reason, cells in farm_serves(recipe, c.version, matrix, FarmView(c.cells & matrix, archs)
                                              ).not_served.items():
                 not_claimed.update(dict.fromkeys(cells, reason))
-        proofs.append(prove(farm, recipe, c.version, c.targets, served, matrices, releases, refused, not_claimed))
+        proofs.append(prove(farm, recipe, c.version, c.targets, served, matrices, releases, refused, not_claimed,
+                            unknown))
     return proofs
 
 
@@ -234,7 +242,8 @@ def proof_lines(proof: Proof, listed: int = 8) -> list[str]:
     for v in proof.views:
         c = v.counts()
         lines.append(f"{proof.package} {proof.version}, {v.name}: claimed {c['claimed']}, installable "
-                     f"{c['installable']}, GPU-evidenced {c['evidenced']} of {c['cells']} cells")
+                     f"{c['installable']}, GPU-planned {c['evidenced']} of {c['cells']} cells"
+                     + (f" ({c['unknown']} unknown, not counted)" if c["unknown"] else ""))
     reasons = proof.view(ALL).reasons
     for reason, cells in list(reasons.items())[:listed]:
         lines.append(f"  {len(cells)} {reason}: {cells_list(cells)}")

@@ -1,11 +1,17 @@
 """What one wheel of the wheelhouse serves of the users' matrix, and with which evidence (farm/coverage.py's
 statuses): the cells its tags and label name, each kernel-tested, import-verified or only built, read from its
-record's test reports and torch checks; the archs it ships and the arch of the GPU its kernels ran on."""
+record's test reports and torch checks; the archs it ships and the arch of the GPU its kernels ran on.
+
+Evidence counts for the cell it ran on: the Python of the venv the check or test ran in and the platform it ran
+for. A cell the same evidence reaches only by a rule (a ``cp310-abi3`` wheel checked on Python 3.12 is the same
+file on 3.13; a ``py3-none-any`` wheel checked on x86_64 is the same file on aarch64) is ``inferred``, shown apart
+and never counted as served."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -19,6 +25,7 @@ from builder.model.records import BuildRecord, TestReport
 
 KERNEL = "kernel-tested"
 IMPORT = "import-verified"
+INFERRED = "inferred"
 BUILT = "built"
 ABI3_PYTHON = "3.10"
 
@@ -132,24 +139,26 @@ def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cel
         matrix = frozenset(c for c in matrix if c.platform in platforms)
     major = stable_label_major(label)
     if major is not None or (label is None and record is not None and record.is_stable_abi):
-        return _stable_cells(record, major, matrix, floor)
+        return _stable_cells(record, major, matrix, floor, _checks_platform(filename, record))
     if label is None and pythons is None and platforms is None:  # py3-none-any, built once: its checks decide
-        return _checked_cells(record, matrix, lambda cell: True)
+        return _checked_cells(record, matrix, lambda cell: True, _checks_platform(filename, record))
     per_torch = per_torch_label_parts(label)
     if per_torch is not None:  # cu12torch2.9: its torch minor on the lines of its CUDA major, as its checks say
-        return _checked_cells(record, matrix, lambda c: _per_torch_claims(c, per_torch, record, pythons, abi3))
+        return _checked_cells(record, matrix, lambda c: _per_torch_claims(c, per_torch, record, pythons, abi3),
+                              _checks_platform(filename, record))
     match = re.fullmatch(r"(cu\d+)torch(\d+\.\d+)", label or "")
     if match is None:
         return {}
     line = (record.cuda_version.line if record and record.cuda_version else None) or _line_of_flavour(match.group(1))
     tests = record.tests if record else None
+    ran = Ran(_tests_python(record), _checks_platform(filename, record))
     if tests and tests.kernel_status == "passed" and record is not None:
         outcome = (KERNEL, _kernel_text(record))
     elif tests and tests.import_status == "passed":
         outcome = (IMPORT, f"import-verified on its torch ({tests.torch or match.group(2)})")
     else:
         outcome = (BUILT, "built, not verified")
-    return {c: outcome for c in matrix
+    return {c: ran.judge(c, *outcome) for c in matrix
             if c.torch == match.group(2) and c.cuda == line and _python_fits(c.python, pythons, abi3)}
 
 
@@ -181,7 +190,7 @@ def _python_fits(python: str, pythons: set[str] | None, abi3: bool) -> bool:
 
 
 def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozenset[Cell],
-                  floor: str | None) -> dict[Cell, tuple[str, str]]:
+                  floor: str | None, platform: str) -> dict[Cell, tuple[str, str]]:
     built = record.cuda_version if record else None
     major = major if major is not None else built.major if built else None
     if major is None:
@@ -193,11 +202,11 @@ def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozens
         return (_on_major(c, major, record) and torch_minor(c.torch) >= floor_minor
                 and Version(c.python) >= Version(ABI3_PYTHON))
 
-    return _checked_cells(record, matrix, claims)
+    return _checked_cells(record, matrix, claims, platform)
 
 
 def _checked_cells(record: BuildRecord | None, matrix: frozenset[Cell],
-                   claims: Callable[[Cell], bool]) -> dict[Cell, tuple[str, str]]:
+                   claims: Callable[[Cell], bool], platform: str) -> dict[Cell, tuple[str, str]]:
     """A wheel offered by its torch checks (stable-ABI, per-torch by CUDA major, pure Python built once): each cell it
     ``claims``, with the
     evidence of its record's torch checks on that torch minor and CUDA line (a failed one keeps it unverified)."""
@@ -210,17 +219,75 @@ def _checked_cells(record: BuildRecord | None, matrix: frozenset[Cell],
         here = [k for k in checks if _tested_on(k.torch) is not None and torch_minor(k.torch) == torch_minor(c.torch)
                 and k.cuda == c.cuda]
         failed = [k for k in here if not k.passed]
-        kernel = next((k for k in here if k.passed and k.how == "gpu-kernel-tests"), None)
-        imported = next((k for k in here if k.passed and k.how == "import+registration"), None)
         if failed:
             out[c] = (BUILT, f"built, not verified: {failed[0].how} failed on torch {failed[0].torch}")
-        elif kernel is not None and record is not None:
-            out[c] = (KERNEL, _kernel_text(record) + f" with torch {kernel.torch}")
-        elif record is not None and record.tests and record.tests.kernel_status == "passed" and tested == (
+            continue
+        found: list[tuple[str, str, Ran]] = []  # each piece of evidence for the cell's torch and CUDA, where it ran
+        for k in here:
+            if record is not None and k.how == "gpu-kernel-tests":
+                found.append((KERNEL, _kernel_text(record) + f" with torch {k.torch}", Ran(_minor(k.python), platform)))
+            elif k.how == "import+registration":
+                found.append((IMPORT, f"import-verified on torch {k.torch} (cu{c.cuda})", Ran(_minor(k.python), platform)))
+        if record is not None and record.tests and record.tests.kernel_status == "passed" and tested == (
                 c.torch, c.cuda):
-            out[c] = (KERNEL, _kernel_text(record) + f" with torch {record.tests.torch}")
-        elif imported is not None:
-            out[c] = (IMPORT, f"import-verified on torch {imported.torch} (cu{c.cuda})")
-        else:
-            out[c] = (BUILT, "built, not verified on this torch")
+            found.append((KERNEL, _kernel_text(record) + f" with torch {record.tests.torch}",
+                          Ran(_tests_python(record), platform)))
+        out[c] = _best(c, found)
     return out
+
+
+_RANK = {KERNEL: 4, IMPORT: 3, INFERRED: 2, BUILT: 1}
+
+
+def rank(status: str) -> int:
+    """kernel-tested > import-verified > inferred > built (farm/coverage.py keeps each cell's best)."""
+    return _RANK.get(status, 0)
+
+
+def _best(cell: Cell, found: list[tuple[str, str, Ran]]) -> tuple[str, str]:
+    """The strongest evidence that ran on ``cell``'s Python and platform, else the strongest inferred from another."""
+    judged = [ran.judge(cell, status, text) for status, text, ran in found]
+    return max(judged, key=lambda outcome: rank(outcome[0]), default=(BUILT, "built, not verified on this torch"))
+
+
+@dataclass(frozen=True)
+class Ran:
+    """Where a check or test ran: the Python minor of its venv ("3.12"; None where the record does not say) and the
+    platform it ran for."""
+
+    python: str | None
+    platform: str
+
+    def judge(self, cell: Cell, status: str, evidence: str) -> tuple[str, str]:
+        """(status, evidence) of this evidence for ``cell``: as it is where it ran on the cell's Python and platform;
+        ``inferred`` elsewhere (kernel-tested or import-verified only)."""
+        if status not in (KERNEL, IMPORT) or (self.python == cell.python and self.platform == cell.platform):
+            return status, evidence
+        where = f"Python {self.python or '?'} {self.platform}"
+        return INFERRED, f"inferred (same file; {status} on {where}): {evidence}"
+
+
+def _minor(python: str | None) -> str | None:
+    """``3.12.1`` → ``3.12``; None stays None."""
+    try:
+        return "{}.{}".format(*Version(python).release[:2]) if python else None
+    except (InvalidVersion, TypeError):
+        return None
+
+
+def _tests_python(record: BuildRecord | None) -> str | None:
+    """The Python minor a record's tests ran on: the report's own, else (a record from before reports named it) the
+    Python the wheel was built with, which ``builder build`` tests on."""
+    if record is None:
+        return None
+    found = record.tests.python if record.tests else None
+    return _minor(found or (record.python or {}).get("version"))
+
+
+def _checks_platform(filename: str, record: BuildRecord | None) -> str:
+    """The platform a wheel's checks ran for: its platform tag's, else (``any``) the machine it was built on."""
+    platforms = wheel_platforms(filename)
+    if platforms:
+        return sorted(platforms)[0]
+    machine = str((record.host or {}).get("machine", "")) if record else ""
+    return {"arm64": "aarch64"}.get(machine, machine) or "x86_64"

@@ -6,6 +6,7 @@ Part of planning: it runs before anything is fetched, and the plan (and its cach
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 import urllib.error
@@ -46,11 +47,23 @@ class SourceRef:
         return f"{self.kind}: {self.location}" + (f" sha256 {self.sha256[:16]}…" if self.sha256 else "")
 
 
-def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
-    """Versions on PyPI that have an sdist, with its URL and sha256; cached for ``--offline``."""
+_READ: dict[tuple[Path, str], dict] = {}  # (cache file, name) → PyPI's answer, read at most once per process
+
+
+def pypi_releases(name: str, settings: Settings, *, refresh: bool = False) -> dict[str, SourceRef]:
+    """Versions on PyPI that have an sdist, with its URL and sha256. Read at most once per process; a cached list
+    younger than the index time-to-live (24 h, ``BUILDER_INDEX_TTL``; discovery/torchindex.py) answers without the
+    network, as does any cached list ``--offline`` or when PyPI cannot be reached. ``refresh`` (or
+    ``BUILDER_INDEX_REFRESH=1``): ask PyPI now (a version newer than the cached list)."""
+    from builder.discovery.torchindex import cache_age_s, ttl_s
+
     cache_file = settings.cache("index") / f"{canonicalize_name(name)}.json"
-    data = None
-    if not settings.offline:
+    key = (cache_file, canonicalize_name(name))
+    refresh = refresh or os.environ.get("BUILDER_INDEX_REFRESH") == "1"
+    data = None if refresh else _READ.get(key)
+    if data is None and not refresh and cache_file.exists() and cache_age_s(cache_file) < ttl_s():
+        data = _read_cached(cache_file)
+    if data is None and not settings.offline:
         try:
             data = json.loads(net.fetch_bytes(PYPI_JSON.format(name=name)))
             atomic_write(cache_file, json.dumps(data))
@@ -66,7 +79,11 @@ def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
                 f"no cached release list for {name!r} and PyPI is not used (offline or unreachable)",
                 "run once online (without --offline) to fill the cache",
             )
-        data = json.loads(cache_file.read_text())
+        data = _read_cached(cache_file)
+    if data is None:
+        raise SourceError(f"the cached release list of {name!r} ({cache_file}) cannot be read",
+                          "delete it; the next run online reads PyPI again")
+    _READ[key] = data
     releases: dict[str, SourceRef] = {}
     for version, files in data.get("releases", {}).items():
         for f in files:
@@ -74,6 +91,14 @@ def pypi_releases(name: str, settings: Settings) -> dict[str, SourceRef]:
                 url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
                 releases[version] = SourceRef("pypi", url, f["filename"], f["digests"]["sha256"])
     return releases
+
+
+def _read_cached(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def resolve_version(recipe: Recipe, requested: str | None, available: list[str]) -> str:
@@ -154,6 +179,8 @@ def source_for(recipe: Recipe, version: str, override: str | None, settings: Set
         commit = recipe.source.commits.get(version) if override is None else None  # a pin is the recipe's URL's
         return _ref_from_location(location, version, recipe, recorded, commit)
     releases = pypi_releases(recipe.source.pypi or recipe.name, settings)
+    if version not in releases and not settings.offline:  # released since the cached list was read
+        releases = pypi_releases(recipe.source.pypi or recipe.name, settings, refresh=True)
     if version not in releases:
         raise SourceError(f"{recipe.name} {version} has no sdist on PyPI")
     ref = releases[version]
