@@ -14,6 +14,7 @@ from builder.core.errors import UsageError
 from builder.model.abi import channel_label
 from builder.model.arch import Arch, parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.recordmerge import merge_reports
 from builder.model.recordshape import RecordShapeError as RecordShapeError
 from builder.model.recordshape import as_read, check_record_json, plain, recipe_json
 from builder.model.wheelbuild import WheelBuild as WheelBuild
@@ -269,8 +270,8 @@ class BuildRecord:
     # each a TorchCheck with status "not checked": neither passed nor failed, so no channel is decided by them
     torch_unchecked: tuple[TorchCheck, ...] | None = None
     abi_choice: str | None = None  # why this ABI (stages/abichoice.py choose_abi: "torch-stable (--abi auto): ...")
-    # one report per GPU arch its kernel tests ran on (an sm_90 and an sm_120 runner of the same wheel); ``tests``
-    # stays the latest report of any machine; absent in records from before (``gpu_reports`` reads those)
+    # one report per (GPU arch, GPU model, torch) its kernel tests ran on (model/recordmerge.py); ``tests`` stays the
+    # latest report of any machine; absent in records from before (``gpu_reports`` reads those)
     gpu_tests: tuple[TestReport, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # the keys of the JSON it was read from (None: made here): a read record is written back with those keys
@@ -301,18 +302,17 @@ class BuildRecord:
 
     @property
     def gpu_reports(self) -> tuple[TestReport, ...]:
-        """One test report per GPU arch the kernel tests ran on; a record from before: its one report, if a GPU's."""
+        """One test report per (GPU arch, GPU model, torch) its kernel tests ran on; an old record: its GPU report."""
         if self.gpu_tests is not None:
             return self.gpu_tests
         return (self.tests,) if self.tests is not None and self.tests.capability is not None else ()
 
     def with_tests(self, report: TestReport) -> BuildRecord:
-        """``report`` as the latest; one from a GPU replaces only its own arch's report, so the test jobs of two GPU
-        archs (sm_90, sm_120) on the same wheel keep both."""
+        """``report`` as the latest; one from a GPU replaces only the report of its own (arch, GPU model, torch)
+        (model/recordmerge.py ``report_key``), so the test jobs of two GPUs on the same wheel keep both."""
         if report.capability is None:
             return self.with_(tests=report)
-        kept = [r for r in self.gpu_reports if r.capability != report.capability]
-        return self.with_(tests=report, gpu_tests=tuple(sorted((*kept, report), key=lambda r: r.capability or 0)))
+        return self.with_(tests=report, gpu_tests=merge_reports(self.gpu_reports, (report,)))
 
     def in_wheel(self) -> BuildRecord:
         """The part finalize writes into the wheel (nothing that differs between two builds of the same inputs)."""

@@ -27,6 +27,7 @@ from builder.model.arch import Arch
 from builder.model.builtwheel import BuiltWheel
 from builder.model.platform import Platform
 from builder.model.recipe import Recipe
+from builder.model.recordmerge import merge_checks
 from builder.model.records import BuildRecord, TestReport, TorchCheck
 from builder.model.variants import Variant
 from builder.stages.finalize import read_build_record, read_metadata
@@ -273,18 +274,12 @@ def variants(plan: Plan, kernel: KernelTestPlan, python: PythonEnv, base_python:
 
 
 def with_gpu_check(record: BuildRecord, env: PythonEnv, tests: TestReport) -> tuple[TorchCheck, ...]:
-    """The record's torch checks with this machine's passed kernel suite added for its torch. It replaces an
-    earlier GPU check of the same torch, CUDA line and GPU only: a run on another GPU (another arch: an H200's
-    sm_90 after an RTX 5090's sm_120) adds its check beside the first, so the record keeps one per GPU."""
+    """The record's torch checks with this machine's passed kernel suite added for its torch, by the one merge rule
+    (model/recordmerge.py ``merge_checks``): it replaces an earlier GPU check of the same torch, CUDA line and GPU
+    only; a run on another GPU (another arch: an H200's sm_90 after an RTX 5090's sm_120) adds its check beside the
+    first, so the record keeps one per GPU."""
     torch = Version(env.torch or "0")
     counts = ", ".join(f"{v} {k}" for k, v in tests.counts.items())
     check = TorchCheck(torch=str(torch.public), cuda=env.torch_cuda or "", python=env.version or "",
                        how=GPU_KERNEL_TESTS, status="passed", detail=f"{counts} on {tests.gpu or 'a GPU'}".strip())
-    kept = [c for c in record.torch_checks or () if not (c.how == GPU_KERNEL_TESTS and c.torch == check.torch
-                                                          and c.cuda == check.cuda and gpu_of(c) == gpu_of(check))]
-    return (*kept, check)
-
-
-def gpu_of(check: TorchCheck) -> str:
-    """The GPU a ``gpu-kernel-tests`` check ran on, as its detail names it (``3 passed on NVIDIA H200``)."""
-    return check.detail.rpartition(" on ")[2] if " on " in check.detail else check.detail
+    return merge_checks(record.torch_checks or (), (check,))

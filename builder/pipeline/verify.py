@@ -25,6 +25,7 @@ from builder.discovery.compat import TorchIndex, resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
 from builder.model.recipe import Recipe, find_recipe, load_recipe
+from builder.model.recordmerge import merge_checks
 from builder.model.records import TorchCheck
 from builder.pipeline import checks
 from builder.stages.pyenv import find_interpreter
@@ -129,9 +130,7 @@ def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: 
                                           cross_platform=wheel.platform if cross.is_cross(wheel.platform) else None)
         new += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir, make_env=make_env)
     made, unchecked = split_unchecked(new)
-    replaced = {c.key for c in made}
-    kept = tuple(c for c in record.torch_checks or () if c.key not in replaced)
-    checks_now = (*kept, *made)
+    checks_now = merge_checks(record.torch_checks or (), made)  # the one rule (model/recordmerge.py)
     tried = {c.key[:2] for c in new}  # a torch not checked before and now: replaced
     still = (*(c for c in record.torch_unchecked or () if c.key[:2] not in tried), *unchecked)
     if unchecked:
