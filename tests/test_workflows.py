@@ -333,10 +333,20 @@ def test_a_90_120_target_with_runners_for_both_gives_two_fan_out(tmp_path: Path,
         assert json.loads(result.stdout) == fan_out(matrix)
 
 
+def _builder_shim(root: Path) -> None:
+    """``.venv/bin/builder`` under ``root`` (where the publish step's script runs) running this checkout's builder."""
+    shim = root / ".venv" / "bin" / "builder"
+    shim.parent.mkdir(parents=True)
+    shim.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m builder \"$@\"\n")
+    shim.chmod(0o755)
+
+
 def test_publish_adds_a_target_only_where_every_arch_promoted_it(nightly: dict, tmp_path: Path) -> None:
     """The publish job's merge step, run by bash: target a promoted on sm_90 and sm_120 is added; target b, whose
     sm_90 job failed (no artifact), is left out and named in the summary."""
     import json
+
+    from tests.test_index import raw_wheel
 
     if shutil.which("jq") is None:
         pytest.skip("jq is not installed here (GitHub's runners have it)")
@@ -345,45 +355,49 @@ def test_publish_adds_a_target_only_where_every_arch_promoted_it(nightly: dict, 
     tested = {"include": [{"id": "a", "test_id": "a-sm90"}, {"id": "a", "test_id": "a-sm120"},
                           {"id": "b", "test_id": "b-sm90"}, {"id": "b", "test_id": "b-sm120"}]}
     for job in ("a-sm90", "a-sm120", "b-sm120"):
-        wheels = tmp_path / "promoted" / f"promoted-{job}" / "wheels"
-        wheels.mkdir(parents=True)
-        (wheels / f"{job.split('-')[0]}-1.0-py3-none-any.whl").write_text(job)
+        raw_wheel(tmp_path / "promoted" / f"promoted-{job}" / "wheels", job.split("-")[0], "1.0")
+    _builder_shim(tmp_path)
     summary = tmp_path / "summary.md"
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "TESTED": json.dumps(tested), "GITHUB_STEP_SUMMARY": str(summary)})
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "wheelhouse" / "wheels").iterdir()) == ["a-1.0-py3-none-any.whl"]
+    assert [p.name for p in (tmp_path / "wheelhouse" / "wheels").glob("*.whl")] == ["a-1.0-py3-none-any.whl"]
     assert "b: not published, no promotion from b-sm90" in summary.read_text()
 
 
 def test_publish_merges_the_records_of_two_arch_jobs_of_one_wheel(nightly: dict, tmp_path: Path) -> None:
-    """Issue 39: the sm_90 and sm_120 test jobs of one wheel each write its record; the publish step keeps both
-    GPU reports (and both GPU checks) instead of the last job's record alone."""
+    """Issues 39 and 51: the sm_90 and sm_120 test jobs of one wheel each write its record; the publish step merges
+    them with `builder index merge` (tests/test_record_merge.py tests the rule), keeping both GPU reports (and both
+    GPU checks) instead of the last job's record alone."""
     import json
 
     from builder.model.records import BuildRecord, TestReport, TorchCheck, parse_capability
+    from tests.test_index import raw_wheel
 
     if shutil.which("jq") is None:
         pytest.skip("jq is not installed here (GitHub's runners have it)")
     steps = nightly["jobs"]["publish"]["steps"]
     script = steps[_step_index(steps, "no promotion from")]["run"]
+    assert "jq -s" not in script  # the merge is the builder's, not a jq program
     tested = {"include": [{"id": "a", "test_id": "a-sm90"}, {"id": "a", "test_id": "a-sm120"}]}
-    staged = BuildRecord(package="a", version="1.0", cuda="13.0", archs=("90", "120"), wheel="a.whl")
+    wheel = raw_wheel(tmp_path / "built", "a", "1.0")
+    staged = BuildRecord(package="a", version="1.0", cuda="13.0", archs=("90", "120"), wheel=wheel.name)
     for job, gpu, capability in (("a-sm90", "NVIDIA H100", "9.0"), ("a-sm120", "NVIDIA RTX 5090", "12.0")):
         folder = tmp_path / "promoted" / f"promoted-{job}"
         (folder / "wheels").mkdir(parents=True)
         (folder / "records").mkdir()
-        (folder / "wheels" / "a.whl").write_text("the same wheel")
+        shutil.copy2(wheel, folder / "wheels" / wheel.name)
         check = TorchCheck(torch="2.14.1", cuda="13.0", python="3.12", how="gpu-kernel-tests", status="passed",
                            detail=f"3 passed on {gpu}")
         record = staged.with_tests(TestReport(import_status="passed", kernel_status="passed", gpu=gpu,
                                               capability=parse_capability(capability))).with_(torch_checks=(check,))
-        (folder / "records" / "a.whl.json").write_bytes(record.file_bytes())
+        (folder / "records" / f"{wheel.name}.json").write_bytes(record.file_bytes())
+    _builder_shim(tmp_path)
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "TESTED": json.dumps(tested),
                                  "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
     assert result.returncode == 0, result.stderr
-    merged = BuildRecord.from_json(json.loads((tmp_path / "wheelhouse" / "records" / "a.whl.json").read_text()))
+    merged = BuildRecord.from_json(json.loads((tmp_path / "wheelhouse" / "records" / f"{wheel.name}.json").read_text()))
     assert [(r.gpu, str(r.capability)) for r in merged.gpu_reports] == [("NVIDIA H100", "90"),
                                                                         ("NVIDIA RTX 5090", "120")]
     assert sorted(c.detail for c in merged.torch_checks or ()) == ["3 passed on NVIDIA H100",

@@ -1,5 +1,5 @@
-"""Commands about the wheelhouse index: `builder index rebuild`, `builder index pull`, `builder index export` and
-`builder serve`.
+"""Commands about the wheelhouse index: `builder index rebuild`, `builder index pull`, `builder index export`,
+`builder index merge` and `builder serve`.
 
 The index modules (index/store, assets, export, mirror, serve) are imported in the handlers, not at the top: together
 they add about 26 modules and 70 ms to every `builder` start (``python -X importtime -c 'import builder.cli.main'``),
@@ -64,6 +64,20 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     export.add_argument("--pages", metavar="DIR", help="a new or empty folder for the Pages tree")
     add_common(export, "wheelhouse")
 
+    merge = isub.add_parser(
+        "merge", help="add other wheelhouses' wheels (same bytes only) and merge their records into this one",
+        description="Copy the wheels of each SRC (a wheelhouse folder, or any folder with wheels/ and records/: "
+                    "the nightly's promoted folder of one GPU test job) into --wheelhouse and merge each wheel's "
+                    "records, this wheelhouse's first, then each SRC's in the order given: a record keeps one test "
+                    "report per (GPU arch, GPU model, torch) and one torch check per (torch, CUDA line, how, GPU), "
+                    "a later one of the same key winning (docs/INDEX.md \"Merging test evidence\"). Other bytes "
+                    "under a file name already there, or a record of another wheel, is refused and nothing is "
+                    "changed; otherwise one transaction with the pages.",
+    )
+    merge.add_argument("sources", nargs="+", metavar="SRC", type=Path,
+                       help="a folder holding wheels/ and records/ (merged in the order given)")
+    add_common(merge, "wheelhouse")
+
     serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
@@ -80,6 +94,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         return cmd_pull(args)
     if args.index_command == "export":
         return cmd_export(args)
+    if args.index_command == "merge":
+        return cmd_merge(args)
     house = Wheelhouse(settings_from_args(args).wheelhouse)
     if args.assets_url is not None:
         house.set_assets(_assets_of(args.assets_url))
@@ -122,6 +138,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.pages:
         tree = export_pages(house, Path(args.pages))
         out.print(f"pages: {tree.files} file(s), {tree.size / 1e6:.1f} MB, in {args.pages} (no wheel)", markup=False)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    # deferred on purpose: `builder` starts without builder.index (about 50 ms; issue 19)
+    from builder.index.store import Wheelhouse
+
+    house = Wheelhouse(settings_from_args(args).wheelhouse)
+    for source in args.sources:
+        if not source.is_dir():
+            raise UsageError(f"{source}: no such folder", "name a folder holding wheels/ and records/")
+    plan = house.merge_from([Wheelhouse(source) for source in args.sources])
+    out.print(f"merged {plural(len(args.sources), 'folder')} into {house.root}: "
+              f"{plural(len(plan.new_wheels), 'wheel')} added, {len(plan.kept_wheels)} already there (same bytes), "
+              f"{plural(len(plan.records), 'record')} written", markup=False)
+    for name in sorted(plan.merged_from):
+        record = house.record_of(name)
+        reports = record.gpu_reports if record is not None else ()
+        checks = (record.torch_checks or ()) if record is not None else ()
+        out.print(f"  {name}: {plural(len(reports), 'GPU test report')}, {plural(len(checks), 'torch check')} "
+                  f"(merged in: {plural(len(plan.merged_from[name]), 'record')} of the sources)", markup=False)
+        for report in reports:
+            arch = report.capability.sm if report.capability is not None else "no arch"
+            out.print(f"    {arch} {report.gpu or 'unknown GPU'}, torch {report.torch or '?'}: {report.summary()}",
+                      markup=False)
     return 0
 
 

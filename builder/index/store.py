@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -33,6 +33,7 @@ from builder.index.checks import (
     wheel_channels,
 )
 from builder.index.layout import Layout, recorded_wheel
+from builder.index.merge import MergePlan, plan_merge
 from builder.index.pages import Entry, listed, stage_dashboard, stage_pages
 from builder.index.txn import Transaction, WheelhouseLock, lock_for, recover_root
 from builder.model.records import BuildRecord, RecordShapeError, check_record_json
@@ -242,6 +243,30 @@ class Wheelhouse(Layout):
                          assets=assets)
         return RestoreResult(tuple(fetched), tuple(kept), tuple(extra) if delete else (),
                              () if delete else tuple(extra))
+
+    def merge_from(self, sources: Sequence[Wheelhouse]) -> MergePlan:
+        """Copy in the wheels of ``sources`` (the nightly's promoted folder of each GPU test job: ``builder index
+        merge``) and merge their records with this wheelhouse's, in order, by the one rule (model/recordmerge.py),
+        in one transaction with the pages. A refusal (index/merge.py ``plan_merge``: other bytes under one file
+        name, a record of another wheel) is raised before anything is staged: nothing changes."""
+        txn = Transaction(self.root)
+        with txn.guarded("merging wheels and records into", "free space (or fix the permissions) and merge again"), \
+                self.lock():
+            recover_root(self.root)
+            plan = plan_merge(self, sources)
+            entries = [Entry(e.filename, e.data, e.metadata, plan.records.get(e.filename, e.record), e.has_log)
+                       for e in self._entries()]
+            for name, wheel in plan.new_wheels.items():
+                metadata = check_wheel(wheel)
+                entries.append(Entry(name, txn.put_copy(self.wheel_file(name), wheel),
+                                     txn.put_bytes(self.sidecar_file(name), metadata),
+                                     plan.records.get(name) or self._read_record(name), False, plan.digests[name]))
+            for name, record in plan.records.items():
+                txn.put_bytes(self.record_file(name), record.file_bytes())
+            self._commit(txn, sorted(entries, key=lambda e: e.filename), "merging wheels and records into",
+                         assets=self.assets())
+        self._refresh_parent()
+        return plan
 
     def find_record(self, cache_key: str) -> tuple[Path, BuildRecord] | None:
         """A published wheel built from exactly these inputs (the "unchanged, skip" check), verified: its bytes
