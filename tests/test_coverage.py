@@ -11,13 +11,14 @@ import pytest
 from builder.cli.main import main
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex
-from builder.discovery.torchindex import Listing, Release
+from builder.discovery.torchfacts import Listing, PlatformFacts, Release
 from builder.farm import coverage as cov
 from builder.farm.cellstext import compact_pythons
 from builder.farm.coverage import (
     NOT_BUILT,
     NOT_IN_FARM,
     FarmView,
+    matrix_facts,
     newest_known,
     package_coverage,
     users_matrix,
@@ -33,8 +34,16 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.13t")
 
 
 def fake_indexes(settings: Settings | None = None) -> list[TorchIndex]:
-    """PyPI-like (2.10 on 12.8, 2.11–2.14 on 13.0, 2.15 on 13.2, an old 12.6 line) and a channel naming no Pythons."""
-    rel = lambda v, c, p=PYTHONS: Release(version=v, cuda=c, pythons=p, evidence="test", read_at="")  # noqa: E731
+    """PyPI-like (2.10 on 12.8, 2.11–2.14 on 13.0, 2.15 on 13.2, an old 12.6 line; each platform's facts read, and
+    like PyPI's, 2.10's aarch64 wheels are CPU builds) and a channel from release notes (no Pythons, no platform
+    facts: its aarch64 cells are unknown)."""
+    def rel(v: str, c: str, p: tuple[str, ...] = PYTHONS) -> Release:
+        if not p:  # a release-notes row
+            return Release(version=v, cuda=c, pythons=p, evidence="test", read_at="")
+        arm = "cpu" if v == "2.10.0" else c
+        return Release(version=v, cuda=c, pythons=p, evidence="test", read_at="",
+                       platforms=(PlatformFacts("x86_64", c, p, "test"), PlatformFacts("aarch64", arm, p, "test")))
+
     pypi = Listing(name="pypi", url="https://pypi.org/simple", source="index", read_at="2026-12-02T00:00:00Z",
                    releases=(rel("2.7.1", "12.6"), rel("2.10.0", "12.8"), rel("2.11.0", "13.0"), rel("2.12.1", "13.0"),
                              rel("2.15.0", "13.2", ("3.11", "3.12"))))
@@ -54,9 +63,14 @@ def test_the_matrix_is_cuda_12_8_and_up_without_free_threaded_pythons() -> None:
     assert Cell("2.11", "13.0", "3.13") in matrix and not any(c.python.endswith("t") for c in matrix)
     assert Cell("2.11", "12.8", "3.12") in matrix  # the channel's release takes PyPI's Pythons of 2.11.0
     assert {c.python for c in matrix if c.torch == "2.15"} == {"3.11", "3.12"}
-    # both platforms: each cell once per platform (the listings name Pythons, not platforms)
+    # both platforms, each as its own wheels say: PyPI's 2.10 aarch64 wheels are CPU builds (no cell), the
+    # channel's aarch64 wheels were not read (unknown, noted, not counted)
     assert {c.platform for c in matrix} == {"x86_64", "aarch64"} and Cell("2.11", "13.0", "3.13", "aarch64") in matrix
-    assert len(matrix) == (4 * 4 + 2) * 2 and notes == []
+    assert not any(c.platform == "aarch64" and c.cuda == "12.8" for c in matrix)
+    assert len(matrix) == (4 * 4 + 2) + (2 * 4 + 2)
+    assert notes == ["pytorch-cu128 aarch64: the CUDA of torch 2.10.0, 2.11.0 was not read from its wheels "
+                     "(unknown, not counted)"]
+    assert len(matrix_facts(fake_indexes()).unknown) == 2 * 4
     assert len(users_matrix(fake_indexes(), platforms=["x86_64"])[0]) == 4 * 4 + 2
     assert compact_pythons(["3.10", "3.11", "3.12", "3.14"]) == "3.10–3.12, 3.14"
 
@@ -84,10 +98,15 @@ def test_each_cell_gets_its_best_evidence_or_the_reason_it_is_missing(tmp_path: 
     report = package_coverage(causal_conv1d(), house, matrix, lambda version: farm)
     assert (report.version, report.version_from) == ("1.7.0", "wheelhouse")
     by = {c.cell: c for c in report.cells}
-    kernel = by[Cell("2.11", "13.0", "3.10")]
+    kernel = by[Cell("2.11", "13.0", "3.12")]  # the checks ran on Python 3.12.1
     assert kernel.status == "kernel-tested" and "NVIDIA H200" in kernel.evidence and "sm_90" in kernel.evidence
+    # the same abi3 file on another Python: inferred, shown apart, not served (issue 51)
+    inferred = by[Cell("2.11", "13.0", "3.10")]
+    assert inferred.status == "inferred" and not inferred.served
+    assert inferred.evidence.startswith("inferred (same file; kernel-tested on Python 3.12 x86_64): kernel-tested")
     assert by[Cell("2.12", "13.0", "3.13")].status == "built"  # a failed check keeps it unverified
-    assert by[Cell("2.15", "13.2", "3.11")].status == "import-verified"
+    assert by[Cell("2.15", "13.2", "3.12")].status == "import-verified"
+    assert by[Cell("2.15", "13.2", "3.11")].status == "inferred"
     assert by[Cell("2.10", "12.8", "3.12")].status == "import-verified"  # the per-torch wheel, its own Python
     assert by[Cell("2.10", "12.8", "3.11")].reason == NOT_IN_FARM  # at the ports' floor (2.10): not a farm cell
     assert by[Cell("2.11", "12.8", "3.12")].reason == NOT_BUILT  # a farm target, nothing built
@@ -95,11 +114,11 @@ def test_each_cell_gets_its_best_evidence_or_the_reason_it_is_missing(tmp_path: 
     # the wheels are x86_64: the aarch64 cells are missing, and not in this farm view
     assert by[Cell("2.11", "13.0", "3.10", "aarch64")].reason == NOT_IN_FARM
     totals = report.totals()
-    assert totals["cells"] == len(matrix) == 36
-    assert totals["served"] == totals["kernel_tested"] + totals["import_verified"] == 4 + 2 + 1
-    assert totals["built_unverified"] == 4
-    assert totals["missing"] == 36 - 7 - 4 == sum(totals["missing_by_reason"].values())
-    assert totals["by_platform"] == {"x86_64": {"cells": 18, "served": 7}, "aarch64": {"cells": 18, "served": 0}}
+    assert totals["cells"] == len(matrix) == 28
+    assert totals["served"] == totals["kernel_tested"] + totals["import_verified"] == 1 + 1 + 1
+    assert totals["inferred"] == 3 + 1 and totals["built_unverified"] == 4
+    assert totals["missing"] == 28 - 3 - 4 - 4 == sum(totals["missing_by_reason"].values())
+    assert totals["by_platform"] == {"x86_64": {"cells": 18, "served": 3}, "aarch64": {"cells": 10, "served": 0}}
 
 
 def test_an_empty_wheelhouse_takes_the_recipes_version_and_misses_everything(tmp_path: Path) -> None:
@@ -120,13 +139,14 @@ def test_the_command_json_and_table(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                  "--cache-dir", str(tmp_path / "cache"), "--offline", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (package,) = data["packages"]
-    assert package["package"] == "causal-conv1d" and package["totals"]["served"] == 7
-    assert data["platforms"] == ["x86_64", "aarch64"] and data["matrix_cells"] == 36
+    assert package["package"] == "causal-conv1d" and package["totals"]["served"] == 3
+    assert data["platforms"] == ["x86_64", "aarch64"] and data["matrix_cells"] == 28 and data["unknown_cells"] == 8
     assert {c["platform"] for c in package["cells"]} == {"x86_64", "aarch64"}
     assert main(["coverage", "causal-conv1d", "--wheelhouse", str(house.root),
                  "--cache-dir", str(tmp_path / "cache"), "--offline"]) == 0
     text = capsys.readouterr().out
-    assert "7 served with evidence" in text and "served per platform: x86_64 7/18; aarch64 0/18" in text
+    assert "3 served with evidence" in text and "served per platform: x86_64 3/18; aarch64 0/10" in text
+    assert "4 inferred (the same file checked on another Python or platform: not counted as served)" in text
     assert "not served: no aarch64 platform axis" not in text
 
 

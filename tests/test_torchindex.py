@@ -17,10 +17,9 @@ from packaging.version import Version
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, check_torch_matches_cuda, default_torch
+from builder.discovery.classify import cuda_from_label, cuda_from_requirements
 from builder.discovery.torchindex import (
     PYPI_SIMPLE,
-    cuda_from_label,
-    cuda_from_requirements,
     discover,
     load_snapshot,
     read_toolkit_versions,
@@ -88,6 +87,9 @@ def _wheel(folder: Path, version: str, python: str, requires: list[str], platfor
         f"Requires-Dist: {r}\n" for r in requires)
     with zipfile.ZipFile(folder / name, "w") as z:
         z.writestr("torch/__init__.py", "# " + "x" * 5000)  # something before the METADATA member
+        cuda = next((r.split("==")[1].split(";")[0] for r in requires if "cuda" in r), None)
+        z.writestr("torch/version.py", f"__version__ = '{version}'\ncuda: Optional[str] = "
+                   + (repr(cuda[:4]) if cuda else "None") + "\n")
         z.writestr(f"{dist}/METADATA", metadata)
         z.writestr(f"{dist}/RECORD", "")
     return metadata
@@ -151,7 +153,14 @@ def test_classification_of_each_style(fixture_index: tuple[str, list[str]], tmp_
     assert "cuda-toolkit[...]==13.2.2" in by_version["3.2.0"].evidence and "PEP 658" in by_version["3.2.0"].evidence
     assert "range read" in by_version["3.5.0"].evidence
     assert not any(".metadata" in r and "macosx" in r for r in requests), "a macOS wheel was read"
-    assert not any(r.endswith(".whl") and "3.5.0" not in r for r in requests), "a wheel was read needlessly"
+    # a wheel is read by range only for its METADATA where no sidecar is served (3.5.0), and for torch/version.py
+    # where its METADATA pins no CUDA (3.4.0: a CPU build, or one with its CUDA inside)
+    assert not any(r.endswith(".whl") and "3.5.0" not in r and "3.4.0" not in r for r in requests), \
+        "a wheel was read needlessly"
+    assert "torch/version.py: cuda = None" in by_version["3.4.0"].evidence
+    facts = by_version["3.1.0"].on("x86_64")
+    assert facts is not None and facts.cuda == "12.8" and facts.url.endswith(facts.wheel) and facts.read_at
+    assert by_version["3.1.0"].on("aarch64") is None and by_version["3.1.0"].cuda_on("aarch64") is None
     assert listing.torch_by_cuda() == {"cpu": ("3.4.0",), "12.8": ("3.1.0",), "13.0": ("3.5.0",),
                                        "13.1": ("3.3.0",), "13.2": ("3.2.0",)}
 

@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="also ask uv's resolver (uv pip compile, PyPI only) whether each claimed cell's wheel "
                         "installs beside each exact torch release of the cell without changing it: metadata twins "
                         "of the farm's wheels, uv's reason for each cell that does not; not with --offline")
+    p.add_argument("--explain", metavar="CELL",
+                   help="where each fact of one cell came from: PLATFORM/CUDA/TORCH/PYTHON, e.g. aarch64/13.0/2.11/3.12 "
+                        "(CUDA may be *): each torch release's wheel read (URL, sha256, date, source), then each "
+                        "package's status, wheel and record")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="the same data as JSON (the nightly's summary)")
     fmt.add_argument("--markdown", action="store_true", help="tables as GitHub markdown")
@@ -55,6 +59,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from builder.farm.proven import ALL, proof_lines, proofs_of_farm
 
     settings = settings_from_args(args)
+    if args.explain is not None:
+        return explain(args, settings)
     if args.resolve:
         from builder.farm.resolvefarm import refuse_offline
 
@@ -90,7 +96,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         if resolved:
             print(f"\n{resolved.summary()}")
         return 0
-    styles = {"kernel-tested": "green", "import-verified": "cyan", "built": "yellow", MISSING: "red"}
+    styles = {"kernel-tested": "green", "import-verified": "cyan", "inferred": "blue", "built": "yellow",
+              MISSING: "red"}
     for r in reports:
         table = Table("platform", "CUDA", "torch", "Python", Column("evidence", overflow="fold"),
                       Column("wheel", overflow="fold"),
@@ -98,7 +105,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
                             f"{escape(str(meta['wheelhouse']))}")
         for platform, cuda, torch, pythons, c in r.rows():
             table.add_row(platform, cuda, torch, compact_pythons(pythons),
-                          f"[{styles.get(c.status, '')}]{escape(c.evidence)}[/]", escape(c.wheel or ""))
+                          f"[{styles.get(c.status, 'default')}]{escape(c.evidence)}[/]", escape(c.wheel or ""))
         out.print(table)
         out.print(escape(totals_line(r)))
         for note in r.notes:
@@ -122,6 +129,25 @@ def cmd_coverage(args: argparse.Namespace) -> int:
               f"{escape(sources)}")
     for note in meta["notes"]:
         out.print(f"note: {escape(note)}")
+    return 0
+
+
+def explain(args: argparse.Namespace, settings: Settings) -> int:
+    """``--explain CELL``: the torch facts behind one cell, then each package's status of it."""
+    from builder.discovery.compat import known_indexes
+    from builder.farm.coverage import coverage_report
+    from builder.farm.explain import package_lines, parse_cell, release_lines
+
+    query = parse_cell(args.explain)
+    read = known_indexes(settings)
+    reports, _ = coverage_report(args.packages, settings, farm_file=args.farm, indexes=lambda _: read)
+    out.print(f"[bold]{escape(query.text())}[/bold]: the torch facts (each read from one wheel of that platform)")
+    for line in release_lines(query, read):
+        out.print("  " + escape(line), soft_wrap=True)
+    out.print("[bold]per package[/bold] (evidence read from the wheelhouse's records; missing: why)")
+    for report in reports:
+        for line in package_lines(query, report):
+            out.print("  " + escape(line), soft_wrap=True)
     return 0
 
 

@@ -178,10 +178,9 @@ def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs:
         lines.append(f"{proof.package:<24}{proof.version:<13}{text(every):>18}{text(pypi):>18}{shown:>21}")
     lines += ["", "planned: claimed, a target's wheel would be built for the cell; installable, beside every torch",
               "release of it unchanged (torch, triton, Python, platform); GPU, the nightly would run its kernels on",
-              "a GPU of each arch it ships. evidence: read from the wheels and records of "
-              + (str(wheelhouse) if wheelhouse else "the wheelhouse") + ":",
-              "built, a wheel for the cell; ran, its import or kernel tests ran on the cell's Python and platform;",
-              "GPU, its kernel tests ran (cells only inferred, abi3 => other Pythons, are not counted)."]
+              "a GPU of each arch it ships. evidence: read from the wheelhouse's wheels and records: built, a wheel",
+              "for the cell; ran, its import or kernel tests ran on the cell's Python and platform; GPU, its kernel",
+              "tests ran there (cells only inferred, abi3 => other Pythons, are not counted: builder coverage)."]
     if unknown:
         lines.append(f"unknown: {unknown} cells of all channels whose platform facts were not read (not counted).")
     lines.append("Why each cell is left out: builder coverage. Every target and cell: builder matrix --details")

@@ -1,4 +1,5 @@
-"""Which torch releases an index serves, for which CUDA and Python: read from the index itself.
+"""Which torch releases an index serves, for which CUDA and Python: read from the index itself (each release's
+wheels classified by discovery/classify.py into the facts of discovery/torchfacts.py).
 
 The release list comes from the index's simple API (PEP 691 JSON where served, PEP 503 HTML otherwise). A
 release's CUDA comes, in this order, from
@@ -31,28 +32,31 @@ import re
 import time
 import urllib.error
 import urllib.parse
-import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
-from email.parser import HeaderParser
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import (
     InvalidWheelFilename,
-    canonicalize_name,
     parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.discovery.simpleindex import WheelFile, project_files, wheel_member, wheel_metadata
+from builder.discovery.classify import (
+    classify,
+    cuda_from_label,
+    linux_platform,
+    python_of,
+    python_sort,
+)
+from builder.discovery.simpleindex import WheelFile, project_files
+from builder.discovery.torchfacts import Listing, PlatformFacts, Release
 from builder.model.cuda import CudaVersion
-from builder.model.platform import of_wheel_platform
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{flavour}"
@@ -63,274 +67,6 @@ DEFAULT_TTL_S = 24 * 3600
 UNREACHABLE_RETRY_S = 3600
 MIN_TORCH = Version("2.0")
 WORKERS = 4
-# Requirements that name the CUDA runtime a torch wheel was built with.
-_CUDA_PINS = ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime-cu12",
-              "nvidia-cuda-runtime-cu13")
-
-
-@dataclass(frozen=True)
-class PlatformFacts:
-    """What one torch release's wheels for one CPU platform are, read from one of them: its CUDA ("13.0", "cpu",
-    None where it could not be read), the Pythons of that platform's wheel names, the triton it pins (``triton==X``
-    in its METADATA for that platform), and where the facts came from (the wheel's name, URL and sha256 as the page
-    gave them, and when they were read). A wheel file never changes, so these never go stale."""
-
-    platform: str  # x86_64 | aarch64
-    cuda: str | None
-    pythons: tuple[str, ...]
-    evidence: str  # "METADATA: cuda-toolkit[...]==13.0.2 (PEP 658)", "+cu128 label", ...
-    wheel: str = ""
-    url: str = ""
-    sha256: str = ""
-    read_at: str = ""
-    triton: str | None = None
-
-
-@dataclass(frozen=True)
-class Release:
-    """One torch release on one index: its CUDA ("13.2", "cpu", or None when it could not be read), as its x86_64
-    wheels have it, and what each platform's wheels have (``platforms``; absent in listings written before the
-    platform facts were read, and in release-notes rows: the other platforms are then unknown)."""
-
-    version: str  # public version: 2.11.0 (also for 2.11.0+cu128 on a channel)
-    cuda: str | None
-    pythons: tuple[str, ...]  # 3.11, 3.12, 3.13t ... from the wheel names
-    evidence: str  # how the CUDA was read: "METADATA: cuda-toolkit==13.2.2", "+cu128 label", ...
-    read_at: str  # when the CUDA was read (ISO time, UTC)
-    uploaded: str = ""  # its first wheel's upload time (PEP 700 ``upload-time``, ISO UTC); "" where not served
-    platforms: tuple[PlatformFacts, ...] = ()
-
-    def on(self, platform: str) -> PlatformFacts | None:
-        """The facts read from this release's wheels for ``platform``; None where none were read."""
-        return next((f for f in self.platforms if f.platform == platform), None)
-
-    def cuda_on(self, platform: str) -> str | None:
-        """The CUDA ("12.8", "cpu") of this release's ``platform`` wheels; None where unknown. A release without
-        platform facts answers for x86_64 alone (its ``cuda`` was read from an x86_64 wheel or release notes)."""
-        facts = self.on(platform)
-        if facts is not None:
-            return facts.cuda
-        return self.cuda if platform == "x86_64" and not self.platforms else None
-
-    def pythons_on(self, platform: str) -> tuple[str, ...]:
-        """The Pythons of this release's ``platform`` wheels (the release's where no platform facts were read)."""
-        facts = self.on(platform)
-        return facts.pythons if facts is not None else self.pythons
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What one index serves; ``source`` is where this answer came from: index, cache or snapshot."""
-
-    name: str
-    url: str
-    releases: tuple[Release, ...]
-    source: str
-    read_at: str  # when the release list was read from the index
-    note: str = ""
-
-    def torch_by_cuda(self) -> dict[str, tuple[str, ...]]:
-        table: dict[str, list[str]] = {}
-        for release in self.releases:
-            if release.cuda is not None:
-                table.setdefault(release.cuda, []).append(release.version)
-        return {cuda: tuple(sorted(v, key=Version)) for cuda, v in sorted(table.items(), key=lambda kv: _cuda_sort(kv[0]))}
-
-    def release(self, version: str) -> Release | None:
-        return self._by_version.get(Version(Version(version).public))
-
-    @functools.cached_property
-    def _by_version(self) -> dict[Version, Release]:
-        found: dict[Version, Release] = {}
-        for r in self.releases:
-            found.setdefault(Version(r.version), r)
-        return found
-
-
-
-
-def cuda_from_label(version: str) -> str | None:
-    """``2.11.0+cu128`` → ``12.8``; ``+cpu`` → ``cpu``; no label → None."""
-    local = Version(version).local
-    if local is None:
-        return None
-    if local == "cpu":
-        return "cpu"
-    cuda = CudaVersion.from_flavour(local)
-    return cuda.line if cuda else None
-
-
-def cuda_from_requirements(requires: Iterable[str]) -> tuple[str, str]:
-    """(cuda, evidence) from a wheel's Requires-Dist lines; no CUDA pin → ("cpu", ...)."""
-    for text in requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) not in _CUDA_PINS:
-            continue
-        for spec in req.specifier:
-            if spec.operator in ("==", "===", "~="):
-                try:
-                    v = Version(spec.version.rstrip(".*"))
-                except InvalidVersion:
-                    continue
-                extras = f"[{','.join(sorted(req.extras))}]" if req.extras and len(req.extras) < 3 else (
-                    "[...]" if req.extras else "")
-                return CudaVersion.of(v).line, f"METADATA: {req.name}{extras}{spec}"
-    return "cpu", "METADATA: no CUDA requirement"
-
-
-def requires_dist(metadata: str) -> list[str]:
-    return HeaderParser().parsestr(metadata).get_all("Requires-Dist") or []
-
-
-def python_of(filename: str) -> tuple[str, ...]:
-    """``torch-2.15.0-cp312-cp312-manylinux...whl`` → ("3.12",); free-threaded cp313t → ("3.13t",)."""
-    try:
-        _, _, _, tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename:
-        return ()
-    out = set()
-    for tag in tags:
-        match = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
-        if match:
-            out.add(f"{match.group(1)}.{match.group(2)}" + ("t" if tag.abi.endswith("t") else ""))
-    return tuple(sorted(out))
-
-
-def _linux_order(wheel: WheelFile) -> tuple[int, int, str]:
-    """Linux x86_64 wheels first (the ones with CUDA requirements), cp312 first among them."""
-    name = wheel.filename
-    platform = 0 if "linux" in name and "x86_64" in name else 1 if "linux" in name else 2
-    return platform, 0 if "-cp312-" in name else 1, name
-
-
-def linux_platform(filename: str) -> str | None:
-    """The Linux platform of a wheel (``manylinux_2_28_aarch64`` → aarch64); None for other systems."""
-    try:
-        _, _, _, tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename:
-        return None
-    for tag in tags:
-        found = of_wheel_platform(tag.platform) if "linux" in tag.platform else None
-        if found is not None:
-            return found.name
-    return None
-
-
-_LINUX = {"platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "implementation_name": "cpython",
-          "platform_python_implementation": "CPython"}
-
-
-def requirements_on(requires: Iterable[str], platform: str, python: str = "3.12") -> list[Requirement]:
-    """The Requires-Dist lines that apply on Linux ``platform`` with CPython ``python`` and no extra: torch 2.9's
-    ``nvidia-cuda-runtime-cu12==12.8.90; platform_machine == "x86_64"`` applies on x86_64, not on aarch64."""
-    env = {**_LINUX, "platform_machine": platform, "python_version": python, "python_full_version": f"{python}.0",
-           "extra": ""}
-    out = []
-    for text in requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.marker is None or req.marker.evaluate(env):
-            out.append(req)
-    return out
-
-
-def triton_pin(requires: Iterable[Requirement]) -> str | None:
-    """``3.6.0`` from ``triton==3.6.0`` (``~=3.9.0`` → 3.9.0: the lowest release the pin admits)."""
-    for req in requires:
-        if canonicalize_name(req.name) != "triton":
-            continue
-        for spec in req.specifier:
-            if spec.operator in ("==", "~=", "==="):
-                return spec.version.rstrip(".*")
-    return None
-
-
-_VERSION_PY_CUDA = re.compile(r"""^cuda\s*(?::[^=]*)?=\s*(None|'([^']*)'|"([^"]*)")""", re.MULTILINE)
-
-
-def cuda_of_version_py(text: str) -> str | None:
-    """``cpu`` for ``cuda = None``, ``12.8`` for ``cuda: Optional[str] = '12.8'``; None where the file says neither."""
-    match = _VERSION_PY_CUDA.search(text)
-    if match is None:
-        return None
-    value = match.group(2) or match.group(3)
-    if match.group(1) == "None" or not value:
-        return "cpu"
-    try:
-        return CudaVersion.parse(value).line
-    except (InvalidVersion, ValueError):
-        return None
-
-
-_READ_ERRORS = (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration, UnicodeDecodeError, KeyError)
-
-
-def read_platform(platform: str, wheels: list[WheelFile], now: str) -> PlatformFacts:
-    """One platform's facts from the METADATA of one of its wheels (cp312 first): the CUDA its requirements pin on
-    that platform; where they pin none, ``torch/version.py`` of the same wheel says whether it is a CPU build or one
-    with its CUDA inside (read by range requests)."""
-    pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
-    errors: list[str] = []
-    for wheel in sorted(wheels, key=_linux_order)[:3]:
-        try:
-            text, how = wheel_metadata(wheel)
-        except _READ_ERRORS as e:
-            errors.append(f"{wheel.filename}: {e}")
-            continue
-        python = next(iter(python_of(wheel.filename)), "3.12").rstrip("t")
-        applies = requirements_on(requires_dist(text), platform, python)
-        cuda, evidence = cuda_from_requirements(str(r) for r in applies)
-        if cuda == "cpu":
-            cuda, evidence = _confirm_cpu(wheel, platform)
-        return PlatformFacts(platform, cuda, pythons, f"{evidence} ({how}, {wheel.filename})", wheel.filename,
-                             wheel.url, wheel.sha256, now, triton_pin(applies))
-    return PlatformFacts(platform, None, pythons, "METADATA unreadable: " + "; ".join(errors)[:300], read_at=now)
-
-
-def _confirm_cpu(wheel: WheelFile, platform: str) -> tuple[str, str]:
-    """(cuda, evidence) of a wheel whose METADATA pins no CUDA on ``platform``: its ``torch/version.py`` decides."""
-    said = f"METADATA: no CUDA requirement on {platform}"
-    try:
-        found = cuda_of_version_py(wheel_member(wheel, "torch/version.py"))
-    except _READ_ERRORS as e:
-        return "cpu", f"{said}; torch/version.py not read ({str(e)[:120]})"
-    if found is None:
-        return "cpu", f"{said}; torch/version.py names no cuda"
-    return found, f"{said}; torch/version.py: cuda = {'None' if found == 'cpu' else repr(found)}"
-
-
-def classify(version: str, wheels: list[WheelFile], now: str) -> Release:
-    """One release's CUDA on each Linux platform it has wheels for: from its label, else from the METADATA of one
-    wheel per platform (``read_platform``). The release's own ``cuda`` is its x86_64 wheels'."""
-    pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
-    public = str(Version(version).public)
-    by_platform: dict[str, list[WheelFile]] = {}
-    for wheel in wheels:
-        platform = linux_platform(wheel.filename)
-        if platform is not None:
-            by_platform.setdefault(platform, []).append(wheel)
-    labelled = cuda_from_label(version)
-    if labelled is not None:
-        label = f"+{Version(version).local} label"
-        facts = tuple(_labelled(p, ws, labelled, label, now) for p, ws in sorted(by_platform.items()))
-        return Release(public, labelled, pythons, label, now, platforms=facts)
-    if not by_platform:
-        return Release(public, None, pythons, "no Linux wheel", now)
-    facts = tuple(read_platform(p, ws, now) for p, ws in sorted(by_platform.items()))
-    main = next((f for f in facts if f.platform == "x86_64"), facts[0])
-    return Release(public, main.cuda, pythons, main.evidence, now, platforms=facts)
-
-
-def _labelled(platform: str, wheels: list[WheelFile], cuda: str, label: str, now: str) -> PlatformFacts:
-    first = sorted(wheels, key=_linux_order)[0]
-    pythons = tuple(sorted({p for w in wheels for p in python_of(w.filename)}, key=_python_sort))
-    return PlatformFacts(platform, cuda, pythons, f"{label} ({first.filename})", first.filename, first.url,
-                         first.sha256, now)
 
 
 # ---------------------------------------------------------------- discovery with cache and snapshot
@@ -461,12 +197,14 @@ def _cached_listing(path: Path, mtime_ns: int, size: int) -> Listing:
 
 def _facts_from(cached: Listing, snapshot: Listing) -> Listing:
     """``cached`` (perhaps written before the platform facts were read) with the snapshot's platform facts for each
-    release that has none: a wheel never changes, so the snapshot's reading of it holds for the cache too."""
+    release that has none and agrees with it on x86_64: a wheel never changes, so the snapshot's reading of it
+    holds for the cache too."""
     if all(r.platforms for r in cached.releases):
         return cached
     read = {r.version: r for r in snapshot.releases if r.platforms}
     return replace(cached, releases=tuple(
-        replace(r, platforms=read[r.version].platforms) if not r.platforms and r.version in read else r
+        replace(r, platforms=read[r.version].platforms)
+        if not r.platforms and r.version in read and read[r.version].cuda_on("x86_64") == r.cuda else r
         for r in cached.releases))
 
 
@@ -529,18 +267,10 @@ def _with_pythons(release: Release, wheels: list[WheelFile]) -> Release:
     def more(old: tuple[str, ...], platform: str | None) -> tuple[str, ...]:
         new = {p for w in wheels if platform is None or linux_platform(w.filename) == platform
                for p in python_of(w.filename)}
-        return tuple(sorted(set(old) | new, key=_python_sort))
+        return tuple(sorted(set(old) | new, key=python_sort))
 
     return replace(release, pythons=more(release.pythons, None),
                    platforms=tuple(replace(f, pythons=more(f.pythons, f.platform)) for f in release.platforms))
-
-
-def _cuda_sort(cuda: str) -> tuple[int, Version]:
-    return (1, Version(cuda)) if cuda[:1].isdigit() else (0, Version("0"))
-
-
-def _python_sort(python: str) -> tuple[Version, str]:
-    return Version(python.rstrip("t")), python
 
 
 # ---------------------------------------------------------------- the CUDA compilers PyPI carries

@@ -139,19 +139,19 @@ def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cel
         matrix = frozenset(c for c in matrix if c.platform in platforms)
     major = stable_label_major(label)
     if major is not None or (label is None and record is not None and record.is_stable_abi):
-        return _stable_cells(record, major, matrix, floor, _checks_platform(filename, record))
+        return _stable_cells(record, major, matrix, floor, filename)
     if label is None and pythons is None and platforms is None:  # py3-none-any, built once: its checks decide
-        return _checked_cells(record, matrix, lambda cell: True, _checks_platform(filename, record))
+        return _checked_cells(record, matrix, lambda cell: True, filename)
     per_torch = per_torch_label_parts(label)
     if per_torch is not None:  # cu12torch2.9: its torch minor on the lines of its CUDA major, as its checks say
         return _checked_cells(record, matrix, lambda c: _per_torch_claims(c, per_torch, record, pythons, abi3),
-                              _checks_platform(filename, record))
+                              filename)
     match = re.fullmatch(r"(cu\d+)torch(\d+\.\d+)", label or "")
     if match is None:
         return {}
     line = (record.cuda_version.line if record and record.cuda_version else None) or _line_of_flavour(match.group(1))
     tests = record.tests if record else None
-    ran = Ran(_tests_python(record), _checks_platform(filename, record))
+    ran = Ran(_tests_python(record, filename), _checks_platform(filename, record))
     if tests and tests.kernel_status == "passed" and record is not None:
         outcome = (KERNEL, _kernel_text(record))
     elif tests and tests.import_status == "passed":
@@ -190,7 +190,7 @@ def _python_fits(python: str, pythons: set[str] | None, abi3: bool) -> bool:
 
 
 def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozenset[Cell],
-                  floor: str | None, platform: str) -> dict[Cell, tuple[str, str]]:
+                  floor: str | None, filename: str) -> dict[Cell, tuple[str, str]]:
     built = record.cuda_version if record else None
     major = major if major is not None else built.major if built else None
     if major is None:
@@ -202,17 +202,18 @@ def _stable_cells(record: BuildRecord | None, major: int | None, matrix: frozens
         return (_on_major(c, major, record) and torch_minor(c.torch) >= floor_minor
                 and Version(c.python) >= Version(ABI3_PYTHON))
 
-    return _checked_cells(record, matrix, claims, platform)
+    return _checked_cells(record, matrix, claims, filename)
 
 
 def _checked_cells(record: BuildRecord | None, matrix: frozenset[Cell],
-                   claims: Callable[[Cell], bool], platform: str) -> dict[Cell, tuple[str, str]]:
+                   claims: Callable[[Cell], bool], filename: str) -> dict[Cell, tuple[str, str]]:
     """A wheel offered by its torch checks (stable-ABI, per-torch by CUDA major, pure Python built once): each cell it
     ``claims``, with the
     evidence of its record's torch checks on that torch minor and CUDA line (a failed one keeps it unverified)."""
     out: dict[Cell, tuple[str, str]] = {}
     checks = (record.torch_checks or ()) if record else ()
     tested = _tested_on(record.tests.torch) if record and record.tests else None
+    platform = _checks_platform(filename, record)
     for c in matrix:
         if not claims(c):
             continue
@@ -231,7 +232,7 @@ def _checked_cells(record: BuildRecord | None, matrix: frozenset[Cell],
         if record is not None and record.tests and record.tests.kernel_status == "passed" and tested == (
                 c.torch, c.cuda):
             found.append((KERNEL, _kernel_text(record) + f" with torch {record.tests.torch}",
-                          Ran(_tests_python(record), platform)))
+                          Ran(_tests_python(record, filename), platform)))
         out[c] = _best(c, found)
     return out
 
@@ -275,9 +276,13 @@ def _minor(python: str | None) -> str | None:
         return None
 
 
-def _tests_python(record: BuildRecord | None) -> str | None:
-    """The Python minor a record's tests ran on: the report's own, else (a record from before reports named it) the
-    Python the wheel was built with, which ``builder build`` tests on."""
+def _tests_python(record: BuildRecord | None, filename: str) -> str | None:
+    """The Python minor a record's tests ran on: the one Python a ``cp312-cp312`` wheel installs on; else the
+    report's own; else (a record from before reports named it) the Python the wheel was built with, which
+    ``builder build`` tests on."""
+    pythons, abi3 = _pythons_of_tags(filename)
+    if pythons is not None and len(pythons) == 1 and not abi3:
+        return next(iter(pythons))
     if record is None:
         return None
     found = record.tests.python if record.tests else None

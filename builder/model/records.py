@@ -73,6 +73,7 @@ class TestReport:
     # the compute capability of the GPU the kernel tests ran on (the harness's "capability": "9.0" → Arch 90), so
     # coverage can say which arch a kernel test covered; None where none ran (or a record from before)
     capability: Arch | None = None
+    python: str | None = None  # the tests' venv's Python (3.12.1): coverage tells ran from inferred; None before
     read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)  # see BuildRecord
 
     @property
@@ -89,6 +90,7 @@ class TestReport:
                "speed": [dict(row) for row in self.speed], "gpu": self.gpu, "torch": self.torch}
         if self.capability is not None:  # absent where none ran, as in records from before
             out["capability"] = self.capability.torch_name
+        out.update({"python": self.python} if self.python is not None else {})
         return as_read(self, out)
 
     @classmethod
@@ -98,7 +100,8 @@ class TestReport:
                    kernel_status=str(data.get("kernel_status", "not run")),
                    kernel_reason=str(data.get("kernel_reason") or ""), counts=dict(data.get("counts") or {}),
                    speed=tuple(dict(r) for r in data.get("speed") or ()), gpu=data.get("gpu"), torch=data.get("torch"),
-                   capability=parse_capability(data.get("capability")), read_keys=frozenset(data))
+                   capability=parse_capability(data.get("capability")),
+                   python=str(data["python"]) if data.get("python") else None, read_keys=frozenset(data))
 
 
 def parse_capability(value: object) -> Arch | None:

@@ -53,9 +53,11 @@ def import_test(env: PythonEnv, modules: tuple[str, ...]) -> TestReport:
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise TestStageFailed(f"import test failed in a clean venv: {last}", "nothing was published",
-                              TestReport(import_status="failed", import_detail=last, torch=env.torch))
+                              TestReport(import_status="failed", import_detail=last, torch=env.torch,
+                                         python=env.version))
     log.ok(f"import test passed: {', '.join(modules)} (torch {env.torch})")
-    return TestReport(import_status="passed", import_detail=result.stdout.strip(), torch=env.torch)
+    return TestReport(import_status="passed", import_detail=result.stdout.strip(), torch=env.torch,
+                      python=env.version)
 
 
 @dataclass(frozen=True, kw_only=True)
