@@ -8,7 +8,10 @@ build beside torch 2.9.1+cu128 and +cu129), so one compile serves both lines. Ol
 (``+cu128torch2.9``) stay in that line's channel alone. A ``torch-stable`` wheel uses only LibTorch's stable
 ABI (torch/csrc/stable, the C shims) and Python's limited API: one ``cp310-abi3`` wheel per CUDA major, pinned
 ``torch>=FLOOR`` and labelled ``+cu13``, offered for each torch it was verified on (the ``torch-range`` check of
-the test stage, stages/torchrange.py). The CUDA major still splits wheels: the .so needs ``libcudart.so.13``.
+the test stage, stages/torchrange.py). The CUDA major still splits wheels: the .so needs ``libcudart.so.13``. So
+the floor of a wheel of CUDA major M is no lower than the first torch whose PyPI build is of major M
+(``StableAbi.for_cuda_major``: 2.11 for CUDA 13, PyPI's 2.10.0 being a CUDA 12.8 build), or a resolver pairs the
+``+cu13`` wheel with PyPI's torch 2.10.0 (PEP 440 cannot tell ``2.10.0`` from ``2.10.0+cu130``; issue 51).
 A per-torch wheel whose recipe has ``[per-torch-abi3]`` for its release (``PerTorchAbi3``) is labelled and pinned like
 any per-torch wheel but tagged ``cp310-abi3``: one compile serves every Python of that torch.
 """
@@ -16,7 +19,8 @@ any per-torch wheel but tagged ``cp310-abi3``: one compile serves every Python o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from packaging.specifiers import SpecifierSet
@@ -72,6 +76,18 @@ class StableAbi:
         """What finalize writes as the wheel's torch requirement."""
         return f"torch>={self.floor_text}"
 
+    def for_cuda_major(self, first: Version | None) -> StableAbi:
+        """The port as a wheel of one CUDA major offers it: its floor raised to the minor of ``first``, the first
+        torch release whose PyPI build is of that major (``first_torch_of_major``), where that is above the recipe's.
+        A ``+cu13`` wheel then says ``torch>=2.11`` (PyPI's 2.10.0 is CUDA 12.8) and a ``+cu12`` one keeps the
+        recipe's 2.10; None (a major PyPI's torch has not reached): the recipe's floor, and the combined index
+        leaves the wheel out (index/checks.py ``root_lists``). The floor is a minor (TORCH_TARGET_VERSION is one):
+        were a major to start at X.Y.1, X.Y.0 of the other major would still be admitted, and ``root_lists`` keeps
+        such a wheel out of the combined index."""
+        if first is None or (first.major, first.minor) <= (self.torch_floor.major, self.torch_floor.minor):
+            return self
+        return replace(self, torch_floor=Version(f"{first.major}.{first.minor}"))
+
 
 @dataclass(frozen=True)
 class PerTorchAbi3:
@@ -101,6 +117,19 @@ def per_torch_requirement(torch: str) -> str:
     built on 2.11 fails on 2.13 with an undefined symbol), so the pin stops below the next minor."""
     major, minor = torch_minor(torch)
     return f"torch>={major}.{minor}.0,<{major}.{minor + 1}"
+
+
+def cuda_line_major(line: str) -> int | None:
+    """``13.2`` → 13; None for ``cpu`` or anything else that names no CUDA line."""
+    match = re.fullmatch(r"(\d+)\.\d+(?:\.\d+)?", line)
+    return int(match.group(1)) if match else None
+
+
+def first_torch_of_major(torch_by_cuda: Mapping[str, Sequence[str]], major: int) -> Version | None:
+    """The oldest torch release an index builds for a CUDA line of ``major`` (``TorchIndex.torch_by_cuda``, read from
+    the index: PyPI gives 2.1.0 for 12 and 2.11.0 for 13); None where it builds none."""
+    return min((Version(v) for line, versions in torch_by_cuda.items() if cuda_line_major(line) == major
+                for v in versions), default=None)
 
 
 def torch_minor(torch: str) -> tuple[int, int]:

@@ -109,7 +109,9 @@ def claim(wheel: BuiltWheel, recipe: Recipe, requires: tuple[str, ...] | None = 
     if wheel.stable:
         if recipe.stable_abi is None:
             raise UsageError(f"the recipe of {recipe.name} has no [stable-abi] section", "add it, or rebuild per torch")
-        return recipe.stable_abi
+        # the wheel's own floor (its record's, what its Requires-Dist says: raised per CUDA major, model/abi.py)
+        floor = wheel.torch_floor
+        return replace(recipe.stable_abi, torch_floor=floor) if floor is not None else recipe.stable_abi
     parts = per_torch_label_parts(wheel.label)
     if parts is not None:
         return PerTorch(parts[1])

@@ -8,7 +8,7 @@ ABI the build is made for is chosen by stages/abichoice.py.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -27,7 +27,14 @@ from builder.discovery.compat import (
     torch_cuda,
     torch_cuda_unverified,
 )
-from builder.model.abi import Abi, PerTorchAbi3, per_torch_label, per_torch_requirement, stable_label
+from builder.model.abi import (
+    Abi,
+    PerTorchAbi3,
+    first_torch_of_major,
+    per_torch_label,
+    per_torch_requirement,
+    stable_label,
+)
 from builder.model.arch import (
     Arch,
     check_archs_for_cuda,
@@ -274,7 +281,22 @@ def host_toolkit_line(cuda: CudaVersion) -> bool:
 
 
 def load_target_recipe(target: Target, settings: Settings) -> Recipe:
-    return load_recipe(find_recipe(target.package, settings.recipes_dir), settings.patches_dir)
+    return for_cuda_major(load_recipe(find_recipe(target.package, settings.recipes_dir), settings.patches_dir),
+                          target.cuda)
+
+
+def for_cuda_major(recipe: Recipe, cuda: CudaVersion) -> Recipe:
+    """The recipe as a build for ``cuda`` uses it: its stable-ABI floor raised to the first torch whose PyPI build is
+    of ``cuda``'s major (model/abi.py ``StableAbi.for_cuda_major``: 2.11 for CUDA 13), so the ``+cu13`` wheel's
+    ``torch>=`` (and TORCH_TARGET_VERSION, the record's torch_floor, the torch-range check, the ABI choice) refuses
+    PyPI's CUDA 12.8 torch 2.10.0. Read from the shipped PyPI listing (discovery's snapshot, no network): the same
+    answer the combined index's pages are rendered with (index/checks.py ``root_lists``)."""
+    stable = recipe.stable_abi
+    if stable is None:
+        return recipe
+    first = first_torch_of_major(resolve_index("pypi").torch_by_cuda, cuda.major)
+    raised = stable.for_cuda_major(first)
+    return recipe if raised is stable else replace(recipe, stable_abi=raised)
 
 
 def make_plan(target: Target, settings: Settings) -> Plan:
@@ -285,6 +307,8 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     available: list[str] = []
     if target.source is None and recipe.source.path is None and recipe.source.git is None:
         available = list(pypi_releases(recipe.source.pypi or recipe.name, settings))
+        if target.version is not None and target.version not in available and not settings.offline:
+            available = list(pypi_releases(recipe.source.pypi or recipe.name, settings, refresh=True))
     if target.source is None:
         check_recipe_path(recipe)
     if target.version is None and not available:
