@@ -4,17 +4,23 @@ wheel's bytes, a build log against the builder's own naming."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
+from collections.abc import Sequence
 from email.parser import HeaderParser
+from functools import cache
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import BuilderError, PublishError
 from builder.core.wheelfile import dist_info_dir, parse_wheel_name
+from builder.discovery.compat import resolve_index
 from builder.index.layout import Layout
-from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
+from builder.model.abi import cuda_line_major, per_torch_label_parts, stable_label_major, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
 
@@ -70,6 +76,76 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
                 and (only_minor is None or minor == only_minor)):
             (passed if check.passed else failed).add(channel)
     return tuple(sorted(passed - failed))
+
+
+# A per-torch label by CUDA line, the older shape: cu130torch2.14
+_LINE_LABEL = re.compile(r"(cu\d+)torch\d+\.\d+")
+
+PypiTorch = Sequence[tuple[str, str | None]]  # (torch release, its CUDA line, "cpu" or None) as PyPI builds it
+
+
+@cache
+def pypi_torch() -> tuple[tuple[str, str | None], ...]:
+    """PyPI's torch releases and the CUDA line each is built for, from discovery's shipped snapshot (read from each
+    release's METADATA when it was written; no cache, no network): every machine renders the same pages from the
+    same wheelhouse (``builder index pull`` relies on it). A release of a new CUDA major is seen once the snapshot
+    is rewritten (``builder torch-table --write-snapshot``)."""
+    listing = resolve_index("pypi").listing
+    return tuple((r.version, r.cuda) for r in listing.releases) if listing else ()
+
+
+def wheel_cuda_major(filename: str, record: BuildRecord | None) -> int | None:
+    """The CUDA major a wheel's code needs: its label's (``+cu13``, ``+cu12torch2.9``, ``+cu130torch2.14``), or
+    for an unlabelled stable-ABI wheel its record's CUDA; None for a wheel bound to no CUDA (pure Python)."""
+    try:
+        label = wheel_label(filename)
+    except InvalidWheelFilename:
+        return None
+    per_torch = per_torch_label_parts(label)
+    line = _LINE_LABEL.fullmatch(label or "")
+    line_cuda = CudaVersion.from_flavour(line.group(1)) if line else None
+    major = stable_label_major(label) or (per_torch[0] if per_torch else None) or (
+        line_cuda.major if line_cuda else None)
+    if major is None and not label and record is not None and record.is_stable_abi and record.cuda:
+        try:
+            major = CudaVersion.parse(record.cuda).major
+        except (InvalidVersion, ValueError):
+            return None
+    return major
+
+
+def torch_specifier(metadata: bytes | str) -> SpecifierSet:
+    """What a wheel's METADATA lets a resolver pair it with: the torch specifiers of its ``Requires-Dist`` lines
+    that apply without extras (empty: any torch)."""
+    text = metadata.decode("utf-8", "replace") if isinstance(metadata, bytes) else metadata
+    spec = SpecifierSet()
+    for line in HeaderParser().parsestr(text).get_all("Requires-Dist") or ():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            spec &= req.specifier
+    return spec
+
+
+def root_lists(filename: str, record: BuildRecord | None, metadata: bytes | str,
+               pypi: PypiTorch | None = None) -> bool:
+    """Whether the combined index (``simple/``) lists a wheel. Its users take torch from PyPI (docs/INDEX.md), and a
+    resolver there pairs a wheel with any torch its requirement admits: so a wheel built for CUDA major M is listed
+    only where every PyPI torch release its ``Requires-Dist: torch`` admits is a CUDA M build, and at least one is.
+    The ``+cu13`` stable wheel (``torch>=2.11``: PyPI's 2.11.0 on are CUDA 13) and ``+cu12torch2.10`` (PyPI's
+    2.10.0 is CUDA 12.8) are listed; ``+cu12torch2.11`` and ``+cu13torch2.10`` (PyPI's 2.11.0 is CUDA 13, its
+    2.10.0 CUDA 12.8) and the ``+cu12`` stable wheel (``torch>=2.10`` admits PyPI's CUDA 13 torches) are in their
+    channels only. A release whose CUDA is unknown counts against the wheel. A wheel bound to no CUDA is listed.
+    ``pypi``: PyPI's (release, CUDA line) pairs; the shipped snapshot's by default (``pypi_torch``)."""
+    major = wheel_cuda_major(filename, record)
+    if major is None:
+        return True
+    spec = torch_specifier(metadata)
+    releases = pypi_torch() if pypi is None else pypi
+    admitted = [cuda for version, cuda in releases if spec.contains(Version(version), prereleases=True)]
+    return bool(admitted) and all(cuda_line_major(cuda or "") == major for cuda in admitted)
 
 
 def _pure_python(filename: str) -> bool:

@@ -2,7 +2,9 @@
 folder), so that the published index, not a cache, is the farm's durable state.
 
 What is read is what a resolver reads: ``simple/index.json`` and ``simple/<project>/index.json`` (PEP 691 files,
-fetched by name, so a static host without content negotiation serves them), each wheel at its page's URL, its
+fetched by name, so a static host without content negotiation serves them), and the same pages of each channel
+``channels/index.json`` names (a wheel built for one CUDA major that PyPI's torch of another major would break is
+in its channels only: index/checks.py ``root_lists``), each wheel at its page's URL, its
 PEP 658 ``.metadata`` sidecar (at the wheel's URL + ``.metadata``: on the same host, or beside a release asset
 on another), and beside the pages ``records/<wheel>.json`` and ``logs/<wheel>.log`` (both optional) and the assets
 setting ``assets.json`` (index/assets.py; optional), which the pulled wheelhouse keeps, so its pages link the same
@@ -45,6 +47,7 @@ from builder.core.wheelfile import parse_wheel_name
 from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.layout import (
     ASSETS,
+    CHANNELS,
     PAGE_JSON,
     log_path,
     project_path,
@@ -63,6 +66,7 @@ MAX_RECORD = 16 << 20  # records/<wheel>.json
 MAX_METADATA = 16 << 20  # a wheel's .metadata sidecar
 MAX_LOG = 64 << 20  # logs/<wheel>.log (optional: a larger one is left out, with a warning)
 TOP = simple_path() + PAGE_JSON  # simple/index.json: the projects, what a resolver reads first
+CHANNELS_TOP = f"{CHANNELS}/{PAGE_JSON}"  # channels/index.json: the channels (pages.py)
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,19 @@ def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: 
     if assets is not None:
         fetch.origins = fetch.origins.adding(assets.prefix)
     wheels, urls = _published_wheels(fetch, top)
+    for label in _published_channels(fetch):
+        try:
+            channel_top = fetch.json(root + simple_path(label) + PAGE_JSON)
+        except _Missing:
+            raise SourceError(f"{root}{simple_path(label)}{PAGE_JSON} is missing, though {CHANNELS_TOP} lists "
+                              f"{label}", "the published index is damaged: run `builder index rebuild` where it is "
+                              "published") from None
+        more, more_urls = _published_wheels(fetch, channel_top, label)
+        for wheel in more:
+            if wheel.filename not in urls:
+                wheels.append(wheel)
+                urls[wheel.filename] = more_urls[wheel.filename]
+    wheels.sort(key=lambda w: w.filename)
     fetched: list[int] = []
 
     def download(wheel: Restored, out: BinaryIO) -> None:
@@ -113,8 +130,26 @@ def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: 
     return PullResult(root, result, sum(fetched))
 
 
-def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[str, str]]:
-    """Every wheel the published pages list, with its verified sidecar, record and log; and each wheel's URL."""
+def _published_channels(fetch: _Fetcher) -> list[str]:
+    """The channels ``channels/index.json`` names ([] where there is none: a site rendered before it existed, whose
+    combined index lists every wheel)."""
+    data = fetch.optional(fetch.root + CHANNELS_TOP, MAX_PAGE)
+    if data is None:
+        return []
+    top = _json_object(data, CHANNELS_TOP, "is not JSON", "is not a JSON object",
+                       "the published index is damaged: run `builder index rebuild` where it is published")
+    channels = top.get("channels", [])
+    names = [c.get("name") if isinstance(c, dict) else None for c in channels] if isinstance(channels, list) else [None]
+    odd = [n for n in names if not isinstance(n, str) or not _safe_segment(n)]
+    if odd:
+        raise SourceError(f"{fetch.root}{CHANNELS_TOP} names an odd channel {odd[0]!r}",
+                          "the published index is damaged: run `builder index rebuild` where it is published")
+    return [n for n in names if isinstance(n, str)]
+
+
+def _published_wheels(fetch: _Fetcher, top: dict, label: str | None = None) -> tuple[list[Restored], dict[str, str]]:
+    """Every wheel the published pages of one index (the combined one, or the channel ``label``) list, with its
+    verified sidecar, record and log; and each wheel's URL."""
     wheels: dict[str, Restored] = {}
     urls: dict[str, str] = {}
     projects = top.get("projects", [])
@@ -126,7 +161,7 @@ def _published_wheels(fetch: _Fetcher, top: dict) -> tuple[list[Restored], dict[
         if not isinstance(name, str) or not _safe_segment(name):
             raise SourceError(f"{fetch.root}{TOP} names an odd project {name!r}",
                               "the published index is damaged: run `builder index rebuild` where it is published")
-        page_url = fetch.root + project_path(name) + PAGE_JSON
+        page_url = fetch.root + project_path(name, label) + PAGE_JSON
         try:
             page = fetch.json(page_url)
         except _Missing:

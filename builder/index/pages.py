@@ -20,7 +20,7 @@ from packaging.version import Version
 from builder.core.fsutil import sha256_file
 from builder.core.wheelfile import build_number, parse_wheel_name, superseded
 from builder.index.assets import AssetStore, read_assets
-from builder.index.checks import check_wheel, wheel_channels
+from builder.index.checks import check_wheel, root_lists, wheel_channels
 from builder.index.dashboard import render_dashboard
 from builder.index.dashrows import WheelFacts, rows_from, rows_of
 from builder.index.layout import (
@@ -67,12 +67,14 @@ class WheelInfo:
     requires_python: str | None
     variant: VariantInfo | None = None  # a variant wheel's (its record's): the label → properties table lists it
     build_why: str = ""  # what its build number brought (BuildRecord.build), for the superseded builds' notes
+    on_root: bool = True  # the combined simple/ lists it (checks.root_lists: no PyPI torch of another CUDA major)
 
 
 def stage_pages(txn: Transaction, paths: Layout, entries: list[Entry], *, staging_area: bool,
                 rehash: bool = False, assets: AssetStore | None = None) -> None:
-    """Every page of ``entries`` into a new generation (``Transaction.new_generation``): the combined index, one
-    per channel (``checks.wheel_channels`` says which wheels each lists) and the channel list; and the dashboard.
+    """Every page of ``entries`` into a new generation (``Transaction.new_generation``): the combined index (the
+    wheels ``checks.root_lists`` admits), one per channel (``checks.wheel_channels`` says which wheels each lists)
+    and the channel list; and the dashboard.
     With ``assets`` (the setting being committed) every wheel is linked at its asset URL.
 
     A wheel the live pages list with other bytes (or another sidecar) is replaced under its name, which no single
@@ -102,7 +104,7 @@ def _write_generation(txn: Transaction, paths: Layout, infos: list[WheelInfo], s
                       assets: AssetStore | None) -> None:
     """One whole generation of the pages; the user's dot-files in the live pages (a ``.nojekyll``) come along."""
     gen = Layout(txn.new_generation())
-    _write_simple(txn, gen, None, infos, statuses, assets)
+    _write_simple(txn, gen, None, [i for i in infos if i.on_root], statuses, assets)
     labels = sorted({label for i in infos for label in i.channels})
     for label in labels:
         _write_simple(txn, gen, label, [i for i in infos if label in i.channels], statuses, assets)
@@ -110,6 +112,10 @@ def _write_generation(txn: Transaction, paths: Layout, infos: list[WheelInfo], s
     if labels:
         items = [f'    <a href="{html.escape(lab)}/{SIMPLE}/">{html.escape(lab)}</a><br/>' for lab in labels]
         txn.put_page(gen.channels / PAGE_HTML, _page("Channels", items).encode())
+        # the same list for programs: `builder index pull` reads every channel, since a wheel the combined index
+        # leaves out (checks.root_lists) is listed in its channels only
+        txn.put_page(gen.channels / PAGE_JSON, _json({"meta": {"api-version": API_VERSION},
+                                                      "channels": [{"name": lab} for lab in labels]}).encode())
     _carry_dot_files(txn, paths, gen)
 
 
@@ -143,7 +149,11 @@ def listed(paths: Layout, wheel_name: str, digest: str, record: BuildRecord | No
     ``record`` is the wheel's, which names a stable-ABI wheel's channels; at the URL the wheelhouse's assets
     setting gives it (its own ``wheels/`` folder without one)."""
     project = canonicalize_name(parse_wheel_name(wheel_name)[0])
-    channels: list[str | None] = [None, *wheel_channels(wheel_name, record)]
+    try:
+        on_root = root_lists(wheel_name, record, paths.sidecar_file(wheel_name).read_bytes())
+    except OSError:
+        return False
+    channels: list[str | None] = [*([None] if on_root else []), *wheel_channels(wheel_name, record)]
     assets = read_assets(paths)
     for label in channels:
         page = paths.project_page(project, label, json=True)
@@ -178,6 +188,7 @@ def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict
                 and old.get("upload-time") == _stamp(st.st_mtime_ns) and sidecar.exists():
             sha256, metadata_sha256 = old["hashes"]["sha256"], old["core-metadata"]["sha256"]
             requires_python = old.get("requires-python")
+            metadata = sidecar.read_bytes()  # a few kB: its torch requirement decides the combined index
         else:
             if sidecar.exists():
                 metadata = sidecar.read_bytes()
@@ -192,6 +203,7 @@ def _infos(txn: Transaction, paths: Layout, entries: list[Entry], previous: dict
             filename=entry.filename, project=str(canonicalize_name(name)), version=str(version),
             channels=wheel_channels(entry.filename, entry.record), size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256,
             metadata_sha256=metadata_sha256, requires_python=requires_python,
+            on_root=root_lists(entry.filename, entry.record, metadata),
             variant=entry.record.variant if entry.record is not None else None,
             build_why=entry.record.build.describe() if entry.record is not None and entry.record.build else "",
         ))

@@ -21,7 +21,7 @@ from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.checks import wheel_channels
-from builder.index.layout import ASSETS, record_path, simple_path
+from builder.index.layout import ASSETS, CHANNELS, PAGE_JSON, record_path, simple_path
 from builder.index.pages import SIMPLE_JSON
 from builder.model.records import BuildRecord, RecordShapeError
 from builder.stages.torchrange import built_once as is_built_once
@@ -42,6 +42,7 @@ class WheelhouseReader:
         self.timeout_s = timeout_s  # the wait for a byte; the rest of the network policy is the process's
         self.allow = allow  # --allow-origin
         self._origins: Origins | None = None
+        self._channels: dict[str, frozenset[str]] | None = None  # channel → its projects
 
     def origins(self) -> Origins:
         """Where this wheelhouse's pages may send this reader and uv (the rule ``index pull`` follows,
@@ -89,30 +90,53 @@ class WheelhouseReader:
 
     def projects(self) -> list[str]:
         page = self._json(self.simple_url(), required=True) or {}
-        return [str(p["name"]) for p in page.get("projects", []) if isinstance(p, dict) and "name" in p]
+        names = {str(p["name"]) for p in page.get("projects", []) if isinstance(p, dict) and "name" in p}
+        return sorted(names.union(*self.channel_projects().values()))
+
+    def channel_projects(self) -> dict[str, frozenset[str]]:
+        """Each channel ``channels/index.json`` names, with the projects its index lists ({} where that file is
+        missing: a wheelhouse rendered before it, whose combined index lists every wheel). A wheel built for one
+        CUDA major that PyPI's torch of another would break is in its channels only (index/checks.py
+        ``root_lists``), so the reader looks there too."""
+        if self._channels is None:
+            top = self._json(f"{self.root}{CHANNELS}/{PAGE_JSON}", required=False) or {}
+            listed = top.get("channels", [])
+            names = [str(c["name"]) for c in listed if isinstance(c, dict) and isinstance(c.get("name"), str)
+                     and "/" not in c["name"] and c["name"] not in (".", "..")] if isinstance(listed, list) else []
+            channels = {}
+            for label in names:
+                page = self._json(self.channel_url(label), required=False) or {}
+                channels[label] = frozenset(str(p["name"]) for p in page.get("projects", [])
+                                            if isinstance(p, dict) and "name" in p)
+            self._channels = channels
+        return self._channels
 
     def wheels(self, project: str) -> list[IndexedWheel]:
-        """The wheels listed for ``project`` (empty when the wheelhouse has none)."""
+        """The wheels listed for ``project`` by the combined index or any channel (empty when none lists it)."""
         name = canonicalize_name(project)
-        page = self._json(f"{self.simple_url()}{name}/", required=False)
-        if not page:
-            return []
+        pages = [f"{self.simple_url()}{name}/"] + [f"{self.channel_url(label)}{name}/" for label, projects
+                                                   in self.channel_projects().items() if name in projects]
+        entries: dict[str, tuple[str, dict]] = {}  # filename → (its page, its entry): the first page that lists it
+        for page_url in pages:
+            page = self._json(page_url, required=False) or {}
+            for entry in page.get("files", []):
+                if isinstance(entry, dict):
+                    entries.setdefault(str(entry.get("filename", "")), (page_url, entry))
         found = []
         labels: dict[str, list[str]] = {}  # plain wheel → its variants' labels: judged as the plain wheel
-        for entry in page.get("files", []):
-            plain, label = split_label(str(entry.get("filename", "")))
+        for filename in entries:
+            plain, label = split_label(filename)
             if label is not None:
                 labels.setdefault(plain, []).append(label)
-        for entry in page.get("files", []):
-            filename = str(entry.get("filename", ""))
+        for filename, (page_url, entry) in entries.items():
             if not filename.endswith(".whl") or split_label(filename)[1] is not None:
                 continue
             try:
                 _, version, _, _ = parse_wheel_name(filename)
             except Exception:  # noqa: BLE001 (a foreign, oddly named file in an index: not ours to judge)
                 continue
-            url = urllib.parse.urljoin(f"{self.simple_url()}{name}/", str(entry.get("url", filename)))
-            self.origins().check(url, f"{self.simple_url()}{name}/")
+            url = urllib.parse.urljoin(page_url, str(entry.get("url", filename)))
+            self.origins().check(url, page_url)
             wheel = self._indexed(filename, name, version, url, entry)
             found.append(replace(wheel, variants=tuple(sorted(labels.get(filename, ())))))
         return found
