@@ -39,7 +39,8 @@ def make_wheel(tmp: Path, name: str, version: str, payload: int = 0) -> Path:
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
         zf.writestr(f"{info}/RECORD", "")
-    return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=[], build_record=BuildRecord())
+    return finalize_wheel(raw, tmp / "final", label="cu130torch2.14", pins=["torch>=2.14.0,<2.15"],
+                          build_record=BuildRecord())
 
 
 def digest(path: Path) -> str:

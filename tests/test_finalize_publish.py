@@ -100,7 +100,8 @@ def test_finalize_renames_and_records(tmp_path: Path) -> None:
 
 def test_publish_writes_index_with_hashes(tmp_path: Path) -> None:
     house = Wheelhouse(tmp_path / "wh")
-    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=[], build_record=BuildRecord())
+    wheel = finalize_wheel(make_wheel(tmp_path), tmp_path / "out", label="cu130torch2.14", pins=["torch==2.14.1"],
+                           build_record=BuildRecord())
     house.publish(wheel, BuildRecord.from_json({"cache_key": "k1"}))
     page = (tmp_path / "wh" / "simple" / "demo" / "index.html").read_text()
     assert f"../../wheels/{wheel.name}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page

@@ -10,6 +10,7 @@ import hashlib
 import html.parser
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -19,10 +20,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from builder.core.errors import PublishError
 from builder.core.wheelfile import write_wheel
 from builder.index.store import Wheelhouse
+from builder.model.abi import per_torch_requirement
 from builder.model.records import BuildRecord
 from builder.stages.finalize import finalize_wheel
 from tests.helpers import ROOT, assert_one_line_error, run_cli
@@ -50,12 +54,30 @@ def raw_wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ...
 
 def labelled_wheel(folder: Path, name: str, version: str, label: str | None, *, requires: tuple[str, ...] = (),
                    pins: tuple[str, ...] = (), tag: str = "py3-none-any") -> Path:
-    """Like a real build's output: ``name-version+label-tag.whl`` with Version and pins rewritten by finalize."""
+    """Like a real build's output: ``name-version+label-tag.whl`` with Version and pins rewritten by finalize. A
+    labelled wheel pins torch as a build does (``label_torch_pin``) unless ``pins`` or ``requires`` name torch: the
+    combined index lists a CUDA-labelled wheel only where its torch requirement admits no PyPI torch of another
+    CUDA major (index/checks.py ``root_lists``)."""
     raw = raw_wheel(folder / "raw" / f"{name}-{version}-{label}-{tag}", name, version, requires=requires, tag=tag)
     if label is None:
         return raw
+    if not any(canonicalize_name(Requirement(r).name) == "torch" for r in (*pins, *requires)):
+        pins = (*pins, *label_torch_pin(label))
     return finalize_wheel(raw, folder / "final" / f"{label}-{tag}", label=label, pins=list(pins),
                           build_record=BuildRecord(extra={"label": label}))
+
+
+def label_torch_pin(label: str) -> tuple[str, ...]:
+    """The torch requirement a build with this label writes: ``cu130torch2.14`` / ``cu13torch2.14`` →
+    ``torch>=2.14.0,<2.15``; ``cu13`` (stable) → ``torch>=2.11`` (the floor of CUDA 13, model/abi.py), ``cu12`` →
+    ``torch>=2.10``; none for another label."""
+    per_torch = re.fullmatch(r"cu\d+torch(\d+\.\d+)", label)
+    if per_torch:
+        return (per_torch_requirement(per_torch.group(1)),)
+    stable = re.fullmatch(r"cu(\d+)", label)
+    if stable:
+        return (f"torch>={'2.11' if int(stable.group(1)) >= 13 else '2.10'}",)
+    return ()
 
 
 def served_files(root: Path) -> list[Path]:

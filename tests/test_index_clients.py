@@ -49,8 +49,11 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     house = Wheelhouse(tmp / "wh")
     for label in LABELS:  # the same version for two CUDA+torch combinations, each pinning its torch
         house.publish(labelled_wheel(tmp, "alpha", "1.0", label, requires=("beta>=2",), pins=(TORCH[label],)), BuildRecord.from_json({}))
+    # gamma pins torch as a build does (torch>=2.14.0,<2.15: only CUDA 13 torches on PyPI, so the combined index
+    # lists it); a stand-in torch, unlabelled, stands for PyPI's
     house.publish(labelled_wheel(tmp, "gamma", "1.0", "cu130torch2.14", requires=("beta>=2",)), BuildRecord.from_json({}))
     house.publish(raw_wheel(tmp / "beta", "beta", "2.0"), BuildRecord.from_json({}))
+    house.publish(raw_wheel(tmp / "torch", "torch", "2.14.1"), BuildRecord.from_json({}))
     access_log = tmp / "access.log"
     with access_log.open("w") as log:
         proc = subprocess.Popen(
@@ -124,7 +127,7 @@ def test_real_clients_install_from_the_index(index: Index, client: str, transpor
 
 
 def test_uv_resolves_through_metadata_sidecars_without_downloading_wheels(index: Index) -> None:
-    wheels = ("gamma-1.0+cu130torch2.14-py3-none-any.whl", "beta-2.0-py3-none-any.whl")
+    wheels = ("gamma-1.0+cu130torch2.14-py3-none-any.whl", "beta-2.0-py3-none-any.whl", "torch-2.14.1-py3-none-any.whl")
     start = len(index.requested())
     work = index.tmp / "compile"
     work.mkdir()
@@ -132,9 +135,11 @@ def test_uv_resolves_through_metadata_sidecars_without_downloading_wheels(index:
     result = uv_pip(["compile", "requirements.in", "--index-url", index.url + "simple", "--no-header"], work)
     assert result.returncode == 0, result.stderr
     pins = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
-    assert pins == ["beta==2.0", "gamma==1.0+cu130torch2.14"], result.stdout
+    assert pins == ["beta==2.0", "gamma==1.0+cu130torch2.14", "torch==2.14.1"], result.stdout
     compiled = index.requested()[start:]
-    assert compiled == ["/simple/gamma/", f"/wheels/{wheels[0]}.metadata", "/simple/beta/", f"/wheels/{wheels[1]}.metadata"]
+    assert compiled[:2] == ["/simple/gamma/", f"/wheels/{wheels[0]}.metadata"], compiled
+    assert sorted(compiled[2:]) == sorted(["/simple/beta/", f"/wheels/{wheels[1]}.metadata", "/simple/torch/",
+                                           f"/wheels/{wheels[2]}.metadata"]), compiled
 
     # An install plan through a channel (searched first, as an extra index) with the combined index behind it.
     start = len(index.requested())

@@ -47,7 +47,8 @@ def make_wheel(tmp: Path, name: str, version: str, *, key: str, payload: int = 0
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
         zf.writestr(f"{info}/RECORD", "")
-    return finalize_wheel(raw, tmp / f"final-{key}{tag}", label=LABEL, pins=[], build_record=BuildRecord(cache_key=key))
+    return finalize_wheel(raw, tmp / f"final-{key}{tag}", label=LABEL, pins=["torch>=2.14.0,<2.15"],
+                          build_record=BuildRecord(cache_key=key))
 
 
 def state(house: Wheelhouse) -> dict[str, str]:
