@@ -234,7 +234,8 @@ def test_pull_retries_a_broken_answer(tmp_path: Path) -> None:
     with serving(_flaky(1, "broken")) as (url, seen):
         result = pull(url, Wheelhouse(tmp_path / "house"), policy=FAST)  # the whole (empty) index, second time
         assert result is not None and result.fetched_bytes == 0
-        assert [p for p in seen if p != "/assets.json"] == ["/simple/index.json", "/simple/index.json"]
+        assert [p for p in seen if p != "/assets.json"] == ["/simple/index.json", "/simple/index.json",
+                                                             "/channels/index.json"]  # every channel's list too
 
 
 def test_the_torch_index_falls_back_when_its_fetch_gives_up(drip: tuple[str, list[str]],

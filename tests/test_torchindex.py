@@ -16,8 +16,8 @@ from packaging.version import Version
 
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import TorchIndex, check_torch_matches_cuda, default_torch
 from builder.discovery.classify import cuda_from_label, cuda_from_requirements
+from builder.discovery.compat import TorchIndex, check_torch_matches_cuda, default_torch
 from builder.discovery.torchindex import (
     PYPI_SIMPLE,
     discover,

@@ -35,6 +35,7 @@ RECORDS = "records"
 LOGS = "logs"
 SIMPLE = "simple"
 CHANNELS = "channels"
+CHANNELS_KEY = "channels"  # the list in channels/index.json: [{"name": label}, …] (pages.py writes, pull reads)
 STAGING = "staging"
 PAGE_HTML = "index.html"  # in every index folder (PEP 503), and the dashboard at the root
 PAGE_JSON = "index.json"  # beside it (PEP 691)

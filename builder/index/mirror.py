@@ -48,6 +48,7 @@ from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.layout import (
     ASSETS,
     CHANNELS,
+    CHANNELS_KEY,
     PAGE_JSON,
     log_path,
     project_path,
@@ -138,7 +139,7 @@ def _published_channels(fetch: _Fetcher) -> list[str]:
         return []
     top = _json_object(data, CHANNELS_TOP, "is not JSON", "is not a JSON object",
                        "the published index is damaged: run `builder index rebuild` where it is published")
-    channels = top.get("channels", [])
+    channels = top.get(CHANNELS_KEY, [])
     names = [c.get("name") if isinstance(c, dict) else None for c in channels] if isinstance(channels, list) else [None]
     odd = [n for n in names if not isinstance(n, str) or not _safe_segment(n)]
     if odd:

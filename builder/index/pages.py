@@ -24,6 +24,7 @@ from builder.index.checks import check_wheel, root_lists, wheel_channels
 from builder.index.dashboard import render_dashboard
 from builder.index.dashrows import WheelFacts, rows_from, rows_of
 from builder.index.layout import (
+    CHANNELS_KEY,
     PAGE_HTML,
     PAGE_JSON,
     SIMPLE,
@@ -115,7 +116,7 @@ def _write_generation(txn: Transaction, paths: Layout, infos: list[WheelInfo], s
         # the same list for programs: `builder index pull` reads every channel, since a wheel the combined index
         # leaves out (checks.root_lists) is listed in its channels only
         txn.put_page(gen.channels / PAGE_JSON, _json({"meta": {"api-version": API_VERSION},
-                                                      "channels": [{"name": lab} for lab in labels]}).encode())
+                                                      CHANNELS_KEY: [{"name": lab} for lab in labels]}).encode())
     _carry_dot_files(txn, paths, gen)
 
 

@@ -21,7 +21,7 @@ from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.checks import wheel_channels
-from builder.index.layout import ASSETS, CHANNELS, PAGE_JSON, record_path, simple_path
+from builder.index.layout import ASSETS, CHANNELS, CHANNELS_KEY, PAGE_JSON, record_path, simple_path
 from builder.index.pages import SIMPLE_JSON
 from builder.model.records import BuildRecord, RecordShapeError
 from builder.stages.torchrange import built_once as is_built_once
@@ -100,7 +100,7 @@ class WheelhouseReader:
         ``root_lists``), so the reader looks there too."""
         if self._channels is None:
             top = self._json(f"{self.root}{CHANNELS}/{PAGE_JSON}", required=False) or {}
-            listed = top.get("channels", [])
+            listed = top.get(CHANNELS_KEY, [])
             names = [str(c["name"]) for c in listed if isinstance(c, dict) and isinstance(c.get("name"), str)
                      and "/" not in c["name"] and c["name"] not in (".", "..")] if isinstance(listed, list) else []
             channels = {}
