@@ -125,9 +125,11 @@ def test_root_farm_numbers_from_the_shipped_snapshots(tmp_path: Path) -> None:
     # [per-torch-abi3] too, 30 while it was one per Python from 3.10); its previous release 4 (newest torch of 13.0
     # and 13.2, Python 3.12) 2 stable-ABI wheels (+cu13 × 2 platforms: 0004 covers 2.3.1 too), as causal-conv1d's
     # previous release (1.6.2.post1, patch 0004: its own port), each instead of 4 per-torch ones; pure Python 1 each
+    # (issue 51: +4 per-torch, the cu130 channel's torch 2.10 of causal-conv1d and mamba-ssm on both platforms, now
+    # below the +cu13 wheel's floor of 2.11, the first torch whose PyPI build is CUDA 13)
     assert (totals["targets"], totals["compiles"], totals["stable_compiles"], totals["pure_python_builds"]) == (
-        26, 24, 12, 2)
-    assert len([t for t in targets if t.package == "causal-conv1d" and t.version == "1.7.0"]) == 12
+        30, 28, 12, 2)
+    assert len([t for t in targets if t.package == "causal-conv1d" and t.version == "1.7.0"]) == 14
     previous = [t for t in targets if t.package == "causal-conv1d" and t.version == "1.6.2.post1"]
     assert len(previous) == 2 and all(t.stable and t.cuda.major == 13 for t in previous)
 
@@ -145,12 +147,14 @@ def test_root_farm_cells_per_compile(tmp_path: Path) -> None:
     targets fold into the cu128 ones, and the 12 per-torch compiles serve the same 84 cells the 18 did (docs/FARM.md
     "Matrix"). The issue's goal is >= 20. Then 17.1 (410 / 24) once each platform's CUDA was read from its wheels
     (issue 51): PyPI's aarch64 torch has CUDA from 2.11, and the channels' aarch64 cells are unknown where the
-    snapshot was written, so the aarch64 wheels' cells count only where a read says they exist."""
+    snapshot was written, so the aarch64 wheels' cells count only where a read says they exist; 14.6 (410 / 28) once
+    the +cu13 wheel's floor became 2.11 (the first torch whose PyPI build is CUDA 13: issue 51 item 3), so the cu130
+    channel's torch 2.10 takes a per-torch wheel (4 compiles: two packages, two platforms)."""
     settings = shipped(tmp_path)
     _, _, covered = root_farm(settings)
     totals = summary(covered)
-    assert (totals["compiled_cells_served"], totals["compiles"]) == (410, 24)
-    assert totals["compiled_cells_served"] / totals["compiles"] >= 17
+    assert (totals["compiled_cells_served"], totals["compiles"]) == (410, 28)
+    assert totals["compiled_cells_served"] / totals["compiles"] >= 14
 
 
 def test_a_cu13_stable_target_serves_the_cu130_channels_torch_2_15(tmp_path: Path) -> None:
@@ -163,8 +167,10 @@ def test_a_cu13_stable_target_serves_the_cu130_channels_torch_2_15(tmp_path: Pat
     cells = served_cells(stable, resolve_index(stable.torch_index, settings), universe)
     assert Cell("2.15", "13.0", "3.12") in cells and Cell("2.12", "13.2", "3.10") in cells
     assert not any(c.cuda.startswith("12.") or c.torch == "2.9" for c in cells)
-    assert Cell("2.10", "13.0", "3.10") in cells  # the floor (2.10): the cu130 channel's 2.10
-    assert len(cells) == 50  # 13.0 × 2.10-2.15 and 13.2 × 2.12-2.15, 5 Pythons each
+    # the +cu13 wheel's floor is 2.11 (the first torch whose PyPI build is CUDA 13): the cu130 channel's 2.10 is a
+    # per-torch wheel's cell
+    assert Cell("2.10", "13.0", "3.10") not in cells
+    assert len(cells) == 45  # 13.0 × 2.11-2.15 and 13.2 × 2.12-2.15, 5 Pythons each
 
 
 def test_matrix_cli_prints_the_farms_share_of_the_users_matrix(tmp_path: Path) -> None:
@@ -172,7 +178,7 @@ def test_matrix_cli_prints_the_farms_share_of_the_users_matrix(tmp_path: Path) -
     table = run_cli("matrix", "--file", str(ROOT / "farm.toml"), "--details", env=env)
     assert table.code == 0, table.stderr
     text = " ".join(table.stdout.split())
-    assert "compiles needed: 24 (12 stable-ABI, 12 per-torch), plus 2 pure-Python builds" in text
+    assert "compiles needed: 28 (12 stable-ABI, 16 per-torch), plus 2 pure-Python builds" in text
     assert "causal-conv1d 1.7.0: farm targets serve 122 of 125 cells (97.6 %)" in text
     assert "fla-core 0.6.0: farm targets serve 125 of 125 cells (100.0 %)" in text
     data = json.loads(run_cli("matrix", "--file", str(ROOT / "farm.toml"), "--format", "json", env=env).stdout)
@@ -199,8 +205,8 @@ def test_matrix_leads_with_a_one_screen_summary(tmp_path: Path) -> None:
     assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) <= 24 and max(map(len, lines)) <= 100, result.stdout
-    assert "compiles 24 (12 stable-ABI, 12 per-torch) + 2 pure-Python builds" in lines
-    assert "cells per compile 17.1: 12 stable compiles serve 340 cells, 12 per-torch compiles serve 70" in lines
+    assert "compiles 28 (12 stable-ABI, 16 per-torch) + 2 pure-Python builds" in lines
+    assert "cells per compile 14.6: 12 stable compiles serve 320 cells, 16 per-torch compiles serve 90" in lines
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in lines if line.split()[:1] and
             line.split()[0] in RELEASES}
     # planned (all channels, PyPI), then the evidence the (empty) wheelhouse's records show: nothing
@@ -359,8 +365,8 @@ def test_coverage_of_a_previous_release_and_of_a_version_outside_the_recipe(tmp_
     (package,) = json.loads(shown.stdout)["packages"]
     assert (package["package"], package["version"], package["version_from"]) == (
         "causal-conv1d", "1.6.2.post1", "asked")
-    # its two +cu13 stable wheels (x86_64: 50; aarch64: 25, PyPI's 2.11-2.15 CUDA wheels, read)
-    assert package["farm"]["all channels"]["claimed"] == 75
+    # its two +cu13 stable wheels (x86_64: 45, torch 2.11 on; aarch64: 25, PyPI's 2.11-2.15 CUDA wheels, read)
+    assert package["farm"]["all channels"]["claimed"] == 70
     outside = run_cli("coverage", "causal-conv1d==0.0.1", env=env, timeout=120)
     assert outside.code == 2 and not outside.stdout
     (error,) = [line for line in outside.stderr.splitlines() if line.startswith("error:")]

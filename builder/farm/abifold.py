@@ -9,14 +9,15 @@ cell passes (expand.py's cells and the stable targets made here)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from packaging.version import Version
 
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import TorchIndex, check_torch_has_python, check_torch_matches_cuda
+from builder.discovery.compat import TorchIndex, check_torch_has_python, check_torch_matches_cuda, resolve_index
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
-from builder.model.abi import Abi, StableAbi
+from builder.model.abi import Abi, StableAbi, first_torch_of_major
 from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
 from builder.model.recipe import Recipe
@@ -73,7 +74,7 @@ def fold_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, index: 
     slots: list[FarmTarget | tuple[str, int, int]] = []
     groups: dict[tuple[str, int, int], list[FarmTarget]] = {}
     for cell, position in cells:
-        why_not = _not_stable(cell, port)
+        why_not = _not_stable(cell, on_major(port, cell.cuda))
         if why_not is None:
             key = (cell.platform.name, cell.cuda.major, position)
             if key not in groups:
@@ -86,9 +87,22 @@ def fold_abi(farm: Farm, entry: FarmEntry, recipe: Recipe, version: str, index: 
                             f"add [[exclude]] package = {entry.name!r}, torch = {cell.torch!r} (or python = "
                             f"{str(cell.python)!r}), or leave abi out (auto: per-torch below the floor)")
         else:
-            slots.append(dataclasses.replace(cell, port=port))
+            slots.append(dataclasses.replace(cell, port=on_major(port, cell.cuda)))
     return [slot if isinstance(slot, FarmTarget)
-            else _stable_target(farm, entry, recipe, port, index, groups[slot], settings) for slot in slots]
+            else _stable_target(farm, entry, recipe, on_major(port, groups[slot][0].cuda), index, groups[slot],
+                                settings) for slot in slots]
+
+
+def on_major(port: StableAbi, cuda: CudaVersion) -> StableAbi:
+    """The port as a wheel of ``cuda``'s major offers it (stages/plan.py ``for_cuda_major``, the plan's own rule): its
+    floor raised to the first torch whose PyPI build is of that major (2.11 for CUDA 13: PyPI's 2.10.0 is a CUDA
+    12.8 build), so a farm cell below it (the cu130 channel's 2.10) stays per-torch."""
+    return port.for_cuda_major(_first_of_major(cuda.major))
+
+
+@functools.cache
+def _first_of_major(major: int) -> Version | None:
+    return first_torch_of_major(resolve_index("pypi").torch_by_cuda, major)
 
 
 def _not_stable(cell: FarmTarget, port: StableAbi) -> str | None:

@@ -54,6 +54,7 @@ from builder.core.datafiles import default_patches_dir
 from builder.core.errors import BuilderError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
+from builder.farm.abifold import on_major
 from builder.farm.cellstext import cells_list
 from builder.farm.expand import expand
 from builder.farm.facts import minor_releases, triton_reason, wheel_facts
@@ -348,8 +349,9 @@ def missing_reason(recipe: Recipe, version: str, cell: Cell, view: FarmView,
     pin = triton_pin_reason(recipe, version, cell)
     if pin is not None:  # the real reason before the floor: no wheel of this version installs beside that torch
         return pin, f"missing: {pin}"
-    if port is not None and not port.admits(cell.torch):
-        return BELOW_FLOOR, f"missing: {BELOW_FLOOR} ({port.floor_text})"
+    floor = on_major(port, CudaVersion.parse(cell.cuda)) if port is not None else None  # +cu13: 2.11
+    if floor is not None and not floor.admits(cell.torch):
+        return BELOW_FLOOR, f"missing: {BELOW_FLOOR} ({floor.floor_text})"
     return NOT_IN_FARM, f"missing: {NOT_IN_FARM}"
 
 
