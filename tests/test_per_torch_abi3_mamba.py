@@ -72,7 +72,7 @@ def test_the_plan_says_abi3_for_the_farms_per_torch_targets(tmp_path: Path) -> N
     targets = [t for t in root_targets(settings) if t.package == "mamba-ssm" and not t.stable]
     newest = [t for t in targets if t.version == "2.3.2.post1"]
     assert newest and all(t.pythons for t in newest)
-    for t in newest[:2]:
+    for t in [t for t in newest if t.torch == "2.9.1"][:2]:
         plan = make_plan(t.to_target(jobs=1), t.settings(settings))
         assert plan.abi is Abi.PER_TORCH and plan.abi3 and plan.python_agnostic is not None
         assert PER_TORCH in [p.name for p in plan.patches] and STABLE not in [p.name for p in plan.patches]
@@ -85,13 +85,18 @@ def test_the_plan_says_abi3_for_the_farms_per_torch_targets(tmp_path: Path) -> N
 
 def test_the_farm_compiles_one_mamba_ssm_wheel_per_torch_cuda_major_and_platform(tmp_path: Path) -> None:
     """torch 2.9.1 × CUDA 12 (built on 12.8, serving cu128 and cu129: +cu12torch2.9) and 13 (cu130) × x86_64/aarch64:
-    4 compiles where there were 30 (one per Python 3.10-3.14 and CUDA line), then 6 (one per CUDA line)."""
+    4 compiles where there were 30 (one per Python 3.10-3.14 and CUDA line), then 6 (one per CUDA line). Beside
+    them, since the +cu13 wheel's floor is 2.11 (issue 51: the first torch whose PyPI build is CUDA 13), the cu130
+    channel's torch 2.10.0 on each platform: 2 more."""
     settings = shipped(tmp_path)
     targets, universe, _ = root_farm(settings)
     from builder.discovery.compat import resolve_index
 
-    per_torch = [t for t in targets if t.package == "mamba-ssm" and t.version == "2.3.2.post1" and not t.stable]
-    assert len(per_torch) == 4 and all(t.torch == "2.9.1" for t in per_torch)
+    every = [t for t in targets if t.package == "mamba-ssm" and t.version == "2.3.2.post1" and not t.stable]
+    assert {(str(t.cuda), t.platform.name) for t in every if t.torch == "2.10.0"} == {
+        ("13.0", "x86_64"), ("13.0", "aarch64")}
+    per_torch = [t for t in every if t.torch != "2.10.0"]
+    assert len(every) == 6 and len(per_torch) == 4 and all(t.torch == "2.9.1" for t in per_torch)
     assert {(str(t.cuda), t.platform.name) for t in per_torch} == {
         (c, p) for c in ("12.8", "13.0") for p in ("x86_64", "aarch64")}
     for target in per_torch:
