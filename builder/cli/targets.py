@@ -64,6 +64,8 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", type=source_location,
                         help="override sources: a local path, an archive URL, or git+URL[@ref]")
     parser.add_argument("--jobs", type=numbers.jobs, help="MAX_JOBS for the compile (default: sized to cores and memory)")
+    parser.add_argument("--subset", metavar="NAME", help="a smaller build the recipe defines for tests and CI "
+                        "([[subset]], e.g. flash-attn's hdim128): built and tested, never published")
     # test-only (fault planting for the kernel-test checks): works, but hidden from users' --help
     parser.add_argument("--test-patch", action="append", default=[], help=argparse.SUPPRESS)
 
@@ -173,6 +175,7 @@ def _target(args: argparse.Namespace) -> Target:
         test_patches=tuple(getattr(args, "test_patch", []) or ()),
         abi=getattr(args, "abi", "auto"),
         platform=platform,
+        subset=getattr(args, "subset", None),
     )
 
 

@@ -158,6 +158,10 @@ class Wheelhouse(Layout):
         Returns the published path.
         """
         metadata = check_wheel(wheel)  # first: a file that is not a well-formed wheel is a PublishError
+        if record.subset is not None:
+            raise PublishError(f"refusing to publish {wheel.name}: it is a [[subset]] build ({record.subset}) of "
+                               f"{record.package}, made for tests only; nothing was changed",
+                               "build it without --subset to publish it")
         if portability is None or portability.wheel != wheel.name:
             portability = portability_report(wheel)
         check_portability(portability)

@@ -21,13 +21,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.datafiles import default_patches_dir
-from builder.core.errors import RecipeError
+from builder.core.errors import RecipeError, UsageError
 from builder.core.tomlfile import read_toml
 from builder.model.abi import Abi, PerTorchAbi3, StableAbi
 from builder.model.arch import KnownBad
 from builder.model.recipeparts import (
     PatchSpec,
     SourceSpec,
+    Subset,
     cuda_components,
     kernel_tests,
     load_drop,
@@ -36,6 +37,7 @@ from builder.model.recipeparts import (
     load_per_torch_abi3,
     load_source,
     load_stable_abi,
+    load_subset,
     sole_git_version,
     string_table,
     wheel_build,
@@ -83,6 +85,16 @@ class Recipe:
     cuda_components: tuple[str, ...] = ()  # [build] cuda-components: extra CUDA libraries, sorted (cudacomponents.py)
     stable_abi: StableAbi | None = None  # [stable-abi]: the releases with a stable-ABI port (model/abi.py)
     per_torch_abi3: PerTorchAbi3 | None = None  # [per-torch-abi3]: releases whose per-torch wheel is cp310-abi3
+    subsets: tuple[Subset, ...] = ()  # [[subset]]: smaller builds for tests only (--subset), never published
+
+    def subset(self, name: str) -> Subset:
+        """The ``[[subset]]`` called ``name``, or a UsageError naming the ones there are."""
+        found = next((s for s in self.subsets if s.name == name), None)
+        if found is None:
+            known = ", ".join(s.name for s in self.subsets) or "none"
+            raise UsageError(f"--subset {name}: {self.name}'s recipe has no [[subset]] of that name ({self.file})",
+                             f"subsets: {known}")
+        return found
 
     def python_agnostic(self, version: str) -> PerTorchAbi3 | None:
         """The ``[per-torch-abi3]`` that makes this release's per-torch build one abi3 wheel for every Python, or
@@ -138,6 +150,7 @@ _TOP: TomlSchema = {
     "known-bad": list,
     "stable-abi": dict,
     "per-torch-abi3": dict,
+    "subset": list,
 }
 _BUILD: TomlSchema = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
 _TEST: TomlSchema = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
@@ -240,4 +253,14 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         per_torch_abi3=load_per_torch_abi3(checker, data["per-torch-abi3"], kind, RecipeKind(kind).is_cuda, patches,
                                             tuple(source.sha256) + tuple(source.commits))
         if "per-torch-abi3" in data else None,
+        subsets=_subsets(checker, data.get("subset", [])),
     )
+
+
+def _subsets(checker: TomlChecker, items: list[Any]) -> tuple[Subset, ...]:
+    found = tuple(load_subset(checker, item, f"subset[{i}]") for i, item in enumerate(items))
+    names = [s.name for s in found]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            checker.fail(f"subset[{i}].name", f"{name!r} is given twice")
+    return found

@@ -29,6 +29,32 @@ _STABLE_ABI: TomlSchema = {"versions": str, "torch-floor": str, "namespaces": li
 _PER_TORCH_ABI3: TomlSchema = {"versions": str, "python-floor": str}
 DEFAULT_KERNEL_TESTS_TIMEOUT_S = 3600
 _KNOWN_BAD: TomlSchema = {"archs": list, "cuda": str, "versions": str, "reason": str, "instead": str}
+_SUBSET: TomlSchema = {"name": str, "env": dict, "summary": str}
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A recipe's ``[[subset]]``: a smaller build for tests and CI only (flash-attn with one head dim, so a GPU check
+    fits one short call), made by setting ``env`` for the build. ``builder build --subset NAME``; its wheel is
+    tested, never published (index/store.py refuses it)."""
+
+    name: str
+    env: dict[str, str]
+    summary: str
+
+
+def load_subset(checker: TomlChecker, item: Any, where: str) -> Subset:
+    """``[[subset]] name = "hdim128", env = { FLASH_ATTN_HDIMS = "128" }, summary = "..."``."""
+    if not isinstance(item, dict):
+        checker.fail(where, "must be a table ([[subset]])")
+    checker.keys(item, _SUBSET, where)
+    name = checker.required(item, "name", where)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        checker.fail(f"{where}.name", f"is {name!r}", "use lowercase letters, digits and '-', e.g. 'hdim128'")
+    env = string_table(checker, item, where)
+    if not env:
+        checker.fail(f"{where}.env", "is required: the build variables that make the subset")
+    return Subset(name=name, env=env, summary=checker.required(item, "summary", where))
 
 
 @dataclass(frozen=True)

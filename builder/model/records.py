@@ -1,4 +1,8 @@
-"""Typed values handed between stages and to the CLI, and their one JSON form each (``to_json``/``from_json``)."""
+"""Typed values handed between stages and to the CLI, and their one JSON form each (``to_json``/``from_json``).
+
+Over 400 lines on purpose: the record is one schema (a build record, its test reports, torch checks and parts), and
+each field's JSON form sits beside its declaration; model/recordshape.py checks a read record's shapes and
+model/recordmerge.py merges two of them."""
 
 from __future__ import annotations
 
@@ -260,6 +264,7 @@ class BuildRecord:
     platform: str | None = None  # the wheel's CPU platform (aarch64); absent for x86_64 and pure Python, as before
     variant: VariantInfo | None = None  # a variant wheel (one arch sliced from the plain wheel); absent otherwise
     build: WheelBuild | None = None  # its build tag's number and why; absent for build 0 (no build tag), as before
+    subset: str | None = None  # a recipe [[subset]] build (--subset: tests only, never published); absent otherwise
     # records/ only
     timings: Mapping[str, float] | None = None
     tests: TestReport | None = None
@@ -342,6 +347,7 @@ class BuildRecord:
             out["variant"] = plain(self.variant)
         if self.build is not None:
             out["build"] = {"number": self.build.number, "by": list(self.build.by)}
+        out.update({"subset": self.subset} if self.subset is not None else {})
         for name in _AFTER_FINALIZE:
             value = getattr(self, name)
             if value is not None or (name == "compiler_cache" and self.wheel is not None):
@@ -376,7 +382,7 @@ class BuildRecord:
             timings=data.get("timings"), tests=TestReport.from_json(tests) if isinstance(tests, Mapping) else None,
             inspect=data.get("inspect"), wheel=data.get("wheel"), compiler_cache=data.get("compiler_cache"),
             wheel_sha256=data.get("wheel_sha256"), parallel=data.get("parallel"),
-            abi=data.get("abi"), torch_floor=data.get("torch_floor"),
+            abi=data.get("abi"), torch_floor=data.get("torch_floor"), subset=data.get("subset"),
             platform=str(data["platform"]) if data.get("platform") else None,
             variant=VariantInfo.from_json(data["variant"]) if isinstance(data.get("variant"), Mapping) else None,
             build=WheelBuild(int(data["build"].get("number") or 0), tuple(str(b) for b in data["build"].get("by") or ()))

@@ -45,7 +45,7 @@ def _want(data: Mapping[str, Any], key: str, shape: str, where: str = "") -> Non
 
 
 _RECORD_SHAPE = {"builder_version": "str", "cache_key": "str", "package": "str", "version": "str", "cuda": "str",
-                 "torch_index": "str", "build_log": "str", "abi": "str", "torch_floor": "str", "platform": "str",
+                 "torch_index": "str", "build_log": "str", "abi": "str", "torch_floor": "str", "platform": "str", "subset": "str",
                  "wheel": "str", "wheel_sha256": "str", "abi_choice": "str", "archs": "strlist",
                  "toolchain": "map", "host_compiler": "map", "python": "map", "host": "map", "timings": "map",
                  "compiler_cache": "map", "parallel": "map", "recipe": "map", "source": "map",

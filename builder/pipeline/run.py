@@ -5,6 +5,7 @@ succeeded. This module keeps the order; the checks themselves live in checks.py.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 from builder import __version__
 from builder.core.cachedir import target_lock
 from builder.core.errors import UsageError
+from builder.core.fsutil import atomic_write
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
 from builder.core.wheelfile import split_label
@@ -263,6 +265,9 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                           compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None,
                           torch_checks=torch_checks, torch_unchecked=torch_unchecked or None,
                           abi_choice=plan.abi_why or None)
+    if plan.target.subset is not None:  # tests only: never published
+        _keep_subset(plan.target.subset, final, record, result)
+        return
     with timed(timings, "publish"):
         published = checks.publish(house, built.with_record(record), report, replace_other=options.replace)
         for variant in made:  # after the plain wheel: a tool that knows no variants always finds that one
@@ -283,6 +288,15 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     if made:
         log.ok(f"variants: {', '.join(v.wheel.name for v in made)} beside it (uv --preview-features "
                f"{UV_PREVIEW_FEATURE} picks the one for the GPU; pip the plain wheel)")
+
+
+def _keep_subset(subset: str, final: Path, record: BuildRecord, result: BuildResult) -> None:
+    """A ``--subset`` build's end: the wheel stays where finalize put it, its record beside it (``builder test``
+    and the kernel-test scripts read both), and nothing is published (index/store.py refuses it anyway)."""
+    atomic_write(final.with_name(final.name + ".json"), json.dumps(record.to_json(), indent=1) + "\n")
+    result.wheel, result.record, result.status = final, record, "built"
+    log.ok(f"subset {subset}: built and tested, not published (a [[subset]] build is for tests only): {final} "
+           "(record beside it)")
 
 
 def kernel_plan(options: BuildOptions) -> KernelTestPlan:
@@ -321,6 +335,7 @@ def build_record(plan: Plan, *, key: str, source_digest: str, toolkit: CudaToolk
         torch_floor=plan.recipe.stable_abi.floor_text if plan.stable and plan.recipe.stable_abi else None,
         platform=plan.recorded_platform,
         build=_wheel_build(plan),
+        subset=plan.target.subset,
     )
 
 

@@ -85,6 +85,7 @@ class Target:
     test_patches: tuple[str, ...] = ()
     abi: str = "auto"  # auto (torch-stable where the recipe has a port for this version and torch) | an Abi
     platform: Platform = X86_64  # the CPU the wheel is for; another than this machine's is a cross build
+    subset: str | None = None  # a recipe [[subset]] (--subset): a smaller build for tests, never published
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,8 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     env = dict(recipe.build_env)
     if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
         env.update(recipe.stable_abi.build_env())
+    if target.subset is not None:  # in the env, so in the cache key: a subset never stands for the whole build
+        env.update(recipe.subset(target.subset).env)
     return Plan(
         target=target,
         recipe=recipe,
