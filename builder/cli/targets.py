@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
+from rich.markup import escape
 from rich.table import Table
 
 from builder.cli import numbers
@@ -328,7 +329,7 @@ def buildable_here(plan: Plan, settings: Settings) -> str:
 def _print_plan(rows: list[tuple[str, str]]) -> None:
     table = Table(show_header=False, box=None)
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(escape(key), escape(value))  # plain text: "[stable-abi]" is a recipe's section, not markup
     out.print(table)
 
 

@@ -223,6 +223,10 @@ class Plan:
         ]
         if buildable_here is not None:
             rows.insert(rows.index(("toolchain", self.target.toolchain)) + 1, ("buildable here", buildable_here))
+        if self.target.subset is not None:
+            subset = self.recipe.subset(self.target.subset)
+            env = " ".join(f"{k}={v}" for k, v in subset.env.items())
+            rows.insert(1, ("subset", f"{subset.name}: {subset.summary} ({env}); tests only, never published"))
         return rows
 
     def _label_text(self) -> str:
