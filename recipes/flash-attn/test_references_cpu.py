@@ -528,3 +528,19 @@ def test_cli_without_gpu_writes_a_skipped_report(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert json.loads(out.read_text())["status"] == "skipped"
+
+
+def test_a_subset_wheel_says_its_head_dims_and_no_other_is_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FLASH_ATTN_HDIMS build (patch 0001) names its head dims in flash_attn_2_cuda.built_head_dims: the suite
+    takes them from there and never calls another one (a call into a missing head dim crashed the process on the
+    H100 before 0001 checked at the entry points), and a wheel that does not say falls back to probing."""
+    import types
+
+    api = kt.Api(lambda *a, **k: None, lambda *a, **k: None, lambda *a, **k: None, kt.PROFILES["sm90"])
+    monkeypatch.setitem(sys.modules, "flash_attn_2_cuda", types.SimpleNamespace(built_head_dims=(128,)))
+    assert kt.declared_head_dims(api)
+    assert api.built == {128} and set(api.not_built) == set(kt.HEAD_DIM_TEMPLATES) - {128}
+    case = next(c for c in kt.build_cases(api.profile, quick=True) if kt.head_dim_template(c.hdim) == 64)
+    assert kt.FlashAttnSuite().skip_reason(api, case) == "head dim 64 not built into this wheel"
+    monkeypatch.setitem(sys.modules, "flash_attn_2_cuda", types.SimpleNamespace())  # upstream's wheel
+    assert not kt.declared_head_dims(kt.Api(None, None, None, kt.PROFILES["sm90"]))  # type: ignore[arg-type]
