@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.core.errors import ToolchainError
+from builder.core.errors import RecipeError, ToolchainError
 from builder.core.settings import Settings
 from builder.model.cuda import CudaVersion
 from builder.model.python import PythonSpec
@@ -16,6 +16,7 @@ from builder.toolchain import pip as pip_toolchain
 from builder.toolchain.base import CudaToolkit
 from builder.toolchain.host import find_host_toolkit
 from builder.toolchain.select import select_toolkit
+from tests.helpers import ROOT, write_recipes
 
 
 def settings(tmp_path: Path, offline: bool = False) -> Settings:
@@ -313,3 +314,28 @@ def test_parallelism_threads_nvcc_only_for_a_multi_arch_list_within_cores_and_me
     assert parallelism(2, one, cuda12, ptxas_split=True).ptxas_threads == 1  # not verified on 12.x: not given
     assert parallelism(3, (), None, ptxas_split=True) == Parallelism(max_jobs=3)
     assert Parallelism(2, 4, 8).nvcc_flags() == ("--threads=4",) and Parallelism(2, 1, 8).nvcc_flags() == ()
+
+
+def test_max_jobs_fit_the_memory_with_the_recipes_measured_peak(tmp_path: Path) -> None:
+    """Issue 52 item 1: flash-attn's backward files take 6 GiB each; MAX_JOBS × nvcc threads heavy processes must fit
+    the machine's memory at the recipe's measured peak ([build] nvcc-peak-gib), never more."""
+    from builder.core.settings import memory_slots
+    from builder.model.arch import parse_arch_list
+    from builder.model.recipe import find_recipe, load_recipe
+    from builder.stages.compile import parallelism
+
+    cuda13 = CudaToolkit("host", Path("/cuda"), Version("13.0.88"))
+    one, four = parse_arch_list("90"), parse_arch_list("80,90,100,120")
+    fa = load_recipe(find_recipe("flash-attn", ROOT / "recipes"), ROOT / "patches")
+    assert fa.nvcc_peak_gib == 7.0
+    assert memory_slots(7.0) <= memory_slots() and memory_slots(1e9) == 1
+    # the 2-core, 23 GiB machine: 3 slots of 7 GiB; 4 archs → 2 nvcc threads, so one job, not two
+    assert parallelism(2, four, cuda13, ptxas_split=True, cores=2, slots=3).max_jobs == 1
+    assert parallelism(2, one, cuda13, ptxas_split=True, cores=2, slots=3).max_jobs == 2
+    # the 16-core GPU machine, 125 GiB / 7 = 17 slots: 16 jobs of one arch; 4 archs → 4 threads → 4 jobs
+    assert parallelism(16, one, cuda13, ptxas_split=True, cores=16, slots=17).max_jobs == 16
+    assert parallelism(16, four, cuda13, ptxas_split=True, cores=16, slots=17).max_jobs == 4
+    recipes = write_recipes(tmp_path, {"bad": 'name = "bad"\nversions = ">=1"\n[source]\npypi = "bad"\n'
+                                               '[build]\nnvcc-peak-gib = 0\n'})
+    with pytest.raises(RecipeError, match="build.nvcc-peak-gib"):
+        load_recipe(recipes / "bad" / "recipe.toml", tmp_path)

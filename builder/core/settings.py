@@ -84,11 +84,12 @@ def check_cache_dir(path: Path) -> None:
 NVCC_PEAK_GIB = 5.5
 
 
-def memory_slots() -> int:
-    """How many heavy nvcc processes this machine's memory holds (NVCC_PEAK_GIB each)."""
+def memory_slots(peak_gib: float | None = None) -> int:
+    """How many heavy nvcc processes this machine's memory holds (``peak_gib`` each: a recipe's measured
+    ``[build] nvcc-peak-gib``, else NVCC_PEAK_GIB)."""
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return max(1, int(pages / (NVCC_PEAK_GIB * 1024**3)))
+        return max(1, int(pages / ((peak_gib or NVCC_PEAK_GIB) * 1024**3)))
     except (ValueError, OSError):
         return os.cpu_count() or 1
 

@@ -82,6 +82,7 @@ class Recipe:
     runtime_drop_reason: str = ""
     known_bad: tuple[KnownBad, ...] = ()  # [[known-bad]]: (arch, CUDA) combinations the plan refuses
     ptxas_split: bool = True  # [build] ptxas-split: false turns off the builder's parallel ptxas (toolchain/base.py)
+    nvcc_peak_gib: float | None = None  # [build] nvcc-peak-gib: one nvcc process's measured peak (MAX_JOBS by memory)
     cuda_components: tuple[str, ...] = ()  # [build] cuda-components: extra CUDA libraries, sorted (cudacomponents.py)
     stable_abi: StableAbi | None = None  # [stable-abi]: the releases with a stable-ABI port (model/abi.py)
     per_torch_abi3: PerTorchAbi3 | None = None  # [per-torch-abi3]: releases whose per-torch wheel is cp310-abi3
@@ -152,7 +153,8 @@ _TOP: TomlSchema = {
     "per-torch-abi3": dict,
     "subset": list,
 }
-_BUILD: TomlSchema = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list}
+_BUILD: TomlSchema = {"env": dict, "requires": list, "ptxas-split": bool, "cuda-components": list,
+                      "nvcc-peak-gib": (float, int)}
 _TEST: TomlSchema = {"imports": list, "kernel-tests": str, "kernel-tests-timeout": int, "requires": list, "env": dict}
 _RUNTIME: TomlSchema = {"requires": list, "drop": list, "drop-reason": str}
 
@@ -237,6 +239,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         build_env=dict(env),
         build_requires=tuple(checker.str_list(build, "requires", "build")),
         ptxas_split=build.get("ptxas-split", True),
+        nvcc_peak_gib=_peak_gib(checker, build),
         cuda_components=cuda_components(checker, build),
         patches=patches,
         imports=tuple(checker.str_list(test, "imports", "test")),
@@ -255,6 +258,16 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         if "per-torch-abi3" in data else None,
         subsets=_subsets(checker, data.get("subset", [])),
     )
+
+
+def _peak_gib(checker: TomlChecker, build: dict[str, Any]) -> float | None:
+    """``[build] nvcc-peak-gib``: the measured peak memory of one nvcc process of this recipe, in GiB (> 0)."""
+    value = build.get("nvcc-peak-gib")
+    if value is None:
+        return None
+    if not 0 < float(value) <= 256:
+        checker.fail("build.nvcc-peak-gib", f"is {value}", "give one nvcc process's measured peak in GiB, e.g. 6.5")
+    return float(value)
 
 
 def _subsets(checker: TomlChecker, items: list[Any]) -> tuple[Subset, ...]:

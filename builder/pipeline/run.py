@@ -131,7 +131,7 @@ def _build_with(resolved: ResolvedInputs, settings: Settings, options: BuildOpti
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         parallel = parallelism(plan.target.jobs, plan.target.archs, resolved.toolkit,
-                               ptxas_split=plan.recipe.ptxas_split)
+                               ptxas_split=plan.recipe.ptxas_split, peak_gib=plan.recipe.nvcc_peak_gib)
         inputs = BuildInputs(resolved, workdir, parallel, _cross_build(resolved, settings, environ))
         try:
             _build_in(inputs, settings, options, environ, house, result)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from builder.core.errors import BuildFailed
 from builder.core.log import log
-from builder.core.settings import memory_slots
+from builder.core.settings import NVCC_PEAK_GIB, memory_slots
 from builder.model.arch import Arch
 from builder.stages.compileprogress import LIVE_TICK_S, PLAIN_REFRESH_S, PLAIN_TICK_S, CompileProgress
 from builder.toolchain.base import PTXAS_THREADS, BuildHost, CudaToolkit, WheelBuildFailed, WheelRequest
@@ -54,17 +54,23 @@ class Parallelism:
 
 
 def parallelism(jobs: int, archs: tuple[Arch, ...], toolkit: CudaToolkit | None, *, ptxas_split: bool,
-                cores: int | None = None, slots: int | None = None) -> Parallelism:
-    """MAX_JOBS as given; nvcc threads for a multi-arch list, bounded by cores and memory (one nvcc thread holds
-    a whole cicc and ptxas); ptxas threads where the toolkit takes the flag and the recipe did not turn it off."""
+                cores: int | None = None, slots: int | None = None, peak_gib: float | None = None) -> Parallelism:
+    """nvcc threads for a multi-arch list, bounded by cores and memory (one nvcc thread holds a whole cicc and
+    ptxas); MAX_JOBS as given, lowered so that jobs × threads heavy processes fit the memory (``slots``, from the
+    recipe's measured ``peak_gib`` per process: flash-attn's backward files take 6 GiB each, so a 23 GiB machine
+    runs 3 of them, not 4); ptxas threads where the toolkit takes the flag and the recipe did not turn it off."""
     if toolkit is None:
         return Parallelism(max_jobs=jobs)
     cores = cores or os.cpu_count() or 1
-    slots = slots or memory_slots()
+    slots = slots or memory_slots(peak_gib)
     threads = min(len(archs), cores, slots) if len(archs) > 1 else 1
+    fit = max(1, min(jobs, slots // threads))
+    if fit < jobs:
+        log.info(f"MAX_JOBS {fit}, not {jobs}: {jobs} jobs × {threads} nvcc thread(s) would not fit this machine's "
+                 f"memory ({slots} heavy nvcc processes at {peak_gib or NVCC_PEAK_GIB} GiB each)")
     flags = toolkit.nvcc_flags_for(ptxas_split=ptxas_split)
     split = any(f.startswith("--ptxas-options=--split-compile=") for f in flags)
-    return Parallelism(max_jobs=jobs, nvcc_threads=threads, ptxas_threads=PTXAS_THREADS if split else 1)
+    return Parallelism(max_jobs=fit, nvcc_threads=threads, ptxas_threads=PTXAS_THREADS if split else 1)
 
 
 def build_wheel(request: WheelRequest, host: BuildHost = LOCAL) -> Path:
