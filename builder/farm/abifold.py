@@ -9,19 +9,19 @@ cell passes (expand.py's cells and the stable targets made here)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from packaging.version import Version
 
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
-from builder.discovery.compat import TorchIndex, check_torch_has_python, check_torch_matches_cuda, resolve_index
+from builder.discovery.compat import TorchIndex, check_torch_has_python, check_torch_matches_cuda
 from builder.farm.spec import Archs, Farm, FarmEntry, FarmError, FarmTarget
-from builder.model.abi import Abi, StableAbi, first_torch_of_major
+from builder.model.abi import Abi, StableAbi
 from builder.model.arch import check_archs_for_cuda, format_arch_list, supported_archs
 from builder.model.cuda import CudaVersion
 from builder.model.recipe import Recipe
 from builder.stages.abichoice import default_build_torch
+from builder.stages.plan import stable_on_major
 
 
 def fold_major(targets: list[FarmTarget], wheels: dict[tuple[str, ...], FarmTarget], target: FarmTarget,
@@ -97,12 +97,7 @@ def on_major(port: StableAbi, cuda: CudaVersion) -> StableAbi:
     """The port as a wheel of ``cuda``'s major offers it (stages/plan.py ``for_cuda_major``, the plan's own rule): its
     floor raised to the first torch whose PyPI build is of that major (2.11 for CUDA 13: PyPI's 2.10.0 is a CUDA
     12.8 build), so a farm cell below it (the cu130 channel's 2.10) stays per-torch."""
-    return port.for_cuda_major(_first_of_major(cuda.major))
-
-
-@functools.cache
-def _first_of_major(major: int) -> Version | None:
-    return first_torch_of_major(resolve_index("pypi").torch_by_cuda, major)
+    return stable_on_major(port, cuda.major)
 
 
 def _not_stable(cell: FarmTarget, port: StableAbi) -> str | None:

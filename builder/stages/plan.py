@@ -7,6 +7,7 @@ ABI the build is made for is chosen by stages/abichoice.py.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from builder.discovery.compat import (
 from builder.model.abi import (
     Abi,
     PerTorchAbi3,
+    StableAbi,
     first_torch_of_major,
     per_torch_label,
     per_torch_requirement,
@@ -299,9 +301,19 @@ def for_cuda_major(recipe: Recipe, cuda: CudaVersion) -> Recipe:
     stable = recipe.stable_abi
     if stable is None:
         return recipe
-    first = first_torch_of_major(resolve_index("pypi").torch_by_cuda, cuda.major)
-    raised = stable.for_cuda_major(first)
+    raised = stable_on_major(stable, cuda.major)
     return recipe if raised is stable else replace(recipe, stable_abi=raised)
+
+
+def stable_on_major(stable: StableAbi, major: int) -> StableAbi:
+    """``stable`` as a wheel of CUDA ``major`` offers it (``for_cuda_major``'s rule; the farm's folding uses it too)."""
+    return stable.for_cuda_major(_first_of_major(major))
+
+
+@functools.cache
+def _first_of_major(major: int) -> Version | None:
+    """The first torch whose PyPI build is of CUDA ``major``, from the shipped listing (the same in every process)."""
+    return first_torch_of_major(resolve_index("pypi").torch_by_cuda, major)
 
 
 def make_plan(target: Target, settings: Settings) -> Plan:
