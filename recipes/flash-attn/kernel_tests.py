@@ -298,6 +298,14 @@ def ref_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     probs = weights / torch.where(total > 0, total, torch.ones_like(total))
     out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
     lse = (peak.float() + total.float().log()).squeeze(-1)
+    if alibi is not None and right == 0 and (left < 0 or left >= sk):
+        # FA's LSE convention for causal alibi (found by the GPU run of session 19: LSE off by up to 72 on every
+        # causal alibi case, out and grads within tolerance). Causal attention (flash_api.cpp: is_causal =
+        # window_size_left < 0 && window_size_right == 0) adds + slope * j to each logit (csrc/flash_attn/src/
+        # mask.h:180-182, alibi.h:39 "we add the same bias vector to all rows"), not - slope * |i + sk - sq - j|.
+        # On the keys a causal row keeps the two differ by slope * (i + sk - sq), a per-row constant: softmax, out
+        # and grads are unchanged and softmax_lse is higher by it (the backward reads it back the same way).
+        lse = lse + slopes[..., 0] * row[:, 0].float()
     return out, lse
 
 

@@ -52,9 +52,10 @@ def _loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
           window: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: torch.Tensor | None = None
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Element by element, straight from flash_attn_func's docstring (fp64): the key range, softcap, alibi, an
-    empty row outputs 0 with LSE -inf."""
+    empty row outputs 0 with LSE -inf; causal alibi as FA's kernels add it (+ slope * j, so FA's LSE)."""
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
+    fa_causal = (causal or window[1] == 0) and window[0] < 0  # flash_api.cpp's params.is_causal
     out = torch.zeros(b, sq, h, d, dtype=torch.float64)
     lse = torch.full((b, h, sq), -math.inf, dtype=torch.float64)
     for bi in range(b):
@@ -72,7 +73,9 @@ def _loop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
                     s = float(q[bi, i, hi].double() @ k[bi, j, kv].double()) / math.sqrt(d)
                     if softcap > 0:
                         s = softcap * math.tanh(s / softcap)
-                    if alibi is not None:
+                    if alibi is not None and fa_causal:  # mask.h:180-182: + slope * j on every row
+                        s += float(alibi[bi, hi]) * j
+                    elif alibi is not None:
                         s -= float(alibi[bi, hi]) * abs(pos - j)
                     logits.append(s)
                 top = max(logits)
@@ -140,6 +143,29 @@ def test_alibi_matches_sdpa_with_an_additive_bias() -> None:
     torch.testing.assert_close(out, _sdpa(q, k, v, bias), **TIGHT)
     out_h, _ = kt.ref_attention(q[:1], k[:1], v[:1], alibi=alibi[0])  # (h,) slopes
     torch.testing.assert_close(out_h, out[:1], **TIGHT)
+
+
+@pytest.mark.parametrize("sq,sk", [(5, 5), (3, 9), (6, 4)])
+def test_causal_alibi_lse_is_fas_higher_by_slope_times_position(sq: int, sk: int) -> None:
+    """The reference's causal alibi output is the documented one (- slope * |i + sk - sq - j|, as SDPA with that
+    bias), and its LSE is FA's: the documented LSE + slope * (i + sk - sq) (mask.h adds + slope * j); a
+    non-causal alibi LSE is the documented one."""
+    q, k, v = _qkv(2, sq, sk, 4, 2, 8)
+    alibi = torch.rand(2, 4) * 0.3 + 0.05
+    pos = torch.arange(sq)[:, None] + sk - sq
+    keep = torch.arange(sk)[None, :] <= pos
+    bias = (-(alibi[:, :, None, None] * (pos - torch.arange(sk)[None, :]).abs())).masked_fill(~keep, -math.inf)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k.repeat_interleave(2, 2)) / math.sqrt(8) + bias
+    rows = keep.any(-1)
+    out, lse = kt.ref_attention(q, k, v, causal=True, alibi=alibi)
+    torch.testing.assert_close(out[:, rows], _sdpa(q, k, v, bias)[:, rows], **TIGHT)
+    want = scores.logsumexp(-1) + alibi[:, :, None] * pos[:, 0].float()
+    torch.testing.assert_close(lse[..., rows], want[..., rows], **TIGHT)
+    assert bool(torch.isneginf(lse[..., ~rows]).all())
+    _, lse_full = kt.ref_attention(q, k, v, alibi=alibi)
+    dist = (pos - torch.arange(sk)[None, :]).abs().float()
+    full = torch.einsum("bqhd,bkhd->bhqk", q, k.repeat_interleave(2, 2)) / math.sqrt(8) - alibi[:, :, None, None] * dist
+    torch.testing.assert_close(lse_full, full.logsumexp(-1), **TIGHT)
 
 
 @pytest.mark.parametrize("opts", [dict(softcap=1.5), dict(softcap=1.5, causal=True), dict(window=(2, 1)),
