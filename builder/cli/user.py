@@ -26,7 +26,7 @@ from builder.model.platform import this_machine
 
 if TYPE_CHECKING:
     from builder.user.doctor import DoctorReport
-    from builder.user.envprobe import KernelBinding, ModelKernels
+    from builder.user.envprobe import FlashAttention2, KernelBinding, ModelKernels
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
@@ -176,6 +176,20 @@ def _render_transformers(report: DoctorReport) -> None:
                 out.print(f"  {family}: {', '.join(names)}:", markup=False)
                 for line in lines:
                     out.print(f"    {line}", markup=False)
+        if tf.flash_attention_2 is not None:
+            out.print(f"  attn_implementation=\"flash_attention_2\": {fa2_text(tf.flash_attention_2)}", markup=False)
+
+
+def fa2_text(fa: FlashAttention2) -> str:
+    """Whether transformers would load flash-attn as FA2 here, and every reason it would not."""
+    if fa.loads:
+        dims = (f"; head dims {', '.join(map(str, fa.built_head_dims))} only (a subset build: other head dims "
+                "are refused at the call)" if fa.built_head_dims is not None and len(fa.built_head_dims) < 6 else "")
+        return f"loads flash-attn {fa.version}{dims}"
+    text = "would not load: " + "; ".join(fa.reasons)
+    if fa.kernels_fallback:
+        text += " (transformers would take the Hugging Face hub's FA2 kernel instead: not built or tested here)"
+    return text
 
 
 def _hub_lines(model: ModelKernels) -> tuple[str, ...]:

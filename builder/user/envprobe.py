@@ -201,6 +201,18 @@ class HubKernels:
 
 
 @dataclass(frozen=True)
+class FlashAttention2:
+    """Whether transformers' ``attn_implementation="flash_attention_2"`` would load the installed flash-attn."""
+
+    loads: bool  # transformers accepts it, its extension imports, the GPUs are sm_80+
+    reasons: tuple[str, ...]  # why not (every one found), empty when it loads
+    version: str | None  # the installed flash-attn, None when not installed
+    transformers_says: bool | None  # is_flash_attn_2_available() (what transformers checks: presence and version)
+    kernels_fallback: bool | None  # transformers would take kernels' hub build of FA2 instead (5.2x)
+    built_head_dims: tuple[int, ...] | None  # a farm subset build's head dims (flash_attn_2_cuda.built_head_dims)
+
+
+@dataclass(frozen=True)
 class TransformersInfo:
     installed: bool
     version: str | None
@@ -211,6 +223,7 @@ class TransformersInfo:
     import_messages: tuple[str, ...]
     mamba2: tuple[ModelKernels, ...] = ()  # the Mamba-2 mixers' modeling modules (Mamba2 and its hybrids) it has
     missing_mamba2: tuple[str, ...] = ()
+    flash_attention_2: FlashAttention2 | None = None  # None: transformers not installed (or an older probe)
 
     @property
     def families(self) -> tuple[tuple[str, tuple[ModelKernels, ...]], ...]:
@@ -321,6 +334,7 @@ def _parse(data: dict[str, Any]) -> EnvReport:
         import_messages=tuple(tf["import_messages"]),
         mamba2=tuple(_model(m) for m in tf.get("mamba2", ()) if m["exists"]),
         missing_mamba2=tuple(m["module"] for m in tf.get("mamba2", ()) if not m["exists"]),
+        flash_attention_2=_fa2(tf.get("flash_attention_2")),
     )
     return EnvReport(python, torch, packages, transformers, tuple(data["errors"]))
 
@@ -340,6 +354,17 @@ def _model(m: dict[str, Any]) -> ModelKernels:
         module=m["module"], error=m["error"], layer_class=m["layer_class"], functions=functions,
         is_fast_path_available=m["is_fast_path_available"], fast_path=bool(m["fast_path"]),
         import_messages=tuple(m["import_messages"]), family=family, layer_hub=_hub_option(m.get("layer_hub")),
+    )
+
+
+def _fa2(f: dict[str, Any] | None) -> FlashAttention2 | None:
+    if not f:
+        return None
+    dims = f.get("built_head_dims")
+    return FlashAttention2(
+        loads=bool(f["loads"]), reasons=tuple(map(str, f["reasons"])), version=f.get("version"),
+        transformers_says=f.get("transformers_says"), kernels_fallback=f.get("kernels_fallback"),
+        built_head_dims=tuple(int(d) for d in dims) if dims is not None else None,
     )
 
 

@@ -542,6 +542,12 @@ def transformers_info():
     mapping = hub_mapping()  # after the modeling modules: reading it must not change what they bound
     for model in info["models"] + info["mamba2"]:
         add_hub_options(model, mapping)
+    try:
+        from transformers.utils import import_utils
+
+        info["flash_attention_2"] = flash_attention_info(import_utils)
+    except Exception as exc:
+        info["flash_attention_2"] = {"error": short_error(exc), "loads": False, "reasons": [short_error(exc)]}
     return info
 
 
@@ -584,6 +590,69 @@ def model_info(name, family="GatedDeltaNet"):
     flag = getattr(module, "is_fast_path_available", None)
     out["is_fast_path_available"] = flag if isinstance(flag, bool) else None
     out["fast_path"] = all(f["kind"] in ("kernel", "hub kernel") for f in out["functions"].values())
+    return out
+
+
+# ---------------------------------------------------------------- attn_implementation="flash_attention_2"
+
+FA2_MIN = (2, 3, 3)  # transformers 5.x is_flash_attn_2_available(): flash_attn >= 2.3.3
+
+
+def version_tuple(text):
+    return tuple(int(x) for x in re.findall(r"\d+", (text or "").split("+")[0])[:3])
+
+
+def flash_attention_info(import_utils):
+    """Would transformers' attn_implementation="flash_attention_2" load and run the installed flash-attn, and if
+    not, every reason why: transformers' own check (is_flash_attn_2_available) and what it does not check (the
+    extension importing, the GPU being sm_80+, the head dims a subset build carries)."""
+    out = {"transformers_says": None, "kernels_fallback": None, "version": dist_version("flash_attn"),
+           "distributions": [], "built_head_dims": None, "loads": False, "reasons": [], "error": None}
+    reasons = out["reasons"]
+    try:
+        out["transformers_says"] = bool(import_utils.is_flash_attn_2_available())
+    except Exception as exc:
+        out["error"] = short_error(exc)
+    try:  # transformers 5.2x: kernels' hub build of FA2 when flash-attn is missing (kernels-community/flash-attn2)
+        out["kernels_fallback"] = bool(import_utils.is_flash_attn_2_available(kernels_fallback_ok=True))
+    except Exception:
+        pass
+    if out["version"] is None:
+        reasons.append("flash-attn is not installed")
+        return out
+    mapping = getattr(metadata, "packages_distributions", None)
+    try:
+        out["distributions"] = sorted(mapping().get("flash_attn", [])) if mapping else []
+    except Exception:
+        pass
+    if out["distributions"] and "flash-attn" not in [d.lower().replace("_", "-") for d in out["distributions"]]:
+        reasons.append("flash_attn comes from {} (transformers takes only the flash-attn distribution as FA2)"
+                       .format(", ".join(out["distributions"])))
+    if version_tuple(out["version"]) < FA2_MIN:
+        reasons.append("flash-attn {} is older than 2.3.3, the oldest transformers accepts".format(out["version"]))
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            reasons.append("torch {} sees no CUDA GPU".format(torch.__version__) if torch.version.cuda
+                           else "torch {} is a CPU build".format(torch.__version__))
+        else:
+            old = [f"{torch.cuda.get_device_name(i)} (sm_{a}{b})" for i in range(torch.cuda.device_count())
+                   for a, b in [torch.cuda.get_device_capability(i)] if a < 8]
+            if old:
+                reasons.append("FlashAttention 2 runs on sm_80 and newer only: " + ", ".join(old))
+    except Exception as exc:
+        reasons.append(f"torch fails to import: {short_error(exc)}")
+    with captured():
+        try:
+            ext = importlib.import_module("flash_attn_2_cuda")
+            dims = getattr(ext, "built_head_dims", None)
+            out["built_head_dims"] = sorted(int(d) for d in dims) if dims is not None else None
+        except BaseException as exc:
+            reasons.append(f"flash_attn_2_cuda fails to import: {short_error(exc)}")
+    if out["transformers_says"] is False and not reasons:
+        reasons.append("transformers' is_flash_attn_2_available() says no")
+    out["loads"] = bool(out["transformers_says"]) and not reasons
     return out
 
 
