@@ -634,8 +634,8 @@ def flash_attention_info(import_utils):
         import torch
 
         if not torch.cuda.is_available():
-            reasons.append("torch {} sees no CUDA GPU".format(torch.__version__) if torch.version.cuda
-                           else "torch {} is a CPU build".format(torch.__version__))
+            reasons.append(f"torch {torch.__version__} sees no CUDA GPU" if torch.version.cuda
+                           else f"torch {torch.__version__} is a CPU build")
         else:
             old = [f"{torch.cuda.get_device_name(i)} (sm_{a}{b})" for i in range(torch.cuda.device_count())
                    for a, b in [torch.cuda.get_device_capability(i)] if a < 8]
