@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,34 +96,46 @@ def recipe_packages(settings: Settings) -> list[Recipe]:
 
 def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> DoctorReport:
     recipes = recipe_packages(settings)
-    env = probe_env(python, [PackageSpec.from_recipe(r) for r in recipes])
-    machine = machine_facts(os.environ, settings)
+    # The env probe (importing torch and transformers: seconds) runs while this process asks the machine and reads
+    # the wheelhouse: the doctor takes about as long as the probe alone.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        machine_job = pool.submit(machine_facts, os.environ, settings)
+        listing_job = pool.submit(_listing, wheelhouse, recipes)
+        env = probe_env(python, [PackageSpec.from_recipe(r) for r in recipes])
+        machine, (root, listed, error) = machine_job.result(), listing_job.result()
     facts = env_facts(env, machine)
     cuobjdump = find_local_cuobjdump(settings, (env.python.purelib,))
     states = tuple(PackageState(env.package(r.name), r.kind, _gpu_code(env.package(r.name), r.kind, facts, cuobjdump))
                    for r in recipes)
     offers: list[WheelOffer] = []
-    listed: dict[str, list[IndexedWheel]] = {}
-    error = root = None
-    if wheelhouse is not None:
-        reader = WheelhouseReader(wheelhouse)
-        root = reader.root
-        try:
-            reader.check()
-            for recipe in recipes:
-                listed[recipe.name] = reader.wheels(recipe.name)
-                verdicts = tuple(judge(w, facts) for w in listed[recipe.name])
-                chosen = best(list(verdicts))
-                offers.append(WheelOffer(recipe.name, verdicts, chosen,
-                                         chosen.wheel.index_url_for(facts) if chosen else None,
-                                         chosen.why if chosen else ""))
-        except BuilderError as e:
-            error = e.one_line()
+    for recipe in recipes if error is None else ():
+        if recipe.name in listed:
+            verdicts = tuple(judge(w, facts) for w in listed[recipe.name])
+            chosen = best(list(verdicts))
+            offers.append(WheelOffer(recipe.name, verdicts, chosen,
+                                     chosen.wheel.index_url_for(facts) if chosen else None,
+                                     chosen.why if chosen else ""))
     commands, advice = _next_steps(python, env, machine, facts, states, offers, root)
     old = tuple(found for r in recipes
                 if (found := installed_superseded(env.package(r.name), r, listed.get(r.name, ()))) is not None)
     commands, advice = _superseded_steps(python, old, offers, facts, root, commands, advice)
     return DoctorReport(python, env, machine, facts, states, root, error, tuple(offers), commands, advice, old)
+
+
+def _listing(wheelhouse: str | None, recipes: list[Recipe]
+             ) -> tuple[str | None, dict[str, list[IndexedWheel]], str | None]:
+    """(the wheelhouse's root URL, its wheels per recipe, the error that stopped reading it)."""
+    if wheelhouse is None:
+        return None, {}, None
+    reader = WheelhouseReader(wheelhouse)
+    listed: dict[str, list[IndexedWheel]] = {}
+    try:
+        reader.check()
+        for recipe in recipes:
+            listed[recipe.name] = reader.wheels(recipe.name)
+    except BuilderError as e:
+        return reader.root, {}, e.one_line()
+    return reader.root, listed, None
 
 
 def _superseded_steps(python: Path, old: tuple[Superseded, ...], offers: list[WheelOffer], facts: EnvFacts,
