@@ -256,7 +256,7 @@ def test_root_farm_file_is_valid() -> None:
     farm = load_farm(ROOT / "farm.toml")
     assert {e.name for e in farm.entries} >= {"causal-conv1d", "mamba-ssm"}
     fixed = {"causal-conv1d": ["1.5.2", "1.6.2.post1", "1.7.0"], "fla-core": ["0.5.2", "0.6.0"],
-             "flash-linear-attention": ["0.5.2", "0.6.0"], "mamba-ssm": ["2.2.6.post3", "2.3.1", "2.3.2.post1"]}
+             "flash-linear-attention": ["0.5.2", "0.6.0"], "flash-attn": ["2.8.3.post2"], "mamba-ssm": ["2.2.6.post3", "2.3.1", "2.3.2.post1"]}
     targets = expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name])
     assert targets and all(t.torch for t in targets)
     mamba = {(t.version, str(t.cuda)) for t in targets if t.package == "mamba-ssm"}
@@ -641,7 +641,7 @@ def test_matrix_cli_platform_filter_tested_matrix_and_untested_lines(tree: Path)
 def test_root_farm_builds_both_platforms_with_their_own_archs() -> None:
     farm = load_farm(ROOT / "farm.toml")
     fixed = {"causal-conv1d": ["1.6.2.post1", "1.7.0"], "fla-core": ["0.6.0"], "flash-linear-attention": ["0.6.0"],
-             "mamba-ssm": ["2.3.1", "2.3.2.post1"]}
+             "mamba-ssm": ["2.3.1", "2.3.2.post1"], "flash-attn": ["2.8.3.post2"]}
     targets = expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name])
     cuda = [t for t in targets if t.kind.is_cuda]
     assert {t.platform.name for t in cuda} == {"x86_64", "aarch64"}
@@ -653,7 +653,9 @@ def test_root_farm_builds_both_platforms_with_their_own_archs() -> None:
     # cu129's per-torch cells are the +cu12torch2.X wheels' built with 12.8 (sm_100 SASS runs on sm_103, sm_120 on
     # sm_121, as the loop below checks)
     assert aarch64 == {("causal-conv1d", "12.8"): "90,100,120", ("causal-conv1d", "13.0"): "90,100+ptx,110,120,121",
-                       ("mamba-ssm", "12.8"): "90,100,120", ("mamba-ssm", "13.0"): "90,100,103,110,120,121"}
+                       ("mamba-ssm", "12.8"): "90,100,120", ("mamba-ssm", "13.0"): "90,100,103,110,120,121",
+                       # flash-attn's own aarch64 list (GH200, GB200, Thor, DGX Spark through sm_120 SASS), per torch
+                       ("flash-attn", "13.0"): "90,100,110,120", ("flash-attn", "13.2"): "90,100,110,120"}
     # every aarch64 wheel runs on GH200 (sm_90), GB200 (sm_100), GB300 (sm_103) and DGX Spark (sm_121); Thor
     # (sm_110) from CUDA 13
     for t in cuda:

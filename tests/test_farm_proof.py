@@ -15,7 +15,8 @@ from builder.farm.spec import load_farm
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = {"causal-conv1d": ["1.5.2", "1.6.2.post1", "1.7.0"], "mamba-ssm": ["2.3.1", "2.3.2.post1"],
-            "fla-core": ["0.5.2", "0.6.0"], "flash-linear-attention": ["0.5.2", "0.6.0"]}
+            "fla-core": ["0.5.2", "0.6.0"], "flash-linear-attention": ["0.5.2", "0.6.0"],
+            "flash-attn": ["2.8.3", "2.8.3.post1", "2.8.3.post2"]}
 
 
 def planning_settings(tmp_path: Path) -> Settings:

@@ -262,7 +262,7 @@ def test_nightly_builds_each_platform_natively_with_its_image(nightly: dict) -> 
     # the root farm: both platforms, each platform's build runner GitHub-hosted, an aarch64 Dockerfile per CUDA
     farm = load_farm(ROOT / "farm.toml")
     fixed = {"causal-conv1d": ["1.7.0"], "mamba-ssm": ["2.3.2.post1"], "fla-core": ["0.6.0"],
-             "flash-linear-attention": ["0.6.0"]}
+             "flash-linear-attention": ["0.6.0"], "flash-attn": ["2.8.3.post2"]}
     rows = github_matrix(farm, expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name]))["include"]
     assert {r["platform"] for r in rows} == set(PLATFORMS)
     assert {r["build_runner"] for r in rows} == {"ubuntu-24.04", "ubuntu-24.04-arm"}
@@ -288,7 +288,7 @@ def test_the_test_matrix_filter_matches_fan_out() -> None:
     assert program, "the plan's tested filter"
     farm = load_farm(ROOT / "farm.toml")
     fixed = {"causal-conv1d": ["1.7.0"], "mamba-ssm": ["2.3.2.post1"], "fla-core": ["0.6.0"],
-             "flash-linear-attention": ["0.6.0"]}
+             "flash-linear-attention": ["0.6.0"], "flash-attn": ["2.8.3.post2"]}
     matrix = github_matrix(farm, expand(farm, Settings.from_env({}), releases=lambda name, s: fixed[name]))
     result = subprocess.run([jq, "-c", program.group(1)], input=json.dumps(matrix), capture_output=True, text=True,
                             check=True)

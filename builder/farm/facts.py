@@ -56,6 +56,9 @@ WHEEL_FACTS: tuple[WheelFacts, ...] = (
                "Requires-Dist of the built wheel (docs/GPU-RESULTS.md section 7): triton>=3.5.0"),
     WheelFacts("mamba-ssm", SpecifierSet("==2.3.1"), SpecifierSet(">=3.9"), ("triton",),
                "mamba_ssm-2.3.1 sdist PKG-INFO: Requires-Python >=3.9; Requires-Dist triton (no version)"),
+    WheelFacts("flash-attn", SpecifierSet(">=2.8.3,<=2.8.3.post2"), SpecifierSet(">=3.9"), (),
+               "flash_attn-2.8.3.post2 sdist PKG-INFO: Requires-Python >=3.9; Requires-Dist torch, einops (pure "
+               "Python, no torch pin)"),
     WheelFacts("fla-core", SpecifierSet("==0.6.0"), SpecifierSet(">=3.10"), (),
                "fla-core 0.6.0 METADATA: Requires-Python >=3.10 (triton>=3.3 from the recipe's [runtime])"),
     WheelFacts("flash-linear-attention", SpecifierSet("==0.6.0"), SpecifierSet(">=3.10"), (),
