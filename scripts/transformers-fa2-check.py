@@ -37,7 +37,7 @@ def main() -> int:
     for name in ("fwd", "varlen_fwd"):
         real = getattr(flash_attn_2_cuda, name)
 
-        def counted(*args, _real=real, _name=name, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        def counted(*args, _real=real, _name=name, **kwargs):
             calls[_name] += 1
             return _real(*args, **kwargs)
 
