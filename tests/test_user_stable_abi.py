@@ -7,6 +7,7 @@ client reads it; the last tests run doctor and install against venvs holding a s
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -268,7 +269,9 @@ def test_doctor_and_install_take_the_stable_wheel_from_the_envs_channel(user: Wo
     assert offer["why"].endswith(f"import+registration passed on torch 2.12.1{other}"), offer["why"]
     assert any(a.startswith(f"causal-conv1d: {STABLE} fits: the stable-ABI wheel verified on this env's torch 2.12")
                and a.endswith(channel) for a in report["advice"]), report["advice"]
-    uv_line = next(c for c in report["commands"] if c.startswith("uv pip install"))
+    # issue 55 item 8: the uv line runs as printed (uv on PATH, else the uv that came with builder, by its path)
+    uv_line = next(c for c in report["commands"] if " pip install " in c and c.split()[0].endswith("uv"))
+    assert shutil.which(uv_line.split()[0]), uv_line
     assert f"--extra-index-url {channel}" in uv_line and "causal-conv1d==1.7.0+cu13" in uv_line
     assert "torch==2.12.1" in uv_line
     text = builder(user, "doctor", "--python", python, "--from", str(house.root))

@@ -12,8 +12,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -309,7 +311,23 @@ def render_report(report: WheelReport) -> str:
                      f"{len(la.torch_cxx_imports)} torch C++ imports (expected: pinned to its torch minor)")
     if report.record:
         rec = report.record
-        lines.append(f"  built by: cuda-wheel-builder {rec.builder_version}, toolchain {dict(rec.toolchain)}")
+        lines.append(f"  built by: cuda-wheel-builder {rec.builder_version}, {toolchain_text(rec.toolchain)}")
+        if rec.toolchain.get("nvcc_flags"):
+            lines.append(f"  nvcc flags: {rec.toolchain['nvcc_flags']}")
         if rec.tests:
-            lines.append(f"  tests: {rec.tests.to_json()}")
+            t = rec.tests
+            counts = ", ".join(f"{n} {k}" for k, n in t.counts.items())
+            where = " on ".join(x for x in (f"torch {t.torch}" if t.torch else "", t.gpu or "") if x)
+            lines.append(f"  tests: {t.summary()}" + (f"; {counts}" if counts else "") + (f" ({where})" if where else ""))
     return "\n".join(lines)
+
+
+def toolchain_text(toolchain: Mapping[str, Any]) -> str:
+    """``toolchain host: nvcc 13.0.88 at /usr/local/cuda (host CUDA at /usr/local/cuda)`` from a record's toolchain."""
+    kind = toolchain.get("kind") or "?"
+    parts = [f"nvcc {toolchain['nvcc']}" if toolchain.get("nvcc") else "",
+             f"at {toolchain['cuda_home']}" if toolchain.get("cuda_home") else "",
+             f"image {toolchain['image']}" if toolchain.get("image") else ""]
+    said = " ".join(p for p in parts if p)
+    reason = toolchain.get("reason")
+    return f"toolchain {kind}" + (f": {said}" if said else "") + (f" ({reason})" if reason else "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from packaging.version import Version
 
 from builder.core.errors import BuilderError
 from builder.core.settings import Settings
+from builder.core.uvtool import uv_bin
 from builder.model.arch import runs_on
 from builder.model.cuda import CudaVersion
 from builder.model.platform import this_machine
@@ -218,7 +220,11 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
         from_flag = "" if root == Path("wheelhouse").resolve().as_uri() + "/" else f" --from {root}"
         commands.append(f"builder install {names} --python {python}{from_flag}")
         wheels = [o.chosen.wheel for o in fitting if o.chosen]
-        commands.append(shlex.join(install_argv(python, wheels, facts)))
+        uv_line = install_argv(python, wheels, facts)
+        # uv on PATH, else the one that came with builder by its path, else no uv line (issue 55 item 8)
+        uv = "uv" if shutil.which("uv") else (None if uv_bin() == "uv" else uv_bin())
+        if uv is not None:
+            commands.append(shlex.join([uv, *uv_line[1:]]))
         if _has_pip(python):
             commands.append(shlex.join(install_argv(python, wheels, facts, tool="pip")))
     for offer in offers:
