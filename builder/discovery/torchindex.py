@@ -44,6 +44,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from builder.core.errors import SourceError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -54,7 +55,7 @@ from builder.discovery.classify import (
     python_of,
     python_sort,
 )
-from builder.discovery.simpleindex import WheelFile, project_files
+from builder.discovery.simpleindex import PageError, WheelFile, project_files, reading
 from builder.discovery.torchfacts import Listing, PlatformFacts, Release
 from builder.model.cuda import CudaVersion
 
@@ -171,10 +172,10 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     if (not settings.offline or url.startswith("file://")) and (refresh or not recently_failed):
         try:
             listing = read_index(name, url, known=_known(cached, snapshot), pre=pre)
-        except (OSError, urllib.error.URLError, ValueError) as e:
-            why = str(e)[:300]
+        except (OSError, urllib.error.URLError, ValueError, SourceError) as e:  # SourceError: a refused redirect
+            why = ("not readable: " if isinstance(e, PageError) else "not reachable: ") + str(e)[:300]
             atomic_write(unreachable, f"{now_stamp()}\n{why}\n")
-            log.warning(f"torch index {url} not readable ({why}); using "
+            log.warning(f"torch index {url} {why}; using "
                         + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
             atomic_write(path, json.dumps(listing_json(listing), indent=1))
@@ -184,8 +185,7 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         return replace(cached, name=name)
     if snapshot is not None:
         return replace(snapshot, name=name)
-    reason = "offline" if settings.offline and not url.startswith("file://") else f"not reachable: {why}" if why \
-        else "not reachable"
+    reason = "offline" if settings.offline and not url.startswith("file://") else why or "not reachable"
     return Listing(name, url, (), "none", "", f"{reason}; not cached, not in the snapshot")
 
 
@@ -231,7 +231,13 @@ def _known(cached: Listing | None, snapshot: Listing | None) -> dict[str, Releas
 def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, project: str = "torch",
                pre: bool = False) -> Listing:
     """Read the release list of ``url`` now; classify the releases not in ``known`` (a few at a time). Final
-    releases only, unless ``pre`` (release candidates, alphas, betas: never dev builds)."""
+    releases only, unless ``pre`` (release candidates, alphas, betas: never dev builds). All of it within one
+    network deadline (simpleindex.reading), shared with any reads around it."""
+    with reading():
+        return _read_index(name, url, known=known, project=project, pre=pre)
+
+
+def _read_index(name: str, url: str, *, known: Mapping[str, Release], project: str, pre: bool) -> Listing:
     now = now_stamp()
     by_version: dict[str, list[WheelFile]] = {}
     for wheel in project_files(url, project):
@@ -315,7 +321,9 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
 def read_toolkit_versions(index_url: str = PYPI_SIMPLE) -> tuple[str, ...]:
     """major.minor of every final ``cuda-toolkit`` release >= 13 that has a wheel."""
     found: set[CudaVersion] = set()
-    for wheel in project_files(index_url, TOOLKIT_PROJECT):
+    with reading():
+        wheels = project_files(index_url, TOOLKIT_PROJECT)
+    for wheel in wheels:
         try:
             _, version, _, _ = parse_wheel_filename(wheel.filename)
         except InvalidWheelFilename:
