@@ -258,7 +258,8 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
             raise NetError(f"{url}: not asked again: {known[0]}", known[1])
         _OPENED.append(url)
     shared = within.remaining() if within is not None else None
-    capped = within is not None and shared is not None and shared < policy.deadline_s  # the shared one binds
+    # the shared deadline binds (it began earlier): a failure then may be the budget's, not the host's
+    capped = shared is not None and shared < policy.deadline_s - max(0.05, policy.deadline_s / 100)
     if within is not None and shared is not None and shared <= 0:
         raise NetError(f"{url}: not asked: the {within.what} of this command took their whole {within.seconds:g} s "
                        "network deadline", f"check that the index answers, or {DEADLINE_CURE}")

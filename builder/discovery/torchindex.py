@@ -125,6 +125,17 @@ def _snapshot(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, Listing]
     return tuple((entry["url"], _from_json(entry, "snapshot")) for entry in data.get("indexes", []))
 
 
+_WARNED: set[str] = set()
+
+
+def warn_once(text: str) -> None:
+    """A warning said once per process: a command that reads the same unreachable index at each step says so once
+    (the network is not asked again either: core/netbudget.py)."""
+    if text not in _WARNED:
+        _WARNED.add(text)
+        log.warning(text)
+
+
 def cache_age_s(path: Path) -> float:
     """Seconds since ``path`` was written (infinite where it cannot be read)."""
     try:
@@ -175,8 +186,8 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         except (OSError, urllib.error.URLError, ValueError, SourceError) as e:  # SourceError: a refused redirect
             why = ("not readable: " if isinstance(e, PageError) else "not reachable: ") + str(e)[:300]
             atomic_write(unreachable, f"{now_stamp()}\n{why}\n")
-            log.warning(f"torch index {url} {why}; using "
-                        + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
+            warn_once(f"torch index {url} {why}; using "
+                      + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
             atomic_write(path, json.dumps(listing_json(listing), indent=1))
             unreachable.unlink(missing_ok=True)
@@ -307,8 +318,8 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
         try:
             versions = read_toolkit_versions()
         except (OSError, urllib.error.URLError, ValueError) as e:
-            log.warning(f"PyPI's {TOOLKIT_PROJECT} list not readable ({e}); using "
-                        + ("the cached list" if cached else "the shipped snapshot"))
+            warn_once(f"PyPI's {TOOLKIT_PROJECT} list not readable ({e}); using "
+                      + ("the cached list" if cached else "the shipped snapshot"))
         else:
             now = now_stamp()
             atomic_write(path, json.dumps({"versions": list(versions), "read_at": now}))
