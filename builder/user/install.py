@@ -33,7 +33,15 @@ from builder.stages.plan import Target
 from builder.user.choice import Choice, choose, cross_flags, ways_forward
 from builder.user.envprobe import EnvReport, PackageSpec, probe_env
 from builder.user.fit import EnvFacts, IndexedWheel, env_facts
-from builder.user.installer import run_argv, run_install
+from builder.user.installer import (
+    ProviderView,
+    installed_states,
+    matching_variant,
+    run_argv,
+    run_install,
+    uv_knows_variants,
+    variant_notes,
+)
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
 from builder.user.superseded import installed_superseded
@@ -71,6 +79,7 @@ class InstallOutcome:
     why: Mapping[str, str] = field(default_factory=dict)  # wheel file → why it was chosen (stable-ABI wheels)
     would_build: tuple[str, ...] = ()  # --dry-run: the builds it would run here, as commands
     checks: str = ""  # --dry-run with builds: what those builds check, and the flag that checks more
+    files: Mapping[str, str] = field(default_factory=dict)  # wheel file → the file installed (a variant's)
 
     def summary(self) -> list[str]:
         lines = [f"built here: {name}" for name in self.built]
@@ -80,8 +89,8 @@ class InstallOutcome:
         lines += [f"would build here: {command}" for command in self.would_build]
         if self.would_build and self.checks:
             lines.append(self.checks)
-        lines += [f"installed: {w.filename}" + (f" ({self.why[w.filename]})" if w.filename in self.why else "")
-                  for w in self.installed]
+        lines += [f"installed: {self.files.get(w.filename, w.filename)}"
+                  + (f" ({self.why[w.filename]})" if w.filename in self.why else "") for w in self.installed]
         if self.torch and (self.installed or self.built):
             lines.append(f"torch {self.torch} in {self.python}: unchanged")
         elif self.torch:
@@ -119,15 +128,20 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     why = {c.chosen.filename: f"{c.why}; channel {c.chosen.index_url_for(facts)}" for c in choices
            if c.chosen is not None and c.why}
     check_channels(wheels, facts, reader, request.allow_origins)
+    view = ProviderView.of(os.environ, facts.gpus or tuple(g.cc for g in machine.driver.gpus), machine.driver.cuda)
+    for note in variant_notes(wheels, view):
+        log.warning(note)
     reinstall = superseded_installs(report, wheels)
+    reinstall += tuple(p for p in variant_swaps(python, wheels, view) if p not in reinstall)
     argv = run_argv(python, wheels, facts, offline=settings.offline, reinstall=reinstall) if wheels else None
     command = shlex.join(argv) if argv else None
     installed: tuple[IndexedWheel, ...] = ()
+    files: dict[str, str] = {}
     if argv and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
         for name, line in why.items():
             log.info(f"  {name}: {line}")
-        run_install(argv, python, wheels)
+        files = run_install(argv, python, wheels)
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]
@@ -144,7 +158,31 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
         done = f"installed {', '.join(w.filename for w in installed)}; " if installed else ""
         planned = (f"would run: {command}",) if request.dry_run and command else ()
         raise InstallError(done + error.message, error.hint, extra=planned + ((absent,) if absent else ()) + error.extra)
-    return InstallOutcome(python, installed, tuple(built), command, facts.torch, why)
+    return InstallOutcome(python, installed, tuple(built), command, facts.torch, why, files=files)
+
+
+def variant_swaps(python: Path, wheels: list[IndexedWheel], view: ProviderView) -> tuple[str, ...]:
+    """The wheels with variants whose plain wheel is installed already, at the same version: uv keeps an installed
+    file of the pinned version, so it is told to reinstall where a thin wheel matches this machine's GPU (or the
+    FORCE variables'); where none does, or uv here knows no variants, it says why the plain wheel stays."""
+    with_variants = [w for w in wheels if w.variants]
+    states = installed_states(python, [w.project for w in with_variants])
+    out = []
+    for wheel in with_variants:
+        state = states.get(wheel.project)
+        if state is None or state.label is not None or Version(state.version) != wheel.version:
+            continue
+        label = matching_variant(wheel, view.gpus)
+        if label is not None and uv_knows_variants():
+            log.info(f"  {wheel.project} {state.version} is installed as the plain wheel: --reinstall-package "
+                     f"{wheel.project}, so uv can take the {label} variant ({view.source})")
+            out.append(wheel.project)
+        else:
+            why = ("the uv this tool runs knows no variants" if label is not None else
+                   f"no thin wheel matches {view.source}" + (f" ({', '.join(f'sm_{c}' for c in view.gpus)})"
+                                                             if view.gpus else ""))
+            log.info(f"  {wheel.project} {state.version} stays the plain wheel: {why}")
+    return tuple(out)
 
 
 def build_checks(torch: str, whole_range: bool) -> str:
