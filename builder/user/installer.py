@@ -160,7 +160,7 @@ def variant_notes(wheels: list[IndexedWheel], view: ProviderView) -> list[str]:
     return notes
 
 def uv_knows_variants() -> bool:
-    """Whether the uv this tool runs installs PEP 825 variants (0.13.7: the provider's FORCE variables too)."""
+    """Whether the uv this tool runs installs PEP 825 variants (UV_MIN_VERSION: 0.13.6, whose provider also reads the FORCE variables)."""
     try:
         out = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True, timeout=30).stdout.split()
         return len(out) > 1 and Version(out[1]) >= Version(variants.UV_MIN_VERSION)
