@@ -219,6 +219,14 @@ def _facts_from(cached: Listing, snapshot: Listing) -> Listing:
         for r in cached.releases))
 
 
+def unreadable_why(settings: Settings, url: str, pre: bool = False) -> str:
+    """Why ``url``'s torch list could not be read the last time it was tried ("" if it was read)."""
+    path = cache_file(settings, url.rstrip("/"))
+    if pre:
+        path = path.with_name(path.stem + "-pre.json")
+    return _unreachable_note(path.with_name(path.name + ".unreachable"))[1]
+
+
 def _unreachable_note(marker: Path) -> tuple[str, str]:
     """(when, why) an index was last found unreadable: the marker's two lines; ("", "") when there is none."""
     try:
