@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -26,13 +28,14 @@ from builder.core.filememo import file_stamp
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.smallrun import run_small
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import PYTORCH_CHANNELS
 from builder.model import variants
 from builder.stages.plan import Plan
 from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, PreparedPython
-from builder.toolchain.local import LOCAL, find_interpreter
+from builder.toolchain.local import LOCAL, LocalRunner, find_interpreter
 
 __all__ = ["PythonEnv", "find_interpreter", "fresh_test_env", "managed_env", "probe", "python_for"]
 
@@ -56,25 +59,75 @@ class PythonEnv:
         return {"python": str(self.python), "version": self.version, "torch": self.torch, "torch_cuda": self.torch_cuda}
 
 
+PROBE_OUTPUT_LIMIT = 1 << 20  # what an interpreter may print answering the probe (a few hundred bytes is usual)
+
+
 def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, host: BuildHost = LOCAL,
           mounts: Mounts = NO_MOUNTS) -> PythonEnv:
-    """Ask an interpreter (run by ``host``) for its version and torch (import torch can take a few seconds)."""
+    """Ask an interpreter (run by ``host``) for its version and torch (import torch can take a few seconds). Its
+    answer is not trusted: on this machine what it prints is bounded (core/smallrun.py), and the answer's JSON
+    shape is checked (``probe_answer``), so a wrong interpreter is one line, never a traceback."""
+    argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch or need_torch else ["--no-torch"])
     try:
-        argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch or need_torch else ["--no-torch"])
-        result = host.run(argv, mounts=mounts, network=False, timeout_s=300)
+        if isinstance(host, LocalRunner):
+            ran = run_small(argv, limit=PROBE_OUTPUT_LIMIT, timeout_s=300)
+            if ran.overflowed:
+                raise ToolchainError(f"--python {python}: printed more than {PROBE_OUTPUT_LIMIT} bytes answering the "
+                                     "environment probe; stopped", "give a Python interpreter (VENV/bin/python)")
+            if ran.timed_out:
+                raise ToolchainError(f"--python {python}: did not answer the environment probe within 300 s",
+                                     "check that `import torch` works there")
+            code, output = ran.code, ran.output
+        else:
+            result = host.run(argv, mounts=mounts, network=False, timeout_s=300)
+            code, output = result.code, result.output
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
-    lines = [line for line in result.output.splitlines() if line.startswith("{")]
-    if result.code != 0 or not lines:
-        raise ToolchainError(f"--python {python}: it fails to start: {result.output.strip()[-200:]}")
-    info = json.loads(lines[-1])
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if code != 0:
+        raise ToolchainError(f"--python {python}: it fails to start (exit {code}): {_tail(output)}")
+    info = probe_answer(lines[-1] if lines else "", python, output)
     if need_torch and not info["torch"]:
         raise ToolchainError(
-            f"--python {python}: torch is not importable there ({info.get('torch_error', 'not installed')})",
+            f"--python {python}: torch is not importable there ({info.get('torch_error') or 'not installed'})",
             "install the torch you want the wheel built against into that environment",
         )
     return PythonEnv(python, info["version"], info["torch"], info["torch_cuda"], Path(info["purelib"]), False,
                      Path(info["executable"]))
+
+
+_PROBE_FIELDS = {"version": (str,), "executable": (str,), "purelib": (str,), "torch": (str, type(None)),
+                 "torch_cuda": (str, type(None)), "torch_error": (str, type(None))}
+
+
+def probe_answer(line: str, python: Path, output: str = "") -> dict[str, Any]:
+    """The probe's JSON answer (PYTHON_PROBE), its fields checked: a ToolchainError naming the field otherwise."""
+    cure = "give a working Python interpreter (VENV/bin/python, or a venv folder)"
+    try:
+        info = json.loads(line) if line else None
+    except (ValueError, RecursionError):
+        info = None
+    if not isinstance(info, dict):
+        raise ToolchainError(f"--python {python}: its answer to the environment probe is not a JSON object: "
+                             f"{_tail(output or line)}", cure)
+    for field, types in _PROBE_FIELDS.items():
+        if field == "torch_error" and field not in info:
+            continue
+        if not isinstance(info.get(field), types) or (field in ("version", "purelib", "executable")
+                                                       and not info[field]):
+            got = "missing" if field not in info else f"{type(info[field]).__name__} {str(info[field])[:40]!r}"
+            raise ToolchainError(f"--python {python}: its answer to the environment probe has field {field!r} "
+                                 f"{got}, not {' or '.join('null' if t is type(None) else 'a string' for t in types)}",
+                                 cure)
+    if not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,3}", info["version"]):
+        raise ToolchainError(f"--python {python}: its answer to the environment probe names version "
+                             f"{info['version'][:40]!r}, not MAJOR.MINOR", cure)
+    return info
+
+
+def _tail(output: str) -> str:
+    text = " ".join(output.split())
+    return (text[-200:] if len(text) > 200 else text) or "(nothing printed)"
 
 
 def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple[PythonEnv, Path]:
