@@ -36,6 +36,7 @@ from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
 from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
+from builder.stages.compileprogress import ExpectedTime
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
 from builder.stages.inputs import toolkit_record
@@ -220,8 +221,13 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
     request = WheelRequest(source_dir=root, python=python.python, env=env, out_dir=workdir / "dist",
                            log_file=log_file, prepared=python.prepared)
+    archs = tuple(str(a) for a in plan.target.archs)
+    main = Wheelhouse(settings.wheelhouse)  # earlier builds' records (also staged ones): the compile's estimate
+    expected = ExpectedTime.of_files([*main.record_files(), *main.staging().record_files()], plan.recipe.name, archs,
+                                     inputs.parallel.max_jobs) if toolkit is not None else None
+    what = f"{plan.recipe.name} for {', '.join(f'sm_{a}' for a in sorted(archs))}" if toolkit is not None else ""
     with timed(timings, "build"):
-        raw = build_wheel(request, host)
+        raw = build_wheel(request, host, expected, what)
         if inputs.cross is not None:  # what the container toolchain's cibuildwheel does: the manylinux tag
             raw = cross.repair(raw, workdir / "repaired", inputs.cross.platform, EXCLUDED_LIBS)
     compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None
