@@ -120,3 +120,61 @@ def test_resolve_stops_when_uv_cannot_reach_pypi(tmp_path: Path, monkeypatch: py
 
     with pytest.raises(SourceError, match=f"coverage --resolve: {url} unreachable for uv .*; nothing was resolved"):
         check_pypi_reachable(resolver, url, "2.9.0", Cell("2.9", "12.8", "3.12"))
+
+
+def test_a_pull_whose_wheel_download_breaks_is_unreachable_not_free_space(tmp_path: Path) -> None:
+    """D9: the wheel's answer broke off (the host went away mid-pull): before, a NetError (an OSError) read as the
+    wheelhouse's disk failing, exit 11 "free space (or fix the permissions)"; now exit 4 naming the URL."""
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler
+
+    from builder.index.mirror import Unreachable, pull
+    from tests.test_pull_bounds import site
+
+    folder = site(tmp_path)
+
+    class Breaking(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.endswith(".whl"):  # the right size said, half of it sent, the connection closed
+                body = Path(self.translate_path(self.path)).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.close_connection = True
+                return
+            super().do_GET()
+
+    with http_server(partial(Breaking, directory=str(folder))) as url:
+        with pytest.raises(Unreachable) as caught:
+            pull(url, Wheelhouse(tmp_path / "pulled"), policy=net.NetPolicy(retries=0))
+    message = caught.value.one_line()
+    assert caught.value.exit_code == 4 and "free space" not in message, message
+    assert ".whl: gave up after" in message and "nothing was changed" in message, message
+    assert not list((tmp_path / "pulled").rglob("*.whl"))
+
+
+def test_drift_check_calls_a_refused_connection_unreachable_and_writes_its_report(tmp_path: Path) -> None:
+    """Before: "the newest releases do not resolve together", exit 1, no report (the workflow then read a missing
+    file). The unit tier's proxy is a closed loopback port, so uv's connection to PyPI is refused."""
+    import os
+    import subprocess
+
+    report = tmp_path / "drift.md"
+    import shutil
+
+    uv = Path(sys.executable).parent / "uv"
+    uv_path = str(uv) if uv.exists() else shutil.which("uv")
+    if uv_path is None:
+        pytest.skip("no uv")
+    env = {**os.environ, "UV_HTTP_RETRIES": "0", "UV_NO_CACHE": "1", "UV": uv_path,
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    result = subprocess.run([str(ROOT / "scripts" / "drift-check.sh"), str(report)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "error: PyPI unreachable: the newest releases were not resolved (uv: Connection refused" in result.stderr
+    assert "do not resolve together" not in result.stderr
+    assert "**PyPI could not be reached: no result.**" in report.read_text()

@@ -81,6 +81,11 @@ class _Missing(Exception):
     """The URL answered 404 (or the file does not exist)."""
 
 
+class Unreachable(SourceError):
+    """The published index stopped answering mid-pull (a NetError, which is also an OSError, would otherwise read
+    as the wheelhouse's own disk failing: exit 11 "free space"). Exit 4, the network's cure; nothing changed."""
+
+
 def normalize(location: str) -> str:
     """The wheelhouse root as a URL ending in ``/``: http(s)://…, file://…, or a local path."""
     if "://" not in location:
@@ -349,15 +354,18 @@ class _Fetcher:
         self.origins.check(url, self.root)
         try:
             return net.open_url(url, read, headers={"Accept": accept}, policy=self.policy, max_bytes=max_bytes)
+        except net.NetError as e:
+            raise Unreachable(f"{e.message}; nothing was changed", e.hint) from None
         except urllib.error.HTTPError as e:
             if e.code in (404, 410):
                 raise _Missing(url) from None
             cause, cure = netfault.explain(e)
+            raise SourceError(f"{url} {cause}; nothing was changed", cure) from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, (FileNotFoundError, NotADirectoryError)):
                 raise _Missing(url) from None
             cause, cure = netfault.explain(e)
-        raise SourceError(f"{url} {cause}", cure)
+            raise Unreachable(f"{url} {cause}; nothing was changed", cure) from None
 
 
 def _json_object(data: bytes, what: str, not_json: str, not_object: str, cure: str) -> dict:
