@@ -1,174 +1,151 @@
-"""Trusted inputs that crashed (issue 54 item 5): an interpreter's answer to the probe, the builder's own state files
-(cache entries, a wheelhouse's records and journal). Real interpreters (shell scripts standing in for odd ones), real
-files, fifos and folders."""
+"""Issue 54 item 6: inputs that were accepted though wrong are refused in one line: a remote assets.json naming a
+local folder, a page redirected to a second host, an export through a symlinked release folder, odd asset URLs,
+``coverage NAME==VERSION`` for what is no release, wheelhouse/recipes folders that are not folders, and a
+BUILDER_INDEX_TTL that is no number of seconds. Servers on loopback."""
 
 from __future__ import annotations
 
 import json
-import os
-import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from builder.core.errors import PublishError, ToolchainError
-from builder.core.filememo import remembered
-from builder.core.smallrun import run_small
-from builder.core.statefile import StateFileError, read_json, read_json_or_none, want
-from builder.index.layout import JOURNAL
-from builder.index.store import DamagedRecord, Wheelhouse
-from builder.index.txn import replay
-from builder.stages.pyenv import probe
-from builder.user.envprobe import probe_env
+from builder.core.errors import PublishError, SourceError, UsageError
+from builder.core.settings import Settings
+from builder.discovery.torchindex import ttl_s
+from builder.farm.coverage import coverage_report
+from builder.farm.coverageinputs import check_folders
+from builder.index.assets import AssetStore
+from builder.index.export import export_assets
+from builder.index.mirror import pull
+from builder.index.store import Wheelhouse
+from builder.pipeline import verify
+from tests.helpers import ROOT, assert_one_line_error, http_server, run_cli
+from tests.test_index_assets import published, static_server
+from tests.test_pull_bounds import site
 
 
-def _script(tmp_path: Path, name: str, body: str) -> Path:
-    path = tmp_path / name
-    path.write_text(f"#!/bin/sh\n{body}\n")
-    path.chmod(0o755)
-    return path
+@pytest.mark.parametrize("value", ["-1", "nan", "abc", "inf", "-0.5"])
+def test_an_index_ttl_that_is_no_number_of_seconds_is_refused(value: str) -> None:
+    with pytest.raises(UsageError, match=rf"BUILDER_INDEX_TTL='{value}' is not a number of seconds >= 0"):
+        ttl_s({"BUILDER_INDEX_TTL": value})
 
 
-ANSWERS = {
-    "not JSON": ("echo hello", "is not a JSON object: hello"),
-    "a list": ("echo '[1, 2]'", "is not a JSON object: [1, 2]"),
-    "a number for version": ("""echo '{"version": 3}'""", "has field 'version' int '3', not a string"),
-    "no executable": ("""echo '{"version": "3.12", "torch": null}'""", "has field 'executable' missing"),
-    "torch a list": ("""echo '{"version": "3.12", "executable": "/x", "purelib": "/y", "torch": [1], """
-                     """"torch_cuda": null}'""", "has field 'torch' list '[1]', not a string or null"),
-    "odd version": ("""echo '{"version": "three", "executable": "/x", "purelib": "/y", "torch": "2.9.0", """
-                    """"torch_cuda": null}'""", "names version 'three', not MAJOR.MINOR"),
-    "deep nesting": ("python3 -c 'print(\"{\" + \"[\" * 100000)'", "is not a JSON object"),
-}
+def test_an_index_ttl_of_seconds_is_taken() -> None:
+    assert ttl_s({"BUILDER_INDEX_TTL": "0"}) == 0 and ttl_s({"BUILDER_INDEX_TTL": " 90 "}) == 90
+    assert ttl_s({}) == ttl_s({"BUILDER_INDEX_TTL": ""}) == 24 * 3600
 
 
-@pytest.mark.parametrize("case", sorted(ANSWERS))
-def test_an_odd_probe_answer_is_one_line(tmp_path: Path, case: str) -> None:
-    body, said = ANSWERS[case]
-    python = _script(tmp_path, "python", body)
-    with pytest.raises(ToolchainError) as e:
-        probe(python, need_torch=True)
-    assert said in str(e.value) and str(python) in str(e.value) and "\n" not in str(e.value)
+@pytest.mark.parametrize(("url", "says"), [
+    ("https://h.example/a b/", "holds ' '"), ("https://h.example/a\nb/", "holds '\\n'"),
+    ("https://h.example/\t/", "holds '\\t'"), ("https://h.example/é/", "holds 'é'"),
+    ("file:relative/", "a file URL names an absolute folder"), ("file://otherhost/x/", "a file URL names an absolute"),
+    ("https://h.example:port/x/", "not a URL"),
+])
+def test_odd_asset_urls_are_refused(url: str, says: str) -> None:
+    with pytest.raises(UsageError, match="--assets-url") as caught:
+        AssetStore.parse(url)
+    assert says in caught.value.one_line() and "\n" not in caught.value.one_line()
 
 
-def test_an_interpreter_that_floods_stdout_is_stopped(tmp_path: Path) -> None:
-    """Before: the whole output was read (MemoryError at 6.2 GB); now at most 1 MiB is kept and the process is
-    killed. One line with no newline at all, too."""
-    for body in ("exec yes '{'", "exec tr '\\0' '{' < /dev/zero"):
-        python = _script(tmp_path, "python", body)
-        started = time.monotonic()
-        with pytest.raises(ToolchainError, match=r"printed more than 1048576 bytes answering the environment probe"):
-            probe(python, need_torch=True)
-        assert time.monotonic() - started < 2
+def test_export_refuses_a_release_folder_that_is_a_symlink(tmp_path: Path) -> None:
+    house = published(tmp_path)
+    house.set_assets(AssetStore.parse("https://h/{project}-{version}/"))
+    out, elsewhere = tmp_path / "releases", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "alpha-1.0").symlink_to(elsewhere)
+    with pytest.raises(PublishError, match=r"alpha-1\.0 is a symbolic link .*nothing was written"):
+        export_assets(house, out)
+    assert not list(elsewhere.iterdir()) and not (out / "beta-2.0").exists()
 
 
-def test_the_doctor_probe_is_bounded_too(tmp_path: Path) -> None:
-    python = _script(tmp_path, "python", "exec yes")
-    with pytest.raises(ToolchainError, match="printed more than"):
-        probe_env(python)
-    python = _script(tmp_path, "python", "echo '[1]'")
-    with pytest.raises(ToolchainError, match="the environment probe's answer is unreadable"):
-        probe_env(python)
+def test_a_remote_assets_json_naming_a_local_folder_is_refused(tmp_path: Path) -> None:
+    """Before: followed, the pull read this machine's files and exited 0 (D6)."""
+    folder = site(tmp_path)
+    (folder / "assets.json").write_text(json.dumps({"url": f"{(tmp_path / 'wh' / 'wheels').as_uri()}/"}))
+    with static_server(folder) as url:
+        with pytest.raises(SourceError, match=r"assets\.json puts the wheels at file:///.*a folder of this machine, "
+                                              r"though the index is remote; refused"):
+            pull(url, Wheelhouse(tmp_path / "pulled"))
+    assert not (tmp_path / "pulled").exists() or not list((tmp_path / "pulled").rglob("*.whl"))
 
 
-def test_run_small_keeps_stderr_apart_and_times_out(tmp_path: Path) -> None:
-    ran = run_small(["sh", "-c", "echo out; echo err >&2; exit 3"], merge=False)
-    assert (ran.code, ran.output, ran.errors) == (3, "out\n", "err\n")
-    ran = run_small(["sleep", "5"], timeout_s=0.2)
-    assert ran.timed_out and ran.code is None
+def test_a_page_redirected_to_a_second_host_is_refused(tmp_path: Path) -> None:
+    """Before: the second host's pages stood in for the index, its wheels checked only against its own pages."""
+    folder = site(tmp_path)
+    with static_server(folder) as other:
+
+        class Redirect(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", other + self.path.lstrip("/"))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        with http_server(Redirect) as url:
+            with pytest.raises(SourceError, match=rf"{url}simple/index\.json: redirected to {other}simple/index\.json, "
+                                                  r"outside the index's origin; refused"):
+                pull(url, Wheelhouse(tmp_path / "pulled"))
 
 
-# ---------------------------------------------------------------------------------------------- state files
-
-def _damage(path: Path, how: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if how == "fifo":
-        os.mkfifo(path)
-    elif how == "folder":
-        path.mkdir()
-    elif how == "binary":
-        path.write_bytes(b"\xff\xfe\x00garbage")
-    elif how == "truncated":
-        path.write_text('{"stamps": [1, 2')
-    elif how == "deep":
-        path.write_text("[" * 100_000)
-    elif how == "list":
-        path.write_text("[1, 2]")
-    elif how == "dangling":
-        path.symlink_to(path.parent / "nowhere")
+def _settings(tmp_path: Path, **changes: object) -> Settings:
+    base: dict[str, object] = {"cache_dir": tmp_path / "cache", "wheelhouse": tmp_path / "wh",
+                               "recipes_dir": ROOT / "recipes", "offline": True}
+    return Settings.from_env({}, **{**base, **changes})  # type: ignore[arg-type]
 
 
-DAMAGE = ["fifo", "folder", "binary", "truncated", "deep", "list", "dangling"]
+def test_coverage_and_verify_refuse_folders_that_are_not_folders(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(UsageError, match=f"coverage: --wheelhouse {afile} is a file, not a folder"):
+        check_folders(_settings(tmp_path, wheelhouse=afile))
+    with pytest.raises(UsageError, match=f"coverage: --recipes {tmp_path / 'none'} is not there"):
+        check_folders(_settings(tmp_path, recipes_dir=tmp_path / "none"))
+    with pytest.raises(UsageError, match=f"verify: --wheelhouse {tmp_path / 'none'} is not there"):
+        verify.stable_packages(_settings(tmp_path, wheelhouse=tmp_path / "none"))
+    check_folders(_settings(tmp_path))  # a wheelhouse not made yet is a fresh farm's: fine
 
 
-@pytest.mark.parametrize("how", DAMAGE)
-def test_a_damaged_memo_entry_is_asked_again(tmp_path: Path, how: str) -> None:
-    """core/filememo.py: a fifo at an entry's path hung the build (read_text blocks for a writer)."""
-    program = tmp_path / "prog"
-    program.write_bytes(b"\x7fELF not a script")
-    memo = tmp_path / "memo"
-    assert remembered(memo, "x", [program], ["--version"], lambda: "one") == "one"
-    (entry,) = memo.iterdir()
-    entry.unlink()
-    _damage(entry, how)
-    started = time.monotonic()
-    assert remembered(memo, "x", [program], ["--version"], lambda: "two") == "two"
-    assert time.monotonic() - started < 1
+def _pypi_cache(tmp_path: Path, *versions: str) -> None:
+    (tmp_path / "cache" / "index").mkdir(parents=True)
+    releases = {v: [{"packagetype": "sdist", "url": f"c-{v}.tar.gz", "filename": f"causal_conv1d-{v}.tar.gz",
+                     "digests": {"sha256": "0" * 64}}] for v in versions}
+    (tmp_path / "cache" / "index" / "causal-conv1d.json").write_text(json.dumps({"releases": releases}))
 
 
-@pytest.mark.parametrize("how", ["fifo", "folder", "binary", "truncated", "deep"])
-def test_read_json_names_the_file_and_never_opens_a_fifo(tmp_path: Path, how: str) -> None:
-    path = tmp_path / "state.json"
-    _damage(path, how)
-    with pytest.raises(StateFileError) as e:
-        read_json(path)
-    assert str(path) in str(e.value) and "\n" not in str(e.value)
-    assert read_json_or_none(path) is None
+@pytest.mark.parametrize(("asked", "says"), [
+    ("1.7.0rc1", "causal-conv1d==1.7.0rc1 is not a release of causal-conv1d (not on PyPI, not in the wheelhouse, "
+                 "not pinned by the recipe) (releases in the recipe's range: 1.6.1, 1.7.0)"),
+    ("1.5.3", "causal-conv1d==1.5.3 is not a release of causal-conv1d"),
+    ("1.7.0+cu13", "+cu13 is a wheel's local label, not a release (name the release: causal-conv1d==1.7.0)"),
+    ("1" * 5000, "a version of 5000 characters is not a version number"),
+    ("1.x", "'1.x' is not a version number"),
+])
+def test_coverage_of_what_is_no_release_is_refused(tmp_path: Path, asked: str, says: str) -> None:
+    _pypi_cache(tmp_path, "1.6.1", "1.7.0")
+    with pytest.raises(UsageError) as caught:
+        coverage_report([f"causal-conv1d=={asked}"], _settings(tmp_path), indexes=lambda s: [])
+    assert says in caught.value.one_line(), caught.value.one_line()
 
 
-def test_read_json_refuses_a_device_and_an_oversized_file(tmp_path: Path) -> None:
-    with pytest.raises(StateFileError, match="is a device, not a file"):
-        read_json(Path("/dev/zero"))
-    big = tmp_path / "big.json"
-    big.write_text(json.dumps("x" * 100))
-    with pytest.raises(StateFileError, match="more than the 50"):
-        read_json(big, limit=50)
-    with pytest.raises(StateFileError, match=r"field 'value' is a list, not a string"):
-        want(big, {"value": []}, "value", "a string")
+def test_coverage_of_a_release_is_answered(tmp_path: Path) -> None:
+    _pypi_cache(tmp_path, "1.6.1", "1.7.0")
+    reports, _ = coverage_report(["causal-conv1d==1.6.1"], _settings(tmp_path), indexes=lambda s: [])
+    assert [(r.version, r.version_from) for r in reports] == [("1.6.1", "asked")]
 
 
-@pytest.mark.parametrize("how", ["fifo", "folder", "binary", "truncated", "deep"])
-def test_a_damaged_record_is_one_line(tmp_path: Path, how: str) -> None:
-    house = Wheelhouse(tmp_path / "wh")
-    house.records.mkdir(parents=True)
-    name = "demo-1.0-py3-none-any.whl"
-    _damage(house.record_file(name), how)
-    with pytest.raises(DamagedRecord) as e:
-        house.record_json(name)
-    assert str(house.record_file(name)) in str(e.value)
+def test_coverage_without_a_release_list_says_so(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="PyPI's release list cannot be read"):
+        coverage_report(["causal-conv1d==1.5.3"], _settings(tmp_path), indexes=lambda s: [])
 
 
-JOURNALS = {
-    "[]": "holds a list, not a JSON object",
-    '{"moves": 5}': "field 'moves' is a number, not a list",
-    '{"moves": [["a"]]}': "field 'moves' is not a list of [temp, final] path pairs",
-    '{"deletes": [1]}': "field 'deletes' is not a list of strings",
-    '{"generations": ["x1"]}': "field 'generations' names something other than generation numbers",
-    '{"previous": "3"}': "field 'previous' is a string, not a generation number",
-    '{"moves": [' * 50_000: "JSON nested too deeply",
-}
-
-
-@pytest.mark.parametrize("text", sorted(JOURNALS))
-def test_a_damaged_journal_is_one_line(tmp_path: Path, text: str) -> None:
-    (tmp_path / JOURNAL).write_text(text)
-    with pytest.raises(PublishError) as e:
-        replay(tmp_path)
-    assert JOURNALS[text] in str(e.value) and str(tmp_path / JOURNAL) in str(e.value)
-    assert "remove it and run `builder index rebuild`" in (e.value.hint or "")
-
-
-def test_a_fifo_journal_is_not_opened(tmp_path: Path) -> None:
-    os.mkfifo(tmp_path / JOURNAL)
-    with pytest.raises(PublishError, match="is a fifo, not a file"):
-        replay(tmp_path)
+def test_cli_5000_digits_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("coverage", "causal-conv1d==" + "1" * 5000, "--offline",
+                     env={"BUILDER_CACHE_DIR": str(tmp_path / "cache")}, timeout=60)
+    assert_one_line_error(result, "a version of 5000 characters is not a version number")
+    assert result.code == 2

@@ -25,6 +25,20 @@ class StateFileError(ValueError):
 def read_json(path: Path, *, limit: int = 1 << 20) -> Any:
     """The JSON value in ``path``; FileNotFoundError when there is none (nothing at the path, or a dangling link);
     StateFileError when it is not a regular file, is over ``limit`` bytes, unreadable, not UTF-8 or not JSON."""
+    data = read_bytes(path, limit=limit)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise StateFileError(f"{path}: not UTF-8 text (byte {e.start})") from e
+    except RecursionError as e:
+        raise StateFileError(f"{path}: JSON nested too deeply") from e
+    except ValueError as e:
+        raise StateFileError(f"{path}: not JSON ({e})") from e
+
+
+def read_bytes(path: Path, *, limit: int = 1 << 20) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``; FileNotFoundError when there is none;
+    StateFileError when it is a folder, fifo or device (never opened for reading), over ``limit`` or unreadable."""
     try:
         before = os.stat(path)  # a device is not even opened (opening some has effects)
         if not stat.S_ISREG(before.st_mode):
@@ -48,14 +62,7 @@ def read_json(path: Path, *, limit: int = 1 << 20) -> Any:
             raise StateFileError(f"{path}: cannot be read ({e.strerror or e})") from e
     if len(data) > limit:
         raise StateFileError(f"{path}: more than the {limit} bytes it may have")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise StateFileError(f"{path}: not UTF-8 text (byte {e.start})") from e
-    except RecursionError as e:
-        raise StateFileError(f"{path}: JSON nested too deeply") from e
-    except ValueError as e:
-        raise StateFileError(f"{path}: not JSON ({e})") from e
+    return data
 
 
 def read_json_or_none(path: Path, *, limit: int = 1 << 20) -> Any:

@@ -19,7 +19,7 @@ from builder.core.errors import UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
-from builder.core.wheelfile import split_label
+from builder.core.wheelfile import source_date_epoch, split_label
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
 from builder.model.builtwheel import BuiltWheel
@@ -186,7 +186,7 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
         if flags:  # before the recipe's own NVCC_APPEND_FLAGS: nvcc takes an option's last value
             env["NVCC_APPEND_FLAGS"] = " ".join([*flags, env.get("NVCC_APPEND_FLAGS", "")]).strip()
     env["MAX_JOBS"] = str(plan.target.jobs)
-    env.setdefault("SOURCE_DATE_EPOCH", "315532800")
+    env["SOURCE_DATE_EPOCH"] = str(source_date_epoch(env))  # empty or unset: 1980; nonsense: one line
     ccache = None
     if toolkit is not None and inputs.resolved.compiler is not None:  # ccache wraps host compilers, not an image's
         ccache = find_compiler_cache(options.compiler_cache, settings)

@@ -29,6 +29,7 @@ from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.smallrun import run_small
+from builder.core.statefile import read_json_or_none
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import PYTORCH_CHANNELS
@@ -256,6 +257,8 @@ def remember_env(marker: Path, env: PythonEnv) -> None:
                     stamp=_torch_stamp(env.python, env.purelib))
     except OSError:
         pass  # no torch/version.py: nothing to key on, so the next use probes again
+    if marker.is_dir() and not marker.is_symlink():  # a damaged marker: a folder in its place
+        shutil.rmtree(marker)
     atomic_write(marker, json.dumps(data))
 
 
@@ -275,8 +278,11 @@ def reuse_env(marker: Path, python: Path) -> PythonEnv:
 def remembered_env(marker: Path, python: Path) -> PythonEnv | None:
     """The venv's identity from its marker, without starting its interpreter; None (probe it) when the marker
     predates this, names another interpreter, or torch or the interpreter changed since it was written."""
+    data = read_json_or_none(marker)  # damaged (not JSON, a fifo, a folder): probed again and written over
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("python", "version", "purelib")) \
+            or not all(isinstance(data.get(k), str | None) for k in ("torch", "torch_cuda", "executable")):
+        return None
     try:
-        data = json.loads(marker.read_text())
         purelib, stamp = Path(data["purelib"]), data["stamp"]
         if data["python"] != str(python) or stamp != json.loads(json.dumps(_torch_stamp(python, purelib))):
             return None
