@@ -27,6 +27,7 @@ from __future__ import annotations
 import calendar
 import functools
 import json
+import math
 import os
 import re
 import time
@@ -44,7 +45,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from builder.core.errors import SourceError
+from builder.core.errors import SourceError, UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -145,10 +146,20 @@ def cache_age_s(path: Path) -> float:
 
 
 def ttl_s(env: Mapping[str, str] = os.environ) -> float:
-    try:
-        return float(env.get("BUILDER_INDEX_TTL", DEFAULT_TTL_S))
-    except ValueError:
+    """``BUILDER_INDEX_TTL`` (seconds a cached list answers; 0: always read again), else 24 h. A value that is not
+    a finite number of seconds >= 0 (``-1``, ``nan``, ``abc``) is a UsageError naming the variable, not silently
+    the default (before, -1 and nan meant "always stale" and "never stale" without a word)."""
+    text = env.get("BUILDER_INDEX_TTL", "").strip()
+    if not text:
         return DEFAULT_TTL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"BUILDER_INDEX_TTL={text[:40]!r} is not a number of seconds >= 0",
+                         f"set it to e.g. {DEFAULT_TTL_S} (24 h; 0 reads the indexes every time), or unset it")
+    return value
 
 
 def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = False,

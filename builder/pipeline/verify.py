@@ -73,8 +73,19 @@ class Verified:
 
 def stable_packages(settings: Settings) -> list[str]:
     """The packages that have a published wheel offered across torches (stable-ABI, or pure Python built once)."""
-    house = Wheelhouse(settings.wheelhouse)
+    house = _house(settings)
     return sorted({str(w.name) for w in _ranged(house)})
+
+
+def _house(settings: Settings) -> Wheelhouse:
+    """The wheelhouse to verify, refused when it is not a folder (before: read as empty, "nothing to verify", exit
+    0, for a mistyped --wheelhouse)."""
+    root = settings.wheelhouse
+    if not root.is_dir():
+        raise UsageError(f"verify: --wheelhouse {root} is {'a file' if root.exists() else 'not there'}, not a "
+                         "wheelhouse folder", "give the folder `builder build` publishes into (it holds wheels/ "
+                         "and simple/), or set BUILDER_WHEELHOUSE")
+    return Wheelhouse(root)
 
 
 def _ranged(house: Wheelhouse) -> list[BuiltWheel]:
@@ -87,7 +98,7 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12", pr
     list: a torch released an hour ago counts), pre-releases included with ``pre``; what its newest torch is, and
     when it was uploaded, is said for each wheel, so a new torch day shows either the new check or why there is
     none."""
-    house = Wheelhouse(settings.wheelhouse)
+    house = _house(settings)
     found = [w for w in _ranged(house) if w.name == canonicalize_name(package)]
     if not found:
         raise UsageError(f"no stable-ABI or built-once pure-Python wheel of {package} in {house.wheels}",
