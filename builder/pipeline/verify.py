@@ -27,6 +27,7 @@ from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.wheelfile import build_number, parse_wheel_name, superseded
 from builder.discovery.compat import TorchIndex, resolve_index
+from builder.discovery.simpleindex import reading
 from builder.discovery.torchindex import unreadable_why
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
@@ -110,10 +111,13 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12", pr
     outages: list[Unreachable] = []
     for wheel in found:  # an unreachable index stops no other wheel's verification; it fails the command at the end
         try:
-            if (verified := _verify_one(wheel, recipe, house, settings, python, pre)) is not None:
-                done.append(verified)
+            with reading():  # the wheel's index reads (its own and the others) share one network deadline
+                verified = _verify_one(wheel, recipe, house, settings, python, pre)
         except Unreachable as e:
             outages.append(e)
+            continue
+        if verified is not None:
+            done.append(verified)
     if outages:
         for other in outages[1:]:
             log.warning(other.one_line())
