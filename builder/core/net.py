@@ -268,20 +268,24 @@ def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str]
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     opener = netopen.opener(watch, (policy.connect_timeout_s, policy.read_timeout_s), local=scheme == "file")
     tries, cause, cure, answered = 0, "", "", False
+    heard: list[bool] = []  # _try appends when the server answered (headers came): then it is not silent
     try:
         while True:
             tries += 1
             try:
-                return _try(opener, request, read, watch, policy, max_bytes)
+                return _try(opener, request, read, watch, policy, max_bytes, heard)
             except _Retry as e:
                 cause, cure, answered = e.cause, e.cure, answered or e.answered
             except Expired:
-                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause), answered) from None
+                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause), answered or bool(heard)) \
+                    from None
             pause = policy.backoff_s * 2 ** (tries - 1)
             if tries > policy.retries:
-                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause, cure=cure), answered)
+                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause, cure=cure),
+                                  answered or bool(heard))
             if watch.expired or pause >= watch.remaining():
-                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause, deadline=True), answered)
+                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause, deadline=True),
+                                  answered or bool(heard))
             time.sleep(pause)
     finally:
         watch.stop()
@@ -296,10 +300,11 @@ def _remembered(capped: bool, url: str, error: NetError, answered: bool) -> NetE
 
 
 def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request, read: Callable[[Body], _T],
-         watch: Watch, policy: NetPolicy, max_bytes: int | None) -> _T:
+         watch: Watch, policy: NetPolicy, max_bytes: int | None, heard: list[bool]) -> _T:
     watch.check()
     try:
         response = opener.open(request, timeout=policy.read_timeout_s)
+        heard.append(True)
     except urllib.error.HTTPError as e:
         if e.code in (301, 302, 303, 307, 308):
             raise RedirectRefused(f"{request.full_url}: more than {MAX_REDIRECTS} redirects (or a loop); refused",
