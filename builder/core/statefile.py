@@ -46,6 +46,8 @@ def read_bytes(path: Path, *, limit: int = 1 << 20) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise
+    except NotADirectoryError as e:  # a file where a folder above it belongs: nothing at the path either
+        raise FileNotFoundError(e.errno, e.strerror, str(path)) from e
     except StateFileError:
         raise
     except OSError as e:

@@ -34,7 +34,7 @@ from builder.model.records import (
 )
 from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
-from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
+from builder.pipeline.inputs import InputsMemo, ResolvedInputs, check_edges, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compileprogress import ExpectedTime
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
@@ -78,6 +78,8 @@ class BuildOptions:
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
     environ = dict(os.environ if env is None else env)
     timings: dict[str, float] = {}
+    source_date_epoch(environ)  # empty means unset; nonsense is one line now, not at finalize
+    check_edges(target.package, settings, source=target.source)  # a wheelhouse that is a file or read-only, kernel tests a folder: before anything
     with timed(timings, "plan"):
         plan = make_plan(target, settings)
     result = BuildResult(plan, timings=timings)
