@@ -14,6 +14,7 @@ import pytest
 from packaging.version import Version
 
 from builder.core import fatbin
+from builder.core.settings import Settings
 from builder.core.uvtool import uv_bin
 from builder.index.store import Wheelhouse
 from builder.model import variants
@@ -23,6 +24,7 @@ from builder.model.records import BuildRecord, VariantInfo
 from builder.stages.finalize import finalize_wheel
 from builder.stages.variants import make_variant
 from builder.user.fit import IndexedWheel
+from builder.user.install import InstallRequest, install
 from builder.user.installer import ProviderView, installed_states, matching_variant, variant_notes
 from tests.test_user_install import stand_in_torch
 from tests.test_variants import TWO_TUS, _elf, _plain_wheel
@@ -85,41 +87,49 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return house_with_variants(tmp_path_factory.mktemp("variants"))
 
 
-def user_env(tmp: Path) -> tuple[Path, dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "CONDA", "NV_"))}
-    env.update(UV_CACHE_DIR=str(tmp / "uv-cache"), UV_NO_PROGRESS="1", BUILDER_CACHE_DIR=str(tmp / "cache"),
-               DOCKER_HOST="unix:///nonexistent.sock", COLUMNS="200")
+def user_env(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A venv holding the stand-in torch 2.14.1; this process's environment reaches no index and no engine."""
+    for name in [k for k in os.environ if k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "CONDA", "NV_"))]:
+        monkeypatch.delenv(name)
+    for name, value in {"UV_CACHE_DIR": str(tmp / "uv-cache"), "UV_NO_PROGRESS": "1",
+                        "DOCKER_HOST": "unix:///nonexistent.sock"}.items():
+        monkeypatch.setenv(name, value)
     venv = tmp / "venv"
-    subprocess.run([uv_bin(), "venv", "-q", "--python", sys.executable, str(venv)], check=True, env=env)
+    subprocess.run([uv_bin(), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     subprocess.run([uv_bin(), "pip", "install", "-q", "--offline", "--python", str(venv / "bin" / "python"),
-                    str(stand_in_torch(tmp / "torch", "2.14.1", "13.0"))], check=True, env=env)
-    return venv / "bin" / "python", env
+                    str(stand_in_torch(tmp / "torch", "2.14.1", "13.0"))], check=True)
+    return venv / "bin" / "python"
 
 
-def test_install_swaps_the_installed_plain_wheel_for_the_thin_one(house: Path, tmp_path: Path) -> None:
-    python, env = user_env(tmp_path)
+def install_demo(house: Path, python: Path, tmp: Path, gpu: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``builder install demo --from HOUSE --offline --no-build`` in this process, uv's provider told ``gpu``."""
+    monkeypatch.setenv(variants.FORCE_SM_ARCH, gpu)
+    monkeypatch.setenv(variants.FORCE_DRIVER, "13.0")
+    settings = Settings.from_env({}, cache_dir=tmp / "cache", wheelhouse=house, offline=True)
+    request = InstallRequest(packages=("demo",), python=python, source=str(house), build=False)
+    return install(request, settings).summary()
+
+
+def test_install_swaps_the_installed_plain_wheel_for_the_thin_one(
+        house: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    python = user_env(tmp_path, monkeypatch)
     plain_channel = (house / "channels" / LABEL / "simple").as_uri()
     subprocess.run([uv_bin(), "pip", "install", "-q", "--offline", "--python", str(python), "--extra-index-url",
-                    plain_channel, "demo==1.0+cu130torch2.14", "torch==2.14.1"], check=True, env=env)  # no flag: plain
+                    plain_channel, "demo==1.0+cu130torch2.14", "torch==2.14.1"], check=True)  # no flag: plain
     assert installed_states(python, ["demo"])["demo"].label is None
-    forced = {**env, variants.FORCE_SM_ARCH: "12.0", variants.FORCE_DRIVER: "13.0"}
-    done = subprocess.run([sys.executable, "-m", "builder", "install", "demo", "--python", str(python), "--from",
-                           str(house), "--offline", "--no-build"], env=forced, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
+    lines = install_demo(house, python, tmp_path, "12.0", monkeypatch)
+    said = capsys.readouterr()
     assert ("demo 1.0+cu130torch2.14 is installed as the plain wheel: --reinstall-package demo, so uv can take the "
-            "sm120 variant (NV_VARIANT_PROVIDER_FORCE_SM_ARCH=12.0)") in done.stderr
+            "sm120 variant (NV_VARIANT_PROVIDER_FORCE_SM_ARCH=12.0)") in said.out + said.err
     assert installed_states(python, ["demo"])["demo"].label == "sm120"
-    assert f"installed: demo-1.0+{LABEL}-py3-none-any-sm120.whl" in done.stdout.splitlines()
+    assert f"installed: demo-1.0+{LABEL}-py3-none-any-sm120.whl" in lines
 
 
-def test_install_warns_when_no_thin_wheel_matches_the_gpu(house: Path, tmp_path: Path) -> None:
-    python, env = user_env(tmp_path)
-    forced = {**env, variants.FORCE_SM_ARCH: "10.0", variants.FORCE_DRIVER: "13.0"}
-    done = subprocess.run([sys.executable, "-m", "builder", "install", "demo", "--python", str(python), "--from",
-                           str(house), "--offline", "--no-build"], env=forced, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "warning: no thin wheel of demo matches sm_100" in done.stderr
+def test_install_warns_when_no_thin_wheel_matches_the_gpu(
+        house: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    python = user_env(tmp_path, monkeypatch)
+    lines = install_demo(house, python, tmp_path, "10.0", monkeypatch)
+    said = capsys.readouterr()
+    assert "warning: no thin wheel of demo matches sm_100" in said.out + said.err
     assert installed_states(python, ["demo"])["demo"].label is None
-    assert f"installed: demo-1.0+{LABEL}-py3-none-any.whl" in done.stdout.splitlines()
+    assert f"installed: demo-1.0+{LABEL}-py3-none-any.whl" in lines
