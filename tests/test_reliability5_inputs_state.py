@@ -233,3 +233,15 @@ def test_cache_clean_removes_a_venv_whose_marker_is_damaged(tmp_path: Path, how:
     _damage(venv / VENV_MARKER, how)
     assert [r.entry for r in clean(settings, ["venvs"])] == [venv]
     assert not venv.exists()
+
+
+def test_build_python_reads_the_same_bounded_checked_answer(tmp_path: Path) -> None:
+    """`builder build --python X` asks through toolchain/local.py: it had the same MemoryError and KeyError."""
+    from builder.toolchain.local import interpreter_facts
+
+    python = _script(tmp_path, "python", "exec yes '{'")
+    with pytest.raises(ToolchainError, match="printed more than 1048576 bytes"):
+        interpreter_facts(python, with_torch=False)
+    python = _script(tmp_path, "python", """echo '{"version": "3.12", "torch": null}'""")
+    with pytest.raises(ToolchainError, match="has field 'executable' missing"):
+        interpreter_facts(python, with_torch=False)

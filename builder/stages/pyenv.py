@@ -11,14 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
@@ -35,7 +33,16 @@ from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import PYTORCH_CHANNELS
 from builder.model import variants
 from builder.stages.plan import Plan
-from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, PreparedPython
+from builder.toolchain.base import (
+    NO_MOUNTS,
+    PROBE_OUTPUT_LIMIT,
+    PYTHON_PROBE,
+    BuildHost,
+    Mounts,
+    PreparedPython,
+    probe_answer,
+    tail,
+)
 from builder.toolchain.local import LOCAL, LocalRunner, find_interpreter
 
 __all__ = ["PythonEnv", "find_interpreter", "fresh_test_env", "managed_env", "probe", "python_for"]
@@ -60,9 +67,6 @@ class PythonEnv:
         return {"python": str(self.python), "version": self.version, "torch": self.torch, "torch_cuda": self.torch_cuda}
 
 
-PROBE_OUTPUT_LIMIT = 1 << 20  # what an interpreter may print answering the probe (a few hundred bytes is usual)
-
-
 def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, host: BuildHost = LOCAL,
           mounts: Mounts = NO_MOUNTS) -> PythonEnv:
     """Ask an interpreter (run by ``host``) for its version and torch (import torch can take a few seconds). Its
@@ -74,7 +78,8 @@ def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, ho
             ran = run_small(argv, limit=PROBE_OUTPUT_LIMIT, timeout_s=300)
             if ran.overflowed:
                 raise ToolchainError(f"--python {python}: printed more than {PROBE_OUTPUT_LIMIT} bytes answering the "
-                                     "environment probe; stopped", "give a Python interpreter (VENV/bin/python)")
+                                     "environment probe; stopped",
+                                     "give a working Python interpreter (VENV/bin/python, or a venv folder)")
             if ran.timed_out:
                 raise ToolchainError(f"--python {python}: did not answer the environment probe within 300 s",
                                      "check that `import torch` works there")
@@ -86,7 +91,7 @@ def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, ho
         raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
     lines = [line for line in output.splitlines() if line.startswith("{")]
     if code != 0:
-        raise ToolchainError(f"--python {python}: it fails to start (exit {code}): {_tail(output)}")
+        raise ToolchainError(f"--python {python}: it fails to start (exit {code}): {tail(output)}")
     info = probe_answer(lines[-1] if lines else "", python, output)
     if need_torch and not info["torch"]:
         raise ToolchainError(
@@ -95,40 +100,6 @@ def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, ho
         )
     return PythonEnv(python, info["version"], info["torch"], info["torch_cuda"], Path(info["purelib"]), False,
                      Path(info["executable"]))
-
-
-_PROBE_FIELDS = {"version": (str,), "executable": (str,), "purelib": (str,), "torch": (str, type(None)),
-                 "torch_cuda": (str, type(None)), "torch_error": (str, type(None))}
-
-
-def probe_answer(line: str, python: Path, output: str = "") -> dict[str, Any]:
-    """The probe's JSON answer (PYTHON_PROBE), its fields checked: a ToolchainError naming the field otherwise."""
-    cure = "give a working Python interpreter (VENV/bin/python, or a venv folder)"
-    try:
-        info = json.loads(line) if line else None
-    except (ValueError, RecursionError):
-        info = None
-    if not isinstance(info, dict):
-        raise ToolchainError(f"--python {python}: its answer to the environment probe is not a JSON object: "
-                             f"{_tail(output or line)}", cure)
-    for field, types in _PROBE_FIELDS.items():
-        if field == "torch_error" and field not in info:
-            continue
-        if not isinstance(info.get(field), types) or (field in ("version", "purelib", "executable")
-                                                       and not info[field]):
-            got = "missing" if field not in info else f"{type(info[field]).__name__} {str(info[field])[:40]!r}"
-            raise ToolchainError(f"--python {python}: its answer to the environment probe has field {field!r} "
-                                 f"{got}, not {' or '.join('null' if t is type(None) else 'a string' for t in types)}",
-                                 cure)
-    if not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,3}", info["version"]):
-        raise ToolchainError(f"--python {python}: its answer to the environment probe names version "
-                             f"{info['version'][:40]!r}, not MAJOR.MINOR", cure)
-    return info
-
-
-def _tail(output: str) -> str:
-    text = " ".join(output.split())
-    return (text[-200:] if len(text) > 200 else text) or "(nothing printed)"
 
 
 def python_for(plan: Plan, settings: Settings, host: BuildHost = LOCAL) -> tuple[PythonEnv, Path]:
