@@ -20,11 +20,12 @@ from builder.model.platform import Platform, this_machine
 from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
 from builder.toolchain.host import candidate_homes, find_host_toolkit
 from builder.toolchain.images import (
+    TEMPLATE,
     ImageSpec,
+    available_cudas,
     base_present,
     build_image,
     default_base_image,
-    dockerfile_for,
     find_image,
     image_spec,
 )
@@ -34,13 +35,13 @@ TOOLCHAINS = ("auto", "pip", "host", "docker")
 
 def docker_image_for(cuda: CudaVersion, platform: Platform | None = None) -> str:
     """What the docker toolchain builds CUDA ``cuda`` in for ``platform`` (default: this machine's; a container
-    builds for the machine it runs on), in words: the base image plus that CUDA, from its Dockerfile (the built
-    image's tag hashes both: ``builder images build`` names it)."""
-    key = cuda.line
-    dockerfile = dockerfile_for(key, platform=platform or this_machine())
-    if not dockerfile.is_file():
-        return f"no manylinux image for CUDA {key} (no dockerfiles/{dockerfile.name})"
-    return f"{default_base_image(dockerfile)} + CUDA {key} (dockerfiles/{dockerfile.name})"
+    builds for the machine it runs on), in words: the base image plus that CUDA, from the Dockerfile template (the
+    built image's tag hashes the template and its arguments: ``builder images build`` names it)."""
+    key, machine = cuda.line, platform or this_machine()
+    if key not in available_cudas(machine):
+        return f"no manylinux image for CUDA {key} (dockerfiles/{TEMPLATE} is built for " \
+               f"{', '.join(available_cudas(machine)) or 'none'})"
+    return f"{default_base_image(machine)} + CUDA {key} (dockerfiles/{TEMPLATE})"
 
 
 def container_engine_answers(env: Mapping[str, str]) -> str | None:
@@ -278,7 +279,7 @@ def _auto_container(cuda: CudaVersion, settings: Settings, env: Mapping[str, str
         spec = image_spec(cuda, components=components, platform=this_machine())
     except UsageError:
         client.close()
-        return f"a container engine answers at {address} but there is no Dockerfile for CUDA {cuda}"
+        return f"a container engine answers at {address} but there is no image for CUDA {cuda}"
     try:
         found = find_image(client, spec)
         if found is None:
