@@ -45,6 +45,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from builder.core import netfault
 from builder.core.errors import SourceError, UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
@@ -129,6 +130,13 @@ def _snapshot(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, Listing]
 _WARNED: set[str] = set()
 
 
+def _said(error: BaseException, url: str) -> str:
+    """A read's failure in words: urllib's ``<urlopen error [Errno 111] …>`` as core/netfault.py says it."""
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        return f"{url}: {netfault.explain(error)[0]}"
+    return str(error)
+
+
 def warn_once(text: str) -> None:
     """A warning said once per process: a command that reads the same unreachable index at each step says so once
     (the network is not asked again either: core/netbudget.py)."""
@@ -195,7 +203,7 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         try:
             listing = read_index(name, url, known=_known(cached, snapshot), pre=pre)
         except (OSError, urllib.error.URLError, ValueError, SourceError) as e:  # SourceError: a refused redirect
-            why = ("not readable: " if isinstance(e, PageError) else "not reachable: ") + str(e)[:300]
+            why = ("not readable: " if isinstance(e, PageError) else "not reachable: ") + _said(e, url)[:300]
             atomic_write(unreachable, f"{now_stamp()}\n{why}\n")
             warn_once(f"torch index {url} {why}; using "
                       + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
@@ -337,7 +345,7 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
         try:
             versions = read_toolkit_versions()
         except (OSError, urllib.error.URLError, ValueError) as e:
-            warn_once(f"PyPI's {TOOLKIT_PROJECT} list not readable ({e}); using "
+            warn_once(f"PyPI's {TOOLKIT_PROJECT} list not readable ({_said(e, PYPI_SIMPLE)}); using "
                       + ("the cached list" if cached else "the shipped snapshot"))
         else:
             now = now_stamp()

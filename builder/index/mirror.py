@@ -355,6 +355,8 @@ class _Fetcher:
 
         try:
             sha256, size = self._get(url, copy, max_bytes=wheel.size)
+        except net.NetError as e:  # inside the restore's transaction: an OSError there reads as the disk failing
+            raise Unreachable(f"{e.message}; nothing was changed", e.hint) from None
         except net.TooLarge as e:
             raise ChecksumError(f"{url}: the published {wheel.filename} is larger than the {wheel.size} bytes its "
                                 f"page says; refused after {wheel.size + 1} bytes, nothing was changed",
@@ -375,8 +377,6 @@ class _Fetcher:
         self.origins.check(url, self.root)
         try:
             return net.open_url(url, read, headers={"Accept": accept}, policy=self.policy, max_bytes=max_bytes)
-        except net.NetError as e:
-            raise Unreachable(f"{e.message}; nothing was changed", e.hint) from None
         except urllib.error.HTTPError as e:
             if e.code in (404, 410):
                 raise _Missing(url) from None
