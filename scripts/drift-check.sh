@@ -3,6 +3,8 @@
 # upstream (pytest marker `drift`: transformers, kernels) still pass on them. Non-gating by design: landing CI runs
 # the locked versions (requirements/test.txt); this runs nightly (.github/workflows/drift.yml) and by hand:
 #     scripts/drift-check.sh [REPORT.md]          # default report: drift-report.md; exit 1 when a drift test fails
+# The report is written whatever happens: exit 3 when PyPI could not be reached (no result: nothing was resolved,
+# so nothing is said about the releases), exit 1 when the newest releases do not resolve together.
 # It never edits the lock: when the report is green, scripts/lock-tests.sh takes the new releases on purpose.
 # Steps: 1. resolve the test requirements again with --upgrade (newest releases, hashed) into a temp lock;
 # 2. list every package whose version moved; 3. install that lock in a fresh venv (.venv-drift) beside the same
@@ -16,9 +18,35 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 venv=${DRIFT_VENV:-.venv-drift}
 
+header() {
+  echo "# Drift report $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "Locked (requirements/test.txt) against the newest releases on PyPI for CPython 3.11, x86_64 Linux."
+  echo
+}
+# uv's words for a network failure: the index never answered, so the resolution says nothing about the releases
+network='error sending request|connection refused|dns error|failed to lookup address|tcp connect error|timed out|network is unreachable|could not connect'
+
 echo "drift: resolving the newest releases" >&2
-if ! LOCK_UPGRADE=1 LOCK_OUT="$work/newest.txt" UV="$UV" scripts/lock-tests.sh >&2; then
-  echo "error: the newest releases do not resolve together (see above)" >&2
+if ! LOCK_UPGRADE=1 LOCK_OUT="$work/newest.txt" UV="$UV" scripts/lock-tests.sh 2>"$work/lock.log" >&2; then
+  cat "$work/lock.log" >&2
+  cause=$(grep -v '^\s*$' "$work/lock.log" | tail -1 | sed -E 's/^[[:space:]]*(cause:|╰─▶)?[[:space:]]*//')
+  if grep -qiE "$network" "$work/lock.log"; then
+    { header
+      echo "**PyPI could not be reached: no result.** Nothing was resolved, installed or tested (uv: $cause)."
+      echo "Run the check again when the index answers."; } >"$report"
+    cat "$report"
+    echo "error: PyPI unreachable: the newest releases were not resolved (uv: $cause); report: $report" >&2
+    exit 3
+  fi
+  { header
+    echo "**The newest releases do not resolve together.** uv's answer:"
+    echo
+    echo '```'
+    tail -25 "$work/lock.log"
+    echo '```'; } >"$report"
+  cat "$report"
+  echo "error: the newest releases do not resolve together (see above); report: $report" >&2
   exit 1
 fi
 cp requirements/test.txt "$work/locked.txt"
@@ -43,10 +71,7 @@ if [ "$installed" -eq 0 ]; then
 fi
 
 {
-  echo "# Drift report $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo
-  echo "Locked (requirements/test.txt) against the newest releases on PyPI for CPython 3.11, x86_64 Linux."
-  echo
+  header
   if [ -n "$moved" ]; then
     echo "| package | locked | newest |"
     echo "| --- | --- | --- |"

@@ -175,5 +175,6 @@ def _fresh_net_policy() -> Iterator[None]:
     would otherwise outlive its test and override the BUILDER_NET_* variables a later test in the worker sets."""
     saved = list(net._CURRENT)
     net._CURRENT.clear()
+    net.forget()  # failures remembered for a process's life (core/netbudget.py) are one test's, not the worker's
     yield
     net._CURRENT[:] = saved

@@ -34,9 +34,12 @@ def test_cuda_12_8_refusal_names_the_cuda_13_way(bare_machine: None, tmp_path: P
     assert "no CUDA 12.8 compiler here" in e.value.message and "no nvcc found" in e.value.message
     hint = "\n".join(e.value.extra)  # the ways forward, a line each under the one error line
     newest = select._pip_cuda(settings)  # the newest CUDA PyPI has torch builds for (13.2 on 2026-12-01)
-    assert hint.startswith(f"hint: this machine can build CUDA {newest} wheels (pip toolchain): use --cuda {newest} with "
-                           f"a CUDA {newest} torch (torch "), hint
-    assert "for CUDA 12.8 itself: install Docker or podman" in hint
+    lines = hint.splitlines()  # issue 55 item 1: what serves the target's CUDA 12.8 torch first, a torch switch last
+    assert lines[0].startswith("hint: for CUDA 12.8 wheels (what a CUDA 12.8 torch loads): install Docker or podman"), hint
+    assert lines[1].startswith("hint: or install a CUDA 12.8 toolkit ("), hint
+    assert lines[2].startswith("hint: needs a torch switch (a CUDA 13 wheel loads beside a CUDA 13 torch only, not a "
+                               f"CUDA 12.8 one): this machine can build CUDA {newest} wheels (pip toolchain): use "
+                               f"--cuda {newest} with a CUDA {newest} torch (torch "), hint
     assert not (tmp_path / "toolkits" / "cuda-13.0").exists()  # refusing provisions nothing
 
 
@@ -46,7 +49,9 @@ def test_plan_row_on_a_bare_machine(bare_machine: None, tmp_path: Path) -> None:
     assert not no.possible
     assert no.text().startswith("no: no CUDA 12.8 compiler here (no container engine answers")
     newest = select._pip_cuda(settings)
-    assert f"ways forward: this machine can build CUDA {newest} wheels (pip toolchain)" in no.text()
+    assert "ways forward: for CUDA 12.8 wheels (what a CUDA 12.8 torch loads)" in no.text()
+    assert f"needs a torch switch (a CUDA 13 wheel loads beside a CUDA 13 torch only, not a CUDA 12.8 one): this " \
+           f"machine can build CUDA {newest} wheels (pip toolchain)" in no.text()
     yes = select.probe_build_here("auto", CudaVersion.parse("13.0"), settings, NO_ENGINE)
     assert yes.text() == ("yes: pip toolchain (CUDA 13.0 from PyPI, not yet provisioned: about 100 MB on the "
                           "first build)")

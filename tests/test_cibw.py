@@ -124,11 +124,15 @@ def test_glibc_floor_and_tags(tmp_path: Path) -> None:
             check_portability(report)
 
 
-def test_manylinux_dockerfiles_per_cuda_take_the_base_as_an_argument() -> None:
+def test_the_manylinux_template_takes_the_base_and_the_cuda_as_arguments() -> None:
+    from builder.toolchain.images import image_spec
+
+    text = (ROOT / "dockerfiles" / "manylinux-cuda.Dockerfile").read_text()
+    assert "ARG BASE_IMAGE" in text and "FROM ${BASE_IMAGE}" in text and "ARG CUDA_VERSION" in text
     for cuda in ("12.8", "12.9", "13.0", "13.2"):
-        text = (ROOT / "dockerfiles" / f"manylinux-cuda-{cuda}.Dockerfile").read_text()
-        assert "ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64" in text and "FROM ${BASE_IMAGE}" in text
-        assert f"cuda-nvcc-{cuda.replace('.', '-')}" in text and f"/usr/local/cuda-{cuda} /usr/local/cuda" in text
+        args = image_spec(cuda).buildargs
+        assert args["BASE_IMAGE"] == "quay.io/pypa/manylinux_2_28_x86_64:latest" and args["CUDA_VERSION"] == cuda
+        assert f"cuda-nvcc-{cuda.replace('.', '-')}" in args["CUDA_PACKAGES"].split()
 
 
 def _vendoring_wheel(tmp_path: Path) -> Path:

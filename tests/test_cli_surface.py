@@ -35,7 +35,7 @@ def test_torch_table_reads_one_given_index(tmp_path: Path) -> None:
 
 
 def test_a_cuda_some_toolchain_here_provides_is_a_valid_cuda(tmp_path: Path, monkeypatch) -> None:
-    """Issue 31 item 4: CUDA 13.9 (no PyPI toolkit, no Dockerfile) is refused naming every source and the cure;
+    """Issue 31 item 4: CUDA 13.9 (no PyPI toolkit, no image) is refused naming every source and the cure;
     a host toolkit of that line makes it valid."""
     import pytest
 
@@ -44,7 +44,7 @@ def test_a_cuda_some_toolchain_here_provides_is_a_valid_cuda(tmp_path: Path, mon
 
     with pytest.raises(UsageError, match=r"--cuda 13.9: no toolchain here can provide CUDA 13.9") as refused:
         validate_cuda("13.9")
-    assert "dockerfiles/manylinux-cuda-13.9.Dockerfile" in (refused.value.hint or "")
+    assert "add 13.9 to IMAGE_CUDAS in builder/toolchain/images.py" in (refused.value.hint or "")
     home = tmp_path / "cuda-13.9"
     (home / "bin").mkdir(parents=True)
     (home / "include").mkdir()

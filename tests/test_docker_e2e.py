@@ -8,11 +8,11 @@ so quay.io/pypa/manylinux_2_28_x86_64 is replaced by a local stand-in in manylin
 Debian bookworm with this machine's CUDA 13.0 toolkit at /usr/local/cuda-13.0 (made once per machine, cached as
 /var/tmp/cuda-wheel-builder-base.tar), plus tests/fixtures/cibw/standin.Dockerfile (/opt/python/cp311-cp311,
 auditwheel, patchelf, uv). Its glibc is 2.36, not 2.28, so auditwheel's tag is the one that glibc allows
-(manylinux_2_34 for tinyext), not manylinux_2_28. The real dockerfiles/manylinux-cuda-13.0.Dockerfile is built
-FROM it with ``builder images build --base-image`` (the stand-in holds CUDA 13.0, so the install from NVIDIA's
+(manylinux_2_34 for tinyext), not manylinux_2_28. The real dockerfiles/manylinux-cuda.Dockerfile is built for
+CUDA 13.0 FROM it with ``builder images build --base-image`` (the stand-in holds CUDA 13.0, so the install from NVIDIA's
 repository is skipped). Then ``builder build tinyext --toolchain docker``, and again with ``--toolchain auto
 --force`` on the same torch cache: auto picks the engine, and nothing is fetched or unpacked again. Images are
-cached on the engine between runs (tags hash Dockerfile and base). Where podman, runc, debootstrap, the CUDA
+cached on the engine between runs (tags hash the template and its build arguments). Where podman, runc, debootstrap, the CUDA
 toolkit, the local torch index or the disk is missing, or the engine does not start, it is skipped with the
 reason. Measured times are in docs/DOCKER.md.
 """
@@ -199,9 +199,9 @@ def _wheel(docker_build: dict) -> Path:
 def test_images_build_the_manylinux_dockerfile_tagged_by_its_hash(docker_build: dict) -> None:
     images = docker_build["images"]
     assert images.code == 0, images.stderr[-3000:]
-    # the tag hashes dockerfiles/manylinux-cuda-13.0.Dockerfile and the stand-in base (cached between runs)
+    # the tag hashes dockerfiles/manylinux-cuda.Dockerfile, CUDA 13.0's arguments and the stand-in base (cached)
     spec = image_spec("13.0", docker_build["standin"])
-    assert spec.dockerfile.name == "manylinux-cuda-13.0.Dockerfile" and spec.tag in images.stdout, images.stdout
+    assert spec.dockerfile.name == "manylinux-cuda.Dockerfile" and spec.tag in images.stdout, images.stdout
     again = run_cli("images", "build", "--cuda", "13.0", "--base-image", docker_build["standin"],
                     env=docker_build["env"])
     assert again.code == 0 and "up to date: cuda-wheel-builder:cuda13.0-" in again.stdout, again.stderr[-2000:]

@@ -73,7 +73,7 @@ def test_auto_without_engine_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path) 
                         lambda cuda, env, memo=None, components=(): fake)
     choice = select.select_toolkit("auto", CudaVersion.parse("13.0"), Settings.from_env({"BUILDER_CACHE_DIR": str(tmp_path)}), {})
     assert ("no container engine answers for quay.io/pypa/manylinux_2_28_x86_64:latest + CUDA 13.0 "
-            "(dockerfiles/manylinux-cuda-13.0.Dockerfile)") in choice.toolkit.reason
+            "(dockerfiles/manylinux-cuda.Dockerfile)") in choice.toolkit.reason
 
 
 def test_docker_toolkit_record_carries_the_image() -> None:

@@ -57,10 +57,11 @@ def test_dry_run_says_what_it_would_build_and_keeps_the_install_line(tmp_path: P
                              dry_run=True)
     plans = planned_builds(missing, env, "3.12", Builds13(), request, settings)  # type: ignore[arg-type]
     assert plans == ("builder build mamba-ssm --cuda 13.0 --arch <your GPU's arch: none here to take it from> "
-                     "--python 3.12 --torch 2.14.1", "builder build fla-core --cuda 13.0 --python 3.12 --torch 2.14.1")
+                     "--python 3.12 --torch 2.14.1 --no-torch-range",
+                     "builder build fla-core --cuda 13.0 --python 3.12 --torch 2.14.1 --no-torch-range")
     gpu_env = EnvFacts(python="3.12.1", tags=frozenset(), torch="2.11.0+cu130", torch_cuda="13.0", gpus=(90,))
     assert planned_builds(missing[:1], gpu_env, "3.12", Builds13(), request, settings)[0] == (  # type: ignore[arg-type]
-        "builder build mamba-ssm --cuda 13.0 --arch 90 --python 3.12 --torch 2.11.0 --torch-index cu130")
+        "builder build mamba-ssm --cuda 13.0 --arch 90 --python 3.12 --torch 2.11.0 --torch-index cu130 --no-torch-range")
     outcome = InstallOutcome(Path("/env/bin/python"), (), (), "uv pip install … causal-conv1d==1.7.0+cu13", "2.14.1",
                              {}, plans)
     lines = outcome.summary()

@@ -264,13 +264,15 @@ def test_dry_run_plans_carry_the_platform_for_gpu_code_only(tmp_path: Path) -> N
     missing = [Choice(CC, (), None), Choice("fla-core", (), None)]
     request = InstallRequest(packages=(CC, "fla-core"), python=PY, source="wh", arch="90,121", dry_run=True)
     plans = planned_builds(missing, ARM_ENV, "3.12", machine(tmp_path), request, settings(tmp_path))
-    assert plans == (f"builder build {CC} --platform aarch64 --cuda 13.0 --arch 90,121 --python 3.12 --torch 2.14.1",
-                     "builder build fla-core --cuda 13.0 --python 3.12 --torch 2.14.1")
+    only_own = " --no-torch-range"  # install checks a wheel it builds beside the env's torch only (issue 55 item 3)
+    assert plans == (f"builder build {CC} --platform aarch64 --cuda 13.0 --arch 90,121 --python 3.12 --torch 2.14.1"
+                     + only_own, "builder build fla-core --cuda 13.0 --python 3.12 --torch 2.14.1" + only_own)
     docker = machine(tmp_path / "docker", engine="unix:///run/docker.sock")
     assert planned_builds(missing[:1], ARM_ENV, "3.12", docker, request, settings(tmp_path)) == (
-        f"builder build {CC} --platform aarch64 --toolchain host --cuda 13.0 --arch 90,121 --python 3.12 --torch 2.14.1",)
+        f"builder build {CC} --platform aarch64 --toolchain host --cuda 13.0 --arch 90,121 --python 3.12 --torch 2.14.1"
+        + only_own,)
     native = planned_builds(missing[:1], X86_ENV, "3.12", machine(tmp_path), request, settings(tmp_path))
-    assert native == (f"builder build {CC} --cuda 13.0 --arch 90,121 --python 3.12 --torch 2.14.1",)
+    assert native == (f"builder build {CC} --cuda 13.0 --arch 90,121 --python 3.12 --torch 2.14.1{only_own}",)
 
 
 def test_the_cli_refusal_is_one_line(house: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

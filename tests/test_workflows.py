@@ -131,7 +131,7 @@ def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
     for name in ("build", "test"):
         assert jobs[name]["strategy"]["fail-fast"] is False
     build = " ".join(step.get("run", "") for step in jobs["build"]["steps"])
-    # every CUDA through cibuildwheel in its manylinux image, built in the job from its Dockerfile first
+    # every CUDA through cibuildwheel in its manylinux image, built in the job from the Dockerfile template first
     assert "--toolchain docker" in build and "toolchain=pip" not in build
     images = _step_index(jobs["build"]["steps"], "builder images build")
     assert images < _step_index(jobs["build"]["steps"], "--toolchain docker")
@@ -143,7 +143,7 @@ def test_nightly_jobs_fan_out_over_the_changed_matrix(nightly: dict) -> None:
     spec = tomllib.loads((ROOT / "farm.toml").read_text())  # the farm's CUDAs (cu128, cu130, cu132)
     cudas = {str(c) for entry in [spec["defaults"], *spec["package"]] for c in entry.get("cuda", [])}
 
-    assert cudas and cudas <= set(available_cudas()), cudas - set(available_cudas())  # a Dockerfile for each
+    assert cudas and cudas <= set(available_cudas()), cudas - set(available_cudas())  # an image for each
     assert "--stage" in build
     assert jobs["build"]["runs-on"] == "${{ matrix.build_runner }}"  # the platform's own GitHub-hosted runner
     assert jobs["test"]["runs-on"] == ["self-hosted", "linux", "${{ matrix.runner }}"]
@@ -247,7 +247,7 @@ def test_publish_uploads_immutable_assets_and_deploys_pages_without_wheels(night
 def test_nightly_builds_each_platform_natively_with_its_image(nightly: dict) -> None:
     """The build job runs on the target's platform (ubuntu-24.04-arm for aarch64: the arm64 runners GitHub hosts),
     builds that platform's image and passes --platform to the build. None of this can run here (no arm64 runner, no
-    registry): the workflow's shape, the matrix it reads and the Dockerfiles it needs are what is checked."""
+    registry): the workflow's shape, the matrix it reads and the images it needs are what is checked."""
     import tomllib
 
     from builder.model.platform import AARCH64, PLATFORMS
@@ -259,7 +259,7 @@ def test_nightly_builds_each_platform_natively_with_its_image(nightly: dict) -> 
     assert images["env"]["PLATFORM"] == "${{ matrix.platform }}"
     build = steps[_step_index(steps, "--toolchain docker")]
     assert '--platform "$PLATFORM"' in build["run"] and build["env"]["PLATFORM"] == "${{ matrix.platform }}"
-    # the root farm: both platforms, each platform's build runner GitHub-hosted, an aarch64 Dockerfile per CUDA
+    # the root farm: both platforms, each platform's build runner GitHub-hosted, an aarch64 image per CUDA
     farm = load_farm(ROOT / "farm.toml")
     fixed = {"causal-conv1d": ["1.7.0"], "mamba-ssm": ["2.3.2.post1"], "fla-core": ["0.6.0"],
              "flash-linear-attention": ["0.6.0"], "flash-attn": ["2.8.3.post2"]}

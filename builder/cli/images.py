@@ -21,10 +21,10 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     isub = p.add_subparsers(dest="images_command", required=True)
     build = isub.add_parser("build", help="build (if stale or missing) the image for one or more CUDA versions")
     build.add_argument("--cuda", action="append", required=True,
-                       help="CUDA version with a Dockerfile in dockerfiles/ (12.8, 12.9, 13.0); repeatable")
-    build.add_argument("--base-image", help="replace the Dockerfile's BASE_IMAGE (a local stand-in for nvidia/cuda)")
-    build.add_argument("--platform", help="x86_64 (dockerfiles/manylinux-cuda-X.Y) or aarch64 "
-                       "(dockerfiles/manylinux-aarch64-cuda-X.Y, built on an arm64 machine); default: this machine's")
+                       help="CUDA line with an image (12.8, 12.9, 13.0, 13.2: IMAGE_CUDAS); repeatable")
+    build.add_argument("--base-image", help="replace the template's BASE_IMAGE (a local stand-in for the manylinux image)")
+    build.add_argument("--platform", help="x86_64 or aarch64 (NVIDIA's sbsa packages on a manylinux "
+                       "aarch64 base, built on an arm64 machine); default: this machine's")
     build.add_argument("--force", action="store_true", help="rebuild even when the tagged image exists")
     isub.add_parser("list", help="list the build images on the container engine")
     return {"images": cmd_images}

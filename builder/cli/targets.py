@@ -248,12 +248,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
     settings = settings_from_args(args)
     _check_cheap_flags(args)
+    from builder.pipeline.inputs import check_edges
     from builder.user.targetenv import check_python_flag  # here: `builder build` startup (issue 19)
 
+    packages = expand_name(args.package, settings.recipes_dir)
+    for package in packages:  # a wheelhouse that is a file, kernel tests a folder, no cached list offline: before
+        check_edges(package, settings, source=args.source)  # anything is asked (below, identity/ is written)
     # also for docker: the import and kernel tests run on a host interpreter
     check_python_flag(args.python, memo_dir(settings))
     targets = []
-    for package in expand_name(args.package, settings.recipes_dir):
+    for package in packages:
         args.package = package
         targets.append(_target(args))  # every flag of every target checked before the first build starts
     for target in targets:

@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--arch", help="GPU archs for a wheel built when none fits (default: this machine's GPUs)")
     p.add_argument("--no-build", action="store_true", help="never build; stop with the ways forward when nothing fits")
     p.add_argument("--dry-run", action="store_true", help="show what would be installed and the command")
+    p.add_argument("--torch-range", action="store_true",
+                   help="a wheel built here: also check it beside the other torches of its range, not only beside "
+                   "the env's torch (a fresh venv and a torch download, GBs, each)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="URL",
                    help="also trust wheel links to this origin (default: only the --from root and its assets.json's "
                         "prefix); repeatable")
@@ -237,7 +240,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     python = default_python(args.python)
     request = InstallRequest(packages=tuple(args.packages), python=python,
                              source=args.source or str(settings.wheelhouse), arch=args.arch,
-                             build=not args.no_build, dry_run=args.dry_run,
+                             build=not args.no_build, dry_run=args.dry_run, torch_range=args.torch_range,
                              allow_origins=tuple(args.allow_origin))
     outcome = install(request, settings)
     for line in outcome.summary():

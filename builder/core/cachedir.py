@@ -191,7 +191,9 @@ def _remove(entry: Path) -> None:
     """Remove an entry; a venv loses its completeness marker first, so a crash midway leaves one that is
     recreated, never one that looks complete."""
     marker = entry / VENV_MARKER
-    if marker.exists():
+    if marker.is_dir() and not marker.is_symlink():  # a damaged marker: a folder in its place
+        shutil.rmtree(marker)
+    elif marker.exists() or marker.is_symlink():
         marker.unlink()
     if entry.is_dir() and not entry.is_symlink():
         shutil.rmtree(entry)

@@ -4,7 +4,8 @@ version), remembered on disk keyed by the program's file identity.
 A no-op build asks these questions every time; the answers only change when the file does. The identity of a file
 is its resolved path, device, inode, size and mtime: an upgrade, a reinstall or a replaced symlink target gives
 another identity, and the program is asked again. Nothing else expires an entry. Without a memo folder (``None``)
-every question is asked.
+every question is asked. A damaged entry (not JSON, a folder, a fifo: core/statefile.py never opens one to read) is
+asked again and written over.
 
 A script (``#!``) is not the program that answers: a pyenv shim picks an interpreter by PYENV_VERSION and
 .python-version files, /usr/local/bin/nvcc may ``exec`` whatever CUDA install it names. Its own identity does not
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.fsutil import atomic_write
+from builder.core.statefile import read_json_or_none
 
 Stamp = list[Any]
 _THIS_PROCESS: dict[str, Any] = {}  # the answers of scripts, by entry name
@@ -54,12 +56,9 @@ def remembered(memo: Path | None, kind: str, files: Sequence[Path | str], questi
             _THIS_PROCESS[here] = ask()
         return _THIS_PROCESS[here]
     entry = memo / f"{kind}-{name}.json"
-    try:
-        data = json.loads(entry.read_text())
-        if data.get("stamps") == stamps:
-            return data["value"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
+    data = read_json_or_none(entry)  # damaged (a fifo, a folder, not JSON): asked again and written over
+    if isinstance(data, dict) and data.get("stamps") == stamps and "value" in data:
+        return data["value"]
     value = ask()
     _write(entry, {"kind": kind, "files": [str(f) for f in files], "question": list(question), "stamps": stamps,
                    "value": value})

@@ -26,8 +26,6 @@ import argparse
 import http.client
 import math
 import os
-import socket
-import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -37,15 +35,19 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from builder.core import netfault
+from builder.core import netbudget, netfault, netopen
 from builder.core.errors import SourceError, UsageError
-from builder.core.watchdog import Expired, Watch, WatchedHTTPHandler, WatchedHTTPSHandler
+from builder.core.netbudget import Budget, BudgetScope, forget
+from builder.core.netopen import MAX_REDIRECTS, RedirectRefused
+from builder.core.watchdog import Expired, Watch
+
+# re-exported: callers name one module for the network
+__all__ = ["MAX_REDIRECTS", "Budget", "BudgetScope", "RedirectRefused", "forget"]
 
 CHUNK = 1 << 16
 # The most seconds any bound may be (a month): threading.Timer and time_t overflow long before 1e300.
 MAX_SECONDS = 30 * 86400.0
 MAX_RETRIES = 100
-MAX_REDIRECTS = 5  # one fetch follows at most this many, each to http(s) only
 # HTTP answers worth asking again: the server (or a proxy in front of it) is overloaded or restarting.
 TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 USER_AGENT = "cuda-wheel-builder"
@@ -163,10 +165,11 @@ class NetError(SourceError, TimeoutError):
 class _Retry(Exception):
     """One try failed in a way worth another (``cause`` says how, ``cure`` what to do if it keeps failing)."""
 
-    def __init__(self, cause: str, cure: str = "") -> None:
+    def __init__(self, cause: str, cure: str = "", *, answered: bool = False) -> None:
         super().__init__(cause)
         self.cause = cause
         self.cure = cure
+        self.answered = answered  # the server said something (an HTTP status, part of a body)
 
 
 class TooLarge(SourceError):
@@ -207,7 +210,7 @@ class Body:
             except (OSError, http.client.HTTPException) as e:
                 self._watch.check()
                 raise _Retry(f"the answer broke off after {self.received} bytes ({_describe(e, self._timeout)})",
-                             netfault.connection(e)[1]) from e
+                             netfault.connection(e)[1], answered=True) from e
             self._watch.check()  # a watchdog's shutdown reads as the end of the answer: it is not
             if not chunk:
                 break
@@ -219,7 +222,7 @@ class Body:
         left = getattr(self._response, "length", None)
         if left:  # http.client's read1 ends quietly when the connection closes before Content-Length
             raise _Retry(f"the answer ended {left} bytes short of its Content-Length",
-                         netfault.connection(ConnectionResetError())[1])
+                         netfault.connection(ConnectionResetError())[1], answered=True)
 
     def read(self) -> bytes:
         return b"".join(self.chunks())
@@ -234,84 +237,74 @@ def opened() -> tuple[str, ...]:
 
 
 def open_url(url: str, read: Callable[[Body], _T], *, headers: Mapping[str, str] | None = None,
-             method: str = "GET", policy: NetPolicy | None = None, max_bytes: int | None = None) -> _T:
+             method: str = "GET", policy: NetPolicy | None = None, max_bytes: int | None = None,
+             within: Budget | None = None) -> _T:
     """``read(body)`` of the answer at ``url`` (http(s):// under the policy; file:// too), retried with backoff
     on a timeout, a broken connection or HTTP 408/429/5xx: ``read`` must start its output afresh each time.
 
     Other HTTP errors (404…) and a missing file:// raise urllib's own errors, as urlopen does. Giving up (the
     deadline passed, or the retries ran out) raises NetError. ``max_bytes`` caps the body (TooLarge past it).
     Only http(s):// and file:// are fetched; a redirect is followed to http(s):// only, at most MAX_REDIRECTS
-    times, within the same deadline (urllib alone follows one to ftp://, which no watchdog bounds)."""
+    times, within the same deadline (urllib alone follows one to ftp://, which no watchdog bounds). ``within``: a
+    deadline this fetch shares with others (core/netbudget.py). A host that gave no answer, or a URL that kept
+    failing, earlier in this process is not asked again: the first failure's NetError is raised at once."""
     policy = policy or current()
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in ("http", "https", "file"):
         raise SourceError(f"{url}: not an http(s):// or file:// URL; refused", "check what the index links there")
     if scheme != "file":
+        known = netbudget.recall(url)
+        if known is not None:
+            raise NetError(f"{url}: not asked again: {known[0]}", known[1])
         _OPENED.append(url)
-    watch = Watch(policy.deadline_s)
+    shared = within.remaining() if within is not None else None
+    # the shared deadline binds (it began earlier): a failure then may be the budget's, not the host's
+    capped = shared is not None and shared < policy.deadline_s - max(0.05, policy.deadline_s / 100)
+    if within is not None and shared is not None and shared <= 0:
+        raise NetError(f"{url}: not asked: the {within.what} of this command took their whole {within.seconds:g} s "
+                       "network deadline", f"check that the index answers, or {DEADLINE_CURE}")
+    watch = Watch(policy.deadline_s if shared is None else min(policy.deadline_s, shared))
+    bound = replace(policy, deadline_s=within.seconds) if capped and within is not None else policy
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
-    opener = _opener(watch, policy, local=scheme == "file")
-    tries, cause, cure = 0, "", ""
+    opener = netopen.opener(watch, (policy.connect_timeout_s, policy.read_timeout_s), local=scheme == "file")
+    tries, cause, cure, answered = 0, "", "", False
+    heard: list[bool] = []  # _try appends when the server answered (headers came): then it is not silent
     try:
         while True:
             tries += 1
             try:
-                return _try(opener, request, read, watch, policy, max_bytes)
+                return _try(opener, request, read, watch, policy, max_bytes, heard)
             except _Retry as e:
-                cause, cure = e.cause, e.cure
+                cause, cure, answered = e.cause, e.cure, answered or e.answered
             except Expired:
-                raise _gave_up(url, policy, watch, tries, cause) from None
+                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause), answered or bool(heard)) \
+                    from None
             pause = policy.backoff_s * 2 ** (tries - 1)
             if tries > policy.retries:
-                raise _gave_up(url, policy, watch, tries, cause, cure=cure)
+                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause, cure=cure),
+                                  answered or bool(heard))
             if watch.expired or pause >= watch.remaining():
-                raise _gave_up(url, policy, watch, tries, cause, deadline=True)
+                raise _remembered(capped, url, _gave_up(url, bound, watch, tries, cause, deadline=True),
+                                  answered or bool(heard))
             time.sleep(pause)
     finally:
         watch.stop()
 
 
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Redirects to http(s):// only (urllib's own also follows ftp://), at most MAX_REDIRECTS per fetch."""
-
-    max_redirections = MAX_REDIRECTS
-    max_repeats = 2
-
-    def http_error_302(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any) -> Any:
-        target = urllib.parse.urljoin(req.full_url, headers.get("Location") or headers.get("URI") or "")
-        if urllib.parse.urlsplit(target).scheme.lower() not in ("http", "https"):
-            raise RedirectRefused(f"{req.full_url}: redirected to {target[:200]}, which is not http(s)://; refused",
-                                  "check what the index links there")
-        return super().http_error_302(req, fp, code, msg, headers)
-
-    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
-
-
-class RedirectRefused(SourceError):
-    """A redirect this policy does not follow (to another scheme, or too many)."""
-
-
-def _opener(watch: Watch, policy: NetPolicy, *, local: bool) -> urllib.request.OpenerDirector:
-    """An opener with exactly the handlers a fetch may use: the watched http(s) ones and the redirect rule above;
-    file:// only for a file:// URL (never reached by a redirect); no ftp://, data: or proxies' other schemes."""
-    opener = urllib.request.OpenerDirector()
-    timeouts = (policy.connect_timeout_s, policy.read_timeout_s)
-    handlers: list[urllib.request.BaseHandler] = [
-        urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), urllib.request.HTTPDefaultErrorHandler(),
-        _Redirects(), urllib.request.HTTPErrorProcessor(), WatchedHTTPHandler(watch, *timeouts),
-        WatchedHTTPSHandler(watch, *timeouts)]
-    if local:
-        handlers.append(urllib.request.FileHandler())
-    for handler in handlers:
-        opener.add_handler(handler)
-    return opener
+def _remembered(capped: bool, url: str, error: NetError, answered: bool) -> NetError:
+    """``error``, remembered for this process (core/netbudget.py): by host when nothing ever answered, else by URL;
+    not when a shared deadline (``capped``), rather than the host, ended it."""
+    if not capped:
+        netbudget.remember(url if answered else netbudget.origin(url), error.message, error.hint or "")
+    return error
 
 
 def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request, read: Callable[[Body], _T],
-         watch: Watch, policy: NetPolicy, max_bytes: int | None) -> _T:
+         watch: Watch, policy: NetPolicy, max_bytes: int | None, heard: list[bool]) -> _T:
     watch.check()
     try:
         response = opener.open(request, timeout=policy.read_timeout_s)
+        heard.append(True)
     except urllib.error.HTTPError as e:
         if e.code in (301, 302, 303, 307, 308):
             raise RedirectRefused(f"{request.full_url}: more than {MAX_REDIRECTS} redirects (or a loop); refused",
@@ -319,10 +312,10 @@ def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request,
         if e.code not in TRANSIENT_STATUS:
             raise
         e.close()
-        raise _Retry(f"answered HTTP {e.code}", netfault.http_status(e.code)[1]) from None
+        raise _Retry(f"answered HTTP {e.code}", netfault.http_status(e.code)[1], answered=True) from None
     except urllib.error.URLError as e:
         watch.check()
-        if not _transient(request, e.reason):
+        if not netopen.transient(request, e.reason):
             raise
         raise _Retry(_describe(e.reason, policy.read_timeout_s), netfault.connection(e.reason)[1]) from None
     except (OSError, http.client.HTTPException) as e:  # a connection dropped or timed out before the headers
@@ -330,20 +323,6 @@ def _try(opener: urllib.request.OpenerDirector, request: urllib.request.Request,
         raise _Retry(_describe(e, policy.read_timeout_s), netfault.connection(e)[1]) from None
     with response:
         return read(Body(response, watch, policy.read_timeout_s, max_bytes))
-
-
-# Failures to open an http(s) connection worth another try. A refused connection (nothing listens there), an
-# unknown host, a bad certificate or a missing file:// are answers, not accidents: they are raised at once.
-_RETRIED = (TimeoutError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError, ssl.SSLEOFError,
-            ssl.SSLZeroReturnError)
-
-
-def _transient(request: urllib.request.Request, reason: object) -> bool:
-    if request.type not in ("http", "https"):
-        return False
-    if isinstance(reason, socket.gaierror):
-        return reason.errno == socket.EAI_AGAIN  # the resolver is busy; an unknown name stays unknown
-    return isinstance(reason, _RETRIED)
 
 
 def _describe(error: object, timeout_s: float) -> str:

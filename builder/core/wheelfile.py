@@ -8,15 +8,17 @@ import os
 import re
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.tags import Tag
 from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
-from builder.core.errors import InspectError
+from builder.core.errors import InspectError, UsageError
 
 EPOCH_MIN = 315532800  # 1980-01-01, the earliest time a zip can hold
+EPOCH_MAX = 4354819198  # 2107-12-31 23:59:58, the latest (a zip's year is 1980 + 7 bits)
 LABEL = re.compile(r"^[0-9a-z._]{1,16}$")  # a wheel variant's label (PEP 825)
 
 
@@ -87,7 +89,7 @@ def write_wheel(path: Path, entries: dict[str, bytes], dist_info: str, file_mode
         k for k in body if k.startswith(f"{dist_info}/")
     )
     record = "\n".join([*(record_line(k, body[k]) for k in ordered), f"{record_name},,"]) + "\n"
-    epoch = max(EPOCH_MIN, int(os.environ.get("SOURCE_DATE_EPOCH", EPOCH_MIN)))
+    epoch = source_date_epoch(os.environ)
     stamp = time.gmtime(epoch)[:6]
     tmp = path.with_name(f".{path.name}.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -97,6 +99,23 @@ def write_wheel(path: Path, entries: dict[str, bytes], dist_info: str, file_mode
             info.external_attr = (0o100000 | file_modes.get(name, 0o644)) << 16
             zf.writestr(info, record.encode() if name == record_name else body[name])
     tmp.replace(path)
+
+
+def source_date_epoch(environ: Mapping[str, str]) -> int:
+    """The wheels' timestamp from SOURCE_DATE_EPOCH (reproducible-builds.org): unset or empty (common in CI) is
+    1980-01-01, as is anything earlier; a value that is not a whole number of seconds, or lies past what a zip can
+    hold (2107), is a UsageError naming it."""
+    text = environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not text:
+        return EPOCH_MIN
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 20:
+        raise UsageError(f"SOURCE_DATE_EPOCH={text[:40]!r}: not a whole number of seconds since 1970",
+                         "set it to an integer such as $(git log -1 --format=%ct), or leave it empty or unset")
+    epoch = int(text)
+    if epoch > EPOCH_MAX:
+        raise UsageError(f"SOURCE_DATE_EPOCH={text}: after 2107-12-31, the latest date a wheel (a zip) can hold",
+                         "set it to a time before 2108, such as $(git log -1 --format=%ct), or leave it unset")
+    return max(EPOCH_MIN, epoch)
 
 
 def tag_part(wheel_name: str) -> str:

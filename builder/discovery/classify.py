@@ -15,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from builder.core.errors import SourceError
 from builder.discovery.simpleindex import WheelFile, wheel_member, wheel_metadata
 from builder.discovery.torchfacts import PlatformFacts, Release
 from builder.model.cuda import CudaVersion
@@ -143,7 +144,9 @@ def cuda_of_version_py(text: str) -> str | None:
         return None
 
 
-_READ_ERRORS = (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration, UnicodeDecodeError, KeyError)
+# SourceError: a file past its cap, a redirect refused (simpleindex.py); the release stays unread, with the reason
+_READ_ERRORS = (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration, UnicodeDecodeError, KeyError,
+                SourceError)
 
 
 def read_platform(platform: str, wheels: list[WheelFile], now: str) -> PlatformFacts:

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.datafiles import data_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
+from builder.discovery.simpleindex import reading
 from builder.discovery.torchindex import (
     MIN_TORCH,
     PYPI_SIMPLE,
@@ -120,7 +121,9 @@ class TorchIndex:
 
 
 def known_indexes(settings: Settings | None) -> list[TorchIndex]:
-    return [TorchIndex(name, url, discover(name, url, settings)) for name, url in KNOWN_INDEXES.items()]
+    """Every known index as discovered; their reads share one network deadline (simpleindex.reading)."""
+    with reading():
+        return [TorchIndex(name, url, discover(name, url, settings)) for name, url in KNOWN_INDEXES.items()]
 
 
 def resolve_index(spec: str | None, settings: Settings | None = None, *, pre: bool = False,

@@ -1,5 +1,14 @@
 """The simple-index reader: a project's wheel files from a PEP 691 JSON or PEP 503 HTML page (remote or
-``file://``), and one wheel's METADATA without downloading the wheel (PEP 658, else HTTP range reads)."""
+``file://``), and one wheel's METADATA without downloading the wheel (PEP 658, else HTTP range reads).
+
+Every read is bounded and shape-checked (issue 54): a page, a ``.metadata`` file, one range request and one
+unpacked member have byte caps (``MAX_*``; net.TooLarge past them), a page at most ``MAX_FILES`` files, and a page
+of the wrong shape (JSON that is not an object, ``files`` not a list, a file without ``filename``, nesting past
+the parser) is a ``PageError`` naming the URL and what is wrong. A remote page's files must be http(s):// (a
+``file://`` link on someone else's server would read this machine's files). All reads of one command share one
+deadline (``READS``, started by the outermost ``reading()``): 200 releases with dripping METADATA cost the network
+deadline once, not 200 times.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +25,33 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from builder.core import net
+from builder.core.errors import SourceError
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+# PyPI's torch page (JSON) is about 2 MB and download.pytorch.org's largest (HTML) about 4 MB, with some 10 000 files.
+MAX_PAGE_BYTES = 64 * 1024**2
+MAX_FILES = 100_000  # files (anchors) on one page: a million anchors took 55 s and 651 MB
+MAX_METADATA_BYTES = 8 * 1024**2  # torch's METADATA is about 30 KB
+MAX_RANGE_BYTES = 16 * 1024**2  # one range request: a zip's central directory (torch's: 1-2 MB)
+MAX_MEMBER_BYTES = 8 * 1024**2  # one unpacked member (METADATA, torch/version.py)
+_PAGE_CURE = "check that the URL is a PEP 503/691 simple index (its project pages list wheel files)"
+
+READS = net.Budget("torch-index reads")
+
+
+def reading() -> net.BudgetScope:
+    """``with reading():`` every index read inside (in any thread) shares one network deadline."""
+    return READS.scope(net.current().deadline_s)
+
+
+class PageError(SourceError, ValueError):
+    """A page or file of the wrong shape or size. A SourceError for the CLI; a ValueError for the callers that fall
+    back to a cached list when an index cannot be read."""
+
+
+def _bad(url: str, what: str) -> PageError:
+    return PageError(f"{url}: {what}; refused", _PAGE_CURE)
 
 
 @dataclass(frozen=True)
@@ -40,8 +74,10 @@ class _Anchors(HTMLParser):
             self.files.append(dict(attrs))
 
 
-def _get(url: str, accept: str | None = None, byte_range: str | None = None) -> tuple[bytes, str]:
-    """The body and Content-Type at ``url``, under the network policy (core/net.py)."""
+def _get(url: str, accept: str | None = None, byte_range: str | None = None, *,
+         max_bytes: int | None = None) -> tuple[bytes, str]:
+    """The body (at most ``max_bytes``, else MAX_PAGE_BYTES) and Content-Type at ``url``, under the network policy (core/net.py) and
+    within the deadline the index reads share."""
     headers = {}
     if accept:
         headers["Accept"] = accept
@@ -53,7 +89,10 @@ def _get(url: str, accept: str | None = None, byte_range: str | None = None) -> 
             raise OSError(f"{url}: the server ignored the range request")
         return response.read(), response.headers.get("Content-Type", "") or ""
 
-    return net.open_url(url, read, headers=headers)
+    try:
+        return net.open_url(url, read, headers=headers, max_bytes=max_bytes or MAX_PAGE_BYTES, within=READS)
+    except net.TooLarge as e:
+        raise PageError(e.message, e.hint) from None
 
 
 def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
@@ -62,22 +101,84 @@ def project_files(index_url: str, project: str = "torch") -> list[WheelFile]:
     if page.startswith("file://"):
         local = Path(urllib.parse.unquote(urllib.parse.urlparse(page).path))
         json_page = local / "index.json"
-        body, kind = (json_page.read_bytes(), "json") if json_page.exists() else ((local / "index.html").read_bytes(), "html")
+        path, kind = (json_page, "json") if json_page.exists() else (local / "index.html", "html")
+        body = _read_local(path, page)
     else:
         body, kind = _get(page, ACCEPT)
+    files = _json_files(page, body) if "json" in kind else _html_files(page, body)
+    if not page.startswith("file://"):
+        for f in files:
+            if urllib.parse.urlsplit(f.url).scheme.lower() not in ("http", "https"):
+                raise _bad(page, f"file {f.filename!r} links {f.url[:120]!r}, which is not http(s)://")
+    return files
+
+
+def _read_local(path: Path, page: str) -> bytes:
+    """A local page, at most MAX_PAGE_BYTES (a fifo or a folder is not read)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{page}: no {path.name} there (or not a plain file)")
+    with path.open("rb") as f:
+        body = f.read(MAX_PAGE_BYTES + 1)
+    if len(body) > MAX_PAGE_BYTES:
+        raise _bad(page, f"the page is more than {MAX_PAGE_BYTES} bytes")
+    return body
+
+
+def _json_files(page: str, body: bytes) -> list[WheelFile]:
+    """The wheel files of a PEP 691 page, its shape checked (a JSON object whose ``files`` is a list of objects
+    with a string ``filename`` and ``url``)."""
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        raise _bad(page, "the page's JSON is nested deeper than it can be read") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _bad(page, f"the page is not JSON ({str(e)[:80]})") from None
+    if not isinstance(data, dict):
+        raise _bad(page, f"the page's JSON is {_kind(data)}, not an object (PEP 691)")
+    entries = data.get("files", [])
+    if not isinstance(entries, list):
+        raise _bad(page, f"the page's 'files' is {_kind(entries)}, not a list")
+    if len(entries) > MAX_FILES:
+        raise _bad(page, f"the page lists {len(entries)} files, more than {MAX_FILES}")
     files: list[WheelFile] = []
-    if "json" in kind:
-        for f in json.loads(body).get("files", []):
-            if f.get("yanked") or not f["filename"].endswith(".whl"):
-                continue
-            meta = f.get("core-metadata", f.get("dist-info-metadata"))
-            hashes = f.get("hashes")
-            files.append(WheelFile(f["filename"], urllib.parse.urljoin(page, f["url"]),
-                                   None if meta is None else bool(meta), str(f.get("upload-time") or ""),
-                                   str(hashes.get("sha256", "")) if isinstance(hashes, dict) else ""))
-        return files
+    for n, f in enumerate(entries, 1):
+        if not isinstance(f, dict):
+            raise _bad(page, f"file {n} of the page is {_kind(f)}, not an object")
+        filename, url = f.get("filename"), f.get("url")
+        if not isinstance(filename, str) or not filename:
+            raise _bad(page, f"file {n} of the page has no filename")
+        if not isinstance(url, str) or not url:
+            raise _bad(page, f"file {n} of the page ({filename[:80]!r}) has no url")
+        if f.get("yanked") or not filename.endswith(".whl"):
+            continue
+        meta = f.get("core-metadata", f.get("dist-info-metadata"))
+        hashes = f.get("hashes")
+        uploaded = f.get("upload-time")
+        files.append(WheelFile(filename, urllib.parse.urljoin(page, url), None if meta is None else bool(meta),
+                               uploaded if isinstance(uploaded, str) else "",
+                               str(hashes.get("sha256", "")) if isinstance(hashes, dict) else ""))
+    return files
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+             bool: "true/false", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _html_files(page: str, body: bytes) -> list[WheelFile]:
+    """The wheel files of a PEP 503 page, parsed a MiB at a time and refused past MAX_FILES anchors."""
     parser = _Anchors()
-    parser.feed(body.decode(errors="replace"))
+    text = body.decode(errors="replace")
+    step = 1 << 20
+    for at in range(0, len(text), step):
+        parser.feed(text[at:at + step])
+        if len(parser.files) > MAX_FILES:
+            raise _bad(page, f"the page has more than {MAX_FILES} links")
+        if len(parser.rawdata) > step:  # one tag that never closes is read again with every MiB: refuse it
+            raise _bad(page, f"the page has a tag longer than {step} bytes")
+    parser.close()
+    files: list[WheelFile] = []
     for attrs in parser.files:
         href = attrs.get("href") or ""
         url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
@@ -125,7 +226,10 @@ class _RangeReader(_Seekable):
         self.requests += 1
         if self.requests > 16:
             raise OSError(f"{self.url}: too many range requests")
-        body, _ = _get(self.url, byte_range=f"bytes={self.pos}-{end - 1}")
+        if end - self.pos > MAX_RANGE_BYTES:
+            raise _bad(self.url, f"reading its METADATA would take {end - self.pos} bytes in one range request, "
+                       f"more than {MAX_RANGE_BYTES}")
+        body, _ = _get(self.url, byte_range=f"bytes={self.pos}-{end - 1}", max_bytes=end - self.pos)
         self.pos += len(body)
         return body
 
@@ -134,9 +238,12 @@ def _remote_size(url: str) -> int:
     def size(response: net.Body) -> int:
         if response.headers.get("Accept-Ranges", "").lower() != "bytes":
             raise OSError(f"{url}: no range requests")
-        return int(response.headers["Content-Length"])
+        length = (response.headers.get("Content-Length") or "").strip()
+        if not length.isdigit() or int(length) < 22:
+            raise _bad(url, f"its Content-Length {length[:40]!r} is not the size of a zip")
+        return int(length)
 
-    return net.open_url(url, size, method="HEAD")
+    return net.open_url(url, size, method="HEAD", within=READS)
 
 
 def _metadata_from_zip(file: Any, filename: str) -> str:
@@ -144,7 +251,16 @@ def _metadata_from_zip(file: Any, filename: str) -> str:
         name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
         if name is None:
             raise zipfile.BadZipFile("no .dist-info/METADATA member")
-        return archive.read(name).decode()
+        return _member(archive, name, filename)
+
+
+def _member(archive: zipfile.ZipFile, name: str, filename: str) -> str:
+    """The text of one member, refused when it says it unpacks to more than MAX_MEMBER_BYTES (zipfile stops at
+    the size it says)."""
+    size = archive.getinfo(name).file_size
+    if size > MAX_MEMBER_BYTES:
+        raise _bad(filename, f"its {name} unpacks to {size} bytes, more than {MAX_MEMBER_BYTES}")
+    return archive.read(name).decode()
 
 
 def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
@@ -152,12 +268,16 @@ def wheel_metadata(wheel: WheelFile) -> tuple[str, str]:
     if wheel.url.startswith("file://"):
         path = Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.url).path))
         sidecar = path.with_name(path.name + ".metadata")
-        if sidecar.exists():
-            return sidecar.read_text(), "PEP 658"
+        if sidecar.is_file():
+            with sidecar.open("rb") as f:
+                text = f.read(MAX_METADATA_BYTES + 1)
+            if len(text) > MAX_METADATA_BYTES:
+                raise _bad(str(sidecar), f"it is more than {MAX_METADATA_BYTES} bytes")
+            return text.decode(), "PEP 658"
         return _metadata_from_zip(path, wheel.filename), "local wheel"
     if wheel.metadata is not False:
         try:
-            return _get(wheel.url + ".metadata")[0].decode(), "PEP 658"
+            return _get(wheel.url + ".metadata", max_bytes=MAX_METADATA_BYTES)[0].decode(), "PEP 658"
         except urllib.error.HTTPError as e:
             if e.code != 404:
                 raise
@@ -172,7 +292,7 @@ def wheel_member(wheel: WheelFile, name: str) -> str:
     else:
         source = _remote_zip(wheel.url)
     with zipfile.ZipFile(source) as archive:
-        return archive.read(name).decode()
+        return _member(archive, name, wheel.filename)
 
 
 def _remote_zip(url: str) -> _TailBuffer:

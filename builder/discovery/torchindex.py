@@ -27,6 +27,7 @@ from __future__ import annotations
 import calendar
 import functools
 import json
+import math
 import os
 import re
 import time
@@ -44,6 +45,8 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from builder.core import netfault
+from builder.core.errors import SourceError, UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -54,7 +57,7 @@ from builder.discovery.classify import (
     python_of,
     python_sort,
 )
-from builder.discovery.simpleindex import WheelFile, project_files
+from builder.discovery.simpleindex import PageError, WheelFile, project_files, reading
 from builder.discovery.torchfacts import Listing, PlatformFacts, Release
 from builder.model.cuda import CudaVersion
 
@@ -124,6 +127,24 @@ def _snapshot(path: Path, mtime_ns: int, size: int) -> tuple[tuple[str, Listing]
     return tuple((entry["url"], _from_json(entry, "snapshot")) for entry in data.get("indexes", []))
 
 
+_WARNED: set[str] = set()
+
+
+def _said(error: BaseException, url: str) -> str:
+    """A read's failure in words: urllib's ``<urlopen error [Errno 111] …>`` as core/netfault.py says it."""
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        return f"{url}: {netfault.explain(error)[0]}"
+    return str(error)
+
+
+def warn_once(text: str) -> None:
+    """A warning said once per process: a command that reads the same unreachable index at each step says so once
+    (the network is not asked again either: core/netbudget.py)."""
+    if text not in _WARNED:
+        _WARNED.add(text)
+        log.warning(text)
+
+
 def cache_age_s(path: Path) -> float:
     """Seconds since ``path`` was written (infinite where it cannot be read)."""
     try:
@@ -133,10 +154,20 @@ def cache_age_s(path: Path) -> float:
 
 
 def ttl_s(env: Mapping[str, str] = os.environ) -> float:
-    try:
-        return float(env.get("BUILDER_INDEX_TTL", DEFAULT_TTL_S))
-    except ValueError:
+    """``BUILDER_INDEX_TTL`` (seconds a cached list answers; 0: always read again), else 24 h. A value that is not
+    a finite number of seconds >= 0 (``-1``, ``nan``, ``abc``) is a UsageError naming the variable, not silently
+    the default (before, -1 and nan meant "always stale" and "never stale" without a word)."""
+    text = env.get("BUILDER_INDEX_TTL", "").strip()
+    if not text:
         return DEFAULT_TTL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"BUILDER_INDEX_TTL={text[:40]!r} is not a number of seconds >= 0",
+                         f"set it to e.g. {DEFAULT_TTL_S} (24 h; 0 reads the indexes every time), or unset it")
+    return value
 
 
 def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = False,
@@ -171,11 +202,11 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
     if (not settings.offline or url.startswith("file://")) and (refresh or not recently_failed):
         try:
             listing = read_index(name, url, known=_known(cached, snapshot), pre=pre)
-        except (OSError, urllib.error.URLError, ValueError) as e:
-            why = str(e)[:300]
+        except (OSError, urllib.error.URLError, ValueError, SourceError) as e:  # SourceError: a refused redirect
+            why = ("not readable: " if isinstance(e, PageError) else "not reachable: ") + _said(e, url)[:300]
             atomic_write(unreachable, f"{now_stamp()}\n{why}\n")
-            log.warning(f"torch index {url} not readable ({why}); using "
-                        + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
+            warn_once(f"torch index {url} {why}; using "
+                      + ("the cached list" if cached else "the shipped snapshot" if snapshot else "nothing"))
         else:
             atomic_write(path, json.dumps(listing_json(listing), indent=1))
             unreachable.unlink(missing_ok=True)
@@ -184,8 +215,7 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         return replace(cached, name=name)
     if snapshot is not None:
         return replace(snapshot, name=name)
-    reason = "offline" if settings.offline and not url.startswith("file://") else f"not reachable: {why}" if why \
-        else "not reachable"
+    reason = "offline" if settings.offline and not url.startswith("file://") else why or "not reachable"
     return Listing(name, url, (), "none", "", f"{reason}; not cached, not in the snapshot")
 
 
@@ -206,6 +236,14 @@ def _facts_from(cached: Listing, snapshot: Listing) -> Listing:
         replace(r, platforms=read[r.version].platforms)
         if not r.platforms and r.version in read and read[r.version].cuda_on("x86_64") == r.cuda else r
         for r in cached.releases))
+
+
+def unreadable_why(settings: Settings, url: str, pre: bool = False) -> str:
+    """Why ``url``'s torch list could not be read the last time it was tried ("" if it was read)."""
+    path = cache_file(settings, url.rstrip("/"))
+    if pre:
+        path = path.with_name(path.stem + "-pre.json")
+    return _unreachable_note(path.with_name(path.name + ".unreachable"))[1]
 
 
 def _unreachable_note(marker: Path) -> tuple[str, str]:
@@ -231,7 +269,13 @@ def _known(cached: Listing | None, snapshot: Listing | None) -> dict[str, Releas
 def read_index(name: str, url: str, *, known: Mapping[str, Release] = {}, project: str = "torch",
                pre: bool = False) -> Listing:
     """Read the release list of ``url`` now; classify the releases not in ``known`` (a few at a time). Final
-    releases only, unless ``pre`` (release candidates, alphas, betas: never dev builds)."""
+    releases only, unless ``pre`` (release candidates, alphas, betas: never dev builds). All of it within one
+    network deadline (simpleindex.reading), shared with any reads around it."""
+    with reading():
+        return _read_index(name, url, known=known, project=project, pre=pre)
+
+
+def _read_index(name: str, url: str, *, known: Mapping[str, Release], project: str, pre: bool) -> Listing:
     now = now_stamp()
     by_version: dict[str, list[WheelFile]] = {}
     for wheel in project_files(url, project):
@@ -301,8 +345,8 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
         try:
             versions = read_toolkit_versions()
         except (OSError, urllib.error.URLError, ValueError) as e:
-            log.warning(f"PyPI's {TOOLKIT_PROJECT} list not readable ({e}); using "
-                        + ("the cached list" if cached else "the shipped snapshot"))
+            warn_once(f"PyPI's {TOOLKIT_PROJECT} list not readable ({_said(e, PYPI_SIMPLE)}); using "
+                      + ("the cached list" if cached else "the shipped snapshot"))
         else:
             now = now_stamp()
             atomic_write(path, json.dumps({"versions": list(versions), "read_at": now}))
@@ -315,7 +359,9 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
 def read_toolkit_versions(index_url: str = PYPI_SIMPLE) -> tuple[str, ...]:
     """major.minor of every final ``cuda-toolkit`` release >= 13 that has a wheel."""
     found: set[CudaVersion] = set()
-    for wheel in project_files(index_url, TOOLKIT_PROJECT):
+    with reading():
+        wheels = project_files(index_url, TOOLKIT_PROJECT)
+    for wheel in wheels:
         try:
             _, version, _, _ = parse_wheel_filename(wheel.filename)
         except InvalidWheelFilename:

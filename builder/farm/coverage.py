@@ -56,6 +56,7 @@ from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes, source_text
 from builder.farm.abifold import on_major
 from builder.farm.cellstext import cells_list
+from builder.farm.coverageinputs import check_folders, check_release, parse_asked, releases_or_why
 from builder.farm.expand import expand
 from builder.farm.facts import minor_releases, triton_reason, wheel_facts
 from builder.farm.served import Cell, serving
@@ -449,11 +450,7 @@ def evidence_counts(recipe: Recipe, house: Wheelhouse, matrix: frozenset[Cell], 
 
 def _asked_version(recipe: Recipe, asked: str) -> str:
     """``asked`` as the version the wheelhouse names (1.6.2.post1), refused outside the recipe's range."""
-    try:
-        version = Version(asked)
-    except InvalidVersion:
-        raise UsageError(f"coverage: {recipe.name}=={asked}: {asked!r} is not a version number",
-                         f"name a release, e.g. {recipe.name}=={newest_known(recipe) or '1.0'}") from None
+    version = parse_asked(recipe, asked)
     if not recipe.versions.contains(version, prereleases=True):
         raise UsageError(f"coverage: {recipe.name} {asked} is outside the recipe's supported range {recipe.versions} "
                          f"({recipe.file})", "name a version in that range, or widen the recipe's range")
@@ -464,6 +461,7 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
                     indexes: Indexes | None = None) -> tuple[list[PackageCoverage], dict[str, Any]]:
     """Each named recipe's coverage (every recipe when none is named; ``name==version`` for that release), and the
     matrix's sources; ``indexes``: the torch indexes to read (default ``known_indexes``)."""
+    check_folders(settings)
     read = (indexes or known_indexes)(settings)
     facts = matrix_facts(read)
     matrix = facts.cells
@@ -475,6 +473,9 @@ def coverage_report(names: Iterable[str], settings: Settings, *, farm_file: Path
     for spec in wanted:
         name, _, asked = spec.partition("==")
         recipe = load_recipe(find_recipe(name, recipes_dir), patches)
+        if asked:
+            check_release(recipe, Version(_asked_version(recipe, asked)), house_wheels(house, recipe),
+                          *releases_or_why(recipe.source.pypi or recipe.name, settings))
         reports.append(package_coverage(recipe, house, matrix, partial(farm_view, farm_file, settings, recipe,
                                                                        matrix), asked or None))
     meta = {"platforms": list(USERS_PLATFORMS), "min_cuda": MIN_CUDA.line, "free_threaded": "not counted",

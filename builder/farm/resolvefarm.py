@@ -14,7 +14,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from builder.core.errors import BuilderError, UsageError
+from builder.core.errors import BuilderError, SourceError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, known_indexes
 from builder.farm.cellstext import cells_list
@@ -22,7 +22,7 @@ from builder.farm.coverage import USERS_PLATFORMS, users_matrix
 from builder.farm.expand import expand
 from builder.farm.facts import wheel_facts
 from builder.farm.proven import cell_releases
-from builder.farm.resolvecheck import PYPI_NAME, Resolver, Twin, twin_of
+from builder.farm.resolvecheck import PYPI_NAME, Resolution, Resolver, Twin, twin_of
 from builder.farm.served import Cell, serving
 from builder.farm.spec import FarmTarget, find_farm_file, load_farm
 from builder.model.platform import parse_platform
@@ -85,16 +85,30 @@ def _plan(target: FarmTarget, settings: Settings) -> Plan | str:
         return f"target cannot plan: {e.one_line()}"
 
 
+def unreachable(answer: Resolution, url: str) -> bool:
+    """uv could not reach ``url`` (an outage: no answer about the cell either way)."""
+    return not answer.installs and url.rstrip("/") in answer.reason and any(
+        w in answer.reason for w in ("dns error", "Connect", "error sending request", "timed out", "connection"))
+
+
 def probe_channel(resolver_of: Any, index: TorchIndex, cell: Cell, release: str) -> str:
     """"" when uv reaches ``index`` (torch ``release`` resolves there), else why not."""
     resolver = resolver_of(index.url)
     answer = resolver.check(None, release, cell.python, parse_platform(cell.platform))
     if answer.installs:
         return ""
-    unreachable = index.url.rstrip("/") in answer.reason and any(
-        w in answer.reason for w in ("dns error", "Connect", "error sending request", "timed out", "connection"))
-    return f"{index.name} ({index.url}) unreachable (uv: {answer.cause})" if unreachable else \
+    return f"{index.name} ({index.url}) unreachable (uv: {answer.cause})" if unreachable(answer, index.url) else \
         f"{index.name} ({index.url}): {answer.reason}"
+
+
+def check_pypi_reachable(resolver: Resolver, url: str, release: str, cell: Cell) -> None:
+    """Ask uv once (torch ``release`` alone) before the many questions: PyPI unreachable is an outage, a
+    SourceError, never "installs 0 of N" with every cell a disagreement."""
+    answer = resolver.check(None, release, cell.python, parse_platform(cell.platform))
+    if unreachable(answer, url):
+        raise SourceError(f"coverage --resolve: {url} unreachable for uv ({answer.cause}); nothing was resolved",
+                          "check this machine's network (and HTTPS_PROXY), then run again; without --resolve the "
+                          "rules' counts need no network")
 
 
 def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[TorchIndex] | None = None, *,
@@ -143,21 +157,30 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
                 for release in sorted(pypi_releases.get((cell.torch, cell.cuda, cell.platform), ()), key=Version):
                     questions.append((view, cell, twin, release))
         resolver = resolver_of(pypi_url)
+        if questions:
+            _, first_cell, _, first_release = questions[0]
+            check_pypi_reachable(resolver, pypi_url, first_release, first_cell)
         answers = resolver.check_all((twin, release, cell.python, parse_platform(cell.platform))
                                      for _, cell, twin, release in questions)
         by_question = dict(zip(dict.fromkeys((twin, release, cell.python, parse_platform(cell.platform))
                                              for _, cell, twin, release in questions), answers, strict=True))
         # per (view, cell, twin): installs when every release installs; a cell installs when one target's does
         verdicts: dict[tuple[int, Cell, str], str] = {}
+        outage: dict[tuple[int, Cell], str] = {}  # PyPI unreachable mid-run: no answer, not a failure
         for view, cell, twin, release in questions:
             answer = by_question[twin, release, cell.python, parse_platform(cell.platform)]
             key = (id(view), cell, twin.filename)
-            if not answer.installs and not verdicts.get(key):
+            if unreachable(answer, pypi_url):
+                outage[id(view), cell] = f"not resolved: {PYPI_NAME} ({pypi_url}) unreachable (uv: {answer.cause})"
+            elif not answer.installs and not verdicts.get(key):
                 verdicts[key] = f"torch {release}: {answer.reason}"
             else:
                 verdicts.setdefault(key, "")
         for view, cell, twin, _ in questions:
-            why = verdicts[id(view), cell, twin.filename]
+            if (id(view), cell) in outage:
+                view.unresolved[cell] = outage[id(view), cell]
+                continue
+            why = verdicts.get((id(view), cell, twin.filename), "")
             if not why:
                 view.installs.add(cell)
                 view.fails.pop(cell, None)
@@ -213,7 +236,8 @@ def resolve_lines(view: ResolvedView, rules_installable: Iterable[Cell] | None, 
 
     asked = view.installs | set(view.fails)
     lines = [f"{view.package} {view.version}, uv resolver (PyPI only): installs {len(view.installs)} of "
-             f"{len(asked)} claimed PyPI cells; {len(view.unresolved)} claimed cells of other channels not resolved"]
+             f"{len(asked)} claimed PyPI cells; {len(view.unresolved)} claimed cells not resolved (other channels, or "
+             "an index uv could not reach)"]
     reasons = view.reasons()
     for reason, cells in list(reasons.items())[:listed]:
         lines.append(f"  {len(cells)} {reason}: {cells_list(cells)}")

@@ -46,9 +46,20 @@ class AssetStore:
         """The store of a URL, or a UsageError naming what is wrong with it."""
         cure = ("give the folder URL the wheels are uploaded to, ending in /, e.g. "
                 "https://github.com/OWNER/REPO/releases/download/{project}-{version}/")
-        parts = urllib.parse.urlsplit(url)
+        odd = next((c for c in url if not c.isascii() or not c.isprintable() or c.isspace()), None)
+        if odd is not None:  # a space, newline or tab would be written into every page's links as it is
+            raise UsageError(f"{source} {url[:200]!r}: holds {odd!r}, which a URL cannot hold unquoted", cure)
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018  (a port that is not a number raises here)
+        except ValueError as e:
+            raise UsageError(f"{source} {url[:200]!r}: not a URL ({e})", cure) from None
         if parts.scheme not in SCHEMES or not parts.netloc and parts.scheme != "file":
             raise UsageError(f"{source} {url!r}: not an http(s):// or file:// URL", cure)
+        if parts.scheme == "file" and (parts.netloc not in ("", "localhost") or not url.startswith("file://")
+                                       or not parts.path.startswith("/")):
+            raise UsageError(f"{source} {url!r}: a file URL names an absolute folder of this machine, "
+                             "file:///path/", cure)
         if parts.query or parts.fragment or not url.endswith("/"):
             raise UsageError(f"{source} {url!r}: must end in / (the wheel's file name is appended), with no "
                              "query or fragment", cure)

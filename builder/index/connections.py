@@ -5,14 +5,20 @@ of a fixed number of worker threads, which answers that one request and gives th
 (keep-alive, pipelining). So 200 clients that drip one header byte a second hold 200 sockets in the selector and no
 worker, and a normal request is answered at once. Deadlines per connection (``Limits``): the first byte of a request
 within ``idle`` seconds (of the accept, or of the previous answer on a keep-alive connection: then the connection is
-closed quietly), the whole head within ``head`` seconds of its first byte (else 408 and closed), and every write must
-make progress within ``write`` seconds (a client that stops reading is dropped). A file's body is sent by the loop
-thread too (non-blocking ``sendfile``), so a client that reads slowly holds a socket, not a worker; it must have
-read the whole answer within ``write`` + size / ``min_rate`` seconds, else it is dropped. At most ``connections`` are open at
-once: a new one past the cap closes an idle keep-alive connection, else the one that has waited longest for its
-request (the slowest head), with 503 and ``Retry-After: 1``; when none waits (all are being answered or queued for a
-worker), the new one gets that 503 itself, before it costs anything. Complete requests past the ``workers`` busy ones wait in a
-queue, not in the listen backlog.
+closed quietly), the whole head within ``head`` seconds of its first byte (else 408 and closed), and a client must take some bytes of an answer within every ``write`` seconds (one that stops
+reading is dropped). A file's body is sent by the loop thread too (non-blocking ``sendfile``), so a client that
+reads slowly holds a socket, not a worker. Its progress is the bytes the client's side has acknowledged (the send
+queue's unacknowledged count, SIOCOUTQ, subtracted from what was handed to the kernel), looked at every ``write`` / 6
+seconds: not the returns of ``sendfile``, which with a few MiB of send buffer come minutes apart for an honest
+client reading at 16 KiB/s (issue 54); the unsent part of the queue is kept small (TCP_NOTSENT_LOWAT), so a
+thousand slow readers do not pin a thousand send buffers. The whole answer must be read within ``write`` + size /
+``min_rate`` seconds, else it is dropped. At most ``bodies`` file bodies over ``small_body`` bytes are sent at
+once: a request for one more is answered 503 with ``Retry-After: 1`` and the connection closed, so that downloads
+never hold every connection and a new client can still read pages (before issue 54, 520 downloads held all 512).
+At most ``connections`` are open at once: a new one past the cap closes an idle keep-alive connection, else the
+one that has waited longest for its request (the slowest head), with 503 and ``Retry-After: 1``; when none waits
+(all are being answered or queued for a worker), the new one gets that 503 itself, before it costs anything.
+Complete requests past the ``workers`` busy ones wait in a queue, not in the listen backlog.
 Over 400 lines on purpose: the selector loop, the per-connection deadlines and the worker hand-off share one state
 machine and one lock; split, each half would reach into the other's connection state.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import io
 import os
 import queue
@@ -28,6 +35,7 @@ import re
 import selectors
 import socket
 import struct
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -43,11 +51,13 @@ class Limits:
 
     idle: float = 5.0  # to the first byte of a request: a new connection, or keep-alive between requests
     head: float = 10.0  # from that first byte to the end of the head (request line and headers)
-    write: float = 30.0  # the most a write may wait for the client to read
+    write: float = 30.0  # the most a client may go without taking a byte of an answer
     workers: int = 64  # requests answered at once; more wait for a worker
     connections: int = 512  # open at once; one more is answered 503
     max_head: int = 64 * 1024  # a longer head is answered 431
     min_rate: float = 16 * 1024  # bytes/s: a file's body must be read within write + size / min_rate seconds
+    bodies: int = 448  # file bodies over small_body sent at once; one more is 503 (the rest keep room for pages)
+    small_body: int = 64 * 1024  # a body this small (a page, a .metadata) is sent whatever the bodies in flight
 
 
 @dataclass
@@ -57,11 +67,30 @@ class Body:
     fd: int
     offset: int
     left: int
+    release: Callable[[], None] | None = None  # gives back the body slot it holds (PooledHTTPServer.take_body_slot)
     until: float = 0.0  # the whole body must be sent by then (time.monotonic)
+    sent: int = 0  # bytes handed to the kernel
+    accepted: int = 0  # of those, acknowledged by the client at the last look
+    progress_at: float = 0.0  # when ``accepted`` last grew (time.monotonic)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
+        release, self.release = self.release, None
+        if release is not None:
+            release()
+
+
+_NOTSENT_LOWAT = 128 * 1024  # unsent bytes queued per body (the kernel holds the rest back: EPOLLOUT waits for it)
+
+
+def unacknowledged(sock: socket.socket) -> int | None:
+    """Bytes in the socket's send queue the peer has not acknowledged (SIOCOUTQ, Linux); None where unknown."""
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")  # SIOCOUTQ is TIOCOUTQ on Linux
+    except (OSError, ValueError):
+        return None
+    return int(struct.unpack("i", raw)[0])
 
 
 @dataclass(eq=False)
@@ -138,6 +167,8 @@ class PooledHTTPServer(HTTPServer):
         self._sending: dict[socket.socket, Connection] = {}  # a file body being sent, in the selector
         self._accept_paused = 0.0  # out of file descriptors: accept again after this (time.monotonic)
         self._open = 0  # connections open, waiting or being answered: only the loop thread counts them
+        self._bodies = 0  # body slots taken (workers take them, the loop gives them back)
+        self._bodies_lock = threading.Lock()
         self._workers: list[threading.Thread] = []
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -201,6 +232,19 @@ class PooledHTTPServer(HTTPServer):
                 body.close()
         self._wake_r.close()
         self._wake_w.close()
+
+    def take_body_slot(self) -> bool:
+        """A slot for one more large file body, or False when ``bodies`` are being sent (the caller answers 503);
+        ``give_body_slot`` gives it back (a ``Body``'s ``release``). Called by the workers."""
+        with self._bodies_lock:
+            if self._bodies >= self.limits.bodies:
+                return False
+            self._bodies += 1
+            return True
+
+    def give_body_slot(self) -> None:
+        with self._bodies_lock:
+            self._bodies -= 1
 
     def _start_workers(self) -> None:
         while len(self._workers) < self.limits.workers:
@@ -311,7 +355,10 @@ class PooledHTTPServer(HTTPServer):
         """Send ``body`` from the loop thread as the client reads it (the worker sent the head)."""
         now = time.monotonic()
         body.until = now + self.limits.write + body.left / self.limits.min_rate
-        conn.body, conn.deadline = body, min(body.until, now + self.limits.write)
+        body.progress_at = now
+        conn.body, conn.deadline = body, min(body.until, now + self._look_every())
+        with contextlib.suppress(OSError):  # no more than this waits unsent in the kernel (slow readers: memory)
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, _NOTSENT_LOWAT)
         self._sending[conn.sock] = conn
         self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
         self._send(conn)
@@ -328,7 +375,7 @@ class PooledHTTPServer(HTTPServer):
                     raise OSError("the file ended early")
                 body.offset += sent
                 body.left -= sent
-                conn.deadline = min(body.until, time.monotonic() + self.limits.write)
+                body.sent += sent
         except (BlockingIOError, InterruptedError):
             return
         except OSError:  # the client went away
@@ -347,6 +394,21 @@ class PooledHTTPServer(HTTPServer):
             conn.body.close()
             conn.body = None
 
+    def _look_every(self) -> float:
+        """How often a body's progress is looked at: a stalled client is dropped within 7/6 ``write``."""
+        return self.limits.write / 6
+
+    def _progressed(self, conn: Connection, now: float) -> bool:
+        """Whether the client has acknowledged bytes of its body within the last ``write`` seconds (the look is at
+        the kernel's send queue: what the client's side took, however seldom the socket turns writable)."""
+        body = conn.body
+        assert body is not None
+        queued = unacknowledged(conn.sock)
+        accepted = body.sent - queued if queued is not None else body.sent
+        if accepted > body.accepted:
+            body.accepted, body.progress_at = accepted, now
+        return now - body.progress_at < self.limits.write
+
     def _expire(self) -> None:
         now = time.monotonic()
         for conn in [c for c in self._sending.values() if c.deadline <= now]:
@@ -354,6 +416,9 @@ class PooledHTTPServer(HTTPServer):
             if conn.body.until <= now:
                 self.log(f"{conn.address[0]} - answer not sent within {conn.body.until - conn.since:.0f} s (read "
                          f"slower than {self.limits.min_rate:.0f} bytes/s): closed")
+            elif self._progressed(conn, now):
+                conn.deadline = min(conn.body.until, now + self._look_every())
+                continue
             else:
                 self.log(f"{conn.address[0]} - client read nothing for {self.limits.write:g} s: closed")
             self._end_body(conn)

@@ -48,6 +48,8 @@ def export_assets(house: Wheelhouse, dest: Path) -> AssetsExport:
         recover_root(house.root)
         pairs = [(source, _inside(dest, assets.folder_of(wheel.name), source.name))
                  for wheel in house.wheel_files() for source in (wheel, _sidecar(house, wheel.name))]
+        for _, target in pairs:
+            _no_link(dest, target)
         present = {target for source, target in pairs if _same_asset(source, target)}
         written = [target for _, target in pairs if target not in present]
         for source, target in pairs:
@@ -101,6 +103,17 @@ def _inside(dest: Path, folder: str, name: str) -> Path:
         raise PublishError(f"the assets URL puts {name} at {folder}{name}, outside {dest}; nothing was written",
                            "fix the URL: `builder index rebuild --assets-url URL`")
     return target
+
+
+def _no_link(dest: Path, target: Path) -> None:
+    """Refuse (PublishError, before anything is written) a release folder or asset under ``dest`` that is a symbolic
+    link: the export would write through it, wherever it points."""
+    for path in (target, *target.relative_to(dest).parents):
+        at = dest / path if path != target else target
+        if at != dest and at.is_symlink():
+            raise PublishError(f"{at} is a symbolic link (to {os.readlink(at)}); an export writes only into real "
+                               f"folders under {dest}, nothing was written",
+                               "remove the link, or export into another folder")
 
 
 def _sidecar(house: Wheelhouse, filename: str) -> Path:

@@ -81,6 +81,11 @@ class _Missing(Exception):
     """The URL answered 404 (or the file does not exist)."""
 
 
+class Unreachable(SourceError):
+    """The index stopped answering mid-pull: exit 4 with the network's cure (a NetError, an OSError too, read as
+    the wheelhouse's disk failing: exit 11 "free space")."""
+
+
 def normalize(location: str) -> str:
     """The wheelhouse root as a URL ending in ``/``: http(s)://…, file://…, or a local path."""
     if "://" not in location:
@@ -107,6 +112,11 @@ def pull(location: str, house: Wheelhouse, *, delete: bool = False, missing_ok: 
                           "for a first run") from None
     assets = fetch.assets = _published_assets(fetch)
     if assets is not None:
+        if not root.startswith("file:") and assets.prefix.startswith("file:"):
+            raise SourceError(f"{root}{ASSETS} puts the wheels at {assets.prefix[:200]}, a folder of this machine, "
+                              "though the index is remote; refused, nothing was changed",
+                              "a published index links its wheels over http(s); pull from a folder (a path) to use "
+                              "local assets")
         fetch.origins = fetch.origins.adding(assets.prefix)
     wheels, urls = _published_wheels(fetch, top)
     for label in _published_channels(fetch):
@@ -211,7 +221,7 @@ def _published_wheel(fetch: _Fetcher, page_url: str, entry: dict) -> tuple[Resto
                           "the published index is damaged: run `builder index rebuild` where it is published")
     _check_asset_url(fetch, filename, url)
     fetch.origins.check(url, page_url)
-    metadata = fetch.optional(url + ".metadata", MAX_METADATA)
+    metadata = fetch.optional(url + ".metadata", MAX_METADATA, hashed=True)
     if metadata is None or hashlib.sha256(metadata).hexdigest() != metadata_sha256:
         raise ChecksumError(f"{url}.metadata: the published sidecar of {filename} does not match its page's "
                             f"core-metadata sha256 {metadata_sha256}; nothing was changed",
@@ -304,15 +314,31 @@ class _Fetcher:
         self.assets: AssetStore | None = None  # the published assets.json, once read
 
     def json(self, url: str) -> dict:
-        data = self._get(url, lambda r: r.read(), accept=SIMPLE_JSON, max_bytes=MAX_PAGE)
+        data = self._get(url, self._same_origin(url, lambda r: r.read()), accept=SIMPLE_JSON, max_bytes=MAX_PAGE)
         return _json_object(data, url, "is not a PEP 691 JSON page", "is not a PEP 691 JSON page (not an object)",
                             "point at the wheelhouse root (the folder holding simple/ and wheels/)")
 
-    def optional(self, url: str, max_bytes: int) -> bytes | None:
+    def optional(self, url: str, max_bytes: int, *, hashed: bool = False) -> bytes | None:
+        """The file at ``url``, None where it is missing. Unless ``hashed`` (a sidecar, checked against its page's
+        hash: it may live beside an asset whose host redirects), it is read from the origin it was asked at."""
+        read = (lambda r: r.read()) if hashed else self._same_origin(url, lambda r: r.read())
         try:
-            return self._get(url, lambda r: r.read(), max_bytes=max_bytes)
+            return self._get(url, read, max_bytes=max_bytes)
         except _Missing:
             return None
+
+    def _same_origin(self, url: str, read: Callable[[net.Body], _T]) -> Callable[[net.Body], _T]:
+        """``read``, refusing an answer a redirect brought from outside the allowed origins: a second host's pages
+        would stand in for the index (its wheels checked only against that host's pages)."""
+
+        def checked(body: net.Body) -> _T:
+            if body.url != url and not self.origins.allows(body.url):
+                raise SourceError(f"{url}: redirected to {body.url[:200]}, outside the index's origin; refused, "
+                                  "nothing was changed", "pull from the URL the index is served at, or give "
+                                  "--allow-origin URL to trust the other host")
+            return read(body)
+
+        return checked
 
     def wheel(self, url: str, wheel: Restored, out: BinaryIO) -> int:
         """Stream the wheel into ``out``, hashing as it comes; refuse it (naming it) unless it is the published one."""
@@ -329,6 +355,8 @@ class _Fetcher:
 
         try:
             sha256, size = self._get(url, copy, max_bytes=wheel.size)
+        except net.NetError as e:  # inside the restore's transaction: an OSError there reads as the disk failing
+            raise Unreachable(f"{e.message}; nothing was changed", e.hint) from None
         except net.TooLarge as e:
             raise ChecksumError(f"{url}: the published {wheel.filename} is larger than the {wheel.size} bytes its "
                                 f"page says; refused after {wheel.size + 1} bytes, nothing was changed",
@@ -353,11 +381,12 @@ class _Fetcher:
             if e.code in (404, 410):
                 raise _Missing(url) from None
             cause, cure = netfault.explain(e)
+            raise SourceError(f"{url} {cause}; nothing was changed", cure) from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, (FileNotFoundError, NotADirectoryError)):
                 raise _Missing(url) from None
             cause, cure = netfault.explain(e)
-        raise SourceError(f"{url} {cause}", cure)
+            raise Unreachable(f"{url} {cause}; nothing was changed", cure) from None
 
 
 def _json_object(data: bytes, what: str, not_json: str, not_object: str, cure: str) -> dict:

@@ -15,7 +15,9 @@ hard link (publication copies files, never links them, so a second name can only
 nor anything but a regular file (a fifo would block). Files answer ``Range: bytes=a-b | a- | -n`` with 206 and
 ``Content-Range`` (416 when it starts past the end; several ranges get the whole file, 200). Every request is answered
 (400 for a NUL byte, 414 for a path over 4096 bytes or a segment over 255, 404, 406, 416), never a dropped
-connection; the connection layer (builder/index/connections.py) bounds slow clients in time and number.
+connection; the connection layer (builder/index/connections.py) bounds slow clients in time and number. A file
+body over ``Limits.small_body`` takes one of ``Limits.bodies`` slots; when none is free the request is answered 503
+with ``Retry-After: 1`` (pages and small files are always sent), so downloads leave room for new clients.
 Requests are logged one per line (``"GET /path HTTP/1.1" 200``) to stderr or a given stream.
 """
 
@@ -33,6 +35,7 @@ import socket
 import stat
 import sys
 import urllib.parse
+from collections.abc import Callable
 from functools import partial
 from http import HTTPStatus
 from http.server import HTTPServer, SimpleHTTPRequestHandler
@@ -92,6 +95,7 @@ class IndexHandler(SimpleHTTPRequestHandler):
         self.log_stream = log_stream
         self.body: tuple[int, int] | None = None  # (offset, length) of a file body still to send
         self.body_out: Body | None = None  # that body, for the connection loop to send
+        self.slot: Callable[[], None] | None = None  # gives back the body slot this answer took
         super().__init__(*args, **kwargs)
 
     # one request per handler: the connection layer reads the head and keeps the connection between requests
@@ -112,6 +116,9 @@ class IndexHandler(SimpleHTTPRequestHandler):
 
     def finish(self) -> None:
         self.leftover = self.rfile.read()  # pipelined bytes: the next request's, for the connection layer
+        if self.slot is not None and self.body_out is None:  # a slot taken for a body that was never handed on
+            slot, self.slot = self.slot, None
+            slot()
         super().finish()
 
     # answers
@@ -225,6 +232,9 @@ class IndexHandler(SimpleHTTPRequestHandler):
         else:
             status = HTTPStatus.PARTIAL_CONTENT if span else HTTPStatus.OK
         first, last = span if isinstance(span, tuple) else (0, st.st_size - 1)
+        if status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT) and not self._body_slot(last - first + 1):
+            f.close()
+            return None
         self.send_response(status)
         if status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT):
             self.send_header("Content-Type", content_type)
@@ -245,6 +255,26 @@ class IndexHandler(SimpleHTTPRequestHandler):
             return None
         self.body = (first, last - first + 1)
         return f
+
+    def _body_slot(self, length: int) -> bool:
+        """Whether a body of ``length`` bytes may be sent now; False when it answered 503 (every slot for a large
+        body is taken: the downloads in flight must not hold every connection)."""
+        server = self.server
+        if not isinstance(server, PooledHTTPServer) or length <= server.limits.small_body:
+            return True
+        if server.take_body_slot():
+            self.slot = server.give_body_slot
+            return True
+        body = b"503 Service Unavailable: too many downloads at once, retry in a second\n"
+        self.send_response(HTTPStatus.SERVICE_UNAVAILABLE)
+        self.send_header("Retry-After", "1")
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+        return False
 
     def _if_range_holds(self, last_modified: str) -> bool:
         """``If-Range``: the range applies only while the file is the one the client saw (its date; there is no
@@ -273,7 +303,8 @@ class IndexHandler(SimpleHTTPRequestHandler):
         offset, length = self.body
         self.body = None
         if length > 0:
-            self.body_out = Body(os.dup(source.fileno()), offset, length)
+            slot, self.slot = self.slot, None
+            self.body_out = Body(os.dup(source.fileno()), offset, length, release=slot)
 
     def _redirect_to_normalized(self, parts: list[str], parsed: urllib.parse.SplitResult) -> bool:
         """PEP 503: ``/simple/Causal_Conv1D/`` → 301 to ``/simple/causal-conv1d/``."""

@@ -13,7 +13,6 @@ splitting the methods of ``Wheelhouse`` would only move callers' imports around.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any, BinaryIO
 from builder.core.errors import PublishError
 from builder.core.fsutil import sha256_file
 from builder.core.log import log
+from builder.core.statefile import StateFileError, read_json
 from builder.core.wheelfile import split_label
 from builder.index.assets import AssetStore, read_assets
 from builder.index.checks import (
@@ -44,6 +44,11 @@ from builder.stages.repair import (
 )
 
 MAX_RECORD_FILE = 16 << 20  # records/<wheel>.json: the cap `index pull` reads a published one with (MAX_RECORD)
+class DamagedRecord(PublishError):
+    """records/<wheel>.json that is no JSON file at all (a folder, a fifo, not UTF-8 or not JSON, over the cap): one
+    line naming it, as for a record with a wrong-typed field (the command stops; nothing was changed)."""
+
+
 _RECORD_CURE = ("fix or delete that record (a wheel without one is still listed), or publish the wheel again, "
                 "then run `builder index rebuild`")
 
@@ -96,12 +101,12 @@ class Wheelhouse(Layout):
         """records/<wheel>.json as JSON, its known fields checked (``check_record_json``); None without one (or one
         that is not a JSON object). Too large or wrong-typed: a PublishError naming the file (and the field)."""
         path = self.record_file(wheel_name)
-        if not path.exists():
+        try:  # a folder, fifo or device there is refused unopened; over the cap, not UTF-8, not JSON: one line
+            data = read_json(path, limit=MAX_RECORD_FILE)
+        except FileNotFoundError:
             return None
-        if path.stat().st_size > MAX_RECORD_FILE:
-            raise PublishError(f"{path}: {path.stat().st_size} bytes, more than the {MAX_RECORD_FILE} a build record "
-                               "may have; nothing was changed", _RECORD_CURE)
-        data = json.loads(path.read_text())
+        except StateFileError as e:
+            raise DamagedRecord(f"{e} (a build record); nothing was changed", _RECORD_CURE) from e
         if not isinstance(data, dict):
             return None
         try:
@@ -287,7 +292,7 @@ class Wheelhouse(Layout):
                     continue  # a variant shares its plain wheel's inputs: the build is the plain wheel
                 try:
                     record = self.record_of(wheel.name)
-                except (OSError, json.JSONDecodeError):
+                except OSError:
                     continue
                 if record is None or record.cache_key != cache_key or not wheel.exists():
                     continue
@@ -468,7 +473,7 @@ class Wheelhouse(Layout):
     def _read_record(self, wheel_name: str) -> BuildRecord | None:
         try:
             return self.record_of(wheel_name)
-        except (OSError, json.JSONDecodeError, RecursionError):
+        except OSError:
             return None
 
     def _files_of(self, wheel_name: str) -> list[Path]:

@@ -21,11 +21,12 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from filelock import FileLock
 
 from builder.core.errors import PublishError
+from builder.core.statefile import StateFileError, describe, read_json, want
 from builder.index.generations import (
     adopt_page_folders,
     current_generation,
@@ -228,12 +229,9 @@ def replay(root: Path) -> bool:
     files it no longer lists deleted."""
     path = root / JOURNAL
     try:
-        journal = json.loads(path.read_text())
+        journal = _read_journal(path)
     except FileNotFoundError:
         return False
-    except (OSError, ValueError) as e:
-        raise PublishError(f"{path} is unreadable ({e})",
-                           "the journal is damaged: remove it and run `builder index rebuild`") from e
     touched: set[Path] = set()
     _rename(root, journal.get("moves", []), touched)
     generations = [int(n) for n in journal.get("generations", [])]
@@ -257,6 +255,32 @@ def replay(root: Path) -> bool:
         previous = journal.get("previous")
         prune_generations(root, previous if isinstance(previous, int) else None)
     return True
+
+
+_DAMAGED = "the journal is damaged: remove it and run `builder index rebuild`"
+
+
+def _read_journal(path: Path) -> dict[str, Any]:
+    """The journal, its shape checked (``commit`` writes it): one line naming the file and field when it is
+    damaged, and a fifo or folder in its place is never opened for reading. FileNotFoundError without one."""
+    try:
+        journal = read_json(path, limit=256 << 20)
+        for field in ("moves", "replacing"):
+            pairs = want(path, journal, field, "a list", optional=True) or []
+            if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+                raise StateFileError(f"{path}: field {field!r} is not a list of [temp, final] path pairs")
+        for field in ("generations", "deletes", "trees"):
+            items = want(path, journal, field, "a list", optional=True) or []
+            if not all(isinstance(x, str) for x in items):
+                raise StateFileError(f"{path}: field {field!r} is not a list of strings")
+        if not all(x.isdigit() and x.isascii() and len(x) < 20 for x in journal.get("generations") or []):
+            raise StateFileError(f"{path}: field 'generations' names something other than generation numbers")
+        previous = journal.get("previous")
+        if previous is not None and (not isinstance(previous, int) or isinstance(previous, bool)):
+            raise StateFileError(f"{path}: field 'previous' is {describe(previous)}, not a generation number")
+    except StateFileError as e:
+        raise PublishError(str(e), _DAMAGED) from e
+    return journal
 
 
 def _rename(root: Path, pairs: list[list[str]], touched: set[Path]) -> None:
@@ -288,6 +312,5 @@ def _sweep_stale_temps(root: Path) -> None:
 def _inside(root: Path, rel: str) -> Path:
     path = (root / rel).resolve()
     if not path.is_relative_to(root.resolve()):
-        raise PublishError(f"{root / JOURNAL} names {rel}, outside the wheelhouse",
-                           "the journal is damaged: remove it and run `builder index rebuild`")
+        raise PublishError(f"{root / JOURNAL} names {rel}, outside the wheelhouse", _DAMAGED)
     return root / rel

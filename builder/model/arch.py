@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -25,6 +26,7 @@ from builder.core.errors import UsageError
 from builder.core.filememo import remembered
 from builder.core.fsutil import atomic_write
 from builder.core.settings import Settings
+from builder.core.statefile import read_json_or_none
 from builder.model.cuda import CudaVersion
 
 _ARCH_RE = re.compile(r"^(sm_|compute_)?(\d{2,3})([af]?)(\+ptx)?$", re.IGNORECASE)
@@ -144,15 +146,14 @@ def nvcc_arch_support(nvcc: Path, settings: Settings | None = None) -> ArchSuppo
     stat = nvcc.resolve().stat()
     key = f"v2:{nvcc.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
     cache = settings.cache("index") / "nvcc-archs.json" if settings is not None else None
-    known: dict[str, dict[str, object]] = {}
-    if cache is not None and cache.exists():
-        try:
-            known = json.loads(cache.read_text())
-        except (OSError, json.JSONDecodeError):
-            known = {}
-    if key in known:
-        entry = known[key]
-        return ArchSupport(tuple(entry["sass"]), tuple(entry["ptx"]), str(entry["source"]))  # type: ignore[arg-type]
+    known: dict[str, Any] = {}
+    if cache is not None:  # damaged (not JSON, a fifo, a folder, odd entries): nvcc is asked again, the file rewritten
+        read = read_json_or_none(cache)
+        known = read if isinstance(read, dict) else {}
+    entry = known.get(key)
+    if isinstance(entry, dict) and all(isinstance(entry.get(k), list) and all(isinstance(a, str) for a in entry[k])
+                                       for k in ("sass", "ptx")):
+        return ArchSupport(tuple(entry["sass"]), tuple(entry["ptx"]), str(entry.get("source", "")))
     def run(*args: str) -> str:
         return subprocess.run([str(nvcc), *args], capture_output=True, text=True, timeout=60, check=True).stdout
 

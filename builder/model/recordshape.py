@@ -87,6 +87,13 @@ def check_record_json(data: object) -> None:
     _want(variant, "label", "str", "variant.")
     _want(variant, "of_archs", "strlist", "variant.")
     _want(variant, "properties", "object", "variant.")
+    for namespace, features in (variant.get("properties") or {}).items():  # PEP 825: namespace → feature → values
+        where = f"variant.properties.{namespace}"
+        if not isinstance(features, dict):
+            raise RecordShapeError(where, f"is {_kind(features)}, not an object of features")
+        for feature, values in features.items():
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise RecordShapeError(f"{where}.{feature}", f"is {_kind(values)}, not a list of strings")
     for key in ("torch_checks", "torch_unchecked"):
         for i, check in enumerate(data.get(key) or ()):
             if not isinstance(check, dict):

@@ -24,17 +24,21 @@ from builder.core.wheelfile import LABEL, dist_info_dir, read_entries, split_lab
 from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
 
-# uv accepts only the schema URLs it knows (variantlib 0.2.2 writes another, which uv ignores: DESIGN.md)
+# uv accepts only the schema URLs it knows: tests/test_variants.py (test_the_installed_uv_picks_the_variant_for_the_gpu)
+# fails when the uv this project installs stops accepting this one
 SCHEMA = "https://variants-schema.wheelnext.dev/peps/825/v0.1.1.json"
 NAMESPACE = "nvidia"
 # uv runs this provider built in; under another plugin-api it skips the namespace. uv 0.13.9 refuses the whole file
 # when a provider has an `enable-if` marker ("did not match any variant of untagged enum ProviderKind")
 PROVIDER = {
     "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
-    "requires": ["nvidia-variant-provider>=0.0.1,<1.0.0"],
+    # PyPI has only a 0.0.0a0 release: a bound that names that pre-release admits it (>=0.0.1 matched nothing)
+    "requires": ["nvidia-variant-provider>=0.0.0a0,<1.0.0"],
 }
 UV_PREVIEW_FEATURE = "wheel-variants"
-UV_MIN_VERSION = "0.13.7"  # variants behind the preview flag since 0.13.1; the provider's FORCE variables since 0.13.7
+# uv takes the flag since 0.13.1, but 0.13.1-0.13.5 install the plain wheel; 0.13.6 picks the variant (the FORCE
+# variables too): measured with the 0.13.5, 0.13.6 and 0.13.9 releases from PyPI (docs/USING.md "variants")
+UV_MIN_VERSION = "0.13.6"
 FORCE_SM_ARCH = "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"  # "12.0": the GPU the provider reports
 FORCE_DRIVER = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION"  # "13.0": the driver's CUDA version
 FILE_IN_WHEEL = "variant.json"

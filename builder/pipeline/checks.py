@@ -145,7 +145,8 @@ def torch_range(plan: Plan, settings: Settings, python: PythonEnv, base_python: 
     if offline and python.torch and not any(Version(t).public == own for t, _ in torches):
         torches.append((str(own), ".".join((python.torch_cuda or str(plan.cuda)).split(".")[:2])))  # not listed
     if not whole_range or (settings.offline and not offline):
-        why = "--no-torch-range" if not whole_range else "--offline (a cross build)"
+        why = ("--no-torch-range (builder install's default; its --torch-range checks the others)" if not whole_range
+               else "--offline (a cross build)")
         log.warning(f"torch range: {why}, so only the build's torch is checked and the wheel is offered for it "
                     "alone until `builder verify` checks the others")
         torches = [(t, line) for t, line in torches if Version(t).public == own]

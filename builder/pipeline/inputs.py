@@ -14,21 +14,25 @@ Its three users share it, so that they cannot drift apart:
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.core.errors import RecipeError, UsageError
 from builder.core.fsutil import sha256_file, tree_digest
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.model.recipe import find_recipe, load_recipe
 from builder.stages.compile import base_env
 from builder.stages.inputs import UNKNOWN, TargetInputs, Unknown, target_inputs, toolkit_record
 from builder.stages.patch import check_patches
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv, python_for
-from builder.stages.resolve import SourceRef
+from builder.stages.resolve import SourceRef, pypi_releases
 from builder.stages.source import describe_source_digest, fetch
 from builder.toolchain import CudaToolkit, cross, select_toolkit
 from builder.toolchain.base import BuildHost
@@ -114,6 +118,46 @@ def resolve_inputs(plan: Plan, settings: Settings, environ: Mapping[str, str], m
     compiler = _compiler(plan, environ, host, memo)
     inputs = _inputs(plan, source_digest=digest, toolkit=host.toolkit, python=python, compiler=compiler)
     return ResolvedInputs(plan, host, source, digest, python, test_python, compiler, inputs, inputs.cache_key())
+
+
+def check_edges(package: str, settings: Settings, *, source: str | None = None) -> None:
+    """What a build would otherwise find wrong only at its end, checked before anything is made (no identity file,
+    venv, download or stage): the wheelhouse must be a folder this process can write into (or make), the recipe's
+    ``[test] kernel-tests``, where it names something that exists, a regular file (a missing one is allowed: the
+    test stage skips it, and `plan` works before it is written), and ``--offline`` needs the cached release list
+    (before: nvcc and the interpreters were asked, and their answers written to identity/, first). ``source``: the
+    build's --source, which needs no release list."""
+    check_wheelhouse_writable(settings.wheelhouse)
+    recipe = load_recipe(find_recipe(package, settings.recipes_dir), settings.patches_dir)  # as written:
+    # (load_target_recipe's stable-ABI floor reads discovery's listing, which may fetch)
+    tests = recipe.kernel_tests
+    if tests is not None and os.path.lexists(tests) and not tests.is_file():
+        what = "a folder" if tests.is_dir() else "not a regular file (a dangling link, a fifo, a device)"
+        raise RecipeError(f"{recipe.file}: field 'test.kernel-tests' names {tests}, which is {what}",
+                          "point it at the kernel-test script beside the recipe (a .py file)")
+    if settings.offline and source is None and recipe.source.path is None and recipe.source.git is None:
+        pypi_releases(recipe.source.pypi or recipe.name, settings)  # no cached list: refused before any probe writes
+
+
+def check_wheelhouse_writable(root: Path) -> None:
+    """The wheelhouse a build publishes to is a folder a file can be written in, or a folder can be made at: tried
+    with a temp file of the builder's own naming, removed at once (a read-only mount refuses even root)."""
+    where = f"--wheelhouse {root}"
+    cure = "give a folder you can write (--wheelhouse or BUILDER_WHEELHOUSE); it is made when missing"
+    if os.path.lexists(root) and not root.is_dir():
+        raise UsageError(f"{where}: is a file, not a folder", cure)
+    folder = root
+    while not folder.is_dir():
+        if os.path.lexists(folder) and not folder.is_dir():
+            raise UsageError(f"{where}: cannot be made, {folder} is a file", cure)
+        folder = folder.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".write-check.", suffix=".builder-tmp")
+    except OSError as e:
+        made = "" if folder == root else f" (it would be made in {folder})"
+        raise UsageError(f"{where}: cannot be written{made}: {e.strerror or e}", cure) from e
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def known_inputs(plan: Plan) -> TargetInputs:

@@ -122,7 +122,8 @@ def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool =
 def _test_env(wheel: BuiltWheel, options: TestOptions, torch: str, workdir: Path, *,
               requires: tuple[str, ...] = ()) -> PythonEnv:
     if options.python is not None:
-        given = probe(Path(shutil.which(options.python) or options.python), need_torch=True)
+        # absolute: `./venv/bin/python` must not lose its ./ to Path() and be looked up on PATH
+        given = probe(Path(shutil.which(options.python) or options.python).absolute(), need_torch=True)
         if wheel.stable:
             _check_stable_torch(given, wheel, options.python)
         elif wheel.built_once:

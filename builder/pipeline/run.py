@@ -19,7 +19,7 @@ from builder.core.errors import UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log, target_prefix
 from builder.core.settings import Settings
-from builder.core.wheelfile import split_label
+from builder.core.wheelfile import source_date_epoch, split_label
 from builder.index.store import Wheelhouse
 from builder.model.arch import torch_arch_list
 from builder.model.builtwheel import BuiltWheel
@@ -34,8 +34,9 @@ from builder.model.records import (
 )
 from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
-from builder.pipeline.inputs import InputsMemo, ResolvedInputs, resolve_inputs, timed
+from builder.pipeline.inputs import InputsMemo, ResolvedInputs, check_edges, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
+from builder.stages.compileprogress import ExpectedTime
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
 from builder.stages.finalize import finalize_wheel, portable_record
 from builder.stages.inputs import toolkit_record
@@ -77,6 +78,8 @@ class BuildOptions:
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:
     environ = dict(os.environ if env is None else env)
     timings: dict[str, float] = {}
+    source_date_epoch(environ)  # empty means unset; nonsense is one line now, not at finalize
+    check_edges(target.package, settings, source=target.source)  # a wheelhouse that is a file or read-only, kernel tests a folder: before anything
     with timed(timings, "plan"):
         plan = make_plan(target, settings)
     result = BuildResult(plan, timings=timings)
@@ -185,7 +188,7 @@ def _compile_env(inputs: BuildInputs, settings: Settings, options: BuildOptions,
         if flags:  # before the recipe's own NVCC_APPEND_FLAGS: nvcc takes an option's last value
             env["NVCC_APPEND_FLAGS"] = " ".join([*flags, env.get("NVCC_APPEND_FLAGS", "")]).strip()
     env["MAX_JOBS"] = str(plan.target.jobs)
-    env.setdefault("SOURCE_DATE_EPOCH", "315532800")
+    env["SOURCE_DATE_EPOCH"] = str(source_date_epoch(env))  # empty or unset: 1980; nonsense: one line
     ccache = None
     if toolkit is not None and inputs.resolved.compiler is not None:  # ccache wraps host compilers, not an image's
         ccache = find_compiler_cache(options.compiler_cache, settings)
@@ -220,8 +223,13 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     log_file = settings.cache("logs") / f"{plan.recipe.name}-{plan.version}-{key[:12]}.log"
     request = WheelRequest(source_dir=root, python=python.python, env=env, out_dir=workdir / "dist",
                            log_file=log_file, prepared=python.prepared)
+    archs = tuple(str(a) for a in plan.target.archs)
+    main = Wheelhouse(settings.wheelhouse)  # earlier builds' records (also staged ones): the compile's estimate
+    expected = ExpectedTime.of_files([*main.record_files(), *main.staging().record_files()], plan.recipe.name, archs,
+                                     inputs.parallel.max_jobs) if toolkit is not None else None
+    what = f"{plan.recipe.name} for {', '.join(f'sm_{a}' for a in sorted(archs))}" if toolkit is not None else ""
     with timed(timings, "build"):
-        raw = build_wheel(request, host)
+        raw = build_wheel(request, host, expected, what)
         if inputs.cross is not None:  # what the container toolchain's cibuildwheel does: the manylinux tag
             raw = cross.repair(raw, workdir / "repaired", inputs.cross.platform, EXCLUDED_LIBS)
     compiler_cache = ccache.stats(workdir / "ccache-stats.log") if ccache is not None else None

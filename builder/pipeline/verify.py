@@ -7,6 +7,11 @@ torchrange.py ``other_index_torches``) that its record has no passed check for a
 go into its record, and the index then lists it in the channel of each torch that passed (one transaction:
 index/store.py write_record). A stable wheel claims its port's range on its CUDA major; a pure-Python wheel every
 torch its own requirement admits on every CUDA line from 12.8 on (torchrange.py ``PurePython``).
+
+An index that cannot be reached is no result (issue 54): when the wheel's index cannot be read now (a cached list
+would answer), or uv's install of a torch fails on the network (HTTP 5xx, refused, timed out, DNS), the command
+stops with ``Unreachable`` (exit 4) naming the index and the cause; those torches are not recorded as failed checks,
+so the record says only what was actually tried.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from builder.core.errors import UsageError
+from builder.core.errors import SourceError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.wheelfile import build_number, parse_wheel_name, superseded
 from builder.discovery.compat import TorchIndex, resolve_index
+from builder.discovery.simpleindex import reading
+from builder.discovery.torchindex import unreadable_why
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
 from builder.model.recipe import Recipe, find_recipe, load_recipe
@@ -44,6 +51,20 @@ from builder.stages.torchrange import (
 from builder.toolchain import cross
 
 
+class Unreachable(SourceError):
+    """A torch index this verification needs could not be reached: nothing is recorded for what it would decide."""
+
+
+# uv's words for a network failure (its install of a torch never reached a verdict on the wheel)
+_UV_NETWORK = ("error sending request", "HTTP status server error", "dns error", "tcp connect error",
+               "Connection refused", "operation timed out", "failed to lookup address", "Service Unavailable")
+
+
+def network_failure(check: TorchCheck) -> bool:
+    """A failed check whose detail is uv failing to reach the index, not the wheel failing beside the torch."""
+    return check.status == "failed" and any(w in check.detail for w in _UV_NETWORK)
+
+
 @dataclass(frozen=True)
 class Verified:
     wheel: str
@@ -53,8 +74,19 @@ class Verified:
 
 def stable_packages(settings: Settings) -> list[str]:
     """The packages that have a published wheel offered across torches (stable-ABI, or pure Python built once)."""
-    house = Wheelhouse(settings.wheelhouse)
+    house = _house(settings)
     return sorted({str(w.name) for w in _ranged(house)})
+
+
+def _house(settings: Settings) -> Wheelhouse:
+    """The wheelhouse to verify, refused when it is not a folder (before: read as empty, "nothing to verify", exit
+    0, for a mistyped --wheelhouse)."""
+    root = settings.wheelhouse
+    if not root.is_dir():
+        raise UsageError(f"verify: --wheelhouse {root} is {'a file' if root.exists() else 'not there'}, not a "
+                         "wheelhouse folder", "give the folder `builder build` publishes into (it holds wheels/ "
+                         "and simple/), or set BUILDER_WHEELHOUSE")
+    return Wheelhouse(root)
 
 
 def _ranged(house: Wheelhouse) -> list[BuiltWheel]:
@@ -67,7 +99,7 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12", pr
     list: a torch released an hour ago counts), pre-releases included with ``pre``; what its newest torch is, and
     when it was uploaded, is said for each wheel, so a new torch day shows either the new check or why there is
     none."""
-    house = Wheelhouse(settings.wheelhouse)
+    house = _house(settings)
     found = [w for w in _ranged(house) if w.name == canonicalize_name(package)]
     if not found:
         raise UsageError(f"no stable-ABI or built-once pure-Python wheel of {package} in {house.wheels}",
@@ -75,7 +107,23 @@ def verify_package(package: str, settings: Settings, *, python: str = "3.12", pr
     recipe = load_recipe(find_recipe(package, settings.recipes_dir), settings.patches_dir)
     for line in superseded_lines(house, recipe):
         log.warning(line)
-    return [v for wheel in found if (v := _verify_one(wheel, recipe, house, settings, python, pre)) is not None]
+    done: list[Verified] = []
+    outages: list[Unreachable] = []
+    for wheel in found:  # an unreachable index stops no other wheel's verification; it fails the command at the end
+        try:
+            with reading():  # the wheel's index reads (its own and the others) share one network deadline
+                verified = _verify_one(wheel, recipe, house, settings, python, pre)
+        except Unreachable as e:
+            outages.append(e)
+            continue
+        if verified is not None:
+            done.append(verified)
+    if outages:
+        for other in outages[1:]:
+            log.warning(other.one_line())
+        more = f" ({len(outages) - 1} more wheels likewise, above)" if len(outages) > 1 else ""
+        raise Unreachable(outages[0].message + more, outages[0].hint)
+    return done
 
 
 def superseded_lines(house: Wheelhouse, recipe: Recipe) -> list[str]:
@@ -106,6 +154,12 @@ def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: 
     assert record is not None  # a ranged wheel has one
     claim = checks.claim(wheel, recipe)
     index = resolve_index(record.torch_index or None, settings, pre=pre, refresh=not settings.offline)
+    listing = index.listing
+    if not settings.offline and listing is not None and listing.source != "index":
+        why = unreadable_why(settings, index.url, pre) or listing.note or "not read"
+        raise Unreachable(f"{path.name}: its torch index {index.url} cannot be read now ({why}); nothing was checked "
+                          "or recorded", "run `builder verify` again when the index answers (or --offline to check "
+                          "only the torches this machine has)")
     if wheel.cuda is None:
         log.warning(f"{path.name}: its record names no CUDA; skipped")
         return None
@@ -129,6 +183,8 @@ def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: 
                                           test_requires=recipe.test_requires, companions=house.wheels, here=here,
                                           cross_platform=wheel.platform if cross.is_cross(wheel.platform) else None)
         new += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir, make_env=make_env)
+    outage = [c for c in new if network_failure(c)]
+    new = tuple(c for c in new if c not in outage)
     made, unchecked = split_unchecked(new)
     checks_now = merge_checks(record.torch_checks or (), made)  # the one rule (model/recordmerge.py)
     tried = {c.key[:2] for c in new}  # a torch not checked before and now: replaced
@@ -136,7 +192,15 @@ def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: 
     if unchecked:
         log.warning(f"{path.name}: --offline: not checked on torch {torch_names(unchecked)} "
                     "(not on this machine without the network); run `builder verify` where it has the network")
-    house.write_record(path.name, record.with_(torch_checks=checks_now, torch_unchecked=still or None))
+    if new:
+        house.write_record(path.name, record.with_(torch_checks=checks_now, torch_unchecked=still or None))
+    if outage:
+        cause = outage[0].detail.split(" failed: ", 1)[-1]
+        raise Unreachable(f"{path.name}: torch {torch_names(tuple(outage))} could not be installed, its index "
+                          f"unreachable or failing (uv: {cause if len(cause) <= 240 else '…' + cause[-240:]}); "
+                          "not recorded as a check"
+                          + (f", the {len(new)} other checks recorded" if new else ""),
+                          "run `builder verify` again when the index answers")
     log.ok(f"{path.name}: {describe_checks(checks_now)}; channels: {', '.join(house.channels_of(path.name))}")
     return Verified(path.name, new, (*checks_now, *unchecked))
 

@@ -22,7 +22,13 @@ from builder.core.errors import BuildFailed
 from builder.core.log import log
 from builder.core.settings import NVCC_PEAK_GIB, memory_slots
 from builder.model.arch import Arch
-from builder.stages.compileprogress import LIVE_TICK_S, PLAIN_REFRESH_S, PLAIN_TICK_S, CompileProgress
+from builder.stages.compileprogress import (
+    LIVE_TICK_S,
+    PLAIN_REFRESH_S,
+    PLAIN_TICK_S,
+    CompileProgress,
+    ExpectedTime,
+)
 from builder.toolchain.base import PTXAS_THREADS, BuildHost, CudaToolkit, WheelBuildFailed, WheelRequest
 from builder.toolchain.local import LOCAL
 
@@ -73,8 +79,11 @@ def parallelism(jobs: int, archs: tuple[Arch, ...], toolkit: CudaToolkit | None,
     return Parallelism(max_jobs=fit, nvcc_threads=threads, ptxas_threads=PTXAS_THREADS if split else 1)
 
 
-def build_wheel(request: WheelRequest, host: BuildHost = LOCAL) -> Path:
-    """Build one wheel; returns its path. On failure raises BuildFailed with the log's tail."""
+def build_wheel(request: WheelRequest, host: BuildHost = LOCAL, expected: ExpectedTime | None = None,
+                estimate_of: str = "") -> Path:
+    """Build one wheel; returns its path. On failure raises BuildFailed with the log's tail. ``expected``: how
+    long earlier builds of the same recipe and archs took (the progress line counts down from it); where there
+    are none, ``estimate_of`` names what had none (``causal-conv1d for sm_120``)."""
     request.out_dir.mkdir(parents=True, exist_ok=True)
     log_file = request.log_file
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -90,9 +99,15 @@ def build_wheel(request: WheelRequest, host: BuildHost = LOCAL) -> Path:
         progress: CompileProgress | None = None
         try:
             log.info(f"build log: {log_file}")
+            if expected is not None:
+                log.info(f"compile time: {expected.describe()}")
+            elif estimate_of:
+                log.info(f"compile time: no earlier build of {estimate_of} in this wheelhouse's records to estimate "
+                         "from (the README gives measured times)")
             live = log.console.is_terminal and not log.quiet  # log.status's spinner: its line is redrawn
             with log.status("compiling", each_change=True) as update:
-                progress = CompileProgress(update, refresh_s=LIVE_TICK_S if live else PLAIN_REFRESH_S)
+                progress = CompileProgress(update, refresh_s=LIVE_TICK_S if live else PLAIN_REFRESH_S,
+                                           expected=expected)
                 with progress.watching(LIVE_TICK_S if live else PLAIN_TICK_S):
                     wheel = host.build_wheel(request, progress)
         except WheelBuildFailed as e:

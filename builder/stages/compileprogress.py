@@ -6,15 +6,19 @@ running and for how long) and shows a failed unit's compiler error as it fails. 
 from __future__ import annotations
 
 import contextvars
+import json
 import re
+import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.log import elapsed, log
 from builder.core.streaming import Process, descendants, process_cwd
+from builder.model.records import BuildRecord
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)$")
 _NINJA_PREFIX = re.compile(r"^\[\d+/\d+\]\s+")
@@ -106,10 +110,79 @@ def _ninja_file(argv: Sequence[str], cwd: Path) -> Path:
     return folder / name
 
 
+@dataclass(frozen=True)
+class PastBuild:
+    """An earlier build of the same recipe and archs, from its record: its build stage's seconds and MAX_JOBS."""
+
+    seconds: float
+    jobs: int
+
+
+@dataclass(frozen=True)
+class ExpectedTime:
+    """How long this compile should take, from earlier builds of the same recipe and archs (the wheelhouse's
+    records: their ``build`` timing, a compiler-cache hit left out, as that is no compile) scaled from their MAX_JOBS
+    to this build's: the work spreads over min(jobs, units) processes, so a build of 4 units gains nothing past 4
+    jobs. The median of the scaled times; what else runs on the machine is not known, so it is an estimate."""
+
+    past: tuple[PastBuild, ...]
+    jobs: int
+    what: str  # "causal-conv1d for sm_120"
+
+    @classmethod
+    def from_records(cls, records: Iterable[BuildRecord], package: str, archs: Sequence[str],
+                     jobs: int) -> ExpectedTime | None:
+        wanted = sorted(archs)
+        past = []
+        for record in records:
+            timings, parallel, cache = record.timings or {}, record.parallel or {}, record.compiler_cache or {}
+            if (record.package != package or sorted(record.archs) != wanted or record.variant is not None
+                    or not timings.get("build") or cache.get("hits", 0) > 0):
+                continue
+            past.append(PastBuild(float(timings["build"]), int(parallel.get("max_jobs") or jobs)))
+        shown = ", ".join(f"sm_{a}" for a in wanted)
+        return cls(tuple(past), jobs, f"{package} for {shown}") if past else None
+
+    @classmethod
+    def of_files(cls, paths: Iterable[Path], package: str, archs: Sequence[str], jobs: int) -> ExpectedTime | None:
+        """From the record files ``paths`` (a wheelhouse's ``records/<wheel>.json``; the pipeline names them),
+        those of ``package``'s wheels read; one that cannot be read is skipped: an estimate never stops a build."""
+        module = package.replace("-", "_")
+        records = []
+        for path in paths:
+            if not path.name.startswith(f"{module}-"):
+                continue
+            try:
+                records.append(BuildRecord.from_json(json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+        return cls.from_records(records, package, archs, jobs)
+
+    def seconds(self, units: int | None = None) -> float:
+        def spread(jobs: int) -> int:
+            return max(1, min(jobs, units) if units else jobs)
+        return statistics.median(p.seconds * spread(p.jobs) / spread(self.jobs) for p in self.past)
+
+    def describe(self, units: int | None = None) -> str:
+        jobs = sorted({p.jobs for p in self.past})
+        scaled = "" if jobs == [self.jobs] else f", scaled from MAX_JOBS {'/'.join(map(str, jobs))} to {self.jobs}"
+        builds = "build" if len(self.past) == 1 else f"{len(self.past)} builds"
+        return (f"about {elapsed(self.seconds(units))}, by the earlier {builds} of {self.what} in this "
+                f"wheelhouse's records{scaled} (more while other work shares the cores)")
+
+    def left(self, ran_s: float, units: int | None) -> str:
+        """The status line's part: ``about 2m10s left of ~4m40s``, or that it runs past the estimate."""
+        total = self.seconds(units)
+        if ran_s < total:
+            return f"about {elapsed(total - ran_s)} left of ~{elapsed(total)}"
+        return f"past the ~{elapsed(total)} earlier builds took"
+
+
 class CompileProgress:
     """Turns the build into one status line: how many units there are and how many are done, which are running
     and for how long each (``1/4 done; running causal_conv1d_bwd.cu for 3m10s, causal_conv1d_fwd.cu for 40s``),
-    and the units that failed; warnings and upstream noise stay in the log file.
+    with ``expected`` how long is left by earlier builds (``about 1m20s left of ~4m40s``), and the units that failed;
+    warnings and upstream noise stay in the log file.
 
     Where it comes from. ninja, writing into a pipe (not a terminal), prints a step's ``[n/N] command`` line when
     the step *ends*: it gives the count done and the total, but nothing until the first unit ends (19 minutes of a
@@ -133,8 +206,11 @@ class CompileProgress:
 
     def __init__(self, update: Callable[[str], None], report: Callable[[str], None] = log.error, *,
                  processes: Callable[[], list[Process] | None] | None = descendants,
-                 refresh_s: float = PLAIN_REFRESH_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 refresh_s: float = PLAIN_REFRESH_S, clock: Callable[[], float] = time.monotonic,
+                 expected: ExpectedTime | None = None) -> None:
         self.update = update
+        self.expected = expected  # earlier builds' time, for the line's "about … left"
+        self._started = clock()
         self.report = report
         self.current = ""  # the latest step as compile_step reads it (``[2/4] nvcc x.cu``, ``link x.so``)
         self.failed: list[str] = []  # units ninja reported FAILED, as their steps read (``c++ x.cpp``)
@@ -250,6 +326,8 @@ class CompileProgress:
             else:
                 latest = step
                 parts.append(latest)
+        if parts and self.expected is not None and not self.failed:  # a time, so not part of what was said
+            parts.append(self.expected.left(self._clock() - self._started, self.total))
         text = "; ".join(parts)
         return text, (self.done, self.total, tuple(self.failed), tuple(u for u, _ in oldest), latest)
 

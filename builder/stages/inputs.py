@@ -39,7 +39,7 @@ class Unknown(enum.Enum):
 
 
 UNKNOWN = Unknown.UNKNOWN
-# The toolkit fields that go into the key: a container build's image tag hashes its Dockerfile and base image
+# The toolkit fields that go into the key: a container build's image tag hashes its Dockerfile template and build arguments
 # (a new compiler there is a new tag); its content ID, the CUDA_HOME path and the reason do not. nvcc_flags: what
 # the builder adds to every nvcc call (CudaToolkit.nvcc_flags; absent in records of builds that added none).
 TOOLKIT_KEY_FIELDS = ("kind", "nvcc", "image", "nvcc_flags")

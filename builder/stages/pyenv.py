@@ -26,13 +26,24 @@ from builder.core.filememo import file_stamp
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.smallrun import run_small
+from builder.core.statefile import read_json_or_none
 from builder.core.uvtool import install_failure, run_uv, warn_if_low_disk
 from builder.discovery.compat import TorchIndex
 from builder.discovery.torchindex import PYTORCH_CHANNELS
 from builder.model import variants
 from builder.stages.plan import Plan
-from builder.toolchain.base import NO_MOUNTS, PYTHON_PROBE, BuildHost, Mounts, PreparedPython
-from builder.toolchain.local import LOCAL, find_interpreter
+from builder.toolchain.base import (
+    NO_MOUNTS,
+    PROBE_OUTPUT_LIMIT,
+    PYTHON_PROBE,
+    BuildHost,
+    Mounts,
+    PreparedPython,
+    probe_answer,
+    tail,
+)
+from builder.toolchain.local import LOCAL, LocalRunner, find_interpreter
 
 __all__ = ["PythonEnv", "find_interpreter", "fresh_test_env", "managed_env", "probe", "python_for"]
 
@@ -58,19 +69,33 @@ class PythonEnv:
 
 def probe(python: Path, *, need_torch: bool = False, with_torch: bool = True, host: BuildHost = LOCAL,
           mounts: Mounts = NO_MOUNTS) -> PythonEnv:
-    """Ask an interpreter (run by ``host``) for its version and torch (import torch can take a few seconds)."""
+    """Ask an interpreter (run by ``host``) for its version and torch (import torch can take a few seconds). Its
+    answer is not trusted: on this machine what it prints is bounded (core/smallrun.py), and the answer's JSON
+    shape is checked (``probe_answer``), so a wrong interpreter is one line, never a traceback."""
+    argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch or need_torch else ["--no-torch"])
     try:
-        argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch or need_torch else ["--no-torch"])
-        result = host.run(argv, mounts=mounts, network=False, timeout_s=300)
+        if isinstance(host, LocalRunner):
+            ran = run_small(argv, limit=PROBE_OUTPUT_LIMIT, timeout_s=300)
+            if ran.overflowed:
+                raise ToolchainError(f"--python {python}: printed more than {PROBE_OUTPUT_LIMIT} bytes answering the "
+                                     "environment probe; stopped",
+                                     "give a working Python interpreter (VENV/bin/python, or a venv folder)")
+            if ran.timed_out:
+                raise ToolchainError(f"--python {python}: did not answer the environment probe within 300 s",
+                                     "check that `import torch` works there")
+            code, output = ran.code, ran.output
+        else:
+            result = host.run(argv, mounts=mounts, network=False, timeout_s=300)
+            code, output = result.code, result.output
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
-    lines = [line for line in result.output.splitlines() if line.startswith("{")]
-    if result.code != 0 or not lines:
-        raise ToolchainError(f"--python {python}: it fails to start: {result.output.strip()[-200:]}")
-    info = json.loads(lines[-1])
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if code != 0:
+        raise ToolchainError(f"--python {python}: it fails to start (exit {code}): {tail(output)}")
+    info = probe_answer(lines[-1] if lines else "", python, output)
     if need_torch and not info["torch"]:
         raise ToolchainError(
-            f"--python {python}: torch is not importable there ({info.get('torch_error', 'not installed')})",
+            f"--python {python}: torch is not importable there ({info.get('torch_error') or 'not installed'})",
             "install the torch you want the wheel built against into that environment",
         )
     return PythonEnv(python, info["version"], info["torch"], info["torch_cuda"], Path(info["purelib"]), False,
@@ -203,6 +228,8 @@ def remember_env(marker: Path, env: PythonEnv) -> None:
                     stamp=_torch_stamp(env.python, env.purelib))
     except OSError:
         pass  # no torch/version.py: nothing to key on, so the next use probes again
+    if marker.is_dir() and not marker.is_symlink():  # a damaged marker: a folder in its place
+        shutil.rmtree(marker)
     atomic_write(marker, json.dumps(data))
 
 
@@ -222,8 +249,11 @@ def reuse_env(marker: Path, python: Path) -> PythonEnv:
 def remembered_env(marker: Path, python: Path) -> PythonEnv | None:
     """The venv's identity from its marker, without starting its interpreter; None (probe it) when the marker
     predates this, names another interpreter, or torch or the interpreter changed since it was written."""
+    data = read_json_or_none(marker)  # damaged (not JSON, a fifo, a folder): probed again and written over
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("python", "version", "purelib")) \
+            or not all(isinstance(data.get(k), str | None) for k in ("torch", "torch_cuda", "executable")):
+        return None
     try:
-        data = json.loads(marker.read_text())
         purelib, stamp = Path(data["purelib"]), data["stamp"]
         if data["python"] != str(python) or stamp != json.loads(json.dumps(_torch_stamp(python, purelib))):
             return None

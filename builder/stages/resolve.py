@@ -22,6 +22,7 @@ from builder.core.errors import ChecksumError, RecipeError, SourceError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.statefile import read_json_or_none
 from builder.model.recipe import Recipe
 
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
@@ -85,20 +86,26 @@ def pypi_releases(name: str, settings: Settings, *, refresh: bool = False) -> di
                           "delete it; the next run online reads PyPI again")
     _READ[key] = data
     releases: dict[str, SourceRef] = {}
-    for version, files in data.get("releases", {}).items():
-        for f in files:
-            if f.get("packagetype") == "sdist" and not f.get("yanked", False):
-                url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
-                releases[version] = SourceRef("pypi", url, f["filename"], f["digests"]["sha256"])
+    listed = data.get("releases", {})
+    if not isinstance(listed, dict):
+        raise SourceError(f"the release list of {name!r} ({cache_file}) has 'releases' of the wrong type "
+                          f"({type(listed).__name__})", "delete it; the next run online reads PyPI again")
+    for version, files in listed.items():
+        for f in files if isinstance(files, list) else ():
+            if not isinstance(f, dict) or f.get("packagetype") != "sdist" or f.get("yanked", False):
+                continue
+            digest = f["digests"].get("sha256") if isinstance(f.get("digests"), dict) else None
+            if not all(isinstance(x, str) and x for x in (f.get("url"), f.get("filename"), digest)):
+                continue  # an entry without its URL, name or sha256 cannot be fetched safely
+            url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
+            releases[version] = SourceRef("pypi", url, f["filename"], digest)
     return releases
 
 
 def _read_cached(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+    """The cached release list; None when it is damaged (not JSON, a folder, a fifo: never opened to read)."""
+    data = read_json_or_none(path, limit=256 << 20)
+    return data if isinstance(data, dict) and isinstance(data.get("releases", {}), dict) else None
 
 
 def resolve_version(recipe: Recipe, requested: str | None, available: list[str]) -> str:

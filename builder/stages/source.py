@@ -18,6 +18,7 @@ from builder.core.log import log
 from builder.core.safetar import safe_extract_tar
 from builder.core.safezip import safe_extract_zip
 from builder.core.settings import Settings
+from builder.core.statefile import StateFileError, read_bytes
 from builder.stages.resolve import SourceRef
 
 # ---------------------------------------------------------------- fetching
@@ -101,9 +102,9 @@ def _first_fetch_file(cached: Path) -> Path:
 
 
 def _first_fetch_hash(cached: Path) -> str | None:
-    try:
-        text = _first_fetch_file(cached).read_text().strip()
-    except OSError:
+    try:  # a fifo or folder put there is never opened for reading (it would block): no recorded hash
+        text = read_bytes(_first_fetch_file(cached), limit=1024).decode("ascii", "replace").strip()
+    except (OSError, StateFileError):
         return None
     return text if len(text) == 64 else None
 

@@ -13,12 +13,14 @@ to add one.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from packaging.version import Version
 
@@ -216,6 +218,44 @@ except Exception as e:
     info["torch_error"] = repr(e)[:200]
 print(json.dumps(info))
 """
+
+
+_PROBE_FIELDS = {"version": (str,), "executable": (str,), "purelib": (str,), "torch": (str, type(None)),
+                 "torch_cuda": (str, type(None)), "torch_error": (str, type(None))}
+
+
+PROBE_OUTPUT_LIMIT = 1 << 20  # what an interpreter may print answering PYTHON_PROBE (a few hundred bytes is usual)
+
+
+def probe_answer(line: str, python: Path, output: str = "") -> dict[str, Any]:
+    """The probe's JSON answer (PYTHON_PROBE), its fields checked: a ToolchainError naming the field otherwise."""
+    cure = "give a working Python interpreter (VENV/bin/python, or a venv folder)"
+    try:
+        info = json.loads(line) if line else None
+    except (ValueError, RecursionError):
+        info = None
+    if not isinstance(info, dict):
+        raise ToolchainError(f"--python {python}: its answer to the environment probe is not a JSON object: "
+                             f"{tail(output or line)}", cure)
+    for name, types in _PROBE_FIELDS.items():
+        if name == "torch_error" and name not in info:
+            continue
+        if not isinstance(info.get(name), types) or (name in ("version", "purelib", "executable")
+                                                       and not info[name]):
+            got = "missing" if name not in info else f"{type(info[name]).__name__} {str(info[name])[:40]!r}"
+            raise ToolchainError(f"--python {python}: its answer to the environment probe has field {name!r} "
+                                 f"{got}, not {' or '.join('null' if t is type(None) else 'a string' for t in types)}",
+                                 cure)
+    if not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,3}", info["version"]):
+        raise ToolchainError(f"--python {python}: its answer to the environment probe names version "
+                             f"{info['version'][:40]!r}, not MAJOR.MINOR", cure)
+    return info
+
+
+def tail(output: str) -> str:
+    """The end of a program's output on one line."""
+    text = " ".join(output.split())
+    return (text[-200:] if len(text) > 200 else text) or "(nothing printed)"
 
 
 def nvcc_version(nvcc: Path, memo: Path | None = None) -> Version:

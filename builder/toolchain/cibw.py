@@ -3,9 +3,9 @@
 ``build_with_cibuildwheel(CibwRequest)`` runs the real ``cibuildwheel --platform linux`` on a patched source tree:
 
 - ``CIBW_BUILD=cp3XX-manylinux_x86_64`` in ``CIBW_MANYLINUX_X86_64_IMAGE`` (a manylinux-layout image with a CUDA
-  toolkit, dockerfiles/manylinux-cuda-*.Dockerfile) with docker or podman (``CIBW_CONTAINER_ENGINE``); for an
-  aarch64 wheel ``cp3XX-manylinux_aarch64`` in ``CIBW_MANYLINUX_AARCH64_IMAGE``
-  (dockerfiles/manylinux-aarch64-cuda-*.Dockerfile), on an arm64 machine: cibuildwheel runs a foreign image only
+  toolkit, dockerfiles/manylinux-cuda.Dockerfile) with docker or podman (``CIBW_CONTAINER_ENGINE``); for an
+  aarch64 wheel ``cp3XX-manylinux_aarch64`` in ``CIBW_MANYLINUX_AARCH64_IMAGE`` (the same template with the
+  aarch64 build arguments: toolchain/images.py), on an arm64 machine: cibuildwheel runs a foreign image only
   under emulation, which the request refuses rather than compile for hours under qemu.
 - The container has no network (``create_args: --network=none``): cibuildwheel passes create_args to
   ``<engine> create`` as they are, and the setting holds for the container's whole life, so the pinned torch and

@@ -1,4 +1,4 @@
-"""The docker toolchain: the wheel is built by cibuildwheel in a manylinux CUDA image (dockerfiles/manylinux-cuda-*).
+"""The docker toolchain: the wheel is built by cibuildwheel in a manylinux CUDA image (dockerfiles/manylinux-cuda.Dockerfile).
 
 ``ContainerToolchain`` is a ``BuildHost`` (toolchain/base.py) for one image on one engine (docker, or podman).
 It brings the build's Python itself (``prepare_python``): the image's ``/opt/python/cp3XX-cp3XX`` interpreter,
@@ -227,7 +227,7 @@ class ContainerToolchain:
                              "give a version instead, e.g. --python 3.12")
 
     def host_compiler(self, env: Mapping[str, str]) -> dict[str, str] | None:
-        return None  # the image's compiler: the image's tag (a hash of its Dockerfile and base) is in the key
+        return None  # the image's compiler: the image's tag (a hash of its template and build args) is in the key
 
     def build_wheel(self, request: WheelRequest, on_line: Callable[[str], None]) -> Path:
         """cibuildwheel on the patched source in this image, with the torch ``prepare_python`` fetched (carried

@@ -3,8 +3,8 @@
 torch's extension builder compiles C++ with ``$CXX`` (default ``c++``), passes ``$CC`` to nvcc as ``-ccbin``, and
 nvcc itself honours ``NVCC_CCBIN``; setuptools adds CFLAGS/CPPFLAGS/LDFLAGS. Any of them changes the objects, so
 a wheel built with ``CXX=clang++`` must not count as "unchanged" for one built with g++. Container builds do not
-see the host's variables and use the image's compiler; the image's tag (a hash of its Dockerfile and base) is in
-the key instead.
+see the host's variables and use the image's compiler; the image's tag (a hash of its Dockerfile template and build
+arguments) is in the key instead.
 """
 
 from __future__ import annotations

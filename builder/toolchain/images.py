@@ -1,31 +1,28 @@
-"""Build images for the docker toolchain: one per CUDA version and platform, from
-``dockerfiles/manylinux-cuda-X.Y.Dockerfile`` (x86_64) and ``dockerfiles/manylinux-aarch64-cuda-X.Y.Dockerfile``
-(aarch64: NVIDIA's sbsa packages, built natively on an arm64 machine such as GitHub's ubuntu-24.04-arm): a
-manylinux_2_28 image plus CUDA X.Y, what cibuildwheel builds in (toolchain/cibw.py).
+"""Build images for the docker toolchain: one per CUDA line and platform, all from one template,
+``dockerfiles/manylinux-cuda.Dockerfile``, filled by build arguments: a manylinux_2_28 image plus CUDA X.Y from
+NVIDIA's rhel8 repository (``x86_64``, or ``sbsa`` for aarch64, built natively on an arm64 machine such as GitHub's
+ubuntu-24.04-arm), what cibuildwheel builds in (toolchain/cibw.py).
 
-The tag encodes the CUDA version, the platform where it is not x86_64, and a hash of the Dockerfile plus its build
+The arguments are ``BASE_IMAGE`` (the platform's ``quay.io/pypa/manylinux_2_28_<platform>:latest``, or a local
+stand-in: ``--base-image``), ``CUDA_VERSION``, ``CUDA_REPO`` (the platform's repository file), ``CUDA_PACKAGES`` (the
+compiler's and ``BASE_COMPONENTS``' rpms for that CUDA) and, only when a recipe's ``[build] cuda-components`` names a
+library the image lacks, ``EXTRA_PACKAGES``. The CUDA lines with an image are ``IMAGE_CUDAS``: a new line is one entry.
+
+The tag encodes the CUDA version, the platform where it is not x86_64, and a hash of the template plus its build
 arguments (``cuda-wheel-builder:cuda12.8-<12 hex>``, ``cuda-wheel-builder:cuda13.0-aarch64-<12 hex>``), so an
-edited Dockerfile or another base image gives another tag and a stale image is never reused. Images carry labels
-naming their CUDA, Dockerfile hash, platform and base image, so the
-toolchain can also find an image built from the current Dockerfile on a substitute base (``--base-image``).
-Everything goes through the docker SDK (Docker, or podman's Docker-API service).
-
-A recipe's ``[build] cuda-components`` that the Dockerfile does not install already (it has cublas, cusparse,
-cusolver, curand, cufft, nvrtc, nvtx and the profiler API) make another image: the Dockerfile with
-``cuda-components.Dockerfile.part`` appended and the rpms in the ``EXTRA_PACKAGES`` build argument, both hashed
-into its tag. Without such components the spec, its tag and its build are exactly what they were before.
+edited template, another package list or another base image gives another tag and a stale image is never reused.
+Images carry labels naming their CUDA, recipe hash (template and arguments but the base), platform, base image and
+extra packages, so the toolchain can also find an image built from the current recipe on a substitute base
+(``--base-image``). Everything goes through the docker SDK (Docker, or podman's Docker-API service).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from packaging.version import Version
 
 from builder.core.datafiles import data_dir
 from builder.core.errors import ToolchainError, UsageError
@@ -38,31 +35,35 @@ from builder.model.platform import X86_64, Platform
 
 REPOSITORY = "cuda-wheel-builder"
 DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
+TEMPLATE = "manylinux-cuda.Dockerfile"
+# The CUDA lines the template builds an image for, on every platform (NVIDIA's rhel8 x86_64 and sbsa repositories
+# carry each one's packages): the farm's cu128/cu130/cu132 among them.
+IMAGE_CUDAS = ("12.8", "12.9", "13.0", "13.2")
+# What every image holds besides the compiler: the development libraries torch's headers include
+# (model/cudacomponents.py names their rpms), so a recipe asking for them gets the plain image.
+COMPILER_RPMS = ("cuda-nvcc", "cuda-cudart-devel", "cuda-cccl")
+BASE_COMPONENTS = ("nvrtc", "nvtx", "profiler", "cublas", "cusparse", "cusolver", "curand", "cufft")
+NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/rhel8/{}/cuda-rhel8.repo"
+REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}  # NVIDIA's repository folder per platform
 LABEL_CUDA = "org.cuda-wheel-builder.cuda"
-LABEL_DOCKERFILE = "org.cuda-wheel-builder.dockerfile-sha256"
+LABEL_DOCKERFILE = "org.cuda-wheel-builder.dockerfile-sha256"  # the recipe: template + arguments but the base
 LABEL_BASE = "org.cuda-wheel-builder.base-image"
 LABEL_KEY = "org.cuda-wheel-builder.key"
 LABEL_PACKAGES = "org.cuda-wheel-builder.extra-packages"  # only on images with EXTRA_PACKAGES
 LABEL_PLATFORM = "org.cuda-wheel-builder.platform"
-EXTRAS_PART = "cuda-components.Dockerfile.part"
 
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """What one image is built from: a Dockerfile and its build arguments; ``tag`` follows from both."""
+    """What one image is built from: the template and its build arguments; ``tag`` follows from both."""
 
     cuda: str
-    dockerfile: Path
+    dockerfile: Path  # the template
     buildargs: dict[str, str]
-    extras_part: Path | None = None  # appended to the Dockerfile when buildargs has EXTRA_PACKAGES
     platform: Platform = X86_64  # the CPU of the image (and of the wheels built in it)
 
     def dockerfile_text(self) -> bytes:
-        """What the image is built from: the Dockerfile, with the extra components' part appended if any."""
-        text = self.dockerfile.read_bytes()
-        if self.extras_part is None:
-            return text
-        return text + (b"" if text.endswith(b"\n") else b"\n") + self.extras_part.read_bytes()
+        return self.dockerfile.read_bytes()
 
     @property
     def extra_packages(self) -> str:
@@ -70,7 +71,9 @@ class ImageSpec:
 
     @property
     def dockerfile_sha256(self) -> str:
-        return hashlib.sha256(self.dockerfile_text()).hexdigest()
+        """The image's recipe, whatever its base: the template and every build argument but ``BASE_IMAGE``."""
+        args = {k: v for k, v in self.buildargs.items() if k != "BASE_IMAGE"}
+        return hashlib.sha256(self.dockerfile_text() + json.dumps(args, sort_keys=True).encode()).hexdigest()
 
     @property
     def key(self) -> str:
@@ -79,12 +82,12 @@ class ImageSpec:
 
     @property
     def tag(self) -> str:
-        arch = "" if self.platform == X86_64 else f"{self.platform}-"  # x86_64 tags stay as they were
+        arch = "" if self.platform == X86_64 else f"{self.platform}-"  # x86_64 tags name no platform
         return f"{REPOSITORY}:cuda{self.cuda}-{arch}{self.key}"
 
     @property
     def base_image(self) -> str:
-        return self.buildargs.get("BASE_IMAGE") or default_base_image(self.dockerfile)
+        return self.buildargs["BASE_IMAGE"]
 
     def labels(self) -> dict[str, str]:
         labels = {LABEL_CUDA: self.cuda, LABEL_DOCKERFILE: self.dockerfile_sha256, LABEL_BASE: self.base_image,
@@ -92,29 +95,24 @@ class ImageSpec:
         return labels | {LABEL_PACKAGES: self.extra_packages} if self.extra_packages else labels
 
 
-DOCKERFILE_PREFIX = "manylinux-cuda-"
+def template_path(dockerfiles: Path = DOCKERFILES) -> Path:
+    return dockerfiles / TEMPLATE
 
 
-def dockerfile_prefix(platform: Platform = X86_64) -> str:
-    """``manylinux-cuda-`` (x86_64, the names from before the platform axis), ``manylinux-aarch64-cuda-``."""
-    return DOCKERFILE_PREFIX if platform == X86_64 else f"manylinux-{platform}-cuda-"
+def available_cudas(platform: Platform = X86_64) -> list[str]:
+    """The CUDA lines with an image on ``platform`` (the same on both today)."""
+    return list(IMAGE_CUDAS) if platform.name in REPO_ARCH else []
 
 
-def dockerfile_for(key: str, dockerfiles: Path = DOCKERFILES, platform: Platform = X86_64) -> Path:
-    return dockerfiles / f"{dockerfile_prefix(platform)}{key}.Dockerfile"
+def default_base_image(platform: Platform = X86_64) -> str:
+    """PyPA's manylinux_2_28 image of ``platform``: what PyPI's CUDA torch wheels are tagged for."""
+    return f"quay.io/pypa/{platform.manylinux_tag}:latest"
 
 
-def available_cudas(dockerfiles: Path = DOCKERFILES, platform: Platform = X86_64) -> list[str]:
-    prefix = dockerfile_prefix(platform)
-    return sorted((p.name.removeprefix(prefix).removesuffix(".Dockerfile")
-                   for p in dockerfiles.glob(f"{prefix}*.Dockerfile")), key=Version)
-
-
-def default_base_image(dockerfile: Path) -> str:
-    for line in dockerfile.read_text().splitlines():
-        if line.startswith("ARG BASE_IMAGE="):
-            return line.split("=", 1)[1].strip()
-    return ""
+def cuda_packages(cuda: str) -> list[str]:
+    """The rhel8 rpms every image of CUDA ``cuda`` ("12.8") installs: the compiler and ``BASE_COMPONENTS``."""
+    dashed = cuda.replace(".", "-")
+    return [f"{rpm}-{dashed}" for rpm in COMPILER_RPMS] + [c.rpm(cuda) for c in components_of(BASE_COMPONENTS)]
 
 
 def image_spec(cuda: CudaVersion | str, base_image: str | None = None, dockerfiles: Path = DOCKERFILES,
@@ -123,23 +121,27 @@ def image_spec(cuda: CudaVersion | str, base_image: str | None = None, dockerfil
     ``platform``: an aarch64 image is built and run on an arm64 machine (its base is a manylinux_2_28_aarch64
     image; emulating a whole compile under qemu is not an option worth its hours)."""
     key = cuda if isinstance(cuda, str) else cuda.line
-    dockerfile = dockerfile_for(key, dockerfiles, platform)
-    if not dockerfile.is_file():
+    template = template_path(dockerfiles)
+    if key not in available_cudas(platform):
         where = "" if platform == X86_64 else f" on {platform}"
-        raise UsageError(f"no Dockerfile for CUDA {key}{where} ({dockerfile} missing)",
-                         f"available{where}: {', '.join(available_cudas(dockerfiles, platform)) or 'none'}")
-    buildargs = {"BASE_IMAGE": base_image} if base_image else {}
-    extra = extra_packages(dockerfile, key, components)  # components: a recipe's cuda-components
-    if not extra:
-        return ImageSpec(key, dockerfile, buildargs, platform=platform)
-    return ImageSpec(key, dockerfile, buildargs | {"EXTRA_PACKAGES": " ".join(extra)}, dockerfiles / EXTRAS_PART,
-                     platform=platform)
+        raise UsageError(f"no image for CUDA {key}{where} (dockerfiles/{TEMPLATE} is built for "
+                         f"{', '.join(available_cudas(platform)) or 'none'})",
+                         f"available{where}: {', '.join(available_cudas(platform)) or 'none'}; a new CUDA line is one "
+                         "entry in IMAGE_CUDAS (builder/toolchain/images.py)")
+    if not template.is_file():
+        raise UsageError(f"the image template {template} is missing", "reinstall the builder or use a checkout")
+    packages = cuda_packages(key)
+    buildargs = {"BASE_IMAGE": base_image or default_base_image(platform), "CUDA_VERSION": key,
+                 "CUDA_REPO": NVIDIA_REPO.format(REPO_ARCH[platform.name]), "CUDA_PACKAGES": " ".join(packages)}
+    extra = extra_packages(key, components)  # components: a recipe's cuda-components
+    if extra:
+        buildargs["EXTRA_PACKAGES"] = " ".join(extra)
+    return ImageSpec(key, template, buildargs, platform=platform)
 
 
-def extra_packages(dockerfile: Path, cuda: str, components: tuple[str, ...]) -> list[str]:
-    """The rhel8 rpms of ``components`` for CUDA ``cuda`` ("12.8") that ``dockerfile`` does not install, sorted."""
-    installed = set(dockerfile.read_text().split())
-    return sorted({c.rpm(cuda) for c in components_of(components)} - installed)
+def extra_packages(cuda: str, components: tuple[str, ...]) -> list[str]:
+    """The rhel8 rpms of ``components`` for CUDA ``cuda`` ("12.8") that every image lacks, sorted."""
+    return sorted({c.rpm(cuda) for c in components_of(components)} - set(cuda_packages(cuda)))
 
 
 def _sdk_error(what: str, e: Exception) -> str:
@@ -148,8 +150,8 @@ def _sdk_error(what: str, e: Exception) -> str:
 
 
 def find_image(client: Any, spec: ImageSpec, *, any_base: bool = True) -> Any | None:
-    """The image for ``spec``: its exact tag, else (``any_base``) the newest one built from the same Dockerfile
-    for the same CUDA on another base image (a local stand-in); None if there is none."""
+    """The image for ``spec``: its exact tag, else (``any_base``) the newest one built from the same template and
+    arguments for the same CUDA on another base image (a local stand-in); None if there is none."""
     import docker
 
     try:
@@ -198,20 +200,13 @@ def short_tag(tag: str) -> str:
 
 
 def build_image(client: Any, spec: ImageSpec, log_line: Any = None) -> Any:
-    """Build and tag ``spec`` through the SDK; build output goes to ``log_line``; a one-line ToolchainError on failure."""
-    if spec.extras_part is None:
-        return _build(client, spec, spec.dockerfile.parent, spec.dockerfile.name, log_line)
-    with tempfile.TemporaryDirectory(prefix="cwb-dockerfile-") as tmp:  # the Dockerfiles COPY nothing: a folder
-        (Path(tmp) / "Dockerfile").write_bytes(spec.dockerfile_text())  # with the combined text is the context
-        return _build(client, spec, Path(tmp), "Dockerfile", log_line)
-
-
-def _build(client: Any, spec: ImageSpec, context: Path, dockerfile: str, log_line: Any) -> Any:
+    """Build and tag ``spec`` through the SDK; build output goes to ``log_line``; a one-line ToolchainError on failure.
+    The template COPYs nothing: its folder is the (small) context."""
     import docker
 
     try:
         stream = client.api.build(
-            path=str(context), dockerfile=dockerfile, tag=spec.tag, buildargs=spec.buildargs,
+            path=str(spec.dockerfile.parent), dockerfile=spec.dockerfile.name, tag=spec.tag, buildargs=spec.buildargs,
             labels=spec.labels(), rm=True, forcerm=True, decode=True, network_mode="host",
         )
         for chunk in stream:

@@ -6,7 +6,6 @@ Also where this machine's interpreters are found: PATH, pyenv, uv-managed Python
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -18,16 +17,19 @@ from typing import TextIO
 from builder.core.errors import ToolchainError
 from builder.core.filememo import remembered
 from builder.core.log import log
+from builder.core.smallrun import run_small
 from builder.core.streaming import stream
 from builder.core.uvtool import uv_bin
 from builder.toolchain.base import (
     NO_MOUNTS,
+    PROBE_OUTPUT_LIMIT,
     PYTHON_PROBE,
     CudaToolkit,
     Mounts,
     PreparedPython,
     RunResult,
     WheelRequest,
+    probe_answer,
 )
 from builder.toolchain.frontend import pep517_wheel
 from builder.toolchain.hostcompiler import host_compiler
@@ -110,14 +112,20 @@ class _FailsToStart(ToolchainError):
 
 
 def _ask_interpreter(python: Path, *, with_torch: bool) -> dict[str, str | None]:
-    try:
-        argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch else ["--no-torch"])
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as e:
+    argv = [str(python), "-c", PYTHON_PROBE] + ([] if with_torch else ["--no-torch"])
+    try:  # bounded: an interpreter that floods stdout is stopped, never read whole
+        result = run_small(argv, limit=PROBE_OUTPUT_LIMIT, timeout_s=300, merge=False)
+    except OSError as e:
         raise ToolchainError(f"--python {python}: cannot run it: {e}") from e
-    if result.returncode != 0:
-        raise _FailsToStart(f"--python {python}: it fails to start: {result.stderr.strip()[-200:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    if result.overflowed:
+        raise ToolchainError(f"--python {python}: printed more than {PROBE_OUTPUT_LIMIT} bytes answering the "
+                             "interpreter probe; stopped", "give a working Python interpreter (VENV/bin/python)")
+    if result.timed_out:
+        raise ToolchainError(f"--python {python}: cannot run it: no answer to the interpreter probe within 300 s")
+    if result.code != 0:
+        raise _FailsToStart(f"--python {python}: it fails to start: {result.errors.strip()[-200:]}")
+    lines = result.output.strip().splitlines()
+    return probe_answer(lines[-1] if lines else "", python, result.output)
 
 
 def pyenv_shim_root(path: Path) -> Path | None:

@@ -20,11 +20,12 @@ from builder.model.platform import Platform, this_machine
 from builder.toolchain.base import CudaToolkit, ToolchainChoice, nvcc_version
 from builder.toolchain.host import candidate_homes, find_host_toolkit
 from builder.toolchain.images import (
+    TEMPLATE,
     ImageSpec,
+    available_cudas,
     base_present,
     build_image,
     default_base_image,
-    dockerfile_for,
     find_image,
     image_spec,
 )
@@ -34,13 +35,13 @@ TOOLCHAINS = ("auto", "pip", "host", "docker")
 
 def docker_image_for(cuda: CudaVersion, platform: Platform | None = None) -> str:
     """What the docker toolchain builds CUDA ``cuda`` in for ``platform`` (default: this machine's; a container
-    builds for the machine it runs on), in words: the base image plus that CUDA, from its Dockerfile (the built
-    image's tag hashes both: ``builder images build`` names it)."""
-    key = cuda.line
-    dockerfile = dockerfile_for(key, platform=platform or this_machine())
-    if not dockerfile.is_file():
-        return f"no manylinux image for CUDA {key} (no dockerfiles/{dockerfile.name})"
-    return f"{default_base_image(dockerfile)} + CUDA {key} (dockerfiles/{dockerfile.name})"
+    builds for the machine it runs on), in words: the base image plus that CUDA, from the Dockerfile template (the
+    built image's tag hashes the template and its arguments: ``builder images build`` names it)."""
+    key, machine = cuda.line, platform or this_machine()
+    if key not in available_cudas(machine):
+        return f"no manylinux image for CUDA {key} (dockerfiles/{TEMPLATE} is built for " \
+               f"{', '.join(available_cudas(machine)) or 'none'})"
+    return f"{default_base_image(machine)} + CUDA {key} (dockerfiles/{TEMPLATE})"
 
 
 def container_engine_answers(env: Mapping[str, str]) -> str | None:
@@ -133,7 +134,7 @@ def _auto(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image: 
         toolkit = pip_toolchain.provision(cuda, settings, components)
         return _here("auto", toolkit.with_reason(f"auto: {engine_note}; {notes[1]}; CUDA {cuda} comes from PyPI"),
                      settings, tuple(notes))
-    ways = [*alternatives_here(cuda, settings, env), *_ways_to(cuda, image)]
+    ways = [*_ways_to(cuda, image), *alternatives_here(cuda, settings, env)]  # the target's CUDA first
     raise ToolchainError(  # one error line; each way forward on a line of its own
         f"no CUDA {cuda} compiler here: {notes[1]}; PyPI has no CUDA 12 compiler; {engine_note}",
         None, extra=tuple(f"hint: {w}" for w in ways),
@@ -141,10 +142,21 @@ def _auto(cuda: CudaVersion, settings: Settings, env: Mapping[str, str], image: 
 
 
 def _ways_to(cuda: CudaVersion, image: str) -> list[str]:
-    """How to get a compiler for ``cuda`` onto this machine (a container or a host install)."""
-    return [(f"for CUDA {cuda} itself: install Docker or podman and use --toolchain docker "
-             f"(`builder images build --cuda {cuda}` pulls {image}), or set CUDA_HOME to a CUDA {cuda} install "
-             "and use --toolchain host")]
+    """How to get a compiler for ``cuda`` onto this machine, the ways that keep the target's torch: a container
+    engine (the container toolchain), or a CUDA ``cuda`` toolkit installed here."""
+    return [f"for CUDA {cuda} wheels (what a CUDA {cuda} torch loads): install Docker or podman and use --toolchain "
+            f"docker (`builder images build --cuda {cuda}` pulls {image})",
+            f"or install a CUDA {cuda} toolkit (NVIDIA's CUDA {cuda} installer or its cuda-toolkit-"
+            f"{cuda.major}-{cuda.minor} package), set CUDA_HOME to it and use --toolchain host"]
+
+
+def _switch(cuda: CudaVersion, other: str) -> str:
+    """How a way forward that builds CUDA ``other`` instead of ``cuda`` is labelled: across CUDA majors it serves
+    another torch, so it is a torch switch and says so."""
+    major = CudaVersion.parse(other).major
+    if major == cuda.major:
+        return ""
+    return f"needs a torch switch (a CUDA {major} wheel loads beside a CUDA {major} torch only, not a CUDA {cuda} one): "
 
 
 def alternatives_here(cuda: CudaVersion, settings: Settings, env: Mapping[str, str]) -> list[str]:
@@ -158,14 +170,14 @@ def alternatives_here(cuda: CudaVersion, settings: Settings, env: Mapping[str, s
             continue
         key = CudaVersion.of(version).line
         if key != cuda.line:
-            ways.append(f"this machine can build CUDA {key} wheels (host CUDA at {home}): use --cuda {key} "
-                        f"with a CUDA {key} torch{_torch_on_pypi(key, settings)}")
+            ways.append(f"{_switch(cuda, key)}this machine can build CUDA {key} wheels (host CUDA at {home}): use "
+                        f"--cuda {key} with a CUDA {key} torch{_torch_on_pypi(key, settings)}")
     pip_cuda = _pip_cuda(settings)
     if pip_cuda is not None and pip_cuda != cuda.line and not any(f"--cuda {pip_cuda} " in w for w in ways):
         cached = pip_toolchain.cached_home(CudaVersion.parse(pip_cuda), settings) is not None
         if cached or not settings.offline:
-            ways.append(f"this machine can build CUDA {pip_cuda} wheels (pip toolchain): use --cuda {pip_cuda} "
-                        f"with a CUDA {pip_cuda} torch{_torch_on_pypi(pip_cuda, settings)}")
+            ways.append(f"{_switch(cuda, pip_cuda)}this machine can build CUDA {pip_cuda} wheels (pip toolchain): "
+                        f"use --cuda {pip_cuda} with a CUDA {pip_cuda} torch{_torch_on_pypi(pip_cuda, settings)}")
     return ways
 
 
@@ -228,9 +240,10 @@ def probe_build_here(requested: str, cuda: CudaVersion, settings: Settings, env:
     other = probe_build_here("auto", cuda, settings, env, components=components) if requested != "auto" else None
     if other is not None and other.possible:
         ways.append(f"--toolchain auto would build it here with the {other.how}")
-    ways += alternatives_here(cuda, settings, env)
-    if not ways or cuda.major < 13 or requested != "pip":
-        ways += _ways_to(cuda, image)
+    elsewhere = alternatives_here(cuda, settings, env)
+    if not (ways or elsewhere) or cuda.major < 13 or requested != "pip":
+        ways += _ways_to(cuda, image)  # the target's own CUDA first, then what builds for another torch
+    ways += elsewhere
     where = f" with --toolchain {requested}" if requested != "auto" else ""
     return BuildHere(False, f"no CUDA {cuda} compiler here{where} ({'; '.join(reasons)})", tuple(ways))
 
@@ -266,7 +279,7 @@ def _auto_container(cuda: CudaVersion, settings: Settings, env: Mapping[str, str
         spec = image_spec(cuda, components=components, platform=this_machine())
     except UsageError:
         client.close()
-        return f"a container engine answers at {address} but there is no Dockerfile for CUDA {cuda}"
+        return f"a container engine answers at {address} but there is no image for CUDA {cuda}"
     try:
         found = find_image(client, spec)
         if found is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,14 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 
 from builder.core.errors import ToolchainError, UsageError
+from builder.core.smallrun import run_small
 from builder.model.platform import Platform, parse_platform
 from builder.stages.finalize import RECORD_FILE
 from builder.user.interpreter import cannot_run_cure, interpreter_argv, resolve_interpreter
 from builder.user.probes import script
 
 DEFAULT_TIMEOUT_S = 300.0  # importing torch and transformers from a cold disk can take a minute
+PROBE_LIMIT = 16 << 20  # bytes the env probe may print (its JSON is some KiB; stderr alike)
 GDN_ROLES = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")
 # The functions a Mamba-2 mixer (Mamba2, Bamba, Falcon-H1, GraniteMoeHybrid, Nemotron-H, Zamba2) calls, by the name
 # causal_conv1d / mamba_ssm give them (transformers 5.15+ holds the last three as mamba2_selective_state_update,
@@ -265,25 +266,29 @@ def probe_env(
             "record_file": RECORD_FILE}
     runner = interpreter_argv(interpreter, env)
     argv = [*runner, str(script("env")), json.dumps(spec)]
-    try:
-        result = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout,
-                                env=dict(os.environ if env is None else env))
-    except subprocess.TimeoutExpired as e:
-        raise ToolchainError(f"Python {interpreter} did not finish the environment probe within {timeout:.0f} s",
-                             "check that importing torch works there; a hung CUDA driver is a common cause") from e
+    try:  # bounded: an interpreter that floods stdout is stopped at PROBE_LIMIT bytes, never read whole
+        result = run_small(argv, limit=PROBE_LIMIT, timeout_s=timeout, env=dict(os.environ if env is None else env),
+                           merge=False)
     except OSError as e:
         raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}", cannot_run_cure(interpreter)) from e
-    if result.returncode != 0:
+    if result.timed_out:
+        raise ToolchainError(f"Python {interpreter} did not finish the environment probe within {timeout:.0f} s",
+                             "check that importing torch works there; a hung CUDA driver is a common cause")
+    if result.overflowed:
+        raise ToolchainError(f"Python {interpreter} printed more than {PROBE_LIMIT} bytes answering the environment "
+                             "probe; stopped", "give a working Python interpreter (VENV/bin/python, or a venv folder)")
+    if result.code != 0:
         under = f" under {Path(runner[0]).name}" if len(runner) > 1 else ""
         cure = (f"check that it starts: {shlex.join([*runner, '-c', 'pass'])}" + (
             "; set QEMU_LD_PREFIX to that env's sysroot (the folder holding its lib/ld-linux-*.so.1)" if under else ""))
-        raise ToolchainError(f"Python {interpreter} failed the environment probe{under} (exit {result.returncode}): "
-                             f"{_last_line(result.stderr)}", cure)
+        raise ToolchainError(f"Python {interpreter} failed the environment probe{under} (exit {result.code}): "
+                             f"{_last_line(result.errors)}", cure)
     try:
-        return _parse(json.loads(result.stdout))
-    except (ValueError, KeyError, TypeError, IndexError) as e:
-        raise ToolchainError(f"Python {interpreter}: the environment probe's answer is unreadable ({e!r}); "
-                             f"stderr: {_last_line(result.stderr)}") from e
+        return _parse(json.loads(result.output))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as e:
+        raise ToolchainError(f"Python {interpreter}: the environment probe's answer is unreadable "
+                             f"({type(e).__name__}: {str(e)[:200]}); stderr: {_last_line(result.errors)}",
+                             "give a working Python interpreter (VENV/bin/python, or a venv folder)") from e
 
 
 def _last_line(text: str) -> str:

@@ -33,11 +33,19 @@ from builder.stages.plan import Target
 from builder.user.choice import Choice, choose, cross_flags, ways_forward
 from builder.user.envprobe import EnvReport, PackageSpec, probe_env
 from builder.user.fit import EnvFacts, IndexedWheel, env_facts
-from builder.user.installer import run_argv, run_install
+from builder.user.installer import (
+    ProviderView,
+    installed_states,
+    matching_variant,
+    run_argv,
+    run_install,
+    uv_knows_variants,
+    variant_notes,
+)
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
 from builder.user.superseded import installed_superseded
-from builder.user.wheelhouse import WheelhouseReader
+from builder.user.wheelhouse import WheelhouseReader, project_wheelhouse
 
 
 def check_torch_unchanged(before: EnvFacts, after_torch: str | None) -> None:
@@ -57,6 +65,7 @@ class InstallRequest:
     arch: str | None = None  # for a wheel built here when none fits
     build: bool = True
     dry_run: bool = False
+    torch_range: bool = False  # a wheel built here: also check it beside the other torches of its range (--torch-range)
     allow_origins: tuple[str, ...] = ()  # --allow-origin: wheel links the pages may make beyond the root's
 
 
@@ -69,6 +78,8 @@ class InstallOutcome:
     torch: str | None
     why: Mapping[str, str] = field(default_factory=dict)  # wheel file → why it was chosen (stable-ABI wheels)
     would_build: tuple[str, ...] = ()  # --dry-run: the builds it would run here, as commands
+    checks: str = ""  # --dry-run with builds: what those builds check, and the flag that checks more
+    files: Mapping[str, str] = field(default_factory=dict)  # wheel file → the file installed (a variant's)
 
     def summary(self) -> list[str]:
         lines = [f"built here: {name}" for name in self.built]
@@ -76,8 +87,10 @@ class InstallOutcome:
             lines.append(f"would run: {self.command}")
             lines += [f"  {name}: {line}" for name, line in self.why.items()]
         lines += [f"would build here: {command}" for command in self.would_build]
-        lines += [f"installed: {w.filename}" + (f" ({self.why[w.filename]})" if w.filename in self.why else "")
-                  for w in self.installed]
+        if self.would_build and self.checks:
+            lines.append(self.checks)
+        lines += [f"installed: {self.files.get(w.filename, w.filename)}"
+                  + (f" ({self.why[w.filename]})" if w.filename in self.why else "") for w in self.installed]
         if self.torch and (self.installed or self.built):
             lines.append(f"torch {self.torch} in {self.python}: unchanged")
         elif self.torch:
@@ -102,7 +115,8 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
         raise InstallError(f"{python} has no torch ({report.torch.error or 'not installed'})",
                            "install the torch you use there first: builder install never chooses torch for you")
     reader = WheelhouseReader(request.source, allow=request.allow_origins)
-    choices = choose(names, facts, reader) if _readable(reader) else [Choice(n, (), None) for n in names]
+    absent = None if _readable(reader) else missing_wheelhouse(reader, request, names, facts, settings, python)
+    choices = choose(names, facts, reader) if absent is None else [Choice(n, (), None) for n in names]
     built: list[str] = []
     missing = [c for c in choices if c.chosen is None]
     if missing and request.build and not request.dry_run:
@@ -114,15 +128,20 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     why = {c.chosen.filename: f"{c.why}; channel {c.chosen.index_url_for(facts)}" for c in choices
            if c.chosen is not None and c.why}
     check_channels(wheels, facts, reader, request.allow_origins)
+    view = ProviderView.of(os.environ, facts.gpus or tuple(g.cc for g in machine.driver.gpus), machine.driver.cuda)
+    for note in variant_notes(wheels, view):
+        log.warning(note)
     reinstall = superseded_installs(report, wheels)
+    reinstall += tuple(p for p in variant_swaps(python, wheels, view) if p not in reinstall)
     argv = run_argv(python, wheels, facts, offline=settings.offline, reinstall=reinstall) if wheels else None
     command = shlex.join(argv) if argv else None
     installed: tuple[IndexedWheel, ...] = ()
+    files: dict[str, str] = {}
     if argv and not request.dry_run:
         log.step(f"installing {', '.join(w.filename for w in wheels)} into {python}")
         for name, line in why.items():
             log.info(f"  {name}: {line}")
-        run_install(argv, python, wheels)
+        files = run_install(argv, python, wheels)
         installed = tuple(wheels)
         check_torch_unchanged(facts, torch_distribution(python))
     still = [c for c in choices if c.chosen is None]
@@ -130,15 +149,51 @@ def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     if still and request.dry_run and request.build:
         would_build = planned_builds(still, facts, report.python.minor, machine, request, settings)
         if len(would_build) == len(still):  # every missing one would be built: the dry run would succeed
-            return InstallOutcome(python, (), (), command, facts.torch, why, would_build)
+            return InstallOutcome(python, (), (), command, facts.torch, why, would_build,
+                                  build_checks(facts.torch, request.torch_range))
     if still:
         skipped = "--dry-run" if request.dry_run else None if request.build else "--no-build"
         error = ways_forward(still, choices, facts, machine, reader, python, _archs(request, facts, required=False),
                              skipped=skipped)
         done = f"installed {', '.join(w.filename for w in installed)}; " if installed else ""
         planned = (f"would run: {command}",) if request.dry_run and command else ()
-        raise InstallError(done + error.message, error.hint, extra=planned + error.extra)
-    return InstallOutcome(python, installed, tuple(built), command, facts.torch, why)
+        raise InstallError(done + error.message, error.hint, extra=planned + ((absent,) if absent else ()) + error.extra)
+    return InstallOutcome(python, installed, tuple(built), command, facts.torch, why, files=files)
+
+
+def variant_swaps(python: Path, wheels: list[IndexedWheel], view: ProviderView) -> tuple[str, ...]:
+    """The wheels with variants whose plain wheel is installed already, at the same version: uv keeps an installed
+    file of the pinned version, so it is told to reinstall where a thin wheel matches this machine's GPU (or the
+    FORCE variables'); where none does, or uv here knows no variants, it says why the plain wheel stays."""
+    with_variants = [w for w in wheels if w.variants]
+    states = installed_states(python, [w.project for w in with_variants])
+    out = []
+    for wheel in with_variants:
+        state = states.get(wheel.project)
+        if state is None or state.label is not None or Version(state.version) != wheel.version:
+            continue
+        label = matching_variant(wheel, view.gpus)
+        if label is not None and uv_knows_variants():
+            log.info(f"  {wheel.project} {state.version} is installed as the plain wheel: --reinstall-package "
+                     f"{wheel.project}, so uv can take the {label} variant ({view.source})")
+            out.append(wheel.project)
+        else:
+            why = ("the uv this tool runs knows no variants" if label is not None else
+                   f"no thin wheel matches {view.source}" + (f" ({', '.join(f'sm_{c}' for c in view.gpus)})"
+                                                             if view.gpus else ""))
+            log.info(f"  {wheel.project} {state.version} stays the plain wheel: {why}")
+    return tuple(out)
+
+
+def build_checks(torch: str, whole_range: bool) -> str:
+    """What a wheel built by ``builder install`` is checked against: the env's own torch (the one it will run
+    beside); other torches of its range only with --torch-range (each a fresh venv and a torch download)."""
+    public = Version(torch).public
+    if whole_range:
+        return (f"each build checks its wheel beside your torch {public} and (--torch-range) beside the other "
+                "torches of its range: a fresh venv and a torch download (GBs) each")
+    return (f"each build checks its wheel beside your torch {public} only; --torch-range also checks it beside the "
+            "other torches of its range (a fresh venv and a torch download, GBs, each)")
 
 
 def superseded_installs(report: EnvReport, wheels: list[IndexedWheel]) -> tuple[str, ...]:
@@ -166,6 +221,31 @@ def check_channels(wheels: list[IndexedWheel], facts: EnvFacts, reader: Wheelhou
     for index_url in dict.fromkeys(w.index_url_for(facts) for w in wheels):
         root = next(w.wheelhouse for w in wheels if w.index_url_for(facts) == index_url)
         (reader if root == reader.root else WheelhouseReader(root, allow=allow)).check_channel(index_url)
+
+
+def missing_wheelhouse(reader: WheelhouseReader, request: InstallRequest, names: list[str], facts: EnvFacts,
+                       settings: Settings, python: Path) -> str:
+    """A local wheelhouse that is not there (install run outside the project folder, or --from a wrong folder):
+    say so and where it looked. Where the project folder this builder runs from has a wheelhouse with a fitting
+    wheel of what is asked, stop and point there (--from) instead of compiling one for many minutes."""
+    path = reader.local_path
+    here = path == Path.cwd().resolve() / "wheelhouse"
+    looked = f"found no wheelhouse at {path}" + (
+        " (./wheelhouse of the current folder, where builder install looks unless --from names one)" if here else "")
+    project = project_wheelhouse()
+    if project is not None and project.resolve() != path:
+        offered = choose(names, facts, WheelhouseReader(project, allow=request.allow_origins))
+        fitting = [c.chosen.filename for c in offered if c.chosen is not None]
+        if fitting:
+            raise InstallError(f"{looked}; the project's wheelhouse {project} has {', '.join(fitting)}, which "
+                               "fits this env",
+                               f"install from it: `builder install {' '.join(request.packages)} --python {python} "
+                               f"--from {project}`")
+        looked += f"; the project's wheelhouse {project} has no wheel of {', '.join(names)} that fits this env either"
+    if request.build and settings.wheelhouse == path:
+        looked += "; a wheel built here is published there"
+    log.warning(looked)
+    return looked
 
 
 def _readable(reader: WheelhouseReader) -> bool:
@@ -208,8 +288,9 @@ def planned_builds(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
         arch = f" --arch {format_arch_list(archs)}" if archs else (
             " --arch <your GPU's arch: none here to take it from>" if gpu_code else "")
         cross = cross_flags(facts, machine, cuda) if gpu_code else ""
+        only_own = "" if request.torch_range else " --no-torch-range"
         commands.append(f"builder build {choice.package}{cross} --cuda {cuda.line}{arch} "
-                        f"--python {python_minor} --torch {version.public}{index}")
+                        f"--python {python_minor} --torch {version.public}{index}{only_own}")
     return tuple(commands)
 
 
@@ -231,11 +312,12 @@ def _build_missing(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
         platform = facts.platform or this_machine()
         log.step(f"no {choice.package} wheel fits; building one here (CUDA {facts.torch_cuda}, torch {version.public}"
                  + (f", cross-compiled for {platform})" if facts.cross and gpu_code else ")"))
+        log.info(f"  {build_checks(facts.torch, request.torch_range)}")
         toolchain = (machine.cross_toolchain(cuda) or "auto") if facts.cross and gpu_code else "auto"
         target = Target(package=choice.package, cuda=cuda, archs=archs, python=PythonSpec(python_minor),
                         torch=version.public, torch_index=index, jobs=default_jobs(), platform=platform,
                         toolchain=toolchain)
-        result = run_build(target, settings, BuildOptions())
+        result = run_build(target, settings, BuildOptions(torch_range=request.torch_range))
         built.append(choice.package)
         log.ok(f"{result.status}: {result.wheel}")
     return built

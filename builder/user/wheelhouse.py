@@ -16,18 +16,29 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core import net, netfault
+from builder.core.datafiles import CHECKOUT, PACKAGED
 from builder.core.errors import PublishError, SourceError
 from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.assets import MAX_ASSETS_FILE, AssetStore
 from builder.index.checks import wheel_channels
-from builder.index.layout import ASSETS, CHANNELS, CHANNELS_KEY, PAGE_JSON, record_path, simple_path
+from builder.index.layout import ASSETS, CHANNELS, CHANNELS_KEY, PAGE_JSON, Layout, record_path, simple_path
 from builder.index.pages import SIMPLE_JSON
 from builder.model.records import BuildRecord, RecordShapeError
 from builder.stages.torchrange import built_once as is_built_once
 from builder.user.fit import IndexedWheel
 
 MAX_ANSWER = 64 << 20  # bytes: the most a page or record of a remote wheelhouse may hold (read whole)
+
+
+def project_wheelhouse(checkout: Path = CHECKOUT, packaged: Path = PACKAGED) -> Path | None:
+    """The wheelhouse of the project folder this builder runs from (a checkout, or an editable install of one),
+    where `builder build` run there publishes: None for a packaged builder (``uv tool install .``: it knows no
+    project folder) or a checkout whose wheelhouse holds no index yet."""
+    if packaged.is_dir():
+        return None
+    house = checkout / "wheelhouse"
+    return house if Layout(house).simple.is_dir() else None
 
 
 class WheelhouseReader:
