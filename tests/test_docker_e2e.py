@@ -275,7 +275,7 @@ def test_auto_picks_the_engine_and_the_second_build_reuses_the_torch_cache(docke
     assert "Installed" in docker_build["second_log"] and "Prepared" not in docker_build["second_log"]
     assert _wheel(docker_build).name  # the same single wheel name, replaced
     for run in ("first", "second"):
-        timings = [t for t in docker_build[run].stdout.splitlines() if t.startswith("timings:")]
+        timings = [t for t in docker_build[run].stdout.splitlines() if t.startswith("time per step:")]
         steps = [t.strip() for t in docker_build[f"{run}_log"].splitlines()
                  if t.lstrip().startswith(("Prepared ", "Installed ", "Repairing wheel", "cibuildwheel: "))]
         seconds = next(v for k, v in docker_build["times"].items() if k.startswith(run))

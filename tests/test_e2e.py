@@ -93,6 +93,9 @@ def test_build_publishes_a_verified_wheel(e2e: dict) -> None:
     page = (house / "simple" / "tinyext" / "index.html").read_text()
     assert f"../../wheels/{WHEEL}#sha256=" in page and 'data-requires-python="&gt;=3.9"' in page
     assert "import passed; kernel tests skipped (no CUDA GPU visible" in page
+    # issue 55 item 8: the build ends with words and the way forward, not a raw timings dict
+    assert "timings: {" not in first.stdout and "time per step: " in first.stdout
+    assert "next: builder install tinyext --python <your env's python>" in first.stdout, first.stdout[-800:]
 
 
 def test_the_builders_nvcc_flags_reach_ptxas_and_the_record(e2e: dict, tmp_path: Path) -> None:
@@ -129,6 +132,9 @@ def test_inspect_shows_exactly_the_requested_arch(e2e: dict) -> None:
     assert "libcudart.so.13" in obj["needed"]
     text = run_cli("inspect", str(wheel), env=e2e["env"]).stdout
     assert "SASS: sm_90" in text and "torch>=2.14.0,<2.15" in text
+    # the record's toolchain and tests in words (issue 55 item 8), no Python dict
+    assert "toolchain host: nvcc 13.0" in text and "{'" not in text
+    assert "tests: import passed; kernel tests skipped" in text
 
 
 def test_uv_and_pip_install_from_the_wheelhouse(e2e: dict, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 from rich.markup import escape
@@ -38,6 +38,9 @@ from builder.stages.compilercache import add_compiler_cache_arg
 from builder.stages.plan import Plan, Target, load_target_recipe, make_plan, validate_cuda
 from builder.toolchain import TOOLCHAINS
 from builder.toolchain.select import probe_build_here
+
+if TYPE_CHECKING:
+    from builder.pipeline.run import BuildOptions, BuildResult
 
 
 def _target_args(parser: argparse.ArgumentParser) -> None:
@@ -268,8 +271,24 @@ def cmd_build(args: argparse.Namespace) -> int:
         if tests is not None:
             out.print(f"tests: import {tests.import_status}, kernel {tests.kernel_status}"
                       + (f" ({tests.kernel_reason})" if tests.kernel_reason else ""))
-        out.print(f"timings: {json.dumps(result.timings)}")
+        out.print("time per step: " + (", ".join(f"{step} {seconds:.1f}s" for step, seconds in result.timings.items())
+                                         or "none recorded"), markup=False)
+        if result.wheel is not None and result.status != "failed":
+            out.print(f"next: {next_step(result, options)}", markup=False)
     return 0
+
+
+def next_step(result: BuildResult, options: BuildOptions) -> str:
+    """What a user does with the wheel a build made (issue 55 item 8: the build ended on a raw timings line)."""
+    record, name = result.record, result.plan.recipe.name
+    if record is not None and record.subset is not None:
+        return (f"a [[subset]] build ({record.subset}) is for tests only and is never published; build without "
+                "--subset for a wheel to install")
+    if options.stage:
+        return (f"on a GPU machine, builder test {result.wheel} --require-kernel-tests promotes it into the index "
+                "once its kernel tests pass")
+    return (f"builder install {name} --python <your env's python> (it keeps that env's torch; doctor says what fits); "
+            "uv/pip by hand: README \"Installing what it built\"")
 
 
 def cmd_test(args: argparse.Namespace) -> int:
