@@ -149,3 +149,34 @@ def test_cli_5000_digits_is_one_line(tmp_path: Path) -> None:
                      env={"BUILDER_CACHE_DIR": str(tmp_path / "cache")}, timeout=60)
     assert_one_line_error(result, "a version of 5000 characters is not a version number")
     assert result.code == 2
+
+
+def test_export_refuses_a_release_folder_that_is_a_file_and_an_asset_that_is_a_folder(tmp_path: Path) -> None:
+    """Before: FileExistsError / IsADirectoryError tracebacks half-way through the export."""
+    house = published(tmp_path)
+    house.set_assets(AssetStore.parse("https://h/{project}-{version}/"))
+    out = tmp_path / "releases"
+    out.mkdir()
+    (out / "alpha-1.0").write_text("x")
+    with pytest.raises(PublishError, match=r"alpha-1\.0 is a file, where the export puts a release folder; nothing"):
+        export_assets(house, out)
+    (out / "alpha-1.0").unlink()
+    (out / "beta-2.0" / "beta-2.0-py3-none-any.whl").mkdir(parents=True)
+    with pytest.raises(PublishError, match=r"beta-2\.0-py3-none-any\.whl is not a plain file, where the export puts "
+                                           r"an asset; nothing was written"):
+        export_assets(house, out)
+    assert not (out / "alpha-1.0").exists()
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_an_assets_setting_that_is_no_file_is_one_error(tmp_path: Path, kind: str) -> None:
+    """Before: IsADirectoryError from `index rebuild`; a fifo hung it."""
+    import os
+
+    house = published(tmp_path)
+    if kind == "folder":
+        house.assets_file.mkdir()
+    else:
+        os.mkfifo(house.assets_file)
+    with pytest.raises(PublishError, match=r"assets\.json is not a plain file \(the wheelhouse's assets setting\)"):
+        house.assets()

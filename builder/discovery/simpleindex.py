@@ -167,15 +167,15 @@ def _kind(value: object) -> str:
 
 
 def _html_files(page: str, body: bytes) -> list[WheelFile]:
-    """The wheel files of a PEP 503 page, parsed a MiB at a time and refused past MAX_FILES anchors."""
+    """The wheel files of a PEP 503 page, parsed a quarter MiB at a time and refused past MAX_FILES anchors."""
     parser = _Anchors()
     text = body.decode(errors="replace")
-    step = 1 << 20
+    step = 1 << 18  # a quarter MiB: a page past MAX_FILES stops within ~15 000 links of it
     for at in range(0, len(text), step):
         parser.feed(text[at:at + step])
         if len(parser.files) > MAX_FILES:
             raise _bad(page, f"the page has more than {MAX_FILES} links")
-        if len(parser.rawdata) > step:  # one tag that never closes is read again with every MiB: refuse it
+        if len(parser.rawdata) > step:  # one tag that never closes is read again with every chunk: refuse it
             raise _bad(page, f"the page has a tag longer than {step} bytes")
     parser.close()
     files: list[WheelFile] = []

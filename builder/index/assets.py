@@ -129,8 +129,15 @@ MAX_ASSETS_FILE = 64 << 10  # one URL; `index pull` and `builder install` read a
 
 def read_assets(paths: Layout) -> AssetStore | None:
     """The wheelhouse's assets setting, or None: its pages link its own ``wheels/`` folder."""
-    try:
-        data = paths.assets_file.read_bytes()
-    except FileNotFoundError:
+    path = paths.assets_file
+    if not path.exists() and not path.is_symlink():
         return None
-    return AssetStore.from_bytes(data, str(paths.assets_file))
+    cure = 'write {"url": "https://…/"} into it, or set it with `builder index rebuild --assets-url URL`'
+    if not path.is_file():  # a folder, or a fifo that would hang the read
+        raise PublishError(f"{path} is not a plain file (the wheelhouse's assets setting)", cure)
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_ASSETS_FILE + 1)
+    except OSError as e:
+        raise PublishError(f"{path} cannot be read ({e.strerror or e})", cure) from e
+    return AssetStore.from_bytes(data, str(path))

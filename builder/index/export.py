@@ -49,7 +49,7 @@ def export_assets(house: Wheelhouse, dest: Path) -> AssetsExport:
         pairs = [(source, _inside(dest, assets.folder_of(wheel.name), source.name))
                  for wheel in house.wheel_files() for source in (wheel, _sidecar(house, wheel.name))]
         for _, target in pairs:
-            _no_link(dest, target)
+            _check_target(dest, target)
         present = {target for source, target in pairs if _same_asset(source, target)}
         written = [target for _, target in pairs if target not in present]
         for source, target in pairs:
@@ -105,15 +105,20 @@ def _inside(dest: Path, folder: str, name: str) -> Path:
     return target
 
 
-def _no_link(dest: Path, target: Path) -> None:
+def _check_target(dest: Path, target: Path) -> None:
     """Refuse (PublishError, before anything is written) a release folder or asset under ``dest`` that is a symbolic
-    link: the export would write through it, wherever it points."""
+    link (the export would write through it, wherever it points), a release folder that is a file, an asset that
+    is a folder or other non-file."""
     for path in (target, *target.relative_to(dest).parents):
         at = dest / path if path != target else target
         if at != dest and at.is_symlink():
             raise PublishError(f"{at} is a symbolic link (to {os.readlink(at)}); an export writes only into real "
                                f"folders under {dest}, nothing was written",
                                "remove the link, or export into another folder")
+        if at != dest and at.exists() and not (at.is_file() if at == target else at.is_dir()):
+            raise PublishError(f"{at} is {'not a plain file' if at == target else 'a file'}, where the export puts "
+                               f"{'an asset' if at == target else 'a release folder'}; nothing was written",
+                               "move it away, or export into another folder")
 
 
 def _sidecar(house: Wheelhouse, filename: str) -> Path:
@@ -145,6 +150,10 @@ def _place(source: Path, target: Path) -> None:
         os.link(tmp, target)  # never replaces: an asset that appeared meanwhile fails here
     except FileExistsError as e:
         raise PublishError(f"{target} appeared while exporting", "run the export again") from e
+    except OSError as e:  # a read-only folder, a full disk
+        raise PublishError(f"exporting {source.name} to {target} failed ({e.strerror or e}); the assets written "
+                           "before it stay (each is whole)", "free space or fix the folder's permissions, then run "
+                           "the export again (what is there with the same bytes is kept)") from e
     finally:
         tmp.unlink(missing_ok=True)
 
