@@ -44,7 +44,7 @@ def test_a_cuda_some_toolchain_here_provides_is_a_valid_cuda(tmp_path: Path, mon
 
     with pytest.raises(UsageError, match=r"--cuda 13.9: no toolchain here can provide CUDA 13.9") as refused:
         validate_cuda("13.9")
-    assert "add 13.9 to IMAGE_CUDAS in builder/toolchain/images.py" in (refused.value.hint or "")
+    assert "add 13.9 to IMAGE_CUDAS in builder/model/cuda.py" in (refused.value.hint or "")
     home = tmp_path / "cuda-13.9"
     (home / "bin").mkdir(parents=True)
     (home / "include").mkdir()

@@ -495,7 +495,7 @@ def test_watch_names_what_a_cuda_no_toolchain_provides_needs(tree: Path) -> None
     farm = load_farm(write_farm(tree, GOOD.replace('python = "3.12"', f'python = "3.12"\ntorch-index = "{tree / "idx"}"')))
     notes = {r.cuda: r.note for r in watch_torch(farm, settings_for(tree)) if r.index == "custom"}
     assert notes["13.9"].startswith("not in the farm, and no toolchain provides CUDA 13.9 yet: add "
-                                    "dockerfiles/manylinux-cuda-13.9.Dockerfile")
+                                    "13.9 to IMAGE_CUDAS in builder/model/cuda.py")
 
 
 # ---------------------------------------------------------------- the platform axis (issue 27)

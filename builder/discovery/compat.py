@@ -8,14 +8,12 @@ hand-kept table: every answer comes from a ``Listing`` (index, cache or the ship
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from builder.core.datafiles import data_dir
 from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.simpleindex import reading
@@ -28,7 +26,7 @@ from builder.discovery.torchindex import (
     discover,
     toolkit_versions,
 )
-from builder.model.cuda import CudaVersion
+from builder.model.cuda import IMAGE_CUDAS, CudaVersion
 
 __all__ = [
     "PYPI_SIMPLE",
@@ -57,16 +55,9 @@ def known_cuda(settings: Settings | None = None) -> tuple[CudaVersion, ...]:
     CUDA a Dockerfile in dockerfiles/ builds an image for (a CUDA that some toolchain can provide; a host toolkit
     of another line is accepted by ``--cuda`` too: stages/plan.validate_cuda).
     ``settings=None``: the shipped snapshot only (no cache, no network), as for ``--help``."""
-    lines = [*CUDA_12, *toolkit_versions(settings)[0], *dockerfile_cuda()]
+    lines = [*CUDA_12, *toolkit_versions(settings)[0], *IMAGE_CUDAS]
     unique = sorted({CudaVersion.parse(v).line: CudaVersion.parse(v) for v in lines}.values())
     return tuple(unique)
-
-
-def dockerfile_cuda(folder: Path | None = None) -> tuple[str, ...]:
-    """The CUDA lines of dockerfiles/manylinux-cuda-X.Y.Dockerfile (the container toolchain's images)."""
-    where = folder or data_dir("dockerfiles")
-    found = (re.fullmatch(r"manylinux-cuda-(\d+\.\d+)\.Dockerfile", p.name) for p in where.glob("*.Dockerfile"))
-    return tuple(sorted(m.group(1) for m in found if m))
 
 
 def is_known_cuda(cuda: CudaVersion, settings: Settings | None = None) -> bool:

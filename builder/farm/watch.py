@@ -152,7 +152,7 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
                 continue  # an old CUDA line nobody builds any more
             note = (("not in the farm: add it to cuda = [...]" if is_known_cuda(CudaVersion.parse(cuda), settings)
                      else f"not in the farm, and no toolchain provides CUDA {cuda} yet: add "
-                     f"dockerfiles/manylinux-cuda-{cuda}.Dockerfile (or wait for PyPI's cuda-toolkit {cuda}), then "
+                     f"{cuda} to IMAGE_CUDAS in builder/model/cuda.py (or wait for PyPI's cuda-toolkit {cuda}), then "
                      f"add it to cuda = [...]") if not in_farm else
                     "no torch build for this CUDA on the index" if not available else
                     f"{len(unbuilt)} torch release(s) not built yet" if unbuilt else "up to date")

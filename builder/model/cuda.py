@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+# The CUDA lines the container toolchain's one Dockerfile template builds an image for, on every platform (NVIDIA's
+# rhel8 x86_64 and sbsa repositories carry each one's packages): a new line is one entry here
+# (toolchain/images.py builds them; discovery/compat.py counts them among the known lines).
+IMAGE_CUDAS = ("12.8", "12.9", "13.0", "13.2")
+
 
 @dataclass(frozen=True, order=True)
 class CudaVersion:

@@ -272,7 +272,7 @@ def validate_cuda(text: str, settings: Settings | None = None) -> CudaVersion:
         raise UsageError(f"--cuda {text}: no toolchain here can provide CUDA {cuda.line}",
                          f"use one of {known_cuda_text(settings)} (CUDA 12 releases, the cuda-toolkit minors on "
                          f"PyPI, the CUDAs dockerfiles/ builds images for); or install a CUDA {cuda.line} toolkit "
-                         f"(CUDA_HOME), or add {cuda.line} to IMAGE_CUDAS in builder/toolchain/images.py (the CUDA lines "
+                         f"(CUDA_HOME), or add {cuda.line} to IMAGE_CUDAS in builder/model/cuda.py (the CUDA lines "
                          "dockerfiles/manylinux-cuda.Dockerfile builds images for)")
     return cuda
 

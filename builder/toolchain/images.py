@@ -26,7 +26,7 @@ from typing import Any
 
 from builder.core.datafiles import data_dir
 from builder.core.errors import ToolchainError, UsageError
-from builder.model.cuda import CudaVersion
+from builder.model.cuda import IMAGE_CUDAS, CudaVersion
 from builder.model.cudacomponents import components_of
 from builder.model.platform import X86_64, Platform
 
@@ -36,9 +36,7 @@ from builder.model.platform import X86_64, Platform
 REPOSITORY = "cuda-wheel-builder"
 DOCKERFILES = data_dir("dockerfiles")  # packaged copy in an installed wheel, else the checkout
 TEMPLATE = "manylinux-cuda.Dockerfile"
-# The CUDA lines the template builds an image for, on every platform (NVIDIA's rhel8 x86_64 and sbsa repositories
-# carry each one's packages): the farm's cu128/cu130/cu132 among them.
-IMAGE_CUDAS = ("12.8", "12.9", "13.0", "13.2")
+# The CUDA lines the template builds an image for: model/cuda.py IMAGE_CUDAS (discovery's known lines read it too).
 # What every image holds besides the compiler: the development libraries torch's headers include
 # (model/cudacomponents.py names their rpms), so a recipe asking for them gets the plain image.
 COMPILER_RPMS = ("cuda-nvcc", "cuda-cudart-devel", "cuda-cccl")
@@ -127,7 +125,7 @@ def image_spec(cuda: CudaVersion | str, base_image: str | None = None, dockerfil
         raise UsageError(f"no image for CUDA {key}{where} (dockerfiles/{TEMPLATE} is built for "
                          f"{', '.join(available_cudas(platform)) or 'none'})",
                          f"available{where}: {', '.join(available_cudas(platform)) or 'none'}; a new CUDA line is one "
-                         "entry in IMAGE_CUDAS (builder/toolchain/images.py)")
+                         "entry in IMAGE_CUDAS (builder/model/cuda.py)")
     if not template.is_file():
         raise UsageError(f"the image template {template} is missing", "reinstall the builder or use a checkout")
     packages = cuda_packages(key)
