@@ -44,6 +44,7 @@ def test_bad_flags(cli_env: dict[str, str], args: list[str], needle: str) -> Non
 def test_version_outside_range_and_unknown(cli_env: dict[str, str]) -> None:
     result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--version", "1.4.0", env=cli_env)
     assert_one_line_error(result, "causal-conv1d 1.4.0 is outside the recipe's supported range")
+    assert result.code == 2  # the flag's fault (issue 55 item 8: was 4, the source code)
     result = run_cli("build", "causal-conv1d", "--cuda", "13.0", "--arch", "120", "--version", "1.6.9", env=cli_env)
     assert_one_line_error(result, "causal-conv1d 1.6.9 does not exist upstream", "1.7.0")
 

@@ -18,7 +18,7 @@ from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist
 from packaging.version import InvalidVersion, Version
 
 from builder.core import net
-from builder.core.errors import ChecksumError, RecipeError, SourceError
+from builder.core.errors import ChecksumError, RecipeError, SourceError, UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -114,10 +114,10 @@ def resolve_version(recipe: Recipe, requested: str | None, available: list[str])
         try:
             wanted = Version(requested)
         except InvalidVersion as e:
-            raise SourceError(f"--version {requested!r} is not a version number") from e
-        if not recipe.versions.contains(wanted, prereleases=True):
-            raise SourceError(
-                f"{recipe.name} {requested} is outside the recipe's supported range {recipe.versions}",
+            raise UsageError(f"--version {requested!r} is not a version number") from e
+        if not recipe.versions.contains(wanted, prereleases=True):  # the flag's fault: the usage code (issue 55)
+            raise UsageError(
+                f"--version: {recipe.name} {requested} is outside the recipe's supported range {recipe.versions}",
                 f"supported versions available: {', '.join(_in_range(recipe, available)) or 'none'}",
             )
         matches = [v for v in available if Version(v) == wanted]
