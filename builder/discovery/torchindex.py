@@ -50,6 +50,7 @@ from builder.core.errors import SourceError, UsageError
 from builder.core.fsutil import atomic_write
 from builder.core.log import log
 from builder.core.settings import Settings
+from builder.core.statefile import StateFileError, read_json, read_json_or_none
 from builder.discovery.classify import (
     classify,
     cuda_from_label,
@@ -187,8 +188,8 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
         try:
             stat = path.stat()
             cached = _cached_listing(path, stat.st_mtime_ns, stat.st_size)
-        except (OSError, json.JSONDecodeError, KeyError, TypeError):
-            cached = None
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError, StateFileError):
+            cached = None  # damaged (a fifo, a folder, bad JSON or shape): read the index again
     if cached is not None and snapshot is not None:
         cached = _facts_from(cached, snapshot)
     refresh = refresh or env.get("BUILDER_INDEX_REFRESH") == "1"
@@ -221,8 +222,9 @@ def discover(name: str, url: str, settings: Settings | None, *, refresh: bool = 
 
 @functools.lru_cache(maxsize=32)
 def _cached_listing(path: Path, mtime_ns: int, size: int) -> Listing:
-    """A cache file's listing, parsed once per process and file version."""
-    return _from_json(json.loads(path.read_text()), "cache")
+    """A cache file's listing, parsed once per process and file version (core/statefile: no fifo or device is
+    opened, the size is capped)."""
+    return _from_json(read_json(path, limit=256 << 20), "cache")
 
 
 def _facts_from(cached: Listing, snapshot: Listing) -> Listing:
@@ -332,11 +334,8 @@ def toolkit_versions(settings: Settings | None, *, refresh: bool = False,
     if settings is None:
         return fallback
     path = settings.cache("index") / "cuda-toolkit-versions.json"
-    try:
-        cached = json.loads(path.read_text()) if path.exists() else None
-        if cached is not None and not (isinstance(cached.get("versions"), list) and cached.get("read_at")):
-            cached = None
-    except (OSError, json.JSONDecodeError, AttributeError):
+    cached = read_json_or_none(path)  # absent or damaged (a fifo, a folder, bad JSON): asked again
+    if not (isinstance(cached, dict) and isinstance(cached.get("versions"), list) and cached.get("read_at")):
         cached = None
     refresh = refresh or env.get("BUILDER_INDEX_REFRESH") == "1"
     if cached and not refresh and (settings.offline or _age_s(cached["read_at"]) < ttl_s(env)):
