@@ -20,7 +20,6 @@ from packaging.version import InvalidVersion, Version
 from builder.core import net
 from builder.core.errors import ChecksumError, RecipeError, SourceError, UsageError
 from builder.core.fsutil import atomic_write
-from builder.core.log import log
 from builder.core.settings import Settings
 from builder.core.statefile import read_json_or_none
 from builder.model.recipe import Recipe
@@ -56,7 +55,7 @@ def pypi_releases(name: str, settings: Settings, *, refresh: bool = False) -> di
     younger than the index time-to-live (24 h, ``BUILDER_INDEX_TTL``; discovery/torchindex.py) answers without the
     network, as does any cached list ``--offline`` or when PyPI cannot be reached. ``refresh`` (or
     ``BUILDER_INDEX_REFRESH=1``): ask PyPI now (a version newer than the cached list)."""
-    from builder.discovery.torchindex import cache_age_s, ttl_s
+    from builder.discovery.torchindex import cache_age_s, ttl_s, warn_once
 
     cache_file = settings.cache("index") / f"{canonicalize_name(name)}.json"
     key = (cache_file, canonicalize_name(name))
@@ -71,9 +70,11 @@ def pypi_releases(name: str, settings: Settings, *, refresh: bool = False) -> di
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 raise SourceError(f"{name!r} is not on PyPI") from e
-            log.warning(f"PyPI answered {e.code}; using the cached release list")
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            log.warning(f"PyPI unreachable ({e}); using the cached release list")
+            warn_once(f"PyPI answered {e.code}; using the cached release lists")
+        except (urllib.error.URLError, TimeoutError, OSError) as e:  # said once per process (issue 54 item 2)
+            if not _UNREACHABLE_SAID:
+                _UNREACHABLE_SAID.append(True)
+                warn_once(f"PyPI unreachable ({e}); using the cached release lists")
     if data is None:
         if not cache_file.exists():
             raise SourceError(
@@ -100,6 +101,9 @@ def pypi_releases(name: str, settings: Settings, *, refresh: bool = False) -> di
             url = urllib.parse.urljoin(PYPI_JSON.format(name=name), f["url"])  # some mirrors answer relative URLs
             releases[version] = SourceRef("pypi", url, f["filename"], digest)
     return releases
+
+
+_UNREACHABLE_SAID: list[bool] = []  # "PyPI unreachable" is said once per process, not at every step
 
 
 def _read_cached(path: Path) -> dict | None:
