@@ -291,6 +291,8 @@ def test_nvccs_temporaries_stand_for_their_cuda_source() -> None:
         == "causal_conv1d_fwd.cu"
     assert running_unit(["gcc", "-c", "/tmp/tmpxft_0000a1b2_00000000-5_axpy.stub.c"]) == "axpy.cu"
     assert running_unit(["gcc", "-c", "csrc/tmpxft_notes.cpp"]) == "tmpxft_notes.cpp"  # not nvcc's: as it is
+    # a temporary that names no source (seen in a CI sample beside big.cu): no unit of its own, its nvcc is listed
+    assert running_unit(["cc1plus", "/tmp/tmpxft_00000ee3_00000000-2.cpp"]) is None
 
 
 @pytest.mark.e2e  # a real nvcc (the unit tier's guard refuses compilers)

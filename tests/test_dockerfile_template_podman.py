@@ -12,19 +12,19 @@ import pytest
 
 from builder.toolchain.images import LABEL_DOCKERFILE, LABEL_PLATFORM, TEMPLATE, image_spec
 from tests.helpers import run_cli
-from tests.test_docker_e2e import _podman, podman_service, standin_base  # noqa: F401 (fixtures)
+from tests.test_docker_e2e import _podman, podman_service, standin_base, standin_image  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.docker]
 
 
 def test_the_template_builds_a_cuda_13_0_image_on_the_stand_in(podman_service: dict[str, str],  # noqa: F811
-                                                               standin_base: str) -> None:  # noqa: F811
+                                                               standin_image: str) -> None:  # noqa: F811
     env = {"DOCKER_HOST": podman_service["DOCKER_HOST"], "CONTAINERS_CONF": podman_service["_conf"]}
-    built = run_cli("images", "build", "--cuda", "13.0", "--base-image", standin_base, "--force", env=env)
+    built = run_cli("images", "build", "--cuda", "13.0", "--base-image", standin_image, "--force", env=env)
     assert built.code == 0, built.stderr[-3000:]
-    spec = image_spec("13.0", standin_base)
+    spec = image_spec("13.0", standin_image)
     assert f"built: {spec.tag}" in built.stdout and f"from {TEMPLATE}" in built.stderr, built.stdout + built.stderr
-    again = run_cli("images", "build", "--cuda", "13.0", "--base-image", standin_base, env=env)
+    again = run_cli("images", "build", "--cuda", "13.0", "--base-image", standin_image, env=env)
     assert again.code == 0 and f"up to date: {spec.tag}" in again.stdout, again.stderr[-2000:]
     conf = Path(podman_service["_conf"])
     run = _podman(conf, "run", "--rm", "--network", "none", spec.tag, "sh", "-c",

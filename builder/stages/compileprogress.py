@@ -26,6 +26,7 @@ _SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 _COMPILERS = re.compile(r"^(nvcc|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|.*-g\+\+|.*-gcc)(-\d+)?$")
 _WRAPPERS = ("ccache", "sccache")
 # nvcc's intermediates of x.cu, compiled by the host compiler nvcc runs: /tmp/tmpxft_000057d4_00000000-6_x.cudafe1.cpp
+_NVCC_ANY = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+")  # any nvcc temporary, e.g. tmpxft_00000ee3_00000000-2.cpp
 _NVCC_TEMP = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_(.+?)\.(?:cudafe1\.(?:cpp|c)|cpp\d\.ii|stub\.c|fatbin\.c)$")
 
 
@@ -38,6 +39,8 @@ def _unit_source(words: Sequence[str]) -> str | None:
         return None
     name = Path(sources[-1]).name
     temp = _NVCC_TEMP.fullmatch(name)
+    if temp is None and _NVCC_ANY.match(name):
+        return None  # an nvcc temporary that names no source (tmpxft_…-2.cpp): the nvcc running it is listed
     return f"{temp.group(1)}.cu" if temp else name
 
 
