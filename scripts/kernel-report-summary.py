@@ -26,7 +26,8 @@ def summarize(path: Path) -> list[str]:
         if case["status"] != "failed":
             continue
         parts = case["name"].split("/")
-        length = next((p for p in parts if re.fullmatch(r"[LT]\d+", p)), "?")
+        # causal-conv1d/mamba name a length L123 or T123; flash-attn a query and key length q64/k65
+        length = "/".join(p for p in parts if re.fullmatch(r"[LTqk]\d+", p)) or "?"
         groups[(parts[0], parts[1] if len(parts) > 1 else "")].append(length)
     for (family, dtype), lengths in sorted(groups.items()):
         lines.append(f"  FAILED {family} {dtype}: {len(lengths)} case(s) at {' '.join(sorted(set(lengths), key=_num))}")
@@ -36,9 +37,9 @@ def summarize(path: Path) -> list[str]:
     return lines
 
 
-def _num(text: str) -> int:
-    digits = text[1:]
-    return int(digits) if digits.isdigit() else -1
+def _num(text: str) -> tuple[int, ...]:
+    """Sort key of a length label: its numbers in order (q64/k65 -> (64, 65)); "?" first."""
+    return tuple(int(n) for n in re.findall(r"\d+", text)) or (-1,)
 
 
 if __name__ == "__main__":
