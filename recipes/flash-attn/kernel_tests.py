@@ -592,7 +592,24 @@ def kvcache_cases(prof: Profile, templates: Sequence[int]) -> list[KVCase]:
     for row in kh.covering_rows(levels, ["dtype", "paged", "append", "hdim"]):
         hdim, variant = row.pop("hdim"), row.pop("variant")
         cases.append(KVCase("kvcache", hdim=hdim, cache_seqlens=kv_seqlens(hdim, variant), **row))
+    # The non-split forward kernel is reached from the cache only by kv_route's "std" (a dense cache, nothing
+    # appended, one split), and its causal masking only with two or more queries; the covering rows leave that to
+    # chance (none of them had it, and the 9001 fault went unseen by this family), so every head dim gets it.
+    for i, hdim in enumerate(templates):
+        cases.append(KVCase("kvcache", dtype=list(DTYPES)[i % 2], hdim=hdim, causal=True,
+                            heads=list(HEADS)[i % len(HEADS)], seqlen_q=3, cache_seqlens=kv_seqlens(hdim, i % 2),
+                            paged=False, append="none", num_splits=1, feature=("none", "window")[i % 2]))
     return cases
+
+
+def kv_route(case: KVCase) -> str:
+    """The kernel flash_attn_with_kvcache runs: "split" (flash_fwd_splitkv_kernel) when flash_api.cpp:1457 forces
+    it (k/v appended, cache_batch_idx or a paged cache) or num_splits > 1; "std" (compute_attn_1rowblock, the
+    kernel flash_attn_func runs) with num_splits 1 (:247); "heuristic" with num_splits 0 (set_params_splitkv's
+    choice, :299-327, which depends on the GPU's SM count)."""
+    if case.paged or case.append != "none" or case.num_splits > 1:
+        return "split"
+    return "std" if case.num_splits == 1 else "heuristic"
 
 
 def is_seam(case: Case, prof: Profile) -> bool:

@@ -284,6 +284,8 @@ def test_every_tile_boundary_is_in_the_full_design(profile: str) -> None:
     assert {(c.paged, c.append) for c in kv} == {(p, a) for p in (False, True)
                                                  for a in ("none", "kv", "rotary", "rotary_il")}
     assert {c.num_splits for c in kv} == {0, 1, 3} and {c.seqlen_q for c in kv} == {1, 3}
+    for t in kt.HEAD_DIM_TEMPLATES:  # the cache's route to the non-split kernel, where causal masking shows
+        assert any(kt.kv_route(c) == "std" and c.causal and c.seqlen_q >= 2 for c in kv if c.hdim == t), t
     varlen = [c for c in cases if c.family == "varlen"]
     assert any(1 in c.lengths_q for c in varlen) and any(not c.backward for c in varlen)
 
@@ -292,7 +294,7 @@ def test_case_counts_and_unique_names() -> None:
     full = kt.build_cases(kt.PROFILES["sm90"], quick=False)
     assert len({c.name for c in full}) == len(full)
     counts = {f: sum(c.family == f for c in full) for f in ("base", "edge_seq", "edge_hdim", "varlen", "kvcache")}
-    assert counts == {"base": 96, "edge_seq": 268, "edge_hdim": 48, "varlen": 30, "kvcache": 96}
+    assert counts == {"base": 96, "edge_seq": 268, "edge_hdim": 48, "varlen": 30, "kvcache": 102}
     torch.manual_seed(0)
     assert len(kt.build_cases(kt.PROFILES["sm90"], quick=True)) <= 80
 
@@ -328,20 +330,21 @@ class FakeFlashAttn:
     """flash_attn's three entry points on CPU, computed with the reference (fp32, then the dtype), with one
     planted fault: "causal_shift" (the causal mask one key to the right), "scale_padded" (1/sqrt of the padded
     template head dim instead of the real one), "drop_last_tile" (the keys of a partial last kBlockN tile
-    ignored, kBlockN of the path the forward takes), "paged_identity" (block_table ignored)."""
+    ignored, kBlockN of the path the forward takes), "paged_identity" (block_table ignored), "causal_shift_std"
+    (9001's kind: the causal shift in the non-split kernel only, here as flash_attn_with_kvcache reaches it)."""
 
     def __init__(self, profile: kt.Profile, fault: str | None = None, built: tuple[int, ...] = kt.HEAD_DIM_TEMPLATES
                  ) -> None:
         self.profile, self.fault, self.built = profile, fault, built
 
-    def _attend(self, q, k, v, causal, window, softcap, alibi, scale, path_batch=None):
+    def _attend(self, q, k, v, causal, window, softcap, alibi, scale, path_batch=None, std_route=False):
         d = q.shape[-1]
         if kt.head_dim_template(d) not in self.built:
             raise RuntimeError(f"FlashAttention: head dim {kt.head_dim_template(d)} was not built "
                                f"(FLASH_ATTN_HDIMS)")
         if scale is None:
             scale = (kt.head_dim_template(d) if self.fault == "scale_padded" else d) ** -0.5
-        if self.fault == "causal_shift" and causal:
+        if causal and (self.fault == "causal_shift" or (self.fault == "causal_shift_std" and std_route)):
             causal, window = False, (window[0], 1)
         drop = None
         sk = k.shape[1]
@@ -404,7 +407,8 @@ class FakeFlashAttn:
         for i in range(b):
             n = int(lens[i]) + new
             o, s = self._attend(q[i:i + 1], kd[i:i + 1, :n], vd[i:i + 1, :n], causal, window_size, softcap,
-                                None if alibi_slopes is None else alibi_slopes[i:i + 1], softmax_scale)
+                                None if alibi_slopes is None else alibi_slopes[i:i + 1], softmax_scale,
+                                std_route=block_table is None and k is None and num_splits == 1)
             outs.append(o)
             lses.append(s)
         out, lse = torch.cat(outs), torch.cat(lses)
@@ -508,6 +512,16 @@ def test_paged_block_table_ignored_is_flagged_on_paged_cases_only() -> None:
     cases = [c for c in _design() if c.family == "kvcache" and c.hdim == 32 and c.dtype == "bf16"]
     results = _run(FakeFlashAttn(CPU_PROFILE, "paged_identity").api(), cases)
     assert {n for n, r in results.items() if r.status == "failed"} == {c.name for c in cases if c.paged}
+
+
+def test_a_causal_shift_in_the_non_split_kernel_is_caught_through_the_cache() -> None:
+    """9001's kind of fault seen from the kvcache family: only its cases on kv_route "std" reach the kernel, and
+    only the causal ones with two or more queries see the shifted mask; the design has one per head dim."""
+    cases = [c for c in _design() if c.family == "kvcache" and c.hdim in (32, 64)]
+    results = _run(FakeFlashAttn(CPU_PROFILE, "causal_shift_std").api(), cases)
+    failed = {n for n, r in results.items() if r.status == "failed"}
+    reach = {c.name for c in cases if kt.kv_route(c) == "std" and c.causal and c.seqlen_q >= 2}
+    assert failed == reach and len(reach) >= 2, (failed, reach)
 
 
 def test_head_dims_not_built_are_skipped_with_the_reason() -> None:
