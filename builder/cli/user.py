@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,12 +30,17 @@ if TYPE_CHECKING:
     from builder.user.envprobe import FlashAttention2, KernelBinding, ModelKernels
 
 
+REFRESH_HELP = ("probe the env again even where it has not changed since the last probe (its answer is kept in the "
+                "cache, keyed by the env's interpreter, sys.path folders, variables and GPU devices, for a day)")
+
+
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
     p = sub.add_parser("doctor", help="diagnose a Python env: torch, GPUs, compilers, kernels, what fits and how to "
                        "install it")
     p.add_argument("--python", help="the env's interpreter or venv folder (default: the active venv, else python3)")
     p.add_argument("--from", dest="source", help="wheelhouse to match against: a folder or URL (default ./wheelhouse)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--refresh", action="store_true", help=REFRESH_HELP)
     add_common(p, "cache-dir", "recipes", "patches", "offline", "net-deadline")
 
     p = sub.add_parser("install", help="install the fitting wheels into an env, never changing its torch")
@@ -50,6 +56,7 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     p.add_argument("--allow-origin", action="append", default=[], metavar="URL",
                    help="also trust wheel links to this origin (default: only the --from root and its assets.json's "
                         "prefix); repeatable")
+    p.add_argument("--refresh", action="store_true", help=REFRESH_HELP)
     add_common(p, "cache-dir", "recipes", "patches", "offline", "net-deadline")
     return {"doctor": cmd_doctor, "install": cmd_install}
 
@@ -87,8 +94,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     python = default_python(args.python)
     source = args.source or (str(settings.wheelhouse) if settings.wheelhouse.is_dir() else None)
-    with log.status(f"probing {python} (imports torch and transformers)"):
-        report = diagnose(python, settings, source)
+    with log.status(f"probing {python} (imports torch and transformers, unless this env's answer is kept)"):
+        report = diagnose(python, settings, source, refresh=args.refresh)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0
@@ -117,6 +124,9 @@ def _render_env(report: DoctorReport) -> None:
     rows.add_row("Python", f"{py.version} ({'venv ' + str(py.prefix) if py.is_venv else py.executable})"
                  + (f", glibc {py.glibc}" if py.glibc else ""))
     rows.add_row("platform", _platform_text(report))
+    if env.cached_at is not None:
+        rows.add_row("probed", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(env.cached_at))
+                     + ": this answer was kept (the env is unchanged since); --refresh probes again")
     torch = env.torch
     if torch.version:
         rows.add_row("torch", f"{torch.version}: " + (f"a CUDA {torch.cuda} build" if torch.cuda else "a CPU build")
@@ -241,7 +251,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     request = InstallRequest(packages=tuple(args.packages), python=python,
                              source=args.source or str(settings.wheelhouse), arch=args.arch,
                              build=not args.no_build, dry_run=args.dry_run, torch_range=args.torch_range,
-                             allow_origins=tuple(args.allow_origin))
+                             allow_origins=tuple(args.allow_origin), refresh=args.refresh)
     outcome = install(request, settings)
     for line in outcome.summary():
         out.print(line, markup=False)

@@ -33,6 +33,7 @@ from builder.user.fit import EnvFacts, IndexedWheel, Verdict, best, env_facts, e
 from builder.user.installer import install_argv
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
+from builder.user.probecache import probe_memo
 from builder.user.superseded import Superseded, installed_superseded
 from builder.user.wheelhouse import WheelhouseReader
 
@@ -96,14 +97,17 @@ def recipe_packages(settings: Settings) -> list[Recipe]:
     return [load_recipe(path, settings.patches_dir) for path in list_recipes(settings.recipes_dir)]
 
 
-def diagnose(python: Path, settings: Settings, wheelhouse: str | None) -> DoctorReport:
+def diagnose(python: Path, settings: Settings, wheelhouse: str | None, *, refresh: bool = False) -> DoctorReport:
+    """The whole diagnosis; the env probe's answer is reused where the env has not changed since (``refresh``:
+    probe anyway)."""
     recipes = recipe_packages(settings)
     # The env probe (importing torch and transformers: seconds) runs while this process asks the machine and reads
     # the wheelhouse: the doctor takes about as long as the probe alone.
     with ThreadPoolExecutor(max_workers=2) as pool:
         machine_job = pool.submit(machine_facts, os.environ, settings)
         listing_job = pool.submit(_listing, wheelhouse, recipes)
-        env = probe_env(python, [PackageSpec.from_recipe(r) for r in recipes])
+        env = probe_env(python, [PackageSpec.from_recipe(r) for r in recipes], memo=probe_memo(settings),
+                        refresh=refresh)
         machine, (root, listed, error) = machine_job.result(), listing_job.result()
     facts = env_facts(env, machine)
     cuobjdump = find_local_cuobjdump(settings, (env.python.purelib,))

@@ -7,6 +7,7 @@ parsed here, in ``_parse``, and nowhere else; everything past this module sees f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -21,6 +22,7 @@ from builder.core.errors import ToolchainError, UsageError
 from builder.core.smallrun import run_small
 from builder.model.platform import Platform, parse_platform
 from builder.stages.finalize import RECORD_FILE
+from builder.user import probecache
 from builder.user.interpreter import cannot_run_cure, interpreter_argv, resolve_interpreter
 from builder.user.probes import script
 
@@ -239,6 +241,7 @@ class EnvReport:
     packages: tuple[PackageReport, ...]
     transformers: TransformersInfo
     errors: tuple[str, ...]  # probe sections that crashed (a bug or a hostile package), others still filled in
+    cached_at: float | None = None  # the answer remembered from a probe at this time (user/probecache.py), not asked
 
     def package(self, distribution: str) -> PackageReport:
         """The report on ``distribution`` (any spelling: causal_conv1d, Causal-Conv1d); KeyError if not asked."""
@@ -255,20 +258,37 @@ def probe_env(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    memo: Path | None = None,
+    refresh: bool = False,
 ) -> EnvReport:
     """Run the env probe with ``python`` (an interpreter, or a venv folder) and return what it found.
 
     ``env`` is the probe's environment (default: this process's), so PYTHONPATH and CUDA_VISIBLE_DEVICES count.
-    Raises UsageError when ``python`` does not exist, ToolchainError when it cannot run the probe at all.
+    ``memo`` (a folder): a repeat on an unchanged env reads the answer remembered there (``cached_at``;
+    user/probecache.py), unless ``refresh``. UsageError: no ``python``; ToolchainError: it cannot run the probe.
     """
     interpreter = resolve_interpreter(python)
     spec = {"packages": [{"distribution": p.distribution, "imports": list(p.imports)} for p in packages],
             "record_file": RECORD_FILE}
     runner = interpreter_argv(interpreter, env)
-    argv = [*runner, str(script("env")), json.dumps(spec)]
+    environ = dict(os.environ if env is None else env)
+    slot = probecache.slot(memo, runner, interpreter, spec, script("env"), environ) if memo is not None else None
+    found = slot.recall() if slot is not None and not refresh else None
+    if found is not None:
+        try:
+            return dataclasses.replace(_parse(json.loads(found[0])), cached_at=found[1])
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
+            pass  # an entry of another builder's shape: probed again and written over
+    report, output = _probe(interpreter, runner, spec, timeout, environ)
+    if slot is not None and not report.errors and not (report.torch.installed and report.torch.error):  # else asked again
+        slot.remember(output)
+    return report
+
+
+def _probe(interpreter: Path, runner: list[str], spec: Any, timeout: float, environ: dict[str, str]) -> tuple[EnvReport, str]:
+    argv = [*runner, str(script("env")), json.dumps(spec)]  # → (what the probe found, its JSON text)
     try:  # bounded: an interpreter that floods stdout is stopped at PROBE_LIMIT bytes, never read whole
-        result = run_small(argv, limit=PROBE_LIMIT, timeout_s=timeout, env=dict(os.environ if env is None else env),
-                           merge=False)
+        result = run_small(argv, limit=PROBE_LIMIT, timeout_s=timeout, env=environ, merge=False)
     except OSError as e:
         raise ToolchainError(f"Python {interpreter} cannot run: {e.strerror or e}", cannot_run_cure(interpreter)) from e
     if result.timed_out:
@@ -284,7 +304,7 @@ def probe_env(
         raise ToolchainError(f"Python {interpreter} failed the environment probe{under} (exit {result.code}): "
                              f"{_last_line(result.errors)}", cure)
     try:
-        return _parse(json.loads(result.output))
+        return _parse(json.loads(result.output)), result.output
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as e:
         raise ToolchainError(f"Python {interpreter}: the environment probe's answer is unreadable "
                              f"({type(e).__name__}: {str(e)[:200]}); stderr: {_last_line(result.errors)}",

@@ -44,6 +44,7 @@ from builder.user.installer import (
 )
 from builder.user.interpreter import interpreter_argv
 from builder.user.machine import MachineFacts, machine_facts
+from builder.user.probecache import probe_memo
 from builder.user.superseded import installed_superseded
 from builder.user.wheelhouse import WheelhouseReader, project_wheelhouse
 
@@ -67,6 +68,7 @@ class InstallRequest:
     dry_run: bool = False
     torch_range: bool = False  # a wheel built here: also check it beside the other torches of its range (--torch-range)
     allow_origins: tuple[str, ...] = ()  # --allow-origin: wheel links the pages may make beyond the root's
+    refresh: bool = False  # --refresh: probe the env even where an answer of it unchanged is remembered
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ def torch_distribution(python: Path) -> str | None:
 
 def install(request: InstallRequest, settings: Settings) -> InstallOutcome:
     names = [n for p in request.packages for n in expand_name(p, settings.recipes_dir)]
-    report = probe_env(request.python, [PackageSpec(n) for n in names])
+    report = probe_env(request.python, [PackageSpec(n) for n in names], memo=probe_memo(settings),
+                       refresh=request.refresh)
     python = report.python.executable
     machine = machine_facts(os.environ, settings)
     facts = env_facts(report, machine)
