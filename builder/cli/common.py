@@ -4,15 +4,87 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from builder.core import net
+from builder.core.log import log
 from builder.core.settings import Settings
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
+PIPED_WIDTH = 120  # piped output (a file, a CI log, `| less`) is folded at this many characters (issue 55 item 8)
+
+
+class FoldingConsole(Console):
+    """rich's Console, except that piped (``soft_wrap`` off) a line of text longer than the width is folded at
+    spaces, its continuation lines indented two beyond the line's own indent, and a word longer than the width (a
+    path, a URL) is kept whole, so it still copies; tables fit the width. On a terminal, or with COLUMNS set, it
+    is rich's own console, lines unfolded (the terminal wraps them; tests read them whole)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if self.soft_wrap or kwargs.get("soft_wrap") or len(objects) != 1 or not isinstance(objects[0], str):
+            super().print(*objects, **kwargs)
+            return
+        markup = kwargs.pop("markup", None)
+        markup = self._markup if markup is None else markup
+        for line in objects[0].split("\n"):
+            text = Text.from_markup(line) if markup else Text(line)
+            for part in fold(text, self.width):
+                super().print(part, soft_wrap=True, **kwargs)
+
+
+def fold(text: Text, width: int) -> list[Text]:
+    """``text`` as lines of at most ``width`` characters, broken at spaces (a longer word is a line of its own),
+    each continuation line indented two beyond ``text``'s own indent; styles kept."""
+    plain = text.plain
+    if len(plain) <= width:
+        return [text]
+    lead = len(plain) - len(plain.lstrip(" "))
+    room = max(width - lead - 2, 20)
+    breaks: list[int] = []
+    start = lead
+    for word in re.finditer(r"\S+\s*", plain[lead:]):
+        at = word.start() + lead
+        if at > start and len(plain[start:word.end() + lead].rstrip()) > (room if breaks else width - lead):
+            breaks.append(at)
+            start = at
+    parts = text.divide(breaks)
+    parts[0].rstrip()
+    for part in parts[1:]:
+        part.rstrip()
+        part.pad_left(lead + 2)
+    return list(parts)
+
+
+def shell_folded(command: str, indent: str = "") -> str:
+    """A shell command for ``out``: piped and longer than the width, split at unquoted spaces into lines ending in
+    `` \\`` (a shell joins them back: the lines still paste and run); otherwise ``indent + command``."""
+    width = out.width if not out.soft_wrap else 0
+    if not width or len(indent) + len(command) <= width:
+        return indent + command
+    words = re.findall(r"""(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+""", command)
+    lines, current = [], indent
+    for word in words:
+        if current.strip() and len(current) + 1 + len(word) + 2 > width:
+            lines.append(current + " \\")
+            current = indent + "  " + word
+        else:
+            current = f"{current} {word}" if current.strip() else current + word
+    return "\n".join([*lines, current])
+
+
+def _console(stream: Any, **kwargs: Any) -> FoldingConsole:
+    """Folding at PIPED_WIDTH where ``stream`` is no terminal and COLUMNS is unset, else rich's own width."""
+    piped = not stream.isatty() and not os.environ.get("COLUMNS")
+    return FoldingConsole(highlight=False, soft_wrap=not piped, width=PIPED_WIDTH if piped else None, **kwargs)
+
+
+out = _console(sys.stdout)
+log.console = _console(sys.stderr, stderr=True)  # error lines and their cures, folded alike when piped
 
 
 # The shared flags: name → (argparse keywords). Their order is the order --help lists them in.

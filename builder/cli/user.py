@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from builder.cli.common import out, settings_from_args
+from builder.cli.common import out, settings_from_args, shell_folded
 from builder.core.errors import UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
@@ -114,7 +114,7 @@ def render_doctor(report: DoctorReport) -> None:
     if report.commands:
         out.print("install what fits (torch stays as it is):")
         for command in report.commands:
-            out.print(f"    {command}", markup=False)
+            out.print(shell_folded(command, "    "), markup=False)
 
 
 def _render_env(report: DoctorReport) -> None:
@@ -254,5 +254,9 @@ def cmd_install(args: argparse.Namespace) -> int:
                              allow_origins=tuple(args.allow_origin), refresh=args.refresh)
     outcome = install(request, settings)
     for line in outcome.summary():
-        out.print(line, markup=False)
+        head, sep, command = line.partition(": ")
+        if head in ("would run", "would build here") and shell_folded(command) != command:  # piped, too long:
+            out.print(f"{head}:\n{shell_folded(command, '    ')}", markup=False)  # a command that pastes
+        else:
+            out.print(line, markup=False)
     return 0
