@@ -35,7 +35,7 @@ def test_a_wheel_is_typed_once_from_its_name_and_record() -> None:
 
 def test_a_wheel_without_a_record_has_no_facts_but_its_name() -> None:
     wheel = BuiltWheel.made(Path("y-2.0-py3-none-any.whl"), None)
-    assert wheel.built_once and not wheel.ranged  # built once, but no checks to offer it by
+    assert not wheel.built_once and not wheel.ranged  # nobody's build: no record, no checks to offer it by
     assert (wheel.cuda, wheel.archs, wheel.abi, wheel.torch, wheel.platform.name) == (None, (), None, None, "x86_64")
     per_torch = BuiltWheel.made(Path("y-2.0+cu130torch2.11-cp312-cp312-linux_x86_64.whl"),
                                 BuildRecord(cuda="garbage", archs=("not-an-arch",)))

@@ -16,9 +16,10 @@ from builder.farm.served import Cell
 from builder.farm.wheelcells import IMPORT, KERNEL, wheel_cells
 from builder.index.checks import wheel_channels
 from builder.index.store import Wheelhouse
-from builder.model.abi import per_torch_label, per_torch_label_parts, stable_label_major
+from builder.model.abi import per_torch_label
 from builder.model.builtwheel import BuiltWheel
 from builder.model.cuda import CudaVersion
+from builder.model.label import Label, LabelKind
 from builder.model.records import BuildRecord
 from builder.pipeline.checks import claim
 from builder.pipeline.promote import _check_per_torch_torch
@@ -54,9 +55,10 @@ def env(cuda: str | None, torch: str = "2.9.1") -> EnvFacts:
 def test_the_label_names_the_cuda_major_and_torch_minor() -> None:
     assert per_torch_label(CudaVersion.parse("12.8"), "2.9.1") == "cu12torch2.9"
     assert per_torch_label(CudaVersion.parse("13.0"), "2.11.0+cu130") == "cu13torch2.11"
-    assert per_torch_label_parts("cu12torch2.9") == (12, (2, 9))
-    assert per_torch_label_parts("cu128torch2.9") is None and per_torch_label_parts("cu13") is None
-    assert stable_label_major("cu12torch2.9") is None
+    assert Label.parse("cu12torch2.9") == Label(12, None, (2, 9))
+    assert Label.parse("cu12torch2.9").kind == LabelKind.PER_TORCH_MAJOR  # type: ignore[union-attr]
+    assert Label.parse("cu128torch2.9").kind == LabelKind.PER_TORCH_LINE  # type: ignore[union-attr]
+    assert Label.parse("cu13").kind == LabelKind.STABLE  # type: ignore[union-attr]
     assert label_cuda("cu12torch2.9") is None  # not CUDA 1.2: a line's label has three digits
     assert label_cuda("cu128torch2.9") == CudaVersion.parse("12.8")
 

@@ -358,7 +358,8 @@ def test_a_torch_2_13_env_takes_it_from_its_own_channel_torch_held(house: Wheelh
     ("2.12.1", "13.0", "failed its import+registration check on torch 2.12.1 (CUDA 13.0): import failed: "
                        "ImportError: triton"),
     ("2.15.0", "13.2", "not verified on torch 2.15 (verified: 2.13, 2.14)"),
-    ("2.6.0", "12.4", "not verified on torch 2.6 (verified: 2.13, 2.14)"),  # below the extra's >=2.7: never tried
+    # below the cuda extra's >=2.7, read by the one rule torchrange tries torches by (model/wheelfacts.py)
+    ("2.6.0", "12.4", "needs torch>=2.7.0 (its own requirement), the env has torch 2.6.0"),
     ("2.13.0+cpu", None, "offered for the CUDA torches its checks passed on; this env's torch 2.13.0+cpu is a CPU "
                          "build"),
 ])

@@ -15,9 +15,10 @@ from builder.core.errors import RecipeError, UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex, resolve_index
 from builder.discovery.torchindex import Listing, Release
-from builder.model.abi import Abi, channel_label, stable_label, stable_label_major
+from builder.model.abi import Abi, channel_label, stable_label
 from builder.model.arch import parse_arch_list
 from builder.model.cuda import CudaVersion
+from builder.model.label import Label
 from builder.model.python import PythonSpec
 from builder.model.recipe import load_recipe
 from builder.model.records import BuildRecord, TorchCheck
@@ -265,7 +266,7 @@ def test_a_records_torch_checks_round_trip_and_name_their_channels() -> None:
 
 def test_labels() -> None:
     assert stable_label(CudaVersion.parse("13.0")) == "cu13"
-    assert stable_label_major("cu13") == 13 and stable_label_major("cu130torch2.11") is None
+    assert Label.parse("cu13") == Label(13) and Label.parse("cu130torch2.11") == Label(13, 0, (2, 11))
     assert channel_label("13.2", "2.15.0+cu132") == "cu132torch2.15"
 
 

@@ -17,23 +17,17 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.farm.served import Cell, on_major
-from builder.index.checks import wheel_label
-from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
+from builder.model.abi import torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.platform import of_wheel_platform
 from builder.model.records import BuildRecord, TestReport
+from builder.model.wheelfacts import Wheel
 
 KERNEL = "kernel-tested"
 IMPORT = "import-verified"
 INFERRED = "inferred"
 BUILT = "built"
 ABI3_PYTHON = "3.10"
-
-
-def _line_of_flavour(flavour: str) -> str | None:
-    """``cu130`` → ``13.0``."""
-    match = re.fullmatch(r"cu(\d+)(\d)", flavour)
-    return f"{int(match.group(1))}.{match.group(2)}" if match else None
 
 
 def _pythons_of_tags(filename: str) -> tuple[set[str] | None, bool]:
@@ -126,40 +120,43 @@ def _tested_on(torch_text: str | None) -> tuple[str, str | None] | None:
         v = Version(torch_text)
     except InvalidVersion:
         return None
-    return f"{v.major}.{v.minor}", _line_of_flavour(v.local or "")
+    line = CudaVersion.from_flavour(v.local or "")
+    return f"{v.major}.{v.minor}", line.line if line is not None else None
 
 
 def wheel_cells(filename: str, record: BuildRecord | None, matrix: frozenset[Cell],
                 floor: str | None) -> dict[Cell, tuple[str, str]]:
     """The cells of ``matrix`` this wheel is for, each with (status, evidence)."""
-    label = wheel_label(filename)
+    wheel = Wheel.of(filename, record)
     pythons, abi3 = _pythons_of_tags(filename)
     platforms = wheel_platforms(filename)
     if platforms is not None:
         matrix = frozenset(c for c in matrix if c.platform in platforms)
-    major = stable_label_major(label)
-    if major is not None or (label is None and record is not None and record.is_stable_abi):
-        return _stable_cells(record, major, matrix, floor, filename)
-    if label is None and pythons is None and platforms is None:  # py3-none-any, built once: its checks decide
+    label = wheel.label
+    if wheel.stable:
+        return _stable_cells(record, label.cuda_major if label else None, matrix, floor, filename)
+    if wheel.local is None and pythons is None and platforms is None:  # py3-none-any, built once: its checks decide
         return _checked_cells(record, matrix, lambda cell: True, filename)
-    per_torch = per_torch_label_parts(label)
-    if per_torch is not None:  # cu12torch2.9: its torch minor on the lines of its CUDA major, as its checks say
+    if wheel.per_torch_major and label is not None and label.torch is not None:
+        # cu12torch2.9: its torch minor on the lines of its CUDA major, as its checks say
+        per_torch = (label.cuda_major, label.torch)
         return _checked_cells(record, matrix, lambda c: _per_torch_claims(c, per_torch, record, pythons, abi3),
                               filename)
-    match = re.fullmatch(r"(cu\d+)torch(\d+\.\d+)", label or "")
-    if match is None:
+    label_line = label.cuda_line if wheel.per_torch_line and label is not None else None
+    torch_minor_text = label.torch_text if label is not None else None
+    if label_line is None or torch_minor_text is None:  # a label of no shape the builder writes
         return {}
-    line = (record.cuda_version.line if record and record.cuda_version else None) or _line_of_flavour(match.group(1))
+    line = (record.cuda_version.line if record and record.cuda_version else None) or label_line.line
     tests = record.tests if record else None
     ran = Ran(_tests_python(record, filename), _checks_platform(filename, record))
     if tests and tests.kernel_status == "passed" and record is not None:
         outcome = (KERNEL, _kernel_text(record))
     elif tests and tests.import_status == "passed":
-        outcome = (IMPORT, f"import-verified on its torch ({tests.torch or match.group(2)})")
+        outcome = (IMPORT, f"import-verified on its torch ({tests.torch or torch_minor_text})")
     else:
         outcome = (BUILT, "built, not verified")
     return {c: ran.judge(c, *outcome) for c in matrix
-            if c.torch == match.group(2) and c.cuda == line and _python_fits(c.python, pythons, abi3)}
+            if c.torch == torch_minor_text and c.cuda == line and _python_fits(c.python, pythons, abi3)}
 
 
 def _per_torch_claims(cell: Cell, label: tuple[int, tuple[int, int]], record: BuildRecord | None,

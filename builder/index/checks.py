@@ -4,14 +4,12 @@ wheel's bytes, a build log against the builder's own naming."""
 from __future__ import annotations
 
 import json
-import re
 import zipfile
 from collections.abc import Sequence
 from email.parser import HeaderParser
 from functools import cache
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -20,14 +18,15 @@ from builder.core.errors import BuilderError, PublishError
 from builder.core.wheelfile import dist_info_dir, parse_wheel_name
 from builder.discovery.compat import resolve_index
 from builder.index.layout import Layout
-from builder.model.abi import cuda_line_major, per_torch_label_parts, stable_label_major, torch_minor
+from builder.model.abi import cuda_line_major, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
+from builder.model.wheelfacts import Wheel, requires_dist, torch_requirement
 
 
 def wheel_label(filename: str) -> str | None:
     """The local version label of a wheel file name: ``x-1.7.0+cu130torch2.14-…`` → ``cu130torch2.14``."""
-    return parse_wheel_name(filename)[1].local
+    return Wheel.named(filename).local
 
 
 def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]:
@@ -45,20 +44,16 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     torch floor. Without a record, or without such a check, it is in no channel.
 
     An unlabelled pure-Python wheel (``py3-none-any``: built once per version, for every torch and CUDA) is offered
-    the same way, in the channel of each torch its record's checks passed on, with no CUDA major or floor to meet."""
+    the same way, in the channel of each torch its record's checks passed on, with no CUDA major or floor to meet.
+    What a wheel is (stable, per torch by major, built once: ``ranged``) is model/wheelfacts.py's to say."""
     try:
-        label = wheel_label(filename)
+        wheel = Wheel.of(filename, record)
     except InvalidWheelFilename:  # a file dropped into wheels/ by hand: publish and rebuild refuse it, it has no channel
         return ()
-    major = stable_label_major(label)
-    per_torch = per_torch_label_parts(label)
-    only_minor = None
-    if per_torch is not None:  # cu12torch2.9: its torch minor on the lines of its CUDA major its checks passed on
-        major, only_minor = per_torch
-    ranged = record is not None and (record.is_stable_abi or per_torch is not None
-                                     or (not label and _pure_python(filename)))
-    if major is None and (label or not ranged):
-        return (label,) if label else ()  # a line's per-torch label decides, whatever the record says: it pins torch
+    if not wheel.ranged:
+        return (wheel.local,) if wheel.local else ()  # a line's per-torch label decides, whatever the record says
+    major = wheel.cuda_major if wheel.by_cuda_major else None  # pure Python: every CUDA
+    only_minor = wheel.label.torch if wheel.per_torch_major and wheel.label else None
     if record is None:
         return ()
     try:
@@ -78,9 +73,6 @@ def wheel_channels(filename: str, record: BuildRecord | None) -> tuple[str, ...]
     return tuple(sorted(passed - failed))
 
 
-# A per-torch label by CUDA line, the older shape: cu130torch2.14
-_LINE_LABEL = re.compile(r"(cu\d+)torch\d+\.\d+")
-
 PypiTorch = Sequence[tuple[str, str | None]]  # (torch release, its CUDA line, "cpu" or None) as PyPI builds it
 
 
@@ -95,38 +87,18 @@ def pypi_torch() -> tuple[tuple[str, str | None], ...]:
 
 
 def wheel_cuda_major(filename: str, record: BuildRecord | None) -> int | None:
-    """The CUDA major a wheel's code needs: its label's (``+cu13``, ``+cu12torch2.9``, ``+cu130torch2.14``), or
-    for an unlabelled stable-ABI wheel its record's CUDA; None for a wheel bound to no CUDA (pure Python)."""
+    """The CUDA major a wheel's code needs (``Wheel.cuda_major``); None for a wheel bound to no CUDA (pure Python) or
+    a file name that is none."""
     try:
-        label = wheel_label(filename)
+        return Wheel.of(filename, record).cuda_major
     except InvalidWheelFilename:
         return None
-    per_torch = per_torch_label_parts(label)
-    line = _LINE_LABEL.fullmatch(label or "")
-    line_cuda = CudaVersion.from_flavour(line.group(1)) if line else None
-    major = stable_label_major(label) or (per_torch[0] if per_torch else None) or (
-        line_cuda.major if line_cuda else None)
-    if major is None and not label and record is not None and record.is_stable_abi and record.cuda:
-        try:
-            major = CudaVersion.parse(record.cuda).major
-        except (InvalidVersion, ValueError):
-            return None
-    return major
 
 
 def torch_specifier(metadata: bytes | str) -> SpecifierSet:
-    """What a wheel's METADATA lets a resolver pair it with: the torch specifiers of its ``Requires-Dist`` lines
-    that apply without extras (empty: any torch)."""
-    text = metadata.decode("utf-8", "replace") if isinstance(metadata, bytes) else metadata
-    spec = SpecifierSet()
-    for line in HeaderParser().parsestr(text).get_all("Requires-Dist") or ():
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate({"extra": ""})):
-            spec &= req.specifier
-    return spec
+    """What a wheel's METADATA lets a resolver pair it with: its torch requirement (model/wheelfacts.py
+    ``torch_requirement``, the one rule; empty: any torch)."""
+    return torch_requirement(requires_dist(metadata)) or SpecifierSet()
 
 
 def root_lists(filename: str, record: BuildRecord | None, metadata: bytes | str,
@@ -146,12 +118,6 @@ def root_lists(filename: str, record: BuildRecord | None, metadata: bytes | str,
     releases = pypi_torch() if pypi is None else pypi
     admitted = [cuda for version, cuda in releases if spec.contains(Version(version), prereleases=True)]
     return bool(admitted) and all(cuda_line_major(cuda or "") == major for cuda in admitted)
-
-
-def _pure_python(filename: str) -> bool:
-    """Whether every tag of a wheel is ``py3-none-any`` (any Python 3, any platform)."""
-    return all(tag.interpreter.startswith("py3") and tag.abi == "none" and tag.platform == "any"
-               for tag in parse_wheel_name(filename)[3])
 
 
 def check_wheel(wheel: Path, filename: str | None = None) -> bytes:

@@ -12,14 +12,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.checks import wheel_channels
 from builder.index.layout import Layout, log_path, record_path, sidecar_path, wheel_path
-from builder.model.abi import stable_label_major
+from builder.model.label import Label
 from builder.model.platform import of_wheel_platform
 from builder.model.records import BuildRecord, TestReport, TorchCheck
-
-_LABEL_RE = re.compile(r"^cu(\d{2})(\d)?torch(\d+\.\d+)")  # cu128torch2.9 (a line), cu12torch2.9 (a major)
+from builder.model.wheelfacts import Wheel
 
 
 @dataclass
@@ -90,15 +88,12 @@ def rows_from(facts: list[WheelFacts], *, area: str, prefix: str = "") -> list[R
 
 def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     record = facts.record or BuildRecord()
-    name, version, _, tags = parse_wheel_name(facts.filename)
-    label = version.local or ""
-    match = _LABEL_RE.match(label)
-    major = stable_label_major(label)
-    stable = major is not None or (not label and record.is_stable_abi)  # as checks.wheel_channels decides
-    line = f"{match.group(1)}.{match.group(2) or 'x'}" if match else f"{major}.x" if major else "—"
-    cuda = record.cuda or line
+    wheel = Wheel.of(facts.filename, facts.record)
+    name, version, tags, label, parsed = wheel.name, wheel.version, wheel.tags, wheel.local or "", wheel.label
+    stable = wheel.stable  # as checks.wheel_channels decides
+    cuda = record.cuda or _label_line(parsed)
     tests = record.tests or TestReport()
-    torch = str(record.python.get("torch") or tests.torch or (match.group(3) if match else "—"))
+    torch = str(record.python.get("torch") or tests.torch or (parsed.torch_text if parsed else None) or "—")
     if stable:
         torch = f"≥ {record.torch_floor}" if record.torch_floor else "stable ABI"
     interpreters = sorted({t.interpreter for t in tags})
@@ -121,7 +116,7 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         filename=facts.filename, package=record.package or str(name), version=str(version.public),
         label=label, cuda=cuda, torch=torch, python=python,
         archs_requested=list(record.archs), sass=sass, ptx=ptx, area=area,
-        variant=split_label(facts.filename)[1] or "",
+        variant=wheel.variant or "",
         status=_status(area, record, import_status, kernel_status), import_status=import_status,
         kernel_status=kernel_status, kernel_reason=tests.kernel_reason,
         counts={k: int(v) for k, v in tests.counts.items()},
@@ -132,6 +127,13 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
         tested_arch=",".join(dict.fromkeys(f"sm_{r.capability.number}" for r in record.gpu_reports if r.capability)),
         torch_unchecked=list(record.torch_unchecked or ()),
     )
+
+
+def _label_line(label: Label | None) -> str:
+    """The CUDA a label names, for a row without a record: ``12.8`` (a line's), ``12.x`` (a major's), else ``—``."""
+    if label is None:
+        return "—"
+    return str(label.cuda_line) if label.cuda_line is not None else f"{label.cuda_major}.x"
 
 
 def _status(area: str, record: BuildRecord, import_status: str, kernel_status: str) -> str:

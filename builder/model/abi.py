@@ -27,6 +27,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.model.cuda import CudaVersion
+from builder.model.label import Label
 
 
 class Abi(StrEnum):
@@ -138,37 +139,16 @@ def torch_minor(torch: str) -> tuple[int, int]:
 
 
 def stable_label(cuda: CudaVersion) -> str:
-    """The local label of a stable-ABI wheel: the CUDA major only (``cu13``), no torch."""
-    return f"cu{cuda.major}"
-
-
-_STABLE_LABEL = re.compile(r"cu(\d+)")
-
-
-def stable_label_major(label: str | None) -> int | None:
-    """``cu13`` → 13; None for a per-torch label (``cu130torch2.11``) or none."""
-    match = _STABLE_LABEL.fullmatch(label or "")
-    return int(match.group(1)) if match else None
+    """The local label of a stable-ABI wheel: the CUDA major only (``cu13``, model/label.py), no torch."""
+    return str(Label.stable(cuda))
 
 
 def per_torch_label(cuda: CudaVersion, torch: str) -> str:
-    """The local label of a per-torch wheel: its CUDA major and torch minor, ``cu12torch2.9``."""
-    major, minor = torch_minor(torch)
-    return f"cu{cuda.major}torch{major}.{minor}"
-
-
-_PER_TORCH_MAJOR_LABEL = re.compile(r"cu(\d{2})torch(\d+)\.(\d+)")
-
-
-def per_torch_label_parts(label: str | None) -> tuple[int, tuple[int, int]] | None:
-    """``cu12torch2.9`` → (12, (2, 9)): a per-torch label by CUDA major; None for a line's label
-    (``cu128torch2.9``, the older shape), a stable one (``cu13``) or none."""
-    match = _PER_TORCH_MAJOR_LABEL.fullmatch(label or "")
-    return (int(match.group(1)), (int(match.group(2)), int(match.group(3)))) if match else None
+    """The local label of a per-torch wheel: its CUDA major and torch minor, ``cu12torch2.9`` (model/label.py)."""
+    return str(Label.per_torch(cuda, torch))
 
 
 def channel_label(cuda_line: str, torch: str) -> str:
     """The channel (per-torch label) users of ``torch`` built for CUDA ``cuda_line`` ("13.0") point at:
-    ``cu130torch2.12``. A stable wheel is listed in the channel of every torch it was verified on."""
-    major, minor = torch_minor(torch)
-    return f"{CudaVersion.parse(cuda_line).flavour}torch{major}.{minor}"
+    ``cu130torch2.12`` (model/label.py). A stable wheel is listed in the channel of every torch it was verified on."""
+    return str(Label.channel(cuda_line, torch))

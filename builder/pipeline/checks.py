@@ -22,7 +22,6 @@ from builder.core.log import log
 from builder.core.settings import Settings
 from builder.discovery.compat import TorchIndex
 from builder.index.store import Wheelhouse
-from builder.model.abi import per_torch_label_parts
 from builder.model.arch import Arch
 from builder.model.builtwheel import BuiltWheel
 from builder.model.platform import Platform
@@ -30,6 +29,7 @@ from builder.model.recipe import Recipe
 from builder.model.recordmerge import merge_checks
 from builder.model.records import BuildRecord, TestReport, TorchCheck
 from builder.model.variants import Variant
+from builder.model.wheelfacts import requires_dist
 from builder.stages.finalize import read_build_record, read_metadata
 from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs, verify_platform
 from builder.stages.plan import Plan
@@ -112,12 +112,11 @@ def claim(wheel: BuiltWheel, recipe: Recipe, requires: tuple[str, ...] | None = 
         # the wheel's own floor (its record's, what its Requires-Dist says: raised per CUDA major, model/abi.py)
         floor = wheel.torch_floor
         return replace(recipe.stable_abi, torch_floor=floor) if floor is not None else recipe.stable_abi
-    parts = per_torch_label_parts(wheel.label)
-    if parts is not None:
-        return PerTorch(parts[1])
+    label = wheel.facts.label
+    if wheel.per_torch_major and label is not None and label.torch is not None:
+        return PerTorch(label.torch)
     if requires is None:
-        requires = tuple(line.split(":", 1)[1].strip() for line in read_metadata(wheel.path).splitlines()
-                         if line.startswith("Requires-Dist:"))
+        requires = requires_dist(read_metadata(wheel.path))
     return PurePython.of_requires(requires)
 
 

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -22,6 +22,7 @@ from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import BuildRecord, TestReport
+from builder.model.wheelfacts import torch_requirement
 from builder.pipeline import checks
 from builder.stages.pyenv import PythonEnv, find_interpreter, fresh_test_env, probe
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
@@ -101,19 +102,16 @@ def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhou
 
 
 def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool = False) -> str:
-    """The torch to test with: an unconditional ``torch==X`` pin (upstream's extra-only pins are ignored); for a
+    """The torch to test with: a ``torch==X`` pin of its torch requirement (model/wheelfacts.py); for a
     per-torch wheel pinned to its minor (``torch>=2.9.0,<2.10``: every patch release) and a wheel offered across
     torches (``ranged``: a stable-ABI wheel, ``torch>=FLOOR``, or a pure-Python one built once, which keeps
     upstream's requirement) the torch it was built against, which its record names."""
-    minor_pin = False
-    for text in requires:
-        req = Requirement(text)
-        if req.name == "torch" and req.marker is None:
-            pins = [s.version for s in req.specifier if s.operator == "=="]
-            if pins:
-                return pins[0]
-            minor_pin = any(s.operator == "<" for s in req.specifier)
-    built_with = record.python.get("torch") if ranged or minor_pin or record.is_stable_abi else None
+    spec = torch_requirement(requires) or SpecifierSet()  # model/wheelfacts.py: the one rule
+    pins = [s.version for s in spec if s.operator == "=="]
+    if pins:
+        return pins[0]
+    minor_pin = any(s.operator == "<" for s in spec)
+    built_with = record.python.get("torch") if ranged or minor_pin else None  # ranged: stable-ABI among them
     if built_with:
         return str(built_with)
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")

@@ -90,7 +90,9 @@ def _house(settings: Settings) -> Wheelhouse:
 
 
 def _ranged(house: Wheelhouse) -> list[BuiltWheel]:
-    return [w for path in house.wheel_files() if (w := BuiltWheel.made(path, house.record_of(path.name))).ranged]
+    """The wheels offered by their torch checks that have a record to add checks to."""
+    return [w for path in house.wheel_files()
+            if (w := BuiltWheel.made(path, house.record_of(path.name))).ranged and w.record is not None]
 
 
 def verify_package(package: str, settings: Settings, *, python: str = "3.12", pre: bool = False) -> list[Verified]:

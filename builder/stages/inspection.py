@@ -27,6 +27,7 @@ from builder.core.wheelfile import parse_wheel_name, read_entries, split_label
 from builder.model.arch import Arch
 from builder.model.platform import ELF_NAMES, Platform, of_wheel_platform
 from builder.model.records import BuildRecord
+from builder.model.wheelfacts import Wheel, requires_dist
 from builder.stages.finalize import read_build_record, read_metadata
 from builder.stages.repair import PortabilityReport, portability_report
 
@@ -156,13 +157,11 @@ def inspect_wheel(wheel: Path, settings: Settings, toolkit_homes: tuple[Path, ..
                 local = Path(tmp) / Path(so).name
                 local.write_bytes(entries[so])
                 objects.append(_inspect_object(cuobjdump, so, local))
-    requires = tuple(
-        line.split(":", 1)[1].strip() for line in read_metadata(wheel).splitlines() if line.startswith("Requires-Dist:")
-    )
+    requires = requires_dist(read_metadata(wheel))
     record = read_build_record(wheel)
     stable = None
     limited = None
-    if record is not None and record.is_stable_abi:
+    if Wheel.of(wheel.name, record).stable:
         stable = stable_abi_report(wheel, {so: entries[so] for so in so_names}, tuple(str(t) for t in tags))
     elif so_names and any(t.abi == "abi3" for t in tags):
         limited = stable_abi_report(wheel, {so: entries[so] for so in so_names}, tuple(str(t) for t in tags))

@@ -26,9 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core.cachedir import VENV_MARKER
@@ -36,11 +34,11 @@ from builder.core.errors import ToolchainError
 from builder.core.log import log, plural
 from builder.core.settings import Settings
 from builder.core.uvtool import run_uv
-from builder.core.wheelfile import parse_wheel_name
 from builder.discovery.compat import TorchIndex, known_indexes
 from builder.model.abi import StableAbi, torch_minor
 from builder.model.cuda import CudaVersion
 from builder.model.records import TorchCheck
+from builder.model.wheelfacts import Wheel, torch_requirement
 from builder.stages.pyenv import PythonEnv, index_args, probe, remembered_env
 
 IMPORT_REGISTRATION = "import+registration"  # a pure-Python wheel's import check too (it registers no ops)
@@ -68,18 +66,9 @@ class PurePython:
 
     @classmethod
     def of_requires(cls, requires: Sequence[str]) -> PurePython:
-        """From a wheel's Requires-Dist lines: the torch requirement a CUDA user installs it with, every line that
-        applies with the ``cuda`` extra chosen or without extras (fla-core 0.6.0 declares ``torch>=2.7.0`` under
-        its ``cuda``, ``rocm`` and ``cpu`` extras and ``torch==2.10.0`` under ``npu``: >=2.7.0)."""
-        spec = SpecifierSet()
-        for line in requires:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate({"extra": "cuda"})):
-                spec &= req.specifier
-        return cls(spec)
+        """From a wheel's Requires-Dist lines: its torch requirement (model/wheelfacts.py ``torch_requirement``, the
+        one rule: what a CUDA user installs it with)."""
+        return cls(torch_requirement(requires) or SpecifierSet())
 
 
 @dataclass(frozen=True)
@@ -102,12 +91,11 @@ Claim = StableAbi | PurePython | PerTorch
 
 
 def built_once(filename: str) -> bool:
-    """Whether a wheel file is a pure-Python wheel built once for every torch: unlabelled and ``py3-none-any``
-    (a labelled one, ``+cu130torch2.14``, is per torch: it pins ``torch==``). With a record, index/checks.py
-    ``wheel_channels`` offers it in the channel of each torch its checks passed on."""
-    _, version, _, tags = parse_wheel_name(filename)
-    return version.local is None and all(
-        t.interpreter.startswith("py3") and t.abi == "none" and t.platform == "any" for t in tags)
+    """Whether a wheel file, given a record, is a pure-Python wheel built once for every torch
+    (model/wheelfacts.py ``Wheel.built_once``: unlabelled and ``py3-none-any``; a labelled one, ``+cu130torch2.14``,
+    is per torch: it pins ``torch==``). With a record, index/checks.py ``wheel_channels`` offers it in the channel
+    of each torch its checks passed on."""
+    return Wheel.named(filename).with_record(abi=None, cuda=None).built_once
 
 
 def _on_line(claim: Claim, line: CudaVersion, cuda: CudaVersion) -> bool:

@@ -18,25 +18,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.wheelfile import build_number, parse_wheel_name
 from builder.index.layout import simple_path
-from builder.model.abi import per_torch_label_parts, stable_label_major, torch_minor
+from builder.model.abi import torch_minor
 from builder.model.arch import runs_on
 from builder.model.cuda import CudaVersion
+from builder.model.label import Label
 from builder.model.platform import Platform, of_wheel_platform, this_machine
-from builder.model.records import TorchCheck
+from builder.model.records import TorchCheck, cuda_or_none
+from builder.model.wheelfacts import Wheel
 from builder.stages.torchrange import GPU_KERNEL_TESTS
 from builder.user.envprobe import EnvReport, known_platform
 from builder.user.machine import MachineFacts
-
-_LABEL_RE = re.compile(r"^cu(\d{3})torch(\d+)\.(\d+)$")  # a CUDA line's: cu128torch2.10 (cu12torch2.9 names a major)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,46 +89,40 @@ class IndexedWheel:
     variants: tuple[str, ...] = ()  # labels of its PEP 825 variants listed beside it (sm90, sm120): uv may pick one
     built_once: bool = False  # a pure-Python wheel built once for every torch (unlabelled py3-none-any, recorded)
 
+    @cached_property
+    def facts(self) -> Wheel:
+        """What it is (model/wheelfacts.py): from its file name, its record's ABI and CUDA, its Requires-Dist."""
+        return Wheel.named(self.filename).with_record(
+            abi=self.abi, cuda=cuda_or_none(self.cuda),
+            recorded=self.built_once or self.abi is not None or bool(self.cuda)).with_requires(self.requires)
+
     @property
     def is_stable_abi(self) -> bool:
         """One wheel for a range of torches of one CUDA major (label ``cu13``, or a record saying so)."""
-        return self.abi == "torch-stable" or stable_label_major(self.label) is not None
+        return self.facts.stable
 
     @property
     def per_torch_major(self) -> bool:
         """A per-torch wheel labelled by CUDA major (``cu12torch2.9``): offered in the channel of each line of that
         major its checks passed on for its torch minor."""
-        return per_torch_label_parts(self.label) is not None
+        return self.facts.per_torch_major
 
     @property
     def ranged(self) -> bool:
         """Offered in the channel of each torch its checks passed on: stable-ABI, per-torch by CUDA major, or pure
         Python built once."""
-        return self.is_stable_abi or self.per_torch_major or self.built_once
+        return self.facts.ranged
 
     @property
     def cuda_major(self) -> int | None:
         """A stable-ABI or per-torch wheel's CUDA major: its label's (``cu13``, ``cu12torch2.9``), else its record's;
         None where neither says."""
-        parts = per_torch_label_parts(self.label)
-        major = parts[0] if parts is not None else stable_label_major(self.label)
-        if major is None and self.cuda:
-            try:
-                major = CudaVersion.parse(self.cuda).major
-            except InvalidVersion:
-                return None
-        return major
+        return self.facts.cuda_major
 
     @property
     def torch_pin(self) -> SpecifierSet | None:
-        for line in self.requires:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if canonicalize_name(req.name) == "torch" and (req.marker is None or req.marker.evaluate()):
-                return req.specifier
-        return None
+        """Its torch requirement (model/wheelfacts.py ``torch_requirement``); None where it names no torch."""
+        return self.facts.torch_requirement
 
     @property
     def index_url(self) -> str:
@@ -184,15 +177,14 @@ class Verdict:
 
 
 def label_cuda(label: str | None) -> CudaVersion | None:
-    """``cu128torch2.10`` → 12.8; None for a label of another shape."""
-    match = _LABEL_RE.match(label or "")
-    return CudaVersion.from_flavour(f"cu{match.group(1)}") if match else None
+    """``cu128torch2.10`` → 12.8; None for a label of another shape (model/label.py)."""
+    parsed = Label.parse(label)
+    return parsed.cuda_line if parsed is not None else None
 
 
 def env_label(torch: str, torch_cuda: str) -> str:
     """The channel an environment's wheels live in: torch 2.10.0 with CUDA 12.8 → ``cu128torch2.10``."""
-    v = Version(torch)
-    return f"{CudaVersion.parse(torch_cuda).flavour}torch{v.major}.{v.minor}"
+    return str(Label.channel(torch_cuda, torch))
 
 
 def python_fits(wheel: IndexedWheel, env: EnvFacts) -> bool:
@@ -295,7 +287,7 @@ def _judge_ranged(wheel: IndexedWheel, env: EnvFacts) -> tuple[list[str], str]:
         whose = ("its stable-ABI floor" if wheel.is_stable_abi else "its torch minor" if wheel.per_torch_major
                  else "its own requirement")
         reasons.append(f"needs torch{pin} ({whose}), the env has torch {env.torch}")
-    compiled = wheel.is_stable_abi or wheel.per_torch_major
+    compiled = wheel.facts.by_cuda_major
     major = wheel.cuda_major if compiled else None  # pure Python: every CUDA line
     what = f"CUDA {major} torches" if major is not None else "CUDA torches"
     if env.torch_cuda is None:  # a channel is a CUDA line's: a pure-Python wheel is checked on CUDA torches only
@@ -360,9 +352,9 @@ def _check_channel(check: TorchCheck) -> str | None:
 
 def _channel_parts(label: str) -> tuple[CudaVersion, str] | None:
     """``cu130torch2.12`` → (13.0, "2.12")."""
-    match = _LABEL_RE.match(label)
-    cuda = label_cuda(label)
-    return (cuda, f"{match.group(2)}.{match.group(3)}") if match and cuda else None
+    parsed = Label.parse(label)
+    cuda, torch = (parsed.cuda_line, parsed.torch_text) if parsed is not None else (None, None)
+    return (cuda, torch) if cuda is not None and torch is not None else None
 
 
 def env_facts(env: EnvReport, machine: MachineFacts) -> EnvFacts:
