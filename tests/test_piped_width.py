@@ -89,3 +89,29 @@ def test_a_folded_command_is_the_same_command_to_a_shell() -> None:
     echoed = subprocess.run(["sh", "-c", "printf '%s\\n' " + folded.replace("uv pip install", "", 1)],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     assert echoed == shlex.split(command)[3:]  # the shell joins the lines back into the same words
+
+
+def test_torchs_numpy_warning_stays_out_of_doctors_output(tmp_path: Path) -> None:
+    """torch without NumPy warns "Failed to initialize NumPy" at import, and an extension built against NumPy 1.x
+    prints "A module that was compiled using NumPy 1.x …" under NumPy 2: the probe keeps both to itself."""
+    from builder.core.uvtool import uv_bin
+    from tests.test_probe_cache import write_dist
+
+    folder = tmp_path / "noisy"
+    subprocess.run([uv_bin(), "venv", "-q", "--python", sys.executable, str(folder)], check=True)
+    site = next(folder.glob("lib/python*/site-packages"))
+    write_dist(site, "torch", "2.14.1", (
+        "import sys, warnings\n"
+        "warnings.warn(\"Failed to initialize NumPy: No module named 'numpy' (Triggered internally at "
+        "torch/csrc/utils/tensor_numpy.cpp:84.)\", UserWarning)\n"
+        "print('A module that was compiled using NumPy 1.x cannot be run in NumPy 2.0.2', file=sys.stderr)\n"
+        "print('A module that was compiled using NumPy 1.x (stdout)')\n"
+        "__version__ = '2.14.1+cpu'\nclass version:\n    cuda = None\n"
+        "class cuda:\n    is_available = staticmethod(lambda: False)\n    get_arch_list = staticmethod(lambda: [])\n"))
+    check = subprocess.run([str(folder / "bin" / "python"), "-c", "import torch"], capture_output=True, text=True)
+    assert "Failed to initialize NumPy" in check.stderr  # the env itself is noisy
+    for args in ((), ("--json",)):
+        result = piped("doctor", "--python", str(folder / "bin" / "python"), "--refresh", *args, tmp=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "NumPy" not in result.stdout + result.stderr, result.stdout + result.stderr
+        assert "2.14.1+cpu" in result.stdout

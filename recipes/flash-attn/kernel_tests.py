@@ -593,12 +593,13 @@ def kvcache_cases(prof: Profile, templates: Sequence[int]) -> list[KVCase]:
         hdim, variant = row.pop("hdim"), row.pop("variant")
         cases.append(KVCase("kvcache", hdim=hdim, cache_seqlens=kv_seqlens(hdim, variant), **row))
     # The non-split forward kernel is reached from the cache only by kv_route's "std" (a dense cache, nothing
-    # appended, one split), and its causal masking only with two or more queries; the covering rows leave that to
-    # chance (none of them had it, and the 9001 fault went unseen by this family), so every head dim gets it.
+    # appended, one split), and its causal mask only with two or more queries and no window (a window makes
+    # params.is_causal false, flash_api.cpp:139: the local mask instead); the covering rows leave that to chance
+    # (none of them had it, and the 9001 fault went unseen by this family), so every head dim gets it.
     for i, hdim in enumerate(templates):
         cases.append(KVCase("kvcache", dtype=list(DTYPES)[i % 2], hdim=hdim, causal=True,
                             heads=list(HEADS)[i % len(HEADS)], seqlen_q=3, cache_seqlens=kv_seqlens(hdim, i % 2),
-                            paged=False, append="none", num_splits=1, feature=("none", "window")[i % 2]))
+                            paged=False, append="none", num_splits=1, feature=("none", "softcap")[i % 2]))
     return cases
 
 
