@@ -115,3 +115,13 @@ def test_torchs_numpy_warning_stays_out_of_doctors_output(tmp_path: Path) -> Non
         assert result.returncode == 0, result.stderr
         assert "NumPy" not in result.stdout + result.stderr, result.stdout + result.stderr
         assert "2.14.1+cpu" in result.stdout
+
+
+def test_a_placeholder_with_a_lone_quote_loses_no_character() -> None:
+    code = "from builder.cli.common import shell_folded; import sys; print(shell_folded(sys.argv[1], '    '))"
+    command = ("builder build causal-conv1d --cuda 13.0 --arch <your GPU's arch: none here to take it from> "
+               "--python 3.11 --torch 2.14.1 --no-torch-range --replace --jobs 2")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    folded = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env,
+                            cwd=ROOT, check=True).stdout
+    assert "".join(folded.replace(" \\\n", " ").split()) == "".join(command.split())

@@ -66,7 +66,9 @@ def shell_folded(command: str, indent: str = "") -> str:
     width = out.width if not out.soft_wrap else 0
     if not width or len(indent) + len(command) <= width:
         return indent + command
-    words = re.findall(r"""(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+""", command)
+    words = re.findall(r"""(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*"|['"\\])+""", command)
+    if "".join(words) != "".join(command.split()):  # a space inside quotes the pattern did not pair: left whole
+        return indent + command
     lines, current = [], indent
     for word in words:
         if current.strip() and len(current) + 1 + len(word) + 2 > width:
