@@ -31,8 +31,8 @@ class FoldingConsole(Console):
             return
         markup = kwargs.pop("markup", None)
         markup = self._markup if markup is None else markup
-        for line in objects[0].split("\n"):
-            text = Text.from_markup(line) if markup else Text(line)
+        whole = Text.from_markup(objects[0]) if markup else Text(objects[0])  # markup may span lines
+        for text in whole.split("\n", allow_blank=True):
             for part in fold(text, self.width):
                 super().print(part, soft_wrap=True, **kwargs)
 
