@@ -119,6 +119,12 @@ class Wheel:
         return self.by_cuda_major or self.built_once
 
     @property
+    def per_torch(self) -> bool:
+        """Built against one torch minor (labelled per torch, by line or by major): neither stable-ABI nor pure
+        Python built once."""
+        return not (self.stable or self.built_once)
+
+    @property
     def cuda_major(self) -> int | None:
         """The CUDA major its code needs: its label's (``cu13``, ``cu12torch2.9``, ``cu130torch2.14``), else an
         unlabelled stable-ABI wheel's record's; None for a wheel bound to no CUDA (pure Python)."""

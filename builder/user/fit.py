@@ -224,7 +224,7 @@ def judge(wheel: IndexedWheel, env: EnvFacts) -> Verdict:
                 reasons.append(f"needs torch{pin}; no torch is installed")
             elif not pin.contains(Version(env.torch), prereleases=True):
                 reasons.append(f"pins torch{pin}, the env has torch {env.torch}")
-        wheel_cuda = label_cuda(wheel.label)
+        wheel_cuda = wheel.facts.label_cuda_line
         if wheel_cuda is not None and env.torch is not None:
             if env.torch_cuda is None:
                 reasons.append(f"a CUDA {wheel_cuda} build; the env's torch is a CPU build")
@@ -380,5 +380,5 @@ def best(verdicts: list[Verdict]) -> Verdict | None:
     if not fitting:
         return None
     return max(fitting, key=lambda v: (Version(v.wheel.version.public), build_number(v.wheel.filename), v.kernel_tested,
-                                       not (v.wheel.is_stable_abi or v.wheel.built_once),
+                                       v.wheel.facts.per_torch,
                                        v.wheel.filename))
