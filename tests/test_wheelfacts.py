@@ -72,6 +72,12 @@ def test_the_cuda_major_from_the_label_else_an_unlabelled_stable_wheel_s_record(
     assert (wheel.variant, wheel.abi, wheel.record_cuda) == ("sm120", Abi.TORCH_STABLE, CudaVersion.parse("13.0"))
 
 
+def test_the_build_number_is_a_fact_of_the_name() -> None:
+    """A re-patched wheel's build tag (docs/INDEX.md "Superseded builds"): 2 of ``x-1.0-2-…``, 0 without one."""
+    assert Wheel.named("x-1.0-2-cp310-abi3-linux_x86_64-sm120.whl").build == 2
+    assert Wheel.named(f"x-1.0+cu13-1-{ABI3}.whl").build == 1 and Wheel.named(f"x-1.0+cu13-{ABI3}.whl").build == 0
+
+
 def test_one_rule_for_the_torch_requirement() -> None:
     fla = ['torch>=2.7.0; extra == "cuda"', 'torch>=2.7.0; extra == "rocm"', 'torch==2.10.0; extra == "npu"']
     assert torch_requirement(fla) == SpecifierSet(">=2.7.0")  # the cuda extra's, not npu's

@@ -1,7 +1,7 @@
 """One wheel's facts as one frozen value (``Wheel``), made from its file name and, where it has them, its build
 record and METADATA: the one place that decides what a wheel is.
 
-From the file name: the name, version, tags, variant label and local label
+From the file name: the name, version, build number, tags, variant label and local label
 (model/label.py, the one grammar), and whether it is pure Python (``py3-none-any``). From the record: its ABI and
 CUDA, and whether there is one. From METADATA: the torch requirement, one rule (``torch_requirement``). Decided
 from those, once: ``stable`` (stable-ABI), ``per_torch_major`` (a per-torch wheel labelled by CUDA major),
@@ -35,6 +35,7 @@ class Wheel:
     filename: str
     name: NormalizedName
     version: Version  # with its local label: 1.7.0+cu13torch2.11
+    build: int = 0  # its PEP 427 build number (``-1-``): a higher one supersedes the same file; 0 without a build tag
     tags: frozenset[Tag]
     variant: str | None  # a variant wheel's label (PEP 825: sm120); None for a plain wheel
     label: Label | None  # the parsed local label; None for none, or one of another grammar (``local`` keeps it)
@@ -55,8 +56,8 @@ class Wheel:
     @classmethod
     def named(cls, filename: str) -> Wheel:
         """What the file name alone says."""
-        name, version, _, tags = parse_wheel_name(filename)
-        return cls(filename=filename, name=name, version=version, tags=tags,
+        name, version, build, tags = parse_wheel_name(filename)
+        return cls(filename=filename, name=name, version=version, build=build[0] if build else 0, tags=tags,
                    variant=split_label(filename)[1], label=Label.parse(version.local))
 
     def with_record(self, *, abi: str | None, cuda: CudaVersion | None, recorded: bool = True) -> Wheel:

@@ -25,7 +25,7 @@ from packaging.version import Version
 from builder.core.errors import SourceError, UsageError
 from builder.core.log import log
 from builder.core.settings import Settings
-from builder.core.wheelfile import build_number, parse_wheel_name, superseded
+from builder.core.wheelfile import parse_wheel_name, superseded
 from builder.discovery.compat import TorchIndex, resolve_index
 from builder.discovery.simpleindex import reading
 from builder.discovery.torchindex import unreadable_why
@@ -34,6 +34,7 @@ from builder.model.builtwheel import BuiltWheel
 from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.model.recordmerge import merge_checks
 from builder.model.records import TorchCheck
+from builder.model.wheelfacts import Wheel
 from builder.pipeline import checks
 from builder.stages.pyenv import find_interpreter
 from builder.stages.torchrange import (
@@ -137,7 +138,8 @@ def superseded_lines(house: Wheelhouse, recipe: Recipe) -> list[str]:
     newer = superseded(files)
     lines = []
     for filename in files:
-        version, build = parse_wheel_name(filename)[1], build_number(filename)
+        wheel = Wheel.named(filename)
+        version, build = wheel.version, wheel.build
         record = house.record_of(filename)
         made, why = recipe.build_of(version, record.abi if record else None)
         if filename in newer:

@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag
 from packaging.version import InvalidVersion, Version
 
-from builder.core.wheelfile import build_number, parse_wheel_name
+from builder.core.wheelfile import parse_wheel_name
 from builder.index.layout import simple_path
 from builder.model.abi import torch_minor
 from builder.model.arch import runs_on
@@ -379,6 +379,6 @@ def best(verdicts: list[Verdict]) -> Verdict | None:
     fitting = [v for v in verdicts if v.fits]
     if not fitting:
         return None
-    return max(fitting, key=lambda v: (Version(v.wheel.version.public), build_number(v.wheel.filename), v.kernel_tested,
+    return max(fitting, key=lambda v: (Version(v.wheel.version.public), v.wheel.facts.build, v.kernel_tested,
                                        v.wheel.facts.per_torch,
                                        v.wheel.filename))
