@@ -99,7 +99,7 @@ def _row(facts: WheelFacts, area: str, prefix: str) -> Row:
     interpreters = sorted({t.interpreter for t in tags})
     platform = "/".join(sorted({p.name for t in tags if (p := of_wheel_platform(t.platform)) is not None})) or "any"
     python = ", ".join(_python_of(i) for i in interpreters)
-    if tags and all(t.abi == "abi3" for t in tags):  # the limited API: this Python and every later one
+    if wheel.abi3:  # the limited API: this Python and every later one
         python = ", ".join(f"≥ {_python_of(i)} (abi3)" for i in interpreters)
     inspect = record.inspect or {}
     objects = inspect.get("objects") or []
