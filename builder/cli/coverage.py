@@ -21,6 +21,7 @@ from builder.cli.farmcommon import noting_fetches
 from builder.core.settings import Settings
 
 if TYPE_CHECKING:
+    from builder.farm.gpuevidence import GpuRun
     from builder.farm.proven import Proof
     from builder.farm.resolvefarm import ResolveReport
 
@@ -46,6 +47,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                    help="where each fact of one cell came from: PLATFORM/CUDA/TORCH/PYTHON, e.g. aarch64/13.0/2.11/3.12 "
                         "(CUDA may be *): each torch release's wheel read (URL, sha256, date, source), then each "
                         "package's status, wheel and record")
+    p.add_argument("--evidence", type=Path, metavar="FILE",
+                   help="the project's GPU runs to show per package (default: evidence/gpu-runs.json of the checkout, "
+                        "if there is one; evidence/README.md)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="the same data as JSON (the nightly's summary)")
     fmt.add_argument("--markdown", action="store_true", help="tables as GitHub markdown")
@@ -73,9 +77,11 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     proofs, farm_note = proofs_of_farm(args.farm, settings, [r.package for r in reports])
     proof_of = {(p.package, p.version): p for p in proofs}
     resolved, resolve_note = resolve_farm_of(args, settings, [r.package for r in reports])
+    gpu_runs, evidence_file = gpu_evidence(args.evidence)
     if args.json:
-        print(json.dumps({**meta, "packages": [
-            {**r.to_json(), "farm": {v.name: v.to_json() for v in proof_of[r.package, r.version].views}
+        print(json.dumps({**meta, "evidence_file": str(evidence_file) if evidence_file else None, "packages": [
+            {**r.to_json(), "gpu_evidence": [run.to_json() for run in gpu_runs if run.package == r.package],
+             "farm": {v.name: v.to_json() for v in proof_of[r.package, r.version].views}
              if (r.package, r.version) in proof_of else None,
              **({"resolve": view.to_json() if (view := resolved.view(r.package, r.version)) else None}
                 if resolved else {})} for r in reports],
@@ -89,6 +95,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             for platform, cuda, torch, pythons, c in r.rows():
                 print(f"| {platform} | {cuda} | {torch} | {compact_pythons(pythons)} | {c.evidence} | {c.wheel or ''} |")
             print(f"\n{totals_line(r)}\n")
+            if lines := evidence_lines(gpu_runs, evidence_file, r.package, r.version):
+                print("\n".join(lines) + "\n")
             if (r.package, r.version) in proof_of:
                 print("\n".join(proof_lines(proof_of[r.package, r.version])) + "\n")
             for line in resolved_lines(resolved, proof_of, r.package, r.version):
@@ -110,6 +118,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         out.print(escape(totals_line(r)))
         for note in r.notes:
             out.print(f"note: {escape(note)}")
+        for line in evidence_lines(gpu_runs, evidence_file, r.package, r.version):
+            out.print(escape(line), soft_wrap=True)
         proof = proof_of.get((r.package, r.version))
         if proof is not None:
             out.print(f"farm.toml's plan, not results: claimed → installable → GPU-planned (not covered: {ALL}):")
@@ -149,6 +159,27 @@ def explain(args: argparse.Namespace, settings: Settings) -> int:
         for line in package_lines(query, report):
             out.print("  " + escape(line), soft_wrap=True)
     return 0
+
+
+def gpu_evidence(named: Path | None) -> tuple[tuple[GpuRun, ...], Path | None]:
+    """The project's GPU runs (farm/gpuevidence.py): the file named, else the checkout's when it has one; a named
+    file that is missing, or any file that is damaged, is an error naming the file and field."""
+    from builder.farm.gpuevidence import default_path, load
+
+    path = named or default_path()
+    if named is None and not path.is_file():
+        return (), None
+    return load(path), path
+
+
+def evidence_lines(runs: tuple[GpuRun, ...], path: Path | None, package: str, version: str) -> list[str]:
+    """What the evidence file says of one package: nothing when it says nothing."""
+    from builder.farm.gpuevidence import package_lines
+
+    lines = package_lines(runs, package, version)
+    if lines:
+        lines[0] += f" ({path}: the project's GPU sessions, not this wheelhouse's wheels)"
+    return lines
 
 
 def resolve_farm_of(args: argparse.Namespace, settings: Settings, packages: list[str]
