@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ def git(*args: str) -> bytes:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--file", type=Path, default=ROOT / "evidence" / "gpu-runs.json")
+    p.add_argument("--file", type=Path, default=Path(os.environ.get("EVIDENCE_FILE") or ROOT / "evidence" / "gpu-runs.json"),
+                   help="default: $EVIDENCE_FILE, else evidence/gpu-runs.json")
     p.add_argument("--id", required=True)
     p.add_argument("--date", required=True)
     p.add_argument("--section", type=int, required=True)
