@@ -73,11 +73,11 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         from builder.farm.spec import load_farm  # farm.toml, looked for in parent folders, stays optional)
 
         load_farm(args.farm, settings)
+    gpu_runs, evidence_file = gpu_evidence(args.evidence)  # a bad file stops the command before the long part
     reports, meta = coverage_report(args.packages, settings, farm_file=args.farm)
     proofs, farm_note = proofs_of_farm(args.farm, settings, [r.package for r in reports])
     proof_of = {(p.package, p.version): p for p in proofs}
     resolved, resolve_note = resolve_farm_of(args, settings, [r.package for r in reports])
-    gpu_runs, evidence_file = gpu_evidence(args.evidence)
     if args.json:
         print(json.dumps({**meta, "evidence_file": str(evidence_file) if evidence_file else None, "packages": [
             {**r.to_json(), "gpu_evidence": [run.to_json() for run in gpu_runs if run.package == r.package],
