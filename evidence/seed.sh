@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How evidence/gpu-runs.json was first made (issue 53 item 4): one scripts/evidence-add.py call per GPU run of
-# docs/GPU-RESULTS.md sections 1-20, its numbers read from the raw file at commit $C (the last commit whose working
-# tree held docs/gpu-results/ in full). Rerunning it rewrites the same entries. A new GPU run adds its own line
+# docs/GPU-RESULTS.md sections 1-20, its numbers read from the raw file at commit $C (HEAD when the entries were
+# made; the files left the tree in d9c1d7d, and its parent 2658b8e still holds the same bytes). Rerunning it rewrites the same entries. A new GPU run adds its own line
 # (scripts/evidence-add.py --report ... after its report is committed), not a line here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
