@@ -21,7 +21,7 @@ from builder.farm.cellstext import cells_list
 from builder.farm.coverage import USERS_PLATFORMS, users_matrix
 from builder.farm.expand import expand
 from builder.farm.facts import wheel_facts
-from builder.farm.proven import cell_releases
+from builder.farm.proven import Releases, cell_releases
 from builder.farm.resolvecheck import PYPI_NAME, Resolution, Resolver, Twin, twin_of
 from builder.farm.served import Cell, serving
 from builder.farm.spec import FarmTarget, find_farm_file, load_farm
@@ -111,6 +111,113 @@ def check_pypi_reachable(resolver: Resolver, url: str, release: str, cell: Cell)
                           "rules' counts need no network")
 
 
+Question = tuple[ResolvedView, Cell, Twin, str]  # (view, PyPI cell, the target's twin, torch release behind the cell)
+
+
+class _Resolvers:
+    """One Resolver per index URL, made on first use under ``root`` (each keeps its own uv cache and memo)."""
+
+    def __init__(self, root: Path, jobs: int) -> None:
+        self.root, self.jobs = root, jobs
+        self.by_url: dict[str, Resolver] = {}
+
+    def __call__(self, url: str) -> Resolver:
+        if url not in self.by_url:
+            self.by_url[url] = Resolver(self.root / f"r{len(self.by_url)}", url, jobs=self.jobs)
+        return self.by_url[url]
+
+
+def _questions(targets: list[FarmTarget], settings: Settings, served: Mapping[str, frozenset[Cell]],
+               everything: frozenset[Cell], pypi_matrix: frozenset[Cell], pypi_releases: Releases
+               ) -> tuple[dict[tuple[str, str], ResolvedView], list[Question], dict[tuple[int, Cell], ResolvedView]]:
+    """Each target's claimed cells sorted into: PyPI questions (one per torch release behind the cell), cells only
+    a channel serves (keyed by (id of the view, cell): views are shared by targets of one version), and cells that
+    fail before uv is asked (no plan, or no recorded wheel facts to make a twin from)."""
+    views: dict[tuple[str, str], ResolvedView] = {}
+    questions: list[Question] = []
+    channel_cells: dict[tuple[int, Cell], ResolvedView] = {}
+    for t in targets:
+        view = views.setdefault((canonicalize_name(t.package), t.version), ResolvedView(t.package, t.version))
+        cells = served[t.id] & everything
+        view.claimed |= cells
+        plan = _plan(t, settings)
+        facts = wheel_facts(t.package, t.version)
+        for cell in cells:
+            if cell not in pypi_matrix:
+                channel_cells[id(view), cell] = view
+                continue
+            if isinstance(plan, str) or facts is None:
+                view.fails.setdefault(cell, plan if isinstance(plan, str) else
+                                      f"{t.package} {t.version}: its wheel's requirements are not recorded "
+                                      "(farm/facts.py WHEEL_FACTS): no twin to resolve")
+                continue
+            twin = twin_of(plan, facts)
+            for release in sorted(pypi_releases.get((cell.torch, cell.cuda, cell.platform), ()), key=Version):
+                questions.append((view, cell, twin, release))
+    return views, questions, channel_cells
+
+
+def _ask_pypi(resolver: Resolver, pypi_url: str, questions: list[Question]) -> dict[tuple[Any, ...], Resolution]:
+    """uv's answer to each distinct question (twin, release, python, platform), after one reachability check."""
+    if questions:
+        _, first_cell, _, first_release = questions[0]
+        check_pypi_reachable(resolver, pypi_url, first_release, first_cell)
+    answers = resolver.check_all((twin, release, cell.python, parse_platform(cell.platform))
+                                 for _, cell, twin, release in questions)
+    return dict(zip(dict.fromkeys((twin, release, cell.python, parse_platform(cell.platform))
+                                  for _, cell, twin, release in questions), answers, strict=True))
+
+
+def _record_pypi_answers(questions: list[Question], by_question: Mapping[tuple[Any, ...], Resolution],
+                         pypi_url: str) -> None:
+    """Per (view, cell, twin): installs when every release installs; a cell installs when one target's does.
+    PyPI unreachable mid-run leaves the cell not resolved, not failed."""
+    verdicts: dict[tuple[int, Cell, str], str] = {}
+    outage: dict[tuple[int, Cell], str] = {}
+    for view, cell, twin, release in questions:
+        answer = by_question[twin, release, cell.python, parse_platform(cell.platform)]
+        key = (id(view), cell, twin.filename)
+        if unreachable(answer, pypi_url):
+            outage[id(view), cell] = f"not resolved: {PYPI_NAME} ({pypi_url}) unreachable (uv: {answer.cause})"
+        elif not answer.installs and not verdicts.get(key):
+            verdicts[key] = f"torch {release}: {answer.reason}"
+        else:
+            verdicts.setdefault(key, "")
+    for view, cell, twin, _ in questions:
+        if (id(view), cell) in outage:
+            view.unresolved[cell] = outage[id(view), cell]
+            continue
+        why = verdicts.get((id(view), cell, twin.filename), "")
+        if not why:
+            view.installs.add(cell)
+            view.fails.pop(cell, None)
+        elif cell not in view.installs:
+            view.fails.setdefault(cell, why)
+
+
+def _note_channel_cells(channel_cells: Mapping[tuple[int, Cell], ResolvedView], channels: list[TorchIndex],
+                        resolver_of: _Resolvers) -> dict[str, str]:
+    """Mark each channel-only cell not resolved, with why: each offering channel probed once (reached or not);
+    returns channel name → "" (reached) or why not."""
+    channel_state: dict[str, str] = {}
+    per_channel = {i.name: cell_releases([i], USERS_PLATFORMS) for i in channels}
+    for (_, cell), view in channel_cells.items():
+        if cell in view.installs:
+            continue
+        where = (cell.torch, cell.cuda, cell.platform)
+        offering = [i for i in channels if per_channel[i.name].get(where)]
+        for index in offering:
+            if index.name not in channel_state:
+                release = sorted(per_channel[index.name][where], key=Version)[-1]
+                channel_state[index.name] = probe_channel(resolver_of, index, cell, release)
+        names = [i.name for i in offering]
+        why = "; ".join(channel_state[n] for n in names if channel_state[n]) or (
+            f"{', '.join(names)} reachable, but this check resolves only against PyPI" if names else
+            "no index offers this cell's torch")
+        view.unresolved[cell] = f"not resolved: {why}"
+    return channel_state
+
+
 def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[TorchIndex] | None = None, *,
                  workdir: Path | None = None, jobs: int = 4) -> ResolveReport:
     """Every claimed cell of ``targets`` asked of uv: PyPI cells against PyPI, each release behind the cell; the
@@ -126,85 +233,17 @@ def resolve_farm(targets: list[FarmTarget], settings: Settings, indexes: list[To
     pypi_releases = cell_releases(pypi, USERS_PLATFORMS)
     served = serving(targets, settings, everything)
     with tempfile.TemporaryDirectory(prefix="builder-resolve-") as tmp:
-        root = workdir or Path(tmp)
-        resolvers: dict[str, Resolver] = {}
-
-        def resolver_of(url: str) -> Resolver:
-            if url not in resolvers:
-                resolvers[url] = Resolver(root / f"r{len(resolvers)}", url, jobs=jobs)
-            return resolvers[url]
-
+        resolver_of = _Resolvers(workdir or Path(tmp), jobs)
         pypi_url = pypi[0].url if pypi else "https://pypi.org/simple"
-        views: dict[tuple[str, str], ResolvedView] = {}
-        questions: list[tuple[ResolvedView, Cell, Twin, str]] = []
-        channel_cells: dict[tuple[int, Cell], ResolvedView] = {}  # by (id of the view, cell): cells are shared
-        for t in targets:
-            view = views.setdefault((canonicalize_name(t.package), t.version), ResolvedView(t.package, t.version))
-            cells = served[t.id] & everything
-            view.claimed |= cells
-            plan = _plan(t, settings)
-            facts = wheel_facts(t.package, t.version)
-            for cell in cells:
-                if cell not in pypi_matrix:
-                    channel_cells[id(view), cell] = view
-                    continue
-                if isinstance(plan, str) or facts is None:
-                    view.fails.setdefault(cell, plan if isinstance(plan, str) else
-                                          f"{t.package} {t.version}: its wheel's requirements are not recorded "
-                                          "(farm/facts.py WHEEL_FACTS): no twin to resolve")
-                    continue
-                twin = twin_of(plan, facts)
-                for release in sorted(pypi_releases.get((cell.torch, cell.cuda, cell.platform), ()), key=Version):
-                    questions.append((view, cell, twin, release))
+        views, questions, channel_cells = _questions(targets, settings, served, everything, pypi_matrix,
+                                                     pypi_releases)
         resolver = resolver_of(pypi_url)
-        if questions:
-            _, first_cell, _, first_release = questions[0]
-            check_pypi_reachable(resolver, pypi_url, first_release, first_cell)
-        answers = resolver.check_all((twin, release, cell.python, parse_platform(cell.platform))
-                                     for _, cell, twin, release in questions)
-        by_question = dict(zip(dict.fromkeys((twin, release, cell.python, parse_platform(cell.platform))
-                                             for _, cell, twin, release in questions), answers, strict=True))
-        # per (view, cell, twin): installs when every release installs; a cell installs when one target's does
-        verdicts: dict[tuple[int, Cell, str], str] = {}
-        outage: dict[tuple[int, Cell], str] = {}  # PyPI unreachable mid-run: no answer, not a failure
-        for view, cell, twin, release in questions:
-            answer = by_question[twin, release, cell.python, parse_platform(cell.platform)]
-            key = (id(view), cell, twin.filename)
-            if unreachable(answer, pypi_url):
-                outage[id(view), cell] = f"not resolved: {PYPI_NAME} ({pypi_url}) unreachable (uv: {answer.cause})"
-            elif not answer.installs and not verdicts.get(key):
-                verdicts[key] = f"torch {release}: {answer.reason}"
-            else:
-                verdicts.setdefault(key, "")
-        for view, cell, twin, _ in questions:
-            if (id(view), cell) in outage:
-                view.unresolved[cell] = outage[id(view), cell]
-                continue
-            why = verdicts.get((id(view), cell, twin.filename), "")
-            if not why:
-                view.installs.add(cell)
-                view.fails.pop(cell, None)
-            elif cell not in view.installs:
-                view.fails.setdefault(cell, why)
-        channel_state: dict[str, str] = {}
-        per_channel = {i.name: cell_releases([i], USERS_PLATFORMS) for i in channels}
-        for (_, cell), view in channel_cells.items():
-            if cell in view.installs:
-                continue
-            where = (cell.torch, cell.cuda, cell.platform)
-            offering = [i for i in channels if per_channel[i.name].get(where)]
-            for index in offering:
-                if index.name not in channel_state:
-                    release = sorted(per_channel[index.name][where], key=Version)[-1]
-                    channel_state[index.name] = probe_channel(resolver_of, index, cell, release)
-            names = [i.name for i in offering]
-            why = "; ".join(channel_state[n] for n in names if channel_state[n]) or (
-                f"{', '.join(names)} reachable, but this check resolves only against PyPI" if names else
-                "no index offers this cell's torch")
-            view.unresolved[cell] = f"not resolved: {why}"
-        runs = sum(r.runs for r in resolvers.values())
-        asked = sum(r.asked for r in resolvers.values())
-        uv_seconds = sum(r.seconds for r in resolvers.values())
+        _record_pypi_answers(questions, _ask_pypi(resolver, pypi_url, questions), pypi_url)
+        channel_state = _note_channel_cells(channel_cells, channels, resolver_of)
+        resolvers = resolver_of.by_url.values()
+        runs = sum(r.runs for r in resolvers)
+        asked = sum(r.asked for r in resolvers)
+        uv_seconds = sum(r.seconds for r in resolvers)
     return ResolveReport(tuple(views.values()), runs, asked, time.monotonic() - start, uv_seconds, channel_state)
 
 
