@@ -75,12 +75,19 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
-    """The commands on one target or wheel: build, test, plan, recipes, inspect, verify, variants.
+    """The seven commands' parsers, in `builder --help`'s order; their handlers by name (``COMMANDS``)."""
+    _register_build(sub, add_common)
+    _register_test(sub, add_common)
+    _register_variants_verify(sub, add_common)
+    _register_plan_recipes(sub, add_common)
+    p = sub.add_parser("inspect", help="list the GPU code, tags and pins of a wheel")
+    p.add_argument("wheel", type=Path, help="a wheel file")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    add_common(p, "cache-dir", "offline")
+    return COMMANDS
 
-The pipeline's modules (pipeline/run, promote, verify, variants; index/store, stages/inspection) and
-user/targetenv are imported in the handlers, not at the top: together they add about 50 modules and 130-200 ms to
-every `builder` start (``python -X importtime -c 'import builder.cli.main'``), which `builder --help` and an
-unchanged farm's no-op need not pay (issue 19)."""
+
+def _register_build(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     p = sub.add_parser("build", help="build, verify, test and publish one wheel")
     _target_args(p)
     add_compiler_cache_arg(p)
@@ -102,6 +109,8 @@ unchanged farm's no-op need not pay (issue 19)."""
                    help="also publish one thin wheel per arch (PEP 825 wheel variants, sliced from the same compile), "
                    "each tested; uv --preview-features wheel-variants picks the one for the GPU, pip the plain wheel")
 
+
+def _register_test(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     p = sub.add_parser("test", help="import- and kernel-test a wheel here; promote it from staging if it passes")
     p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
     p.add_argument("--python", help="interpreter whose torch to use (offline GPU machines); default: fresh venv")
@@ -117,6 +126,8 @@ unchanged farm's no-op need not pay (issue 19)."""
                    help="another wheel to install beside it (e.g. causal-conv1d for fla's fast-path check)")
     add_common(p)
 
+
+def _register_variants_verify(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     p = sub.add_parser("variants", help="stage one thin wheel per arch (PEP 825 variants) of wheels already built, "
                        "without compiling; `builder test` on a GPU promotes them")
     p.add_argument("wheel", help="a wheel file, or a package name (its wheels in staging, else published)")
@@ -131,6 +142,8 @@ unchanged farm's no-op need not pay (issue 19)."""
                    "(2.16.0rc1; PyPI carries none: PyTorch puts its release candidates on download.pytorch.org/whl/test)")
     add_common(p)
 
+
+def _register_plan_recipes(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     p = sub.add_parser("plan", help="show what a build would do, without building")
     _target_args(p)
     add_common(p)
@@ -147,13 +160,6 @@ unchanged farm's no-op need not pay (issue 19)."""
     show.add_argument("--torch", help="torch version (default: the plan's choice for the CUDA)")
     show.add_argument("--torch-index", help="index for torch: pypi (default), cu128, or a URL")
     add_common(show)
-
-    p = sub.add_parser("inspect", help="list the GPU code, tags and pins of a wheel")
-    p.add_argument("wheel", type=Path, help="a wheel file")
-    p.add_argument("--json", action="store_true", help="the report as JSON")
-    add_common(p, "cache-dir", "offline")
-
-    return COMMANDS
 
 
 def _target(args: argparse.Namespace) -> Target:
