@@ -20,10 +20,11 @@ from builder.core.wheelfile import check_wheel_file, parse_wheel_name
 from builder.discovery.compat import resolve_index
 from builder.index.store import Wheelhouse
 from builder.model.builtwheel import BuiltWheel
-from builder.model.recipe import find_recipe, load_recipe
+from builder.model.recipe import Recipe, find_recipe, load_recipe
 from builder.model.records import BuildRecord, TestReport
 from builder.model.wheelfacts import torch_requirement
 from builder.pipeline import checks
+from builder.pipeline.chain import Checked, Step, run_chain
 from builder.stages.pyenv import PythonEnv, find_interpreter, fresh_test_env, probe
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
 from builder.stages.torchrange import PurePython
@@ -60,39 +61,65 @@ def resolve_wheels(spec: str, house: Wheelhouse) -> list[Path]:
 
 
 def test_wheel(path: Path, settings: Settings, options: TestOptions) -> TestReport:
-    """Inspect, import-test and kernel-test one wheel (the check chain's read_wheel → inspect → test, then
-    publish); record the result; promote it from staging if it passed."""
+    """Inspect, import-test and kernel-test one wheel (the check chain's inspect → test → GPU check → publish,
+    pipeline/chain.py); record the result; promote it from staging if it passed."""
     house = Wheelhouse(settings.wheelhouse)
-    staging = house.staging()
     wheel = checks.read_wheel(path, house)  # the wheelhouse's record: earlier GPUs' reports and checks kept
     recipe = load_recipe(find_recipe(str(wheel.name), settings.recipes_dir), settings.patches_dir)
-    report = checks.inspect(wheel, settings, verify=False)  # checked at build; here for the report and the tests
-    record = wheel.record or BuildRecord()
-    torch = _torch_pin(report.requires, record, ranged=wheel.ranged)
     workdir = Path(tempfile.mkdtemp(prefix=f"{wheel.name}-test-", dir=settings.cache("tests")))
-    kernel = KernelTestPlan(quick=options.quick, bench=options.bench, required=options.require_kernel_tests,
-                            not_published="nothing was promoted", sanitize=options.sanitize)
+    state = Checked(wheel, record=wheel.record or BuildRecord())
     try:
-        test_env = _test_env(wheel, options, torch, workdir, requires=report.requires)
-        tests = run_tests(test_env, recipe, report, workdir, kernel)
-    except TestStageFailed as e:
-        _save(record.with_tests(e.report), path, house, staging)
-        raise
+        run_chain(state, _test_steps(path, recipe, settings, options, house, workdir), announce=False)
     finally:
         shutil.rmtree(workdir / "test-venv", ignore_errors=True)
-    record = record.with_tests(tests)
-    if wheel.ranged and tests.kernel_status == "passed":  # per torch and GPU: another GPU's run adds its own
-        record = record.with_(torch_checks=checks.with_gpu_check(record, test_env, tests))
-    if staging.contains(path) and options.promote and tests.kernel_status == "passed":
-        published = checks.publish(house, wheel.with_record(record), report)
-        staging.remove(path.name)
-        log.ok(f"promoted into the published index: {published}")
-    else:
+    assert state.tests is not None
+    return state.tests
+
+
+def _test_steps(path: Path, recipe: Recipe, settings: Settings, options: TestOptions, house: Wheelhouse,
+                workdir: Path) -> dict[str, Step]:
+    """``builder test``'s steps of the check chain: inspect (for the report: checked at build), test in an env of
+    the wheel's torch (or ``--python``'s), this GPU's check for a ranged wheel, then publish: promoted when staged
+    and passed, else the record kept where the wheel lies."""
+    staging = house.staging()
+    envs: list[PythonEnv] = []  # the test step's env, for the GPU check
+
+    def inspect(state: Checked) -> None:
+        state.report = checks.inspect(state.wheel, settings, verify=False)
+
+    def test(state: Checked) -> None:
+        assert state.report is not None and state.record is not None
+        torch = _torch_pin(state.report.requires, state.record, ranged=state.wheel.ranged)
+        kernel = KernelTestPlan(quick=options.quick, bench=options.bench, required=options.require_kernel_tests,
+                                not_published="nothing was promoted", sanitize=options.sanitize)
+        try:
+            envs.append(_test_env(state.wheel, options, torch, workdir, requires=state.report.requires))
+            state.tests = run_tests(envs[-1], recipe, state.report, workdir, kernel)
+        except TestStageFailed as e:
+            _save(state.record.with_tests(e.report), path, house, staging)
+            raise
+        state.record = state.record.with_tests(state.tests)
+
+    def gpu_check(state: Checked) -> None:  # a ranged wheel's checks are per torch and GPU: another GPU adds its own
+        assert state.tests is not None and state.record is not None
+        if state.wheel.ranged and state.tests.kernel_status == "passed":
+            state.record = state.record.with_(torch_checks=checks.with_gpu_check(state.record, envs[-1], state.tests))
+
+    def publish(state: Checked) -> None:
+        assert state.tests is not None and state.report is not None and state.record is not None
+        passed = state.tests.kernel_status == "passed"
+        if staging.contains(path) and options.promote and passed:
+            state.published = checks.publish(house, state.wheel.with_record(state.record), state.report)
+            staging.remove(path.name)
+            log.ok(f"promoted into the published index: {state.published}")
+            return
         if staging.contains(path):
-            log.warning(f"not promoted: kernel tests {tests.kernel_status}"
-                        + (f" ({tests.kernel_reason})" if tests.kernel_reason else "") + "; it stays in staging")
-        _save(record, path, house, staging)
-    return tests
+            log.warning(f"not promoted: kernel tests {state.tests.kernel_status}"
+                        + (f" ({state.tests.kernel_reason})" if state.tests.kernel_reason else "")
+                        + "; it stays in staging")
+        _save(state.record, path, house, staging)
+
+    return {"inspect": inspect, "test": test, "gpu check": gpu_check, "publish": publish}
 
 
 def _save(record: BuildRecord, wheel: Path, house: Wheelhouse, staging: Wheelhouse) -> None:

@@ -34,6 +34,7 @@ from builder.model.records import (
 )
 from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
+from builder.pipeline.chain import Checked, Step, run_chain
 from builder.pipeline.inputs import InputsMemo, ResolvedInputs, check_edges, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compileprogress import ExpectedTime
@@ -244,45 +245,80 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
                                build_record=portable_record(record, settings.cache_dir), drop=plan.recipe.runtime_drop,
                                requires_python=plan.requires_python)
     log.info(f"wheel: {final.name}")
-    built = BuiltWheel.made(final, record)  # the wheel's facts, read once, for every check below
-    log.step("inspect")
-    with timed(timings, "inspect"):
-        report = checks.inspect(built, settings, (toolkit.cuda_home,) if toolkit else ())
-    log.step("test")
+    # the wheel's facts, read once, for every check below; its record (not the one inside the wheel) grows
+    built = BuiltWheel.made(final, record.with_(compiler_cache=compiler_cache))
+    state = run_chain(Checked(built), _build_steps(inputs, settings, options, house, result), timings=timings)
+    if state.published is not None:
+        _say_published(house, state, options)
+
+
+def _build_steps(inputs: BuildInputs, settings: Settings, options: BuildOptions, house: Wheelhouse,
+                 result: BuildResult) -> dict[str, Step]:
+    """A build's steps of the check chain (pipeline/chain.py), each over this build's context: all of them, the
+    variants only with ``--variants`` and a compiler."""
+    resolved, workdir = inputs.resolved, inputs.workdir
+    plan, python, toolkit = resolved.plan, resolved.python, resolved.host.toolkit
     kernel = kernel_plan(options)
-    with timed(timings, "test"):
-        companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
-        tests = checks.test(plan, kernel, python, resolved.test_python, final, report, workdir,
-                            main_wheels=companions, cross_build=inputs.cross, settings=settings)
-    log.step("torch range")  # every wheel is offered by its torch checks: a stable-ABI wheel's range, a per-torch
-    with timed(timings, "torch range"):  # one's CUDA lines, a pure-Python one's torches
-        torch_checks, torch_unchecked = split_unchecked(checks.torch_range(
-            plan, settings, python, resolved.test_python, built, workdir, tests, whole_range=options.torch_range,
-            cross_build=inputs.cross, requires=report.requires, companions=companions))
-    if tests.kernel_status == "passed":  # this machine's GPU ran the kernels: a check for its torch, as `builder test`
-        torch_checks = checks.with_gpu_check(record.with_(torch_checks=torch_checks), python, tests)  # adds one
-    made: list[checks.VariantWheel] = []
-    if options.variants and toolkit is not None:
-        log.step("variants")
-        with timed(timings, "variants"):
-            made = checks.variants(plan, kernel, python, resolved.test_python, final, record, workdir,
-                                   settings=settings, companions=companions, cuda_home=toolkit.cuda_home)
-    log.step("publish")
-    # after finalize: not inside the wheel, which stays reproducible
-    record = record.with_(timings=dict(timings), tests=tests, inspect=report.as_dict(), wheel=final.name,
-                          compiler_cache=compiler_cache, parallel=inputs.parallel.record() if toolkit else None,
-                          torch_checks=torch_checks, torch_unchecked=torch_unchecked or None,
-                          abi_choice=plan.abi_why or None)
-    if plan.target.subset is not None:  # tests only: never published
-        _keep_subset(plan.target.subset, final, record, result)
-        return
-    with timed(timings, "publish"):
-        published = checks.publish(house, built.with_record(record), report, replace_other=options.replace)
-        for variant in made:  # after the plain wheel: a tool that knows no variants always finds that one
-            vrecord = variant.record.with_(torch_checks=torch_checks, torch_unchecked=torch_unchecked or None)
+    companions = house.wheels  # the staging area's when staging: the wheels this one is tested beside
+
+    def inspect(state: Checked) -> None:
+        state.report = checks.inspect(state.wheel, settings, (toolkit.cuda_home,) if toolkit else ())
+
+    def test(state: Checked) -> None:
+        assert state.report is not None
+        state.tests = checks.test(plan, kernel, python, resolved.test_python, state.wheel.path, state.report, workdir,
+                                  main_wheels=companions, cross_build=inputs.cross, settings=settings)
+
+    def torch_range(state: Checked) -> None:  # every wheel is offered by its torch checks: a stable-ABI wheel's
+        assert state.report is not None and state.tests is not None  # range, a per-torch one's CUDA lines, a
+        state.torch_checks, state.torch_unchecked = split_unchecked(checks.torch_range(  # pure-Python one's torches
+            plan, settings, python, resolved.test_python, state.wheel, workdir, state.tests,
+            whole_range=options.torch_range, cross_build=inputs.cross, requires=state.report.requires,
+            companions=companions))
+
+    def gpu_check(state: Checked) -> None:  # this machine's GPU ran the kernels: a check for its torch, as
+        assert state.tests is not None and state.wheel.record is not None  # `builder test` adds one
+        if state.tests.kernel_status == "passed":
+            state.torch_checks = checks.with_gpu_check(state.wheel.record.with_(torch_checks=state.torch_checks),
+                                                       python, state.tests)
+
+    def variants(state: Checked) -> None:
+        assert state.wheel.record is not None and toolkit is not None
+        state.variants = checks.variants(plan, kernel, python, resolved.test_python, state.wheel.path,
+                                         state.wheel.record, workdir, settings=settings, companions=companions,
+                                         cuda_home=toolkit.cuda_home)
+
+    def publish(state: Checked) -> None:
+        assert state.wheel.record is not None and state.report is not None
+        # after finalize: not inside the wheel, which stays reproducible
+        record = state.wheel.record.with_(
+            timings=dict(result.timings), tests=state.tests, inspect=state.report.as_dict(),
+            wheel=state.wheel.path.name,
+            parallel=inputs.parallel.record() if toolkit else None, torch_checks=state.torch_checks,
+            torch_unchecked=state.torch_unchecked or None, abi_choice=plan.abi_why or None)
+        if plan.target.subset is not None:  # tests only: never published
+            _keep_subset(plan.target.subset, state.wheel.path, record, result)
+            return
+        state.published = checks.publish(house, state.wheel.with_record(record), state.report,
+                                         replace_other=options.replace)
+        for variant in state.variants:  # after the plain wheel: a tool that knows no variants always finds that one
+            vrecord = variant.record.with_(torch_checks=state.torch_checks,
+                                           torch_unchecked=state.torch_unchecked or None)
             checks.publish(house, BuiltWheel.made(variant.wheel, vrecord), variant.report,
                            replace_other=options.replace)
-    result.wheel, result.record, result.status = published, record, "built"
+        result.wheel, result.record, result.status = state.published, record, "built"
+
+    steps: dict[str, Step] = {"inspect": inspect, "test": test, "torch range": torch_range, "gpu check": gpu_check,
+                              "publish": publish}
+    if options.variants and toolkit is not None:
+        steps["variants"] = variants
+    return steps
+
+
+def _say_published(house: Wheelhouse, state: Checked, options: BuildOptions) -> None:
+    """Where the build's wheel went and the index or channels a user points uv or pip at."""
+    assert state.published is not None
+    published = state.published
     where = "staged (run `builder test` on a GPU machine to promote it)" if options.stage else "published"
     # the channel, never the combined simple/: a resolver given that one may swap the env's torch (README)
     channels = house.channels_of(published.name)
@@ -293,8 +329,8 @@ def _build_in(inputs: BuildInputs, settings: Settings, options: BuildOptions, en
     else:
         index = f"index: {house.index_url()}"
     log.ok(f"{where}: {published} ({index})")
-    if made:
-        log.ok(f"variants: {', '.join(v.wheel.name for v in made)} beside it (uv --preview-features "
+    if state.variants:
+        log.ok(f"variants: {', '.join(v.wheel.name for v in state.variants)} beside it (uv --preview-features "
                f"{UV_PREVIEW_FEATURE} picks the one for the GPU; pip the plain wheel)")
 
 

@@ -21,6 +21,7 @@ from builder.model.arch import Arch, parse_arch_list
 from builder.model.builtwheel import BuiltWheel
 from builder.model.variants import Variant
 from builder.pipeline import checks
+from builder.pipeline.chain import Checked, run_chain
 from builder.pipeline.promote import resolve_wheels
 from builder.stages.variants import make_variant, one_arch_note, variant_record
 
@@ -74,15 +75,24 @@ def _archs(wheel: BuiltWheel, wanted: str | None) -> list[Arch]:
 
 
 def _stage_one(wheel: BuiltWheel, variant: Variant, staging: Wheelhouse, settings: Settings) -> Path:
-    """One variant made, through the check chain's inspect (its one arch, the plain wheel's CPU platform), staged."""
+    """One variant made, through the check chain's inspect (its one arch, the plain wheel's CPU platform) and
+    publish (into staging)."""
     assert wheel.record is not None
     with tempfile.TemporaryDirectory(prefix="variants-", dir=settings.cache("tests")) as tmp:
         plain = wheel.record.with_(tests=None, timings=None, compiler_cache=None, parallel=None, gpu_tests=None)
         record = variant_record(plain, variant)
         made = BuiltWheel.made(make_variant(wheel.path, variant, Path(tmp)), record)
-        report = checks.inspect(made, settings, show=False, nothing="nothing was staged")
-        staged = checks.publish(staging, made.with_record(record.with_(inspect=report.as_dict(),
-                                                                       wheel=made.path.name)), report)
+
+        def inspect(state: Checked) -> None:
+            state.report = checks.inspect(state.wheel, settings, show=False, nothing="nothing was staged")
+
+        def publish(state: Checked) -> None:  # staged: `builder test` on a GPU runs the rest of the chain
+            assert state.report is not None
+            grown = record.with_(inspect=state.report.as_dict(), wheel=state.wheel.path.name)
+            state.published = checks.publish(staging, state.wheel.with_record(grown), state.report)
+
+        staged = run_chain(Checked(made), {"inspect": inspect, "publish": publish}, announce=False).published
+        assert staged is not None
     size, full = staged.stat().st_size, wheel.path.stat().st_size
     log.ok(f"staged the {variant.label} variant: {staged.name}, {size / 2**20:.1f} MiB ({size / full:.0%} of "
            f"{wheel.path.name}), {variant.arch.sm} only; `builder test` on a GPU that runs it promotes it")

@@ -36,6 +36,7 @@ from builder.model.recordmerge import merge_checks
 from builder.model.records import TorchCheck
 from builder.model.wheelfacts import Wheel
 from builder.pipeline import checks
+from builder.pipeline.chain import Checked, run_chain
 from builder.stages.pyenv import find_interpreter
 from builder.stages.torchrange import (
     IMPORT_REGISTRATION,
@@ -177,16 +178,32 @@ def _verify_one(wheel: BuiltWheel, recipe: Recipe, house: Wheelhouse, settings: 
         log.ok(f"{path.name}: nothing new to verify ({describe_checks(record.torch_checks or ())})")
         return Verified(path.name, (), tuple(record.torch_checks or ()))
     workdir = settings.cache("tests") / f"verify-{path.stem}"
-    new: tuple[TorchCheck, ...] = ()
     here = cached_torches(settings.cache("venvs"), python) if settings.offline else []  # offline: torches to borrow
-    for each, todo in rounds:
-        if not todo:
-            continue
-        base = find_interpreter(python) if not cross.is_cross(wheel.platform) else Path()
-        make_env = checks.range_env_maker(path, each, base, settings, pure=isinstance(claim, PurePython),
-                                          test_requires=recipe.test_requires, companions=house.wheels, here=here,
-                                          cross_platform=wheel.platform if cross.is_cross(wheel.platform) else None)
-        new += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir, make_env=make_env)
+
+    def torch_range(state: Checked) -> None:  # the new rounds' checks, before any is merged
+        for each, todo in rounds:
+            if not todo:
+                continue
+            base = find_interpreter(python) if not cross.is_cross(wheel.platform) else Path()
+            make_env = checks.range_env_maker(path, each, base, settings, pure=isinstance(claim, PurePython),
+                                              test_requires=recipe.test_requires, companions=house.wheels,
+                                              here=here,
+                                              cross_platform=wheel.platform if cross.is_cross(wheel.platform) else None)
+            state.torch_checks += check_torch_range(path, claim, recipe.imports, todo, each, base, workdir,
+                                                    make_env=make_env)
+
+    verified: list[Verified] = []
+    run_chain(Checked(wheel, record=record), {"torch range": torch_range,
+                                              "publish": lambda state: verified.append(_record_new(state, house))},
+              announce=False)
+    return verified[0]
+
+
+def _record_new(state: Checked, house: Wheelhouse) -> Verified:
+    """``builder verify``'s publish step: the new checks merged into the wheel's record by the one rule
+    (model/recordmerge.py), the channels rebuilt; an index outage is no check, and says so."""
+    path, record, new = state.wheel.path, state.record, state.torch_checks
+    assert record is not None
     outage = [c for c in new if network_failure(c)]
     new = tuple(c for c in new if c not in outage)
     made, unchecked = split_unchecked(new)
