@@ -50,7 +50,6 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from builder.farm.cellstext import cells_text
     from builder.farm.ghmatrix import github_matrix, tested_matrix
     from builder.farm.served import coverage, serving, summary
     from builder.farm.unchanged import changed_targets
@@ -74,29 +73,49 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     versions = [serves(c) for c in covered]
     totals = {**summary(covered), "untested": len(untested), "matrix_cells": len(universe)}
     if args.format == "json":
-        emit(json.dumps({
-            "farm": str(farm.file),
-            "targets": [{**row, "abi": str(t.abi), "cells_served": len(served[t.id]),
-                         "platforms": [p.name for p in t.platforms]}
-                        for t, row in zip(targets, matrix["include"], strict=True)],
-            "summary": totals,
-            "packages": [{"package": c.package, "version": c.version, "targets": len(c.targets),
-                          "compiles": c.compiles, "stable_compiles": c.stable, "cells_served": len(c.cells),
-                          **v.to_json(),
-                          "cells": [cell.as_list() for cell in sorted(c.cells, key=_cell_order)]}
-                         for c, v in zip(covered, versions, strict=True)],
-        }, indent=2))
-        return 0
-    if not args.details:
-        from builder.farm.proven import prove_farm
+        emit(json.dumps(_matrix_json(farm, targets, matrix, served, covered, versions, totals), indent=2))
+    elif not args.details:
+        _print_summary(args, settings, farm, targets, served, totals, total)
+    else:
+        _print_targets_table(args, farm, targets, matrix, served, total)
+        _print_served_table(covered, versions)
+        _print_totals(args.changed, totals, len(universe), versions, untested, len(targets))
+    return 0
 
-        with quiet():
-            proofs = prove_farm(farm, targets, settings)
-        evidence = _evidence(settings, proofs)
-        for line in summary_lines(farm.file, targets, served, totals, proofs, changed=args.changed, total=total,
-                                  evidence=evidence, wheelhouse=settings.wheelhouse):
-            out.print(escape(line), soft_wrap=True)
-        return 0
+
+def _matrix_json(farm: Any, targets: list, matrix: dict, served: dict, covered: list, versions: list,
+                 totals: dict) -> dict:
+    """``builder matrix --format json``: each target's matrix row, the totals, and each package version's cells."""
+    return {
+        "farm": str(farm.file),
+        "targets": [{**row, "abi": str(t.abi), "cells_served": len(served[t.id]),
+                     "platforms": [p.name for p in t.platforms]}
+                    for t, row in zip(targets, matrix["include"], strict=True)],
+        "summary": totals,
+        "packages": [{"package": c.package, "version": c.version, "targets": len(c.targets),
+                      "compiles": c.compiles, "stable_compiles": c.stable, "cells_served": len(c.cells),
+                      **v.to_json(),
+                      "cells": [cell.as_list() for cell in sorted(c.cells, key=_cell_order)]}
+                     for c, v in zip(covered, versions, strict=True)],
+    }
+
+
+def _print_summary(args: argparse.Namespace, settings: Any, farm: Any, targets: list, served: dict, totals: dict,
+                   total: int) -> None:
+    """The default one-screen table output (``summary_lines``), with the farm's proofs and evidence."""
+    from builder.farm.proven import prove_farm
+
+    with quiet():
+        proofs = prove_farm(farm, targets, settings)
+    evidence = _evidence(settings, proofs)
+    for line in summary_lines(farm.file, targets, served, totals, proofs, changed=args.changed, total=total,
+                              evidence=evidence, wheelhouse=settings.wheelhouse):
+        out.print(escape(line), soft_wrap=True)
+
+
+def _print_targets_table(args: argparse.Namespace, farm: Any, targets: list, matrix: dict, served: dict,
+                         total: int) -> None:
+    """``--details``: one row per target (its matrix row, ABI, cells served, GPU runner or why untested)."""
     table = Table("package", "version", "platform", "cuda", "arch", "python", "torch", "abi", "cells", "toolchain",
                   Column("GPU runner", overflow="fold"),
                   title=f"{farm.file}: {len(targets)} targets" + (f" changed of {total}" if args.changed else ""))
@@ -108,6 +127,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                       str(len(served[target.id])), target.toolchain,
                       row["runner"] or f"[yellow]{escape(_short_untested(row['untested']))}[/]")
     out.print(table)
+
+
+def _print_served_table(covered: list, versions: list) -> None:
+    """``--details``: one row per package version, the cells it serves."""
+    from builder.farm.cellstext import cells_text
+
     table = Table("package", "version", "targets", "compiles", "cells served",
                   Column("torch minors × Pythons, per CUDA line and platform", overflow="fold"),
                   title="what they serve: the (torch minor, CUDA line, Python, platform) cells a user can have")
@@ -116,7 +141,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                       f"{c.compiles}" + (f" ({c.stable} stable)" if c.stable else ""),
                       f"{len(v.served)} of {v.cells} ({v.percent:.1f} %)", escape(cells_text(c.cells)))
     out.print(table)
-    which = "the changed targets" if args.changed else "the farm"
+
+
+def _print_totals(changed: bool, totals: dict, universe_cells: int, versions: list, untested: list,
+                  targets: int) -> None:
+    """``--details``: compiles needed, cells served, each version's share of the users' matrix, the untested."""
+    which = "the changed targets" if changed else "the farm"
     out.print(f"compiles needed: [bold]{totals['compiles']}[/bold] ({totals['stable_compiles']} stable-ABI, "
               f"{totals['per_torch_compiles']} per-torch), plus {totals['pure_python_builds']} pure-Python builds "
               "(one py3-none-any wheel per version, offered to every torch and CUDA its checks verify)")
@@ -126,17 +156,16 @@ def cmd_matrix(args: argparse.Namespace) -> int:
               f"platform, summed over package versions{': ' + per_platform if per_platform else ''}); per-torch "
               f"wheels for the compiled packages' {totals['compiled_cells_served']} cells would take "
               f"{totals['compiled_cells_served']} compiles")
-    who = "the changed targets" if args.changed else "farm targets"
-    out.print(f"the users' matrix ([bold]builder coverage[/bold]'s): {len(universe)} cells per package; once built "
+    who = "the changed targets" if changed else "farm targets"
+    out.print(f"the users' matrix ([bold]builder coverage[/bold]'s): {universe_cells} cells per package; once built "
               f"and verified, {who} serve:")
     for v in versions:
         out.print("  " + escape(v.line(who)))
     if untested:
-        out.print(f"[yellow]untested: {len(untested)} of {len(targets)} targets[/yellow] (built and staged, not "
+        out.print(f"[yellow]untested: {len(untested)} of {targets} targets[/yellow] (built and staged, not "
                   "promoted: no configured GPU runner has their platform and an arch they carry)")
         for row in untested:
             out.print(f"  {escape(row['id'])}: {escape(row['untested'])}")
-    return 0
 
 
 def summary_lines(file: Path, targets: list, served: dict, totals: dict, proofs: list, *, changed: bool = False,
