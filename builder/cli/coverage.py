@@ -119,7 +119,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         for note in r.notes:
             out.print(f"note: {escape(note)}")
         for line in evidence_lines(gpu_runs, evidence_file, r.package, r.version):
-            out.print(escape(line), soft_wrap=True)
+            out.print(escape(line))
         proof = proof_of.get((r.package, r.version))
         if proof is not None:
             out.print(f"farm.toml's plan, not results: claimed → installable → GPU-planned (not covered: {ALL}):")
