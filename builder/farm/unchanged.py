@@ -75,8 +75,8 @@ def record_matches(record: BuildRecord, target: FarmTarget, inputs: TargetInputs
             canonicalize_name(record.package) == canonicalize_name(target.package)
             and (not target.kind.is_cuda or record.target_platform == target.platform.name)
             and Version(record.version) == Version(target.version)
-            and _python_matches(str(record.python.get("version")), target.python)
-            and Version(str(record.python.get("torch"))).public == Version(target.torch).public
+            and _python_matches(str(record.build_python), target.python)
+            and record.build_torch is not None and record.build_torch.public == Version(target.torch).public
         )
         return same_wheel and inputs.agrees(recorded_inputs(record))
     except (InvalidVersion, KeyError, TypeError, AttributeError):

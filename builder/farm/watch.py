@@ -124,12 +124,9 @@ def watch_torch(farm: Farm, settings: Settings) -> list[TorchWatchRow]:
     built: dict[tuple[str, str], set[Version]] = {}
     for record in wheelhouse_records(settings.wheelhouse):
         record_cuda = record.cuda_version
-        try:
-            torch = Version(str(record.python.get("torch"))).public
-        except (InvalidVersion, AttributeError):
-            continue
-        if record_cuda is not None:
-            built.setdefault((record.torch_index, record_cuda.line), set()).add(Version(torch))
+        torch = record.build_torch
+        if torch is not None and record_cuda is not None:
+            built.setdefault((record.torch_index, record_cuda.line), set()).add(Version(torch.public))
     rows: list[TorchWatchRow] = []
     farm_cuda: set[str] = set()
     for key, spec in specs.items():

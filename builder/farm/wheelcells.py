@@ -283,7 +283,7 @@ def _tests_python(record: BuildRecord | None, filename: str) -> str | None:
     if record is None:
         return None
     found = record.tests.python if record.tests else None
-    return _minor(found or (record.python or {}).get("version"))
+    return _minor(found or record.build_python)
 
 
 def _checks_platform(filename: str, record: BuildRecord | None) -> str:

@@ -16,9 +16,8 @@ from packaging.tags import Tag
 from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion, Version
 
-from builder.core.errors import UsageError
 from builder.model.abi import Abi
-from builder.model.arch import Arch, parse_arch_list
+from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
 from builder.model.platform import Platform, parse_platform
 from builder.model.records import BuildRecord
@@ -38,13 +37,9 @@ class BuiltWheel:
     @classmethod
     def made(cls, path: Path, record: BuildRecord | None) -> BuiltWheel:
         """The wheel at ``path`` with its build record: the file name and the record parsed, once."""
-        rec = record or BuildRecord()
-        try:
-            archs = parse_arch_list(",".join(rec.archs)) if rec.archs else ()
-        except UsageError:  # a record of another builder: no archs known, the inspection still says what it has
-            archs = ()
-        return cls(path=path, facts=Wheel.of(path.name, record), archs=archs,
-                   torch=_version(rec.python.get("torch")), torch_floor=_version(rec.torch_floor),
+        rec = record or BuildRecord()  # a record of another builder: no archs known, the inspection says what it has
+        return cls(path=path, facts=Wheel.of(path.name, record), archs=rec.arch_list,
+                   torch=rec.build_torch, torch_floor=_version(rec.torch_floor),
                    platform=parse_platform(rec.target_platform, "the record's platform"), record=record)
 
     @property
@@ -99,7 +94,7 @@ class BuiltWheel:
     @property
     def build_python(self) -> str:
         """The Python it was built (and import-tested) with, ``3.12`` (empty where the record names none)."""
-        version = str((self.record.python if self.record else {}).get("version") or "")
+        version = (self.record.build_python if self.record else None) or ""
         return ".".join(version.split(".")[:2]) if version.count(".") >= 1 else ""
 
     def with_record(self, record: BuildRecord) -> BuiltWheel:

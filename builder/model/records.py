@@ -292,6 +292,26 @@ class BuildRecord:
         return cuda_or_none(self.cuda)
 
     @property
+    def arch_list(self) -> tuple[Arch, ...]:
+        """The archs it was built for, typed (``archs`` keeps the JSON's strings); () for pure Python or a record
+        whose archs do not parse."""
+        try:
+            return parse_arch_list(",".join(self.archs)) if self.archs else ()
+        except UsageError:
+            return ()
+
+    @property
+    def build_torch(self) -> Version | None:
+        """The torch of the build venv (``python["torch"]``: 2.11.0+cu130), typed; None where the record has none."""
+        return _version_or_none(self.python.get("torch"))
+
+    @property
+    def build_python(self) -> str | None:
+        """The build venv's Python version as recorded (``python["version"]``: "3.12"); None where absent."""
+        value = self.python.get("version")
+        return str(value) if value else None
+
+    @property
     def target_platform(self) -> str:
         """The CPU platform the wheel was built for (records before the platform axis: x86_64)."""
         return self.platform or "x86_64"
@@ -404,3 +424,11 @@ class BuildRecord:
     def file_bytes(self) -> bytes:
         """records/<wheel>.json in the wheelhouse (index/store.py)."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True).encode()
+
+
+def _version_or_none(value: object) -> Version | None:
+    """A version a record holds as text; None for none or one that does not parse."""
+    try:
+        return Version(str(value)) if value else None
+    except InvalidVersion:
+        return None

@@ -138,7 +138,7 @@ def _torch_pin(requires: tuple[str, ...], record: BuildRecord, *, ranged: bool =
     if pins:
         return pins[0]
     minor_pin = any(s.operator == "<" for s in spec)
-    built_with = record.python.get("torch") if ranged or minor_pin else None  # ranged: stable-ABI among them
+    built_with = record.build_torch if ranged or minor_pin else None  # ranged: stable-ABI among them
     if built_with:
         return str(built_with)
     raise UsageError("the wheel pins no torch== version; was it built by this tool?")

@@ -160,8 +160,8 @@ def recorded_inputs(record: BuildRecord) -> TargetInputs:
         "patches": tuple((p.file, p.sha256) for p in record.patches),
         "source": (record.source.sha256 if record.source else None) or "",
         "toolkit": () if pure else _pairs({k: v for k, v in record.toolchain.items() if k in TOOLKIT_KEY_FIELDS}),
-        "python": BUILT_ONCE if once else str(record.python.get("version")),
-        "torch": BUILT_ONCE if once else str(record.python.get("torch") or ""),
+        "python": BUILT_ONCE if once else str(record.build_python),
+        "torch": BUILT_ONCE if once else str(record.python.get("torch") or ""),  # as written: the key's text
         "index": BUILT_ONCE if once else record.torch_index,
         "archs": record.archs,
         "cuda": BUILT_ONCE if once else record.cuda,
