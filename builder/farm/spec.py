@@ -188,6 +188,52 @@ class _Checker(TomlChecker):
             self.fail(dotted, f"repeats a value: {items}")
         return tuple(items)
 
+    def cudas(self, value: str | list[Any], dotted: str) -> tuple[CudaVersion, ...]:
+        """Each a CUDA version this builder knows (``known_cuda_text``)."""
+        versions = []
+        for i, text in enumerate(self.strings(value, dotted)):
+            try:
+                versions.append(CudaVersion.parse(text))
+                ok = is_known_cuda(versions[-1], self.known_settings)
+            except InvalidVersion:
+                ok = False
+            if not ok:
+                self.fail(f"{dotted}[{i}]", f"is not a known CUDA version: {text!r}",
+                          f"use one of {known_cuda_text(self.known_settings)}")
+        return tuple(versions)
+
+    def arch_lists(self, value: str | list[Any], dotted: str) -> tuple[Archs, ...]:
+        """Each item one target's arch list, normalised; two items naming one list are an error."""
+        normalised: list[Archs] = []
+        for i, text in enumerate(self.strings(value, dotted)):
+            try:
+                normalised.append(parse_arch_list(text))
+            except UsageError as e:
+                self.fail(f"{dotted}[{i}]", f"is not an arch list: {text!r}",
+                          "each item is one target's archs: '120', '90,120' or '120+ptx'")
+                raise AssertionError from e  # unreachable
+        if len(set(normalised)) != len(normalised):
+            self.fail(dotted, f"names one arch list twice: {list(value)}")
+        return tuple(normalised)
+
+    def pythons(self, value: str | list[Any], dotted: str) -> tuple[PythonSpec, ...]:
+        pythons = tuple(map(PythonSpec, self.strings(value, dotted)))
+        for i, python in enumerate(pythons):
+            if not (python.is_path or re.fullmatch(r"3\.\d{1,2}", python.text)):
+                self.fail(f"{dotted}[{i}]", f"is neither a Python version nor a path: {python.text!r}",
+                          "use a version such as '3.12' or a path to an interpreter")
+        return pythons
+
+    def torch_index(self, value: str, dotted: str) -> None:
+        """A URL or a known index name; the error reworded from resolve_index's, which speaks of the flag
+        ("--torch-index X: why")."""
+        try:
+            resolve_index(value)
+        except UsageError as e:
+            reason = e.message.split(": ", 1)[-1]
+            self.fail(dotted, f"is neither a URL nor a known index: {value!r}"
+                      if "neither a URL" in reason else f"is {value!r}: {reason}", e.hint)
+
     def settings(self, table: dict[str, Any], where: str) -> dict[str, Any]:
         """Validated, normalised values of the settings keys present in ``table``."""
         out: dict[str, Any] = {}
@@ -200,49 +246,18 @@ class _Checker(TomlChecker):
         if "toolchain" in table:
             out["toolchain"] = self.choice(table["toolchain"], TOOLCHAINS, at("toolchain"))
         if "cuda" in table:
-            values = self.strings(table["cuda"], at("cuda"))
-            versions = []
-            for i, value in enumerate(values):
-                try:
-                    versions.append(CudaVersion.parse(value))
-                    ok = is_known_cuda(versions[-1], self.known_settings)
-                except InvalidVersion:
-                    ok = False
-                if not ok:
-                    self.fail(f"{at('cuda')}[{i}]", f"is not a known CUDA version: {value!r}",
-                              f"use one of {known_cuda_text(self.known_settings)}")
-            out["cuda"] = tuple(versions)
+            out["cuda"] = self.cudas(table["cuda"], at("cuda"))
         if "archs" in table:
-            normalised: list[Archs] = []
-            for i, value in enumerate(self.strings(table["archs"], at("archs"))):
-                try:
-                    normalised.append(parse_arch_list(value))
-                except UsageError as e:
-                    self.fail(f"{at('archs')}[{i}]", f"is not an arch list: {value!r}",
-                              "each item is one target's archs: '120', '90,120' or '120+ptx'")
-                    raise AssertionError from e  # unreachable
-            if len(set(normalised)) != len(normalised):
-                self.fail(at("archs"), f"names one arch list twice: {list(table['archs'])}")
-            out["archs"] = tuple(normalised)
+            out["archs"] = self.arch_lists(table["archs"], at("archs"))
         if "python" in table:
-            pythons = tuple(map(PythonSpec, self.strings(table["python"], at("python"))))
-            for i, python in enumerate(pythons):
-                if not (python.is_path or re.fullmatch(r"3\.\d{1,2}", python.text)):
-                    self.fail(f"{at('python')}[{i}]", f"is neither a Python version nor a path: {python.text!r}",
-                              "use a version such as '3.12' or a path to an interpreter")
-            out["python"] = pythons
+            out["python"] = self.pythons(table["python"], at("python"))
         if "torch" in table:
             values = self.strings(table["torch"], at("torch"))
             for i, value in enumerate(values):
                 self.version(value, f"{at('torch')}[{i}]")
             out["torch"] = values
         if "torch-index" in table:
-            try:
-                resolve_index(table["torch-index"])
-            except UsageError as e:  # "--torch-index X: why" (resolve_index speaks of the flag)
-                value, reason = table["torch-index"], e.message.split(": ", 1)[-1]
-                self.fail(at("torch-index"), f"is neither a URL nor a known index: {value!r}"
-                          if "neither a URL" in reason else f"is {value!r}: {reason}", e.hint)
+            self.torch_index(table["torch-index"], at("torch-index"))
             out["torch_index"] = table["torch-index"]
         if "jobs" in table:
             if table["jobs"] < 1:

@@ -30,6 +30,7 @@ from builder.discovery.compat import (
 )
 from builder.model.abi import (
     Abi,
+    AbiChoice,
     PerTorchAbi3,
     StableAbi,
     first_torch_of_major,
@@ -322,6 +323,36 @@ def make_plan(target: Target, settings: Settings) -> Plan:
     if recipe.kind.is_cuda:
         check_archs_for_cuda(target.archs, target.cuda, settings)
         check_archs_for_platform(target.archs, target.platform)
+    version = resolve_version(recipe, target.version, _available_versions(target, recipe, settings))
+    if recipe.kind.is_cuda:
+        check_known_bad(recipe.name, recipe.known_bad, target.archs, target.cuda, version)
+    source = source_for(recipe, version, target.source, settings)
+    for name in target.test_patches:
+        if name not in {p.name for p in recipe.patches if p.test_only}:
+            raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
+    index = resolve_index(target.torch_index, settings)
+    given = ask_interpreter(target.python) if target.python.is_path and port_applies(target.abi, recipe, version) \
+        else None
+    choice = choose_abi(target.abi, target.python, recipe, version,
+                        python=target.python.version or (given.version if given else None),
+                        torch=given.torch if given else None, given=given)
+    torch, unverified, choice = _build_torch(target, recipe, version, index, choice, settings)
+    abi = choice.abi
+    check_python_agnostic(recipe, version, abi, target.python.version or (given.version if given else None))
+    env = dict(recipe.build_env)
+    if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
+        env.update(recipe.stable_abi.build_env())
+    if target.subset is not None:  # in the env, so in the cache key: a subset never stands for the whole build
+        env.update(recipe.subset(target.subset).env)
+    return Plan(target=target, recipe=recipe, version=version, source=source,
+                patches=recipe.patches_for(version, target.test_patches, abi), torch=torch, index=index,
+                image=docker_image_for(target.cuda, target.platform), env=env, abi=abi,
+                torch_cuda_unverified=unverified, abi_why=choice.why, given=given)
+
+
+def _available_versions(target: Target, recipe: Recipe, settings: Settings) -> list[str]:
+    """The versions ``resolve_version`` may pick: PyPI's releases (asked again when the one asked for is missing),
+    or the version a local source holds (none where the recipe has a default)."""
     available: list[str] = []
     if target.source is None and recipe.source.path is None and recipe.source.git is None:
         available = list(pypi_releases(recipe.source.pypi or recipe.name, settings))
@@ -335,52 +366,23 @@ def make_plan(target: Target, settings: Settings) -> Plan:
         if found is None and recipe.default_version is None:
             raise UsageError(f"cannot tell which version of {recipe.name} the source holds", "pass --version")
         available = [found] if found else []
-    version = resolve_version(recipe, target.version, available)
-    if recipe.kind.is_cuda:
-        check_known_bad(recipe.name, recipe.known_bad, target.archs, target.cuda, version)
-    source = source_for(recipe, version, target.source, settings)
-    for name in target.test_patches:
-        if name not in {p.name for p in recipe.patches if p.test_only}:
-            raise UsageError(f"--test-patch {name}: the recipe has no test-only patch of that name")
-    index = resolve_index(target.torch_index, settings)
-    given = ask_interpreter(target.python) if target.python.is_path and port_applies(target.abi, recipe, version) \
-        else None
-    choice = choose_abi(target.abi, target.python, recipe, version,
-                        python=target.python.version or (given.version if given else None),
-                        torch=given.torch if given else None, given=given)
-    torch: str | None = None
-    unverified = ""
-    if target.python.version is not None:
-        torch = target.torch or default_build_torch(index, target.cuda, recipe, choice.abi)
-        check_torch_listed(index, torch, target.cuda)
-        check_torch_matches_cuda(index, torch, target.cuda, settings)
-        if recipe.kind.is_cuda:
-            unverified = torch_cuda_unverified(index, torch) or ""
-        if unverified:
-            log.warning(f"torch {torch}: its CUDA is not verified ({unverified}); the plan assumes CUDA {target.cuda} "
-                        "(--cuda) and the build venv checks torch.version.cuda before compiling")
-        check_torch_has_python(index, torch, target.python.version)
-        if choice.abi is Abi.TORCH_STABLE:  # now that the build torch is known: at or above the floor?
-            choice = choose_abi(target.abi, target.python, recipe, version, python=target.python.version, torch=torch)
-    abi = choice.abi
-    check_python_agnostic(recipe, version, abi, target.python.version or (given.version if given else None))
-    env = dict(recipe.build_env)
-    if abi is Abi.TORCH_STABLE and recipe.stable_abi is not None:
-        env.update(recipe.stable_abi.build_env())
-    if target.subset is not None:  # in the env, so in the cache key: a subset never stands for the whole build
-        env.update(recipe.subset(target.subset).env)
-    return Plan(
-        target=target,
-        recipe=recipe,
-        version=version,
-        source=source,
-        patches=recipe.patches_for(version, target.test_patches, abi),
-        torch=torch,
-        index=index,
-        image=docker_image_for(target.cuda, target.platform),
-        env=env,
-        abi=abi,
-        torch_cuda_unverified=unverified,
-        abi_why=choice.why,
-        given=given,
-    )
+    return available
+
+
+def _build_torch(target: Target, recipe: Recipe, version: str, index: TorchIndex, choice: AbiChoice,
+                 settings: Settings) -> tuple[str | None, str, AbiChoice]:
+    """(build torch, why its CUDA is unverified or "", the ABI choice) for a Python version; a ``--python PATH``
+    brings its own torch (None here). A torch-stable choice is made again once the build torch is known."""
+    if target.python.version is None:
+        return None, "", choice
+    torch = target.torch or default_build_torch(index, target.cuda, recipe, choice.abi)
+    check_torch_listed(index, torch, target.cuda)
+    check_torch_matches_cuda(index, torch, target.cuda, settings)
+    unverified = (torch_cuda_unverified(index, torch) or "") if recipe.kind.is_cuda else ""
+    if unverified:
+        log.warning(f"torch {torch}: its CUDA is not verified ({unverified}); the plan assumes CUDA {target.cuda} "
+                    "(--cuda) and the build venv checks torch.version.cuda before compiling")
+    check_torch_has_python(index, torch, target.python.version)
+    if choice.abi is Abi.TORCH_STABLE:  # now that the build torch is known: at or above the floor?
+        choice = choose_abi(target.abi, target.python, recipe, version, python=target.python.version, torch=torch)
+    return torch, unverified, choice
