@@ -27,12 +27,7 @@ from builder.stages.resolve import SourceRef
 def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
     """Bring the source into the cache; returns (archive file or directory, sha256 or commit)."""
     if ref.kind == "path":
-        path = Path(ref.location)
-        if path.is_dir():
-            return path, tree_digest(path)
-        digest = sha256_file(path)
-        _check_digest(ref, digest, path)
-        return path, digest
+        return _fetch_path(ref)
     if ref.kind == "git":
         return _fetch_git(ref, settings)
     cached = _cache_path(ref, settings)
@@ -43,18 +38,50 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
         if expected is not None and digest == expected:
             log.info(f"source {ref.filename}: cached, sha256 {digest[:12]}… matches {against}")
             return cached, digest
-        if expected is not None:
-            log.warning(f"cached {ref.filename} has sha256 {digest[:12]}…, expected {expected[:12]}… ({against})")
-            if settings.offline:
-                raise ChecksumError(
-                    f"checksum mismatch for the cached {ref.filename}: sha256 is {digest}, expected {expected} "
-                    f"({against})", "the cache was altered: run once online to fetch it again",
-                )
-        cached.unlink()
+        _drop_altered(ref, cached, digest, expected, against, settings.offline)
     if settings.offline:
         raise SourceError(f"{ref.filename} is not in the cache and --offline forbids downloading", "run once online")
     log.info(f"downloading {ref.location}")
     tmp = cached.with_name(f".{cached.name}.part")
+    _download(ref, tmp)
+    digest = sha256_file(tmp)
+    _check_download(ref, digest, tmp, first)
+    if ref.sha256 is None and first is None:
+        atomic_write(_first_fetch_file(cached), digest + "\n")
+        log.warning(f"source {ref.filename}: sha256 {digest} recorded at its first fetch, not verified (the recipe "
+                    "records none; add it to source.sha256 to pin it)")
+    else:
+        log.info(f"source {ref.filename}: sha256 {digest[:12]}… matches {against}")
+    tmp.replace(cached)
+    return cached, digest
+
+
+def _fetch_path(ref: SourceRef) -> tuple[Path, str]:
+    """A local folder (its tree digest) or file (its sha256, checked against the recipe's)."""
+    path = Path(ref.location)
+    if path.is_dir():
+        return path, tree_digest(path)
+    digest = sha256_file(path)
+    _check_digest(ref, digest, path)
+    return path, digest
+
+
+def _drop_altered(ref: SourceRef, cached: Path, digest: str, expected: str | None, against: str,
+                  offline: bool) -> None:
+    """Remove a cached archive whose sha256 is not the one expected (or that has none to check against), so it is
+    downloaded again; offline, an altered one is a ChecksumError instead."""
+    if expected is not None:
+        log.warning(f"cached {ref.filename} has sha256 {digest[:12]}…, expected {expected[:12]}… ({against})")
+        if offline:
+            raise ChecksumError(
+                f"checksum mismatch for the cached {ref.filename}: sha256 is {digest}, expected {expected} "
+                f"({against})", "the cache was altered: run once online to fetch it again",
+            )
+    cached.unlink()
+
+
+def _download(ref: SourceRef, tmp: Path) -> None:
+    """``ref.location`` into ``tmp`` (removed on failure); a failure is a SourceError naming its cause."""
     try:
         net.download(ref.location, tmp)  # the network policy: timeouts, a deadline, retries (core/net.py)
     except net.NetError:
@@ -67,25 +94,21 @@ def fetch(ref: SourceRef, settings: Settings) -> tuple[Path, str]:
     except ValueError as e:
         tmp.unlink(missing_ok=True)
         raise SourceError(f"download of {ref.location} failed: {e}", "check the URL") from e
-    digest = sha256_file(tmp)
+
+
+def _check_download(ref: SourceRef, digest: str, tmp: Path, first: str | None) -> None:
+    """The download's sha256 against the recipe's, or (none recorded) its first fetch's; ``tmp`` removed on a
+    mismatch."""
     try:
         if ref.sha256 is None and first is not None and digest != first:
             raise ChecksumError(
                 f"{ref.location} changed since its first fetch: sha256 is {digest}, it was {first}",
-                f"check the file; then record its sha256 in the recipe (source.sha256) or remove {cached.parent}",
+                f"check the file; then record its sha256 in the recipe (source.sha256) or remove {tmp.parent}",
             )
         _check_digest(ref, digest, tmp)
     except ChecksumError:
         tmp.unlink(missing_ok=True)
         raise
-    if ref.sha256 is None and first is None:
-        atomic_write(_first_fetch_file(cached), digest + "\n")
-        log.warning(f"source {ref.filename}: sha256 {digest} recorded at its first fetch, not verified (the recipe "
-                    "records none; add it to source.sha256 to pin it)")
-    else:
-        log.info(f"source {ref.filename}: sha256 {digest[:12]}… matches {against}")
-    tmp.replace(cached)
-    return cached, digest
 
 
 def _cache_path(ref: SourceRef, settings: Settings) -> Path:

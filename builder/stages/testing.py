@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from builder.core.datafiles import default_recipes_dir
 from builder.core.errors import TestFailed
@@ -141,19 +141,38 @@ def kernel_tests(
     whose findings fail the run."""
     if recipe.kernel_tests is None:
         return replace(report, kernel_status="skipped", kernel_reason="the recipe has no kernel tests")
-    if not recipe.kernel_tests.is_file():  # checked here, not when the recipe loads: plan works before it is written
-        missing = f"the recipe's kernel-tests file {recipe.kernel_tests} does not exist"
-        log.warning(f"kernel tests skipped: {missing}")
-        return replace(report, kernel_status="skipped", kernel_reason=missing)
-    reason, gpu_index = kernel_skip_reason(visible_gpus(env), wheel_report)
+    reason, gpu_index = _cannot_run(env, recipe.kernel_tests, wheel_report)
     if reason is not None:
         log.warning(f"kernel tests skipped: {reason}")
         return replace(report, kernel_status="skipped", kernel_reason=reason)
     out = workdir / "kernel-tests.json"
+    returncode, last_line, sanitizer = _run_suite(env, recipe, report, workdir, cast(int, gpu_index), out,
+                                                  quick=quick, bench=bench, sanitize=sanitize)
+    data = json.loads(out.read_text()) if out.exists() else {}
+    status, reason = _suite_verdict(data, returncode, last_line, sanitizer)
+    report = replace(report, gpu=data.get("gpu"), capability=parse_capability(data.get("capability")),
+                     counts=data.get("counts", {}),
+                     speed=tuple(data.get("speed", [])), kernel_status=status, kernel_reason=reason)
+    _tell_outcome(report, workdir)
+    return report
+
+
+def _cannot_run(env: PythonEnv, suite: Path, wheel_report: WheelReport) -> tuple[str | None, int | None]:
+    """(why the suite cannot run here, or None and the GPU index to run it on). The file is checked here, not when
+    the recipe loads: `builder plan` works before the suite is written."""
+    if not suite.is_file():
+        return f"the recipe's kernel-tests file {suite} does not exist", None
+    return kernel_skip_reason(visible_gpus(env), wheel_report)
+
+
+def _run_suite(env: PythonEnv, recipe: Recipe, report: TestReport, workdir: Path, gpu_index: int, out: Path, *,
+               quick: bool, bench: bool, sanitize: str | None) -> tuple[int, str, SanitizerRun | None]:
+    """Run the suite (under compute-sanitizer where asked) with its output in kernel-tests.log: (exit code, last
+    line, the sanitizer run); TestStageFailed when it runs past its timeout."""
     argv = [str(env.python), str(recipe.kernel_tests), "--out", str(out)]
     argv += ["--quick"] if quick or sanitize else []
     argv += [] if bench and not sanitize else ["--no-bench"]
-    run_env = kernel_test_env(recipe, workdir, cast(int, gpu_index))  # an index whenever there is no reason
+    run_env = kernel_test_env(recipe, workdir, gpu_index)
     timeout_s = recipe.kernel_tests_timeout_s
     sanitizer = None
     if sanitize:
@@ -170,7 +189,13 @@ def kernel_tests(
             "suite is just slow; nothing was published",
             replace(report, kernel_status="failed", kernel_reason=f"ran past {timeout_s} s"),
         )
-    data = json.loads(out.read_text()) if out.exists() else {}
+    return returncode, last_line, sanitizer
+
+
+def _suite_verdict(data: dict[str, Any], returncode: int, last_line: str,
+                   sanitizer: SanitizerRun | None) -> tuple[str, str]:
+    """(status, reason) from the suite's JSON report, its exit code and the sanitizer's finding: a crash or an
+    unknown status is a failure, whatever the report says."""
     status = data.get("status") or ("failed" if returncode else "passed")
     if (returncode not in (0, 3) and status != "failed") or status not in ("passed", "failed", "skipped"):
         status = "failed"
@@ -179,23 +204,24 @@ def kernel_tests(
     if found:  # the suite's own last line adds nothing when the tool's finding stopped it before its report
         status, reason = "failed", "; ".join(r for r in (found, data.get("reason", "")) if r)
     elif sanitizer is not None and status == "passed":
-        reason = "; ".join(r for r in (f"compute-sanitizer {sanitize}: 0 errors", reason) if r)
-    report = replace(report, gpu=data.get("gpu"), capability=parse_capability(data.get("capability")),
-                     counts=data.get("counts", {}),
-                     speed=tuple(data.get("speed", [])), kernel_status=status, kernel_reason=reason)
-    if status == "failed":
+        reason = "; ".join(r for r in (f"compute-sanitizer {sanitizer.tool}: 0 errors", reason) if r)
+    return status, reason
+
+
+def _tell_outcome(report: TestReport, workdir: Path) -> None:
+    """Log a pass or skip; raise TestStageFailed on a failure."""
+    if report.kernel_status == "failed":
         raise TestStageFailed(
             f"kernel tests failed: {report.counts.get('failed', '?')} case(s) ({report.kernel_reason})",
             f"log: {workdir / 'kernel-tests.log'}; nothing was published", report,
         )
-    if status == "passed":
+    if report.kernel_status == "passed":
         on = f"{report.gpu} ({report.capability.sm})" if report.capability else report.gpu
         log.ok(f"kernel tests passed on {on}: {dict(report.counts)}")
         if report.kernel_reason:  # passed with some cases skipped: say which and why
             log.warning(report.kernel_reason)
     else:
         log.warning(f"kernel tests skipped: {report.kernel_reason}")
-    return report
 
 
 HARNESS = "kernel_harness.py"
