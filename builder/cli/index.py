@@ -23,8 +23,21 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -> dict:
+    """`builder index` (rebuild, pull, export, merge) and `builder serve`; their handlers by name."""
     p = sub.add_parser("index", help="wheelhouse index maintenance")
     isub = p.add_subparsers(dest="index_command", required=True)
+    _register_rebuild(isub, add_common)
+    _register_pull(isub, add_common)
+    _register_export_merge(isub, add_common)
+    serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    serve.add_argument("--port", type=numbers.port, default=8000, help="port (default 8000; 0 picks a free one)")
+    add_common(serve, "wheelhouse")
+    return {"index": cmd_index, "serve": cmd_serve}
+
+
+def _register_rebuild(isub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     rebuild = isub.add_parser(
         "rebuild", help="regenerate every page (simple/, channels/, .metadata sidecars, dashboard) from the wheels"
     )
@@ -34,6 +47,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
              "each wheel there by absolute URL): a folder URL ending in /, which may name {project} and {version}, "
              "e.g. https://github.com/OWNER/REPO/releases/download/{project}-{version}/; '' links wheels/ again")
     add_common(rebuild, "wheelhouse")
+
+
+def _register_pull(isub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     pull = isub.add_parser(
         "pull", help="restore the wheelhouse from a published one (wheels verified by sha256, one transaction)",
         description="Restore --wheelhouse from the wheelhouse published at URL (GitHub Pages, `builder serve`, a "
@@ -52,6 +68,9 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
                            "published pages link files there; by default only the index's own origin and the one "
                            "its assets.json names are read")
     add_common(pull, "wheelhouse", "net-deadline")
+
+
+def _register_export_merge(isub: argparse._SubParsersAction, add_common: Callable[..., None]) -> None:
     export = isub.add_parser(
         "export", help="lay out the release assets (wheels + .metadata, immutable) and the Pages tree (no wheel)",
         description="For a wheelhouse with an assets URL (`index rebuild --assets-url`): --assets DIR copies each "
@@ -77,13 +96,6 @@ def register(sub: argparse._SubParsersAction, add_common: Callable[..., None]) -
     merge.add_argument("sources", nargs="+", metavar="SRC", type=Path,
                        help="a folder holding wheels/ and records/ (merged in the order given)")
     add_common(merge, "wheelhouse")
-
-    serve = sub.add_parser("serve", help="serve the wheelhouse over HTTP (PEP 503/691 with content negotiation)")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    serve.add_argument("--port", type=numbers.port, default=8000, help="port (default 8000; 0 picks a free one)")
-    add_common(serve, "wheelhouse")
-    return {"index": cmd_index, "serve": cmd_serve}
 
 
 def cmd_index(args: argparse.Namespace) -> int:

@@ -201,16 +201,7 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
     """Parse and validate one recipe file."""
     data = _read_toml(path)
     checker = TomlChecker(path)
-    checker.keys(data, _TOP, "")
-    name = checker.required(data, "name", "")
-    kind = data.get("kind", RecipeKind.CUDA_EXTENSION.value)
-    if kind not in KINDS:
-        raise RecipeError(f"{path}: field 'kind' is {kind!r}", f"use one of {', '.join(KINDS)}")
-    versions = checker.specifier(data.get("versions", ""), "versions")
-    default_version = data.get("default-version")
-    if default_version is not None:
-        checker.version(default_version, "default-version")
-
+    name, kind, versions, default_version = _identity(checker, data, path)
     source = load_source(checker, data.get("source", {}), path)
     if default_version is None:
         default_version = sole_git_version(source, versions)
@@ -258,6 +249,20 @@ def load_recipe(path: Path, patches_dir: Path | None = None) -> Recipe:
         if "per-torch-abi3" in data else None,
         subsets=_subsets(checker, data.get("subset", [])),
     )
+
+
+def _identity(checker: TomlChecker, data: dict[str, Any], path: Path) -> tuple[str, str, SpecifierSet, str | None]:
+    """The top-level keys checked, then (name, kind, versions, default-version): what the recipe is of."""
+    checker.keys(data, _TOP, "")
+    name = checker.required(data, "name", "")
+    kind = data.get("kind", RecipeKind.CUDA_EXTENSION.value)
+    if kind not in KINDS:
+        raise RecipeError(f"{path}: field 'kind' is {kind!r}", f"use one of {', '.join(KINDS)}")
+    versions = checker.specifier(data.get("versions", ""), "versions")
+    default_version = data.get("default-version")
+    if default_version is not None:
+        checker.version(default_version, "default-version")
+    return name, kind, versions, default_version
 
 
 def _peak_gib(checker: TomlChecker, build: dict[str, Any]) -> float | None:
