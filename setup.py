@@ -1,4 +1,5 @@
-"""Ships recipes/, patches/ and dockerfiles/ inside the package (as builder/_data/…) for non-editable installs.
+"""Ships recipes/, patches/, dockerfiles/ and evidence/ inside the package (as builder/_data/…) for non-editable
+installs.
 
 The top-level folders stay the single source of truth in the repository; build_py copies them into the built
 package, so a wheel, `pip install .` and `uv tool install .` carry them. Editable installs skip the copy and keep
@@ -13,7 +14,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-DATA_FOLDERS = ("recipes", "patches", "dockerfiles")
+DATA_FOLDERS = ("recipes", "patches", "dockerfiles", "evidence")
 HERE = Path(__file__).resolve().parent
 
 

@@ -66,13 +66,13 @@ def test_sdist_and_wheel_carry_the_data_folders(built: dict[str, Path]) -> None:
     with tarfile.open(built["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for name in ("recipes/causal-conv1d/recipe.toml", "recipes/aliases.toml", "dockerfiles/manylinux-cuda.Dockerfile",
-                 "setup.py", "MANIFEST.in"):
+                 "evidence/gpu-runs.json", "setup.py", "MANIFEST.in"):
         assert name in names, name
     assert any(n.startswith("patches/causal-conv1d/") and n.endswith(".patch") for n in names)
     with zipfile.ZipFile(built["wheel"]) as wheel:
         inside = set(wheel.namelist())
     for name in ("builder/_data/recipes/causal-conv1d/recipe.toml", "builder/_data/recipes/causal-conv1d/kernel_tests.py",
-                 "builder/_data/dockerfiles/manylinux-cuda.Dockerfile"):
+                 "builder/_data/dockerfiles/manylinux-cuda.Dockerfile", "builder/_data/evidence/gpu-runs.json"):
         assert name in inside, name
     assert any(n.startswith("builder/_data/patches/causal-conv1d/") for n in inside)
     assert not any("__pycache__" in n for n in inside)

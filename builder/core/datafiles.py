@@ -1,4 +1,4 @@
-"""Where the project's data folders (recipes/, patches/, dockerfiles/) are found at run time.
+"""Where the project's data folders (recipes/, patches/, dockerfiles/, evidence/) are found at run time.
 
 A built package (wheel, `pip install .`, `uv tool install .`) carries copies at builder/_data/<name>, made by
 setup.py's build_py; an editable install or a plain checkout has none there and reads the checkout's top-level
@@ -15,7 +15,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent.parent
 
 
 def data_dir(name: str) -> Path:
-    """``recipes``, ``patches`` or ``dockerfiles``: the packaged copy when present, else the checkout's folder."""
+    """``recipes``, ``patches``, ``dockerfiles`` or ``evidence``: the packaged copy when present, else the checkout's folder."""
     packaged = PACKAGED / name
     return packaged if packaged.is_dir() else CHECKOUT / name
 
