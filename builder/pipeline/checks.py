@@ -171,6 +171,13 @@ def torch_range(plan: Plan, settings: Settings, python: PythonEnv, base_python: 
                                        cross_platform=cross_build.platform if cross_build is not None else None)
             checks += check_torch_range(wheel.path, claimed, plan.recipe.imports, these, index, base, workdir,
                                         make_env=make_env)
+    return _range_verdict(checks, python, tests)
+
+
+def _range_verdict(checks: tuple[TorchCheck, ...], python: PythonEnv, tests: TestReport) -> tuple[TorchCheck, ...]:
+    """The torch range's checks, if the build's own torch passed (else TestStageFailed: nothing is published), with
+    what --offline could not check said."""
+    own = Version(python.torch or "0").public
     own_line = ".".join((python.torch_cuda or "").split(".")[:2])
 
     def is_own(check: TorchCheck) -> bool:  # the build torch's check (the same release of another CUDA line is not)

@@ -289,13 +289,8 @@ def _build_steps(inputs: BuildInputs, settings: Settings, options: BuildOptions,
                                          cuda_home=toolkit.cuda_home)
 
     def publish(state: Checked) -> None:
-        assert state.wheel.record is not None and state.report is not None
-        # after finalize: not inside the wheel, which stays reproducible
-        record = state.wheel.record.with_(
-            timings=dict(result.timings), tests=state.tests, inspect=state.report.as_dict(),
-            wheel=state.wheel.path.name,
-            parallel=inputs.parallel.record() if toolkit else None, torch_checks=state.torch_checks,
-            torch_unchecked=state.torch_unchecked or None, abi_choice=plan.abi_why or None)
+        assert state.report is not None
+        record = _final_record(state, inputs, result)
         if plan.target.subset is not None:  # tests only: never published
             _keep_subset(plan.target.subset, state.wheel.path, record, result)
             return
@@ -313,6 +308,17 @@ def _build_steps(inputs: BuildInputs, settings: Settings, options: BuildOptions,
     if options.variants and toolkit is not None:
         steps["variants"] = variants
     return steps
+
+
+def _final_record(state: Checked, inputs: BuildInputs, result: BuildResult) -> BuildRecord:
+    """The record the wheelhouse keeps: the wheel's own grown by what the chain found (after finalize: not inside the
+    wheel, which stays reproducible)."""
+    assert state.wheel.record is not None and state.report is not None
+    plan = inputs.resolved.plan
+    return state.wheel.record.with_(
+        timings=dict(result.timings), tests=state.tests, inspect=state.report.as_dict(), wheel=state.wheel.path.name,
+        parallel=inputs.parallel.record() if inputs.resolved.host.toolkit else None, torch_checks=state.torch_checks,
+        torch_unchecked=state.torch_unchecked or None, abi_choice=plan.abi_why or None)
 
 
 def _say_published(house: Wheelhouse, state: Checked, options: BuildOptions) -> None:
