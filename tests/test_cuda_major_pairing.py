@@ -3,7 +3,7 @@
 The mechanism (docs/INDEX.md "Which index for which torch"): a stable-ABI wheel of CUDA major M requires a torch no
 older than the first release whose PyPI build is of major M (model/abi.py ``StableAbi.for_cuda_major``: ``+cu13``
 says ``torch>=2.11``, PyPI's 2.10.0 being CUDA 12.8), and the combined ``simple/`` lists a CUDA-labelled wheel only
-where every PyPI torch its requirement admits is of its major (index/checks.py ``root_lists``); the channels are
+where every PyPI torch its requirement admits is of its major (index/channelpolicy.py ``root_lists``); the channels are
 per CUDA line already. Both facts come from discovery's PyPI listing (the shipped snapshot), not a hand table.
 
 The resolver test publishes, through the real ``Wheelhouse.publish``, tiny ``causal-conv1d`` wheels labelled and
@@ -35,7 +35,7 @@ from packaging.version import Version
 from builder.core.uvtool import uv_bin
 from builder.core.wheelfile import write_wheel
 from builder.discovery.compat import resolve_index
-from builder.index.checks import pypi_torch, root_lists
+from builder.index.channelpolicy import pypi_torch, root_lists
 from builder.index.mirror import pull
 from builder.index.store import Wheelhouse
 from builder.model.abi import cuda_line_major, first_torch_of_major, per_torch_requirement

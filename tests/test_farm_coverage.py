@@ -29,7 +29,7 @@ from builder.farm.coverage import (
 from builder.farm.expand import expand
 from builder.farm.served import Cell, coverage, served_cells, serving, summary
 from builder.farm.spec import load_farm
-from builder.index.checks import wheel_channels
+from builder.index.channelpolicy import wheel_channels
 from builder.index.store import Wheelhouse
 from builder.model.recipe import find_recipe, load_recipe
 from builder.model.records import BuildRecord

@@ -57,7 +57,7 @@ def labelled_wheel(folder: Path, name: str, version: str, label: str | None, *, 
     """Like a real build's output: ``name-version+label-tag.whl`` with Version and pins rewritten by finalize. A
     labelled wheel pins torch as a build does (``label_torch_pin``) unless ``pins`` or ``requires`` name torch: the
     combined index lists a CUDA-labelled wheel only where its torch requirement admits no PyPI torch of another
-    CUDA major (index/checks.py ``root_lists``)."""
+    CUDA major (index/channelpolicy.py ``root_lists``)."""
     raw = raw_wheel(folder / "raw" / f"{name}-{version}-{label}-{tag}", name, version, requires=requires, tag=tag)
     if label is None:
         return raw

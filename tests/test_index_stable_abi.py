@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.index.checks import wheel_channels
+from builder.index.channelpolicy import wheel_channels
 from builder.index.mirror import pull
 from builder.index.pages import listed
 from builder.index.store import Wheelhouse

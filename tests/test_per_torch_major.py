@@ -14,7 +14,7 @@ from builder.core.settings import Settings
 from builder.discovery.compat import resolve_index
 from builder.farm.served import Cell
 from builder.farm.wheelcells import IMPORT, KERNEL, wheel_cells
-from builder.index.checks import wheel_channels
+from builder.index.channelpolicy import wheel_channels
 from builder.index.store import Wheelhouse
 from builder.model.abi import per_torch_label
 from builder.model.builtwheel import BuiltWheel

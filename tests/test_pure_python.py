@@ -17,7 +17,7 @@ from builder.core.errors import UsageError
 from builder.core.settings import Settings
 from builder.discovery.compat import known_indexes, resolve_index
 from builder.farm.coverage import MIN_CUDA, users_matrix
-from builder.index.checks import wheel_channels
+from builder.index.channelpolicy import wheel_channels
 from builder.index.store import Wheelhouse
 from builder.model.arch import parse_arch_list
 from builder.model.builtwheel import BuiltWheel

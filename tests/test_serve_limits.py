@@ -349,7 +349,7 @@ def test_a_client_that_stops_reading_frees_its_worker(house: Wheelhouse) -> None
 def test_a_badly_named_wheel_dropped_into_wheels_is_in_no_channel() -> None:
     """`builder serve` listed the channels through every wheel's name; a `junk.whl` copied in by hand raised
     InvalidWheelFilename at startup (a traceback). Publish and `index rebuild` refuse such a file; it has no channel."""
-    from builder.index.checks import wheel_channels
+    from builder.index.channelpolicy import wheel_channels
 
     assert wheel_channels("junk.whl", None) == ()
     assert wheel_channels("demo-1.0+cu130torch2.14-py3-none-any.whl", None) == ("cu130torch2.14",)

@@ -253,7 +253,7 @@ def test_the_probe_verdicts(tmp_path: Path) -> None:
 
 
 def test_a_records_torch_checks_round_trip_and_name_their_channels() -> None:
-    """Which channels list a wheel is index/checks.wheel_channels' rule (tests/test_index_stable_abi.py); the record
+    """Which channels list a wheel is index/channelpolicy.wheel_channels' rule (tests/test_index_stable_abi.py); the record
     keeps the checks as JSON and each names its channel."""
     checks = (TorchCheck(torch="2.11.0", cuda="13.0", python="3.12", how="import+registration", status="passed"),
               TorchCheck(torch="2.15.0", cuda="13.2", python="3.12", how="import+registration", status="failed"))

@@ -104,7 +104,7 @@ def house(tmp_path: Path) -> Wheelhouse:
 def test_pages_yank_the_superseded_build(house: Wheelhouse) -> None:
     paths = Layout(house.root)
     # no torch requirement: a resolver would pair them with any torch, so the combined index leaves them out
-    # (index/checks.py root_lists) and the channel is the page that lists both builds
+    # (index/channelpolicy.py root_lists) and the channel is the page that lists both builds
     assert not paths.project_page("alpha", None, json=True).exists()
     for label in (LABEL,):
         page = paths.project_page("alpha", label, json=True)

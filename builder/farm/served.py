@@ -48,7 +48,7 @@ def served_cells(target: FarmTarget, index: TorchIndex, universe: frozenset[Cell
     above the port's abi3 floor, whichever index that torch comes from (13.0 × 2.15 is PyTorch's cu130 channel's).
     A pure-Python target (one ``py3-none-any`` wheel per version): every cell of ``universe`` (its recipe names no
     torch range; torch and triton come with the user's torch). What a wheel is finally offered for is what its
-    torch checks verified (index/checks.py ``wheel_channels``)."""
+    torch checks verified (index/channelpolicy.py ``wheel_channels``)."""
     platforms = {p.name for p in target.platforms}
     if not target.kind.is_cuda:
         return frozenset(c for c in universe if c.platform in platforms)

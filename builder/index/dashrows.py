@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from builder.index.checks import wheel_channels
+from builder.index.channelpolicy import wheel_channels
 from builder.index.layout import Layout, log_path, record_path, sidecar_path, wheel_path
 from builder.model.label import Label
 from builder.model.platform import of_wheel_platform

@@ -4,7 +4,7 @@ folder), so that the published index, not a cache, is the farm's durable state.
 What is read is what a resolver reads: ``simple/index.json`` and ``simple/<project>/index.json`` (PEP 691 files,
 fetched by name, so a static host without content negotiation serves them), and the same pages of each channel
 ``channels/index.json`` names (a wheel built for one CUDA major that PyPI's torch of another major would break is
-in its channels only: index/checks.py ``root_lists``), each wheel at its page's URL, its
+in its channels only: index/channelpolicy.py ``root_lists``), each wheel at its page's URL, its
 PEP 658 ``.metadata`` sidecar (at the wheel's URL + ``.metadata``: on the same host, or beside a release asset
 on another), and beside the pages ``records/<wheel>.json`` and ``logs/<wheel>.log`` (both optional) and the assets
 setting ``assets.json`` (index/assets.py; optional), which the pulled wheelhouse keeps, so its pages link the same

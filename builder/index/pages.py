@@ -20,7 +20,7 @@ from packaging.version import Version
 from builder.core.fsutil import sha256_file
 from builder.core.wheelfile import build_number, parse_wheel_name, superseded
 from builder.index.assets import AssetStore, read_assets
-from builder.index.checks import check_wheel, root_lists, wheel_channels
+from builder.index.channelpolicy import root_lists, wheel_channels
 from builder.index.dashboard import render_dashboard
 from builder.index.dashrows import WheelFacts, rows_from, rows_of
 from builder.index.layout import (
@@ -32,6 +32,7 @@ from builder.index.layout import (
     staging_href,
     wheels_href,
 )
+from builder.index.trust import check_wheel
 from builder.index.txn import Transaction, is_builder_temp
 from builder.index.variantfiles import VariantsFile, variants_files
 from builder.model.records import BuildRecord, VariantInfo

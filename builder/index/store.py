@@ -25,16 +25,11 @@ from builder.core.log import log
 from builder.core.statefile import StateFileError, read_json
 from builder.core.wheelfile import split_label
 from builder.index.assets import AssetStore, read_assets
-from builder.index.checks import (
-    check_wheel,
-    log_source,
-    own_log,
-    record_mismatch,
-    wheel_channels,
-)
+from builder.index.channelpolicy import wheel_channels
 from builder.index.layout import Layout, recorded_wheel
 from builder.index.merge import MergePlan, plan_merge
 from builder.index.pages import Entry, listed, stage_dashboard, stage_pages
+from builder.index.trust import check_wheel, log_source, own_log, record_mismatch
 from builder.index.txn import Transaction, WheelhouseLock, lock_for, recover_root
 from builder.model.records import BuildRecord, RecordShapeError, check_record_json
 from builder.stages.repair import (

@@ -82,7 +82,7 @@ class StableAbi:
         torch release whose PyPI build is of that major (``first_torch_of_major``), where that is above the recipe's.
         A ``+cu13`` wheel then says ``torch>=2.11`` (PyPI's 2.10.0 is CUDA 12.8) and a ``+cu12`` one keeps the
         recipe's 2.10; None (a major PyPI's torch has not reached): the recipe's floor, and the combined index
-        leaves the wheel out (index/checks.py ``root_lists``). The floor is a minor (TORCH_TARGET_VERSION is one):
+        leaves the wheel out (index/channelpolicy.py ``root_lists``). The floor is a minor (TORCH_TARGET_VERSION is one):
         were a major to start at X.Y.1, X.Y.0 of the other major would still be admitted, and ``root_lists`` keeps
         such a wheel out of the combined index."""
         if first is None or (first.major, first.minor) <= (self.torch_floor.major, self.torch_floor.minor):

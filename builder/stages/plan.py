@@ -299,7 +299,7 @@ def for_cuda_major(recipe: Recipe, cuda: CudaVersion) -> Recipe:
     of ``cuda``'s major (model/abi.py ``StableAbi.for_cuda_major``: 2.11 for CUDA 13), so the ``+cu13`` wheel's
     ``torch>=`` (and TORCH_TARGET_VERSION, the record's torch_floor, the torch-range check, the ABI choice) refuses
     PyPI's CUDA 12.8 torch 2.10.0. Read from the shipped PyPI listing (discovery's snapshot, no network): the same
-    answer the combined index's pages are rendered with (index/checks.py ``root_lists``)."""
+    answer the combined index's pages are rendered with (index/channelpolicy.py ``root_lists``)."""
     stable = recipe.stable_abi
     if stable is None:
         return recipe

@@ -93,7 +93,7 @@ Claim = StableAbi | PurePython | PerTorch
 def built_once(filename: str) -> bool:
     """Whether a wheel file, given a record, is a pure-Python wheel built once for every torch
     (model/wheelfacts.py ``Wheel.built_once``: unlabelled and ``py3-none-any``; a labelled one, ``+cu130torch2.14``,
-    is per torch: it pins ``torch==``). With a record, index/checks.py ``wheel_channels`` offers it in the channel
+    is per torch: it pins ``torch==``). With a record, index/channelpolicy.py ``wheel_channels`` offers it in the channel
     of each torch its checks passed on."""
     return Wheel.named(filename).with_record(abi=None, cuda=None).built_once
 

@@ -7,7 +7,7 @@ platform, not by tag (a channel holds both platforms' files, as PyPI does; the i
 
 A stable-ABI wheel (model/abi.py: ``+cu13``, ``cp310-abi3``, ``torch>=2.11``) serves a torch range: it fits an env
 whose torch meets its requirement, is a build for the wheel's CUDA major, and whose torch minor on that CUDA line it
-was verified on (its record's torch checks; index/checks.wheel_channels, the rule the pages list it by). It is
+was verified on (its record's torch checks; index/channelpolicy.wheel_channels, the rule the pages list it by). It is
 installed from that env's own channel (``cu130torch2.12``), where the index lists it. A per-torch wheel labelled by
 CUDA major (``+cu12torch2.9``) is judged the same way for its one torch minor. A pure-Python wheel built once
 (``py3-none-any``, unlabelled, with a record: stages/torchrange.py ``built_once``) is judged the same way with no
@@ -85,7 +85,7 @@ class IndexedWheel:
     abi: str | None = None  # the record's: "torch-stable" for a stable-ABI wheel, None for a per-torch one
     cuda: str = ""  # the record's CUDA (13.0)
     torch_checks: tuple[TorchCheck, ...] = ()  # a stable-ABI wheel: each torch it was tried on
-    channels: tuple[str, ...] = ()  # the channels that list it (index/checks.wheel_channels)
+    channels: tuple[str, ...] = ()  # the channels that list it (index/channelpolicy.wheel_channels)
     variants: tuple[str, ...] = ()  # labels of its PEP 825 variants listed beside it (sm90, sm120): uv may pick one
     built_once: bool = False  # a pure-Python wheel built once for every torch (unlabelled py3-none-any, recorded)
 

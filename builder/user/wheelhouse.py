@@ -21,7 +21,7 @@ from builder.core.errors import PublishError, SourceError
 from builder.core.origins import Origins
 from builder.core.wheelfile import parse_wheel_name, split_label
 from builder.index.assets import MAX_ASSETS_FILE, AssetStore
-from builder.index.checks import wheel_channels
+from builder.index.channelpolicy import wheel_channels
 from builder.index.layout import ASSETS, CHANNELS, CHANNELS_KEY, PAGE_JSON, Layout, record_path, simple_path
 from builder.index.pages import SIMPLE_JSON
 from builder.model.records import BuildRecord, RecordShapeError
@@ -107,7 +107,7 @@ class WheelhouseReader:
     def channel_projects(self) -> dict[str, frozenset[str]]:
         """Each channel ``channels/index.json`` names, with the projects its index lists ({} where that file is
         missing: a wheelhouse rendered before it, whose combined index lists every wheel). A wheel built for one
-        CUDA major that PyPI's torch of another would break is in its channels only (index/checks.py
+        CUDA major that PyPI's torch of another would break is in its channels only (index/channelpolicy.py
         ``root_lists``), so the reader looks there too."""
         if self._channels is None:
             top = self._json(f"{self.root}{CHANNELS}/{PAGE_JSON}", required=False) or {}
