@@ -56,7 +56,7 @@ def test_dry_run_says_what_it_would_build_and_keeps_the_install_line(tmp_path: P
     request = InstallRequest(packages=("mamba-ssm", "fla-core"), python=Path("/env/bin/python"), source="wh",
                              dry_run=True)
     plans = planned_builds(missing, env, "3.12", Builds13(), request, settings)  # type: ignore[arg-type]
-    assert plans == ("builder build mamba-ssm --cuda 13.0 --arch <your GPU's arch: none here to take it from> "
+    assert plans == ("builder build mamba-ssm --cuda 13.0 --arch \"<your GPU's arch: none here to take it from>\" "
                      "--python 3.12 --torch 2.14.1 --no-torch-range",
                      "builder build fla-core --cuda 13.0 --python 3.12 --torch 2.14.1 --no-torch-range")
     gpu_env = EnvFacts(python="3.12.1", tags=frozenset(), torch="2.11.0+cu130", torch_cuda="13.0", gpus=(90,))

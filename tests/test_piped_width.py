@@ -125,3 +125,18 @@ def test_a_placeholder_with_a_lone_quote_loses_no_character() -> None:
     folded = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env,
                             cwd=ROOT, check=True).stdout
     assert "".join(folded.replace(" \\\n", " ").split()) == "".join(command.split())
+
+
+def test_a_quoted_arch_placeholder_folds_into_the_same_words() -> None:
+    """The placeholder printed where no GPU gives the arch is quoted (an unquoted ``<`` is a shell redirection): a
+    shell reads the folded command as the same words, the placeholder one of them."""
+    code = "from builder.cli.common import shell_folded; import sys; print(shell_folded(sys.argv[1], '    '))"
+    command = ("builder build causal-conv1d --cuda 13.0 --arch \"<your GPU's arch: none here to take it from>\" "
+               "--python 3.11 --torch 2.14.1 --no-torch-range --replace --jobs 2")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    folded = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env,
+                            cwd=ROOT, check=True).stdout
+    echoed = subprocess.run(["sh", "-c", "printf '%s\\n' " + folded.replace("builder build", "", 1)],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    assert echoed == shlex.split(command)[2:]
+    assert "<your GPU's arch: none here to take it from>" in echoed

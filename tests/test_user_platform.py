@@ -212,8 +212,8 @@ def test_install_refuses_an_x86_64_only_wheelhouse_for_an_aarch64_env(
                                     "aarch64 (torch 2.14.1, CUDA 13.0, Python 3.12.3, aarch64) and --no-build keeps "
                                     "this command from building one (this machine could, with host nvcc 13.0"), error
     hint = " ".join(error.extra)
-    assert (f"hint: cross-build it on this machine: `builder build {CC} --platform aarch64 --cuda 13.0 --arch <your "
-            "GPU's arch, e.g. 90 (GH200), 100 (GB200), 121 (DGX Spark / GB10)> --python 3.12 --torch 2.14.1`") in hint
+    assert (f"hint: cross-build it on this machine: `builder build {CC} --platform aarch64 --cuda 13.0 --arch \"<your "
+            "GPU's arch, e.g. 90 (GH200), 100 (GB200), 121 (DGX Spark / GB10)>\" --python 3.12 --torch 2.14.1`") in hint
     assert "an x86_64 wheel (linux_x86_64); this env is aarch64" in hint
     assert "or use torch" not in hint, "no x86_64 wheel's torch is a way forward for an aarch64 env"
 

@@ -99,7 +99,7 @@ def ways_forward(missing: list[Choice], choices: list[Choice], env: EnvFacts, ma
     torch_cuda = CudaVersion.parse(env.torch_cuda) if env.torch_cuda else None
     label = env_label(env.torch, env.torch_cuda) if env.torch and env.torch_cuda else None
     can, why = machine.can_build(torch_cuda, env.platform) if torch_cuda else (False, "the env's torch is a CPU build")
-    arch_text = format_arch_list(archs) if archs else f"<your GPU's arch, {arch_example(env)}>"
+    arch_text = format_arch_list(archs) if archs else f"\"<your GPU's arch, {arch_example(env)}>\""  # a shell: no <
     torch_public = Version(env.torch).public if env.torch else "?"
     index_flag = f" --torch-index {torch_cuda.flavour}" if torch_cuda and env.torch and Version(env.torch).local else ""
     hints = []

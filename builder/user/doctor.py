@@ -247,7 +247,7 @@ def _next_steps(python: Path, env: EnvReport, machine: MachineFacts, facts: EnvF
                 label = f"{facts.machine} and {label}"
             if can:
                 # with no GPU here to take the arch from, the build needs --arch (install would stop and ask)
-                arch = "" if facts.gpus or not gpu_code else f" --arch <your GPU's arch, {arch_example(facts)}>"
+                arch = "" if facts.gpus or not gpu_code else f" --arch \"<your GPU's arch, {arch_example(facts)}>\""
                 built = f"cross-builds it: builder build … --platform {facts.machine}" if facts.cross and gpu_code \
                     else "builds it"
                 advice.append(f"{offer.package}: no wheel for {label} in the wheelhouse; this machine can build one "

@@ -289,7 +289,7 @@ def planned_builds(missing: list[Choice], facts: EnvFacts, python_minor: str, ma
             continue
         archs = _archs(request, facts, required=False) if gpu_code else ()
         arch = f" --arch {format_arch_list(archs)}" if archs else (
-            " --arch <your GPU's arch: none here to take it from>" if gpu_code else "")
+            " --arch \"<your GPU's arch: none here to take it from>\"" if gpu_code else "")  # quoted: no redirection
         cross = cross_flags(facts, machine, cuda) if gpu_code else ""
         only_own = "" if request.torch_range else " --no-torch-range"
         commands.append(f"builder build {choice.package}{cross} --cuda {cuda.line}{arch} "
