@@ -33,7 +33,7 @@ LAYERS = [
 ]
 # Stage modules in the order the pipeline runs them (the cache key is computed between pyenv and patch).
 STAGE_ORDER = ["resolve", "abichoice", "plan", "source", "patch", "pyenv", "inputs", "compilercache", "compileprogress",
-               "compile", "repair", "finalize", "inspection", "sanitizer", "testing", "torchrange", "variants"]
+               "compile", "repair", "finalize", "inspection", "sanitizer", "testing", "torchrange", "slicing"]
 
 
 def module_name(path: Path) -> str:

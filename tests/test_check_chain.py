@@ -61,11 +61,11 @@ def _outer_functions(tree: ast.AST) -> dict[int, str]:
 
 
 def test_pipeline_commands_call_the_check_steps_only_from_chain_steps() -> None:
-    """build (run.py), `builder test` (promote.py), `builder variants` (variants.py) and `builder verify`
+    """build (run.py), `builder test` (promote.py), `builder variants` (builtvariants.py) and `builder verify`
     (verify.py) call a check step (checks.inspect, run_tests, checks.publish, ...) only inside a function they hand
     to run_chain, so none of them can run the checks in an order of its own."""
     outside = []
-    for name in ("run.py", "promote.py", "variants.py", "verify.py"):
+    for name in ("run.py", "promote.py", "builtvariants.py", "verify.py"):
         tree = ast.parse((PIPELINE / name).read_text())
         owner = _outer_functions(tree)
         for node in ast.walk(tree):

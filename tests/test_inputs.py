@@ -157,7 +157,7 @@ def test_a_recipe_turning_ptxas_split_off_builds_without_it_and_gets_another_key
 @pytest.fixture
 def resolving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
     """resolve_inputs with a stand-in toolkit and build venv (no CUDA or torch needed); each call is counted."""
-    from builder.pipeline import inputs as resolver
+    from builder.pipeline import resolveinputs as resolver
     from builder.stages.plan import Plan
     from builder.toolchain.base import BuildHost, CudaToolkit, ToolchainChoice
     from builder.toolchain.local import LocalRunner
@@ -190,7 +190,7 @@ def test_the_build_and_the_farms_check_resolve_the_same_key(tmp_path: Path, reso
     import dataclasses
 
     from builder.pipeline import run
-    from builder.pipeline.inputs import InputsMemo, known_inputs, resolve_inputs
+    from builder.pipeline.resolveinputs import InputsMemo, known_inputs, resolve_inputs
     from builder.pipeline.run import BuildOptions, run_build
 
     plan = tinyext_plan(tmp_path)
@@ -219,8 +219,8 @@ def test_the_build_and_the_farms_check_resolve_the_same_key(tmp_path: Path, reso
 
 def test_the_farms_check_leaves_a_possible_container_build_undecided(tmp_path: Path, resolving: dict,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from builder.pipeline import inputs as resolver
-    from builder.pipeline.inputs import InputsMemo, Undecided, resolve_inputs
+    from builder.pipeline import resolveinputs as resolver
+    from builder.pipeline.resolveinputs import InputsMemo, Undecided, resolve_inputs
 
     monkeypatch.setattr(resolver, "may_use_container", lambda name, env: resolving["container"].append(name) or True)
     plan = tinyext_plan(tmp_path)

@@ -6,8 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 
 BUILDER = Path(__file__).resolve().parents[1] / "builder"
-# still shared (a cli/ command module beside its stage, or one name per layer); remove an entry when it is renamed
-KNOWN = {"coverage.py", "images.py", "inputs.py", "variants.py"}
+# still shared: a cli/ command module named like the farm/toolchain module it prints; remove one when renamed
+KNOWN = {"coverage.py", "images.py"}
 
 
 def shared_names(root: Path = BUILDER) -> dict[str, list[str]]:

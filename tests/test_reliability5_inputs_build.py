@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import UsageError
-from builder.pipeline.inputs import check_wheelhouse_writable
+from builder.pipeline.resolveinputs import check_wheelhouse_writable
 from tests.helpers import ROOT, assert_one_line_error, run_cli
 
 BUILD = ("build", "causal-conv1d", "--version", "1.6.0", "--cuda", "13.0", "--arch", "90", "--offline")

@@ -22,7 +22,7 @@ from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord, VariantInfo
 from builder.stages.finalize import finalize_wheel
-from builder.stages.variants import make_variant
+from builder.stages.slicing import make_variant
 from builder.user.fit import IndexedWheel
 from builder.user.install import InstallRequest, install
 from builder.user.installer import ProviderView, installed_states, matching_variant, variant_notes

@@ -19,7 +19,7 @@ from builder.model import variants
 from builder.model.arch import Arch
 from builder.model.cuda import CudaVersion
 from builder.model.records import BuildRecord
-from builder.stages.variants import make_variant
+from builder.stages.slicing import make_variant
 
 
 def _entry(kind: int, arch: int, payload: bytes) -> bytes:

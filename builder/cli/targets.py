@@ -257,7 +257,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
     settings = settings_from_args(args)
     _check_cheap_flags(args)
-    from builder.pipeline.inputs import check_edges
+    from builder.pipeline.resolveinputs import check_edges
     from builder.user.targetenv import check_python_flag  # here: `builder build` startup (issue 19)
 
     packages = expand_name(args.package, settings.recipes_dir)
@@ -318,7 +318,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
-    from builder.pipeline.variants import stage_variants
+    from builder.pipeline.builtvariants import stage_variants
 
     for wheel in stage_variants(args.wheel, settings_from_args(args), args.arch):
         out.print(f"[bold]staged[/bold]: {wheel}")

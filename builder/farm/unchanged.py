@@ -1,7 +1,7 @@
 """What the wheelhouse already holds: which farm targets need no build.
 
 Both checks compare a target's inputs (stages/inputs.py, the one definition of what the cache key covers), resolved
-as the build resolves them (pipeline/inputs.py):
+as the build resolves them (pipeline/resolveinputs.py):
 
 - ``find_unchanged`` (``builder farm``, before any worker starts) resolves every part of the inputs offline with
   ``resolve_inputs`` itself, memoised per toolkit, build venv and source, and looks the real cache key up;
@@ -27,8 +27,8 @@ from builder.farm.spec import FarmTarget
 from builder.index.store import Wheelhouse
 from builder.model.python import PythonSpec
 from builder.model.records import BuildRecord
-from builder.pipeline.inputs import InputsMemo, Undecided, resolve_inputs
-from builder.pipeline.inputs import known_inputs as known_plan_inputs
+from builder.pipeline.resolveinputs import InputsMemo, Undecided, resolve_inputs
+from builder.pipeline.resolveinputs import known_inputs as known_plan_inputs
 from builder.stages.inputs import TargetInputs, recorded_inputs
 from builder.stages.plan import Plan, make_plan
 

@@ -19,7 +19,7 @@ from builder.core.log import log
 from builder.model.builtwheel import BuiltWheel
 from builder.model.records import BuildRecord, TestReport, TorchCheck
 from builder.pipeline.checks import VariantWheel
-from builder.pipeline.inputs import timed
+from builder.pipeline.resolveinputs import timed
 from builder.stages.inspection import WheelReport
 
 ORDER: Final = ("inspect", "test", "torch range", "gpu check", "variants", "publish")

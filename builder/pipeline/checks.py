@@ -4,7 +4,7 @@
 
 ``builder build`` (pipeline/run.py) runs it in that order on the wheel it just made; ``builder test``
 (pipeline/promote.py) runs inspect and test on a staged or published wheel, ``builder verify`` (pipeline/verify.py)
-claim and torch_range, ``builder variants`` (pipeline/variants.py) inspect on each variant it makes. Each takes the
+claim and torch_range, ``builder variants`` (pipeline/builtvariants.py) inspect on each variant it makes. Each takes the
 wheel as one BuiltWheel (model/builtwheel.py), whose facts (tags, CUDA, archs, ABI, torch, platform) were read once."""
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from builder.stages.finalize import read_build_record, read_metadata
 from builder.stages.inspection import WheelReport, inspect_wheel, render_report, verify_archs, verify_platform
 from builder.stages.plan import Plan
 from builder.stages.pyenv import PythonEnv, fresh_test_env, index_args, probe
+from builder.stages.slicing import make_variant, one_arch_note, variant_record
 from builder.stages.testing import KernelTestPlan, TestStageFailed, run_tests
 from builder.stages.torchrange import (
     GPU_KERNEL_TESTS,
@@ -54,7 +55,6 @@ from builder.stages.torchrange import (
     torches_to_check,
     venv_maker,
 )
-from builder.stages.variants import make_variant, one_arch_note, variant_record
 from builder.toolchain import cross
 
 

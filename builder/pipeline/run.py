@@ -1,5 +1,5 @@
 """Chains the stages in one direction: plan → toolchain → source → python (these three resolve the inputs,
-pipeline/inputs.py) → patch → build → finalize, then the check chain (pipeline/checks.py: inspect → test → torch
+pipeline/resolveinputs.py) → patch → build → finalize, then the check chain (pipeline/checks.py: inspect → test → torch
 range → publish) on the BuiltWheel finalize made. Nothing reaches the wheelhouse unless every stage before publish
 succeeded. This module keeps the order; the checks themselves live in checks.py."""
 
@@ -35,7 +35,7 @@ from builder.model.records import (
 from builder.model.variants import UV_PREVIEW_FEATURE
 from builder.pipeline import checks
 from builder.pipeline.chain import Checked, Step, run_chain
-from builder.pipeline.inputs import InputsMemo, ResolvedInputs, check_edges, resolve_inputs, timed
+from builder.pipeline.resolveinputs import InputsMemo, ResolvedInputs, check_edges, resolve_inputs, timed
 from builder.stages.compile import Parallelism, base_env, build_wheel, parallelism, prefix_map_env
 from builder.stages.compileprogress import ExpectedTime
 from builder.stages.compilercache import CompilerCache, find_compiler_cache
@@ -44,10 +44,10 @@ from builder.stages.inputs import toolkit_record
 from builder.stages.patch import apply_patches
 from builder.stages.plan import Plan, Target, make_plan
 from builder.stages.pyenv import PythonEnv, index_args
+from builder.stages.slicing import one_arch_note
 from builder.stages.source import unpack
 from builder.stages.testing import KernelTestPlan
 from builder.stages.torchrange import split_unchecked
-from builder.stages.variants import one_arch_note
 from builder.toolchain import CudaToolkit, cross
 from builder.toolchain.base import WheelRequest
 from builder.toolchain.cibw import EXCLUDED_LIBS
@@ -73,7 +73,7 @@ class BuildOptions:
     compiler_cache: str = "auto"  # auto | ccache | off (see compilercache.py); never part of the cache key
     replace: bool = False  # replace a published wheel of the same file name built for another arch set
     torch_range: bool = True  # a stable-ABI wheel: try every torch of its range (False: the build torch only)
-    variants: bool = False  # also one thin wheel per arch (PEP 825 variants, stages/variants.py) beside the plain one
+    variants: bool = False  # also one thin wheel per arch (PEP 825 variants, stages/slicing.py) beside the plain one
 
 
 def run_build(target: Target, settings: Settings, options: BuildOptions, env: Mapping[str, str] | None = None) -> BuildResult:

@@ -1,11 +1,11 @@
 """A target's inputs: everything that can change its wheel, defined once, hashed into the cache key.
 
 ``target_inputs`` is the one function that says what the key covers. Its parts are resolved by one function,
-pipeline/inputs.py ``resolve_inputs``, for three callers:
+pipeline/resolveinputs.py ``resolve_inputs``, for three callers:
 
 - the build (pipeline/run.py) with the real source digest, toolkit, build venv and host compiler;
 - the farm's up-front check (farm/unchanged.py) with the same parts resolved offline and memoised;
-- ``builder matrix --changed`` (farm/unchanged.py, pipeline/inputs.py ``known_inputs``) on a CPU runner that has
+- ``builder matrix --changed`` (farm/unchanged.py, pipeline/resolveinputs.py ``known_inputs``) on a CPU runner that has
   no toolkit and no build venv: the parts it cannot know are ``UNKNOWN`` and ``agrees`` compares only the known
   fields with a record's.
 

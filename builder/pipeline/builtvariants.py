@@ -1,7 +1,7 @@
 """`builder variants`: the PEP 825 variants of wheels already built (published or staged), without compiling.
 
 For a wheel built before `--variants` (or an unchanged build that found it published), each arch of its record
-becomes a thin wheel (stages/variants.py), inspected like a build's and staged: `builder test` on a GPU that runs
+becomes a thin wheel (stages/slicing.py), inspected like a build's and staged: `builder test` on a GPU that runs
 it kernel-tests it and promotes it beside its plain wheel (the wheelhouse publishes a variant only where its plain
 wheel is)."""
 
@@ -23,13 +23,13 @@ from builder.model.variants import Variant
 from builder.pipeline import checks
 from builder.pipeline.chain import Checked, run_chain
 from builder.pipeline.promote import resolve_wheels
-from builder.stages.variants import make_variant, one_arch_note, variant_record
+from builder.stages.slicing import make_variant, one_arch_note, variant_record
 
 
 def stage_variants(spec: str, settings: Settings, archs: str | None = None) -> list[Path]:
     """Stage the variants of the wheels ``spec`` names (a file, or a package's wheels in staging, else published);
     ``archs`` narrows them (default: every arch the wheel's record names). A wheel of one arch gets none, and a
-    line saying so (stages/variants.one_arch_note)."""
+    line saying so (stages/slicing.one_arch_note)."""
     house = Wheelhouse(settings.wheelhouse)
     staging = house.staging()
     staged, plain = [], _plain_wheels(spec, house)
