@@ -39,6 +39,7 @@ from builder.core.uvtool import run_uv_process, uv_bin
 from builder.core.wheelfile import write_wheel
 from builder.farm.facts import WheelFacts
 from builder.model.platform import Platform
+from builder.model.wheelfacts import requires_dist
 from builder.pipeline.run import label_and_pins
 from builder.stages.finalize import labelled_version, rewrite_metadata
 from builder.stages.plan import Plan
@@ -61,8 +62,7 @@ class Twin:
 
     @property
     def requires(self) -> tuple[str, ...]:
-        return tuple(line.split(":", 1)[1].strip() for line in self.metadata.splitlines()
-                     if line.startswith("Requires-Dist:"))
+        return requires_dist(self.metadata)  # model/wheelfacts.py: the one reader
 
     @property
     def requires_python(self) -> str | None:

@@ -11,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import InstallError
 from builder.model.arch import Arch, format_arch_list
 from builder.model.cuda import CudaVersion
-from builder.user.fit import EnvFacts, IndexedWheel, Verdict, best, env_label, judge, label_cuda, python_fits
+from builder.user.fit import EnvFacts, IndexedWheel, Verdict, best, env_label, judge, python_fits
 from builder.user.machine import MachineFacts
 from builder.user.wheelhouse import WheelhouseReader
 
@@ -42,8 +42,8 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
         for verdict in choice.verdicts:
             if not python_fits(verdict.wheel, env):
                 continue
-            if verdict.wheel.is_stable_abi or verdict.wheel.per_torch_major:  # each torch it was verified on is
-                # served, in that torch's channel
+            if verdict.wheel.facts.by_cuda_major:  # stable-ABI or per torch by CUDA major: each torch it was
+                # verified on is served, in that torch's channel
                 for check in verdict.wheel.torch_checks:
                     try:
                         line, channel = CudaVersion.parse(check.cuda), check.channel
@@ -52,7 +52,7 @@ def torch_for_this_machine(choices: list[Choice], machine: MachineFacts,
                     if check.passed and channel in verdict.wheel.channels and machine.can_build(line, env.platform)[0]:
                         seen.append((Version(Version(check.torch).public), line))
                 continue
-            pin, cuda = verdict.wheel.torch_pin, label_cuda(verdict.wheel.label)
+            pin, cuda = verdict.wheel.torch_pin, verdict.wheel.facts.label_cuda_line
             if pin is None or cuda is None or not machine.can_build(cuda, env.platform)[0]:
                 continue
             exact = [s.version for s in pin if s.operator in ("==", "===") and "*" not in s.version]

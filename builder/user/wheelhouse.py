@@ -9,7 +9,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import replace
-from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -25,6 +24,7 @@ from builder.index.channelpolicy import wheel_channels
 from builder.index.layout import ASSETS, CHANNELS, CHANNELS_KEY, PAGE_JSON, Layout, record_path, simple_path
 from builder.index.pages import SIMPLE_JSON
 from builder.model.records import BuildRecord, RecordShapeError
+from builder.model.wheelfacts import requires_dist
 from builder.stages.torchrange import built_once as is_built_once
 from builder.user.fit import IndexedWheel
 
@@ -154,9 +154,7 @@ class WheelhouseReader:
 
     def _indexed(self, filename: str, project: str, version: Version, url: str, entry: dict) -> IndexedWheel:
         metadata = self._text(url + ".metadata") if entry.get("core-metadata") or entry.get("dist-info-metadata") else None
-        requires: tuple[str, ...] = ()
-        if metadata:
-            requires = tuple(HeaderParser().parsestr(metadata).get_all("Requires-Dist") or ())
+        requires = requires_dist(metadata) if metadata else ()  # model/wheelfacts.py: the one reader
         record = self._json(self.root + record_path(filename), required=False)
         sass = ptx = None
         kernel = None
