@@ -75,14 +75,10 @@ def test_fold_breaks_at_spaces_indents_and_keeps_long_words() -> None:
 
 
 def test_a_folded_command_is_the_same_command_to_a_shell() -> None:
-    code = ("from builder.cli.common import shell_folded; import sys; "
-            "print(shell_folded(sys.argv[1], '    '))")
     command = ("uv pip install --python /tmp/some/venv/bin/python --extra-index-url "
                "file:///work/wheelhouse/channels/cu130torch2.14/simple/ 'causal-conv1d==1.7.0+cu13torch2.14' "
                "\"torch==2.14.1\" --reinstall-package causal-conv1d")
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    folded = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env,
-                            cwd=ROOT, check=True).stdout
+    folded = _shell_folded(command)
     lines = folded.splitlines()
     assert len(lines) > 1 and all(len(line) <= PIPED_WIDTH for line in lines)
     assert all(line.endswith(" \\") for line in lines[:-1])
@@ -118,25 +114,27 @@ def test_torchs_numpy_warning_stays_out_of_doctors_output(tmp_path: Path) -> Non
 
 
 def test_a_placeholder_with_a_lone_quote_loses_no_character() -> None:
-    code = "from builder.cli.common import shell_folded; import sys; print(shell_folded(sys.argv[1], '    '))"
     command = ("builder build causal-conv1d --cuda 13.0 --arch <your GPU's arch: none here to take it from> "
                "--python 3.11 --torch 2.14.1 --no-torch-range --replace --jobs 2")
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    folded = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env,
-                            cwd=ROOT, check=True).stdout
+    folded = _shell_folded(command)
     assert "".join(folded.replace(" \\\n", " ").split()) == "".join(command.split())
 
 
 def test_a_quoted_arch_placeholder_folds_into_the_same_words() -> None:
     """The placeholder printed where no GPU gives the arch is quoted (an unquoted ``<`` is a shell redirection): a
     shell reads the folded command as the same words, the placeholder one of them."""
-    code = "from builder.cli.common import shell_folded; import sys; print(shell_folded(sys.argv[1], '    '))"
     command = ("builder build causal-conv1d --cuda 13.0 --arch \"<your GPU's arch: none here to take it from>\" "
                "--python 3.11 --torch 2.14.1 --no-torch-range --replace --jobs 2")
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    folded = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env,
-                            cwd=ROOT, check=True).stdout
+    folded = _shell_folded(command)
     echoed = subprocess.run(["sh", "-c", "printf '%s\\n' " + folded.replace("builder build", "", 1)],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     assert echoed == shlex.split(command)[2:]
     assert "<your GPU's arch: none here to take it from>" in echoed
+
+
+def _shell_folded(command: str) -> str:
+    """``command`` as the piped console folds it (builder.cli.common.shell_folded, in a process with no COLUMNS)."""
+    code = "from builder.cli.common import shell_folded; import sys; print(shell_folded(sys.argv[1], '    '))"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, cwd=ROOT,
+                          check=True).stdout
